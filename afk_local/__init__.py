@@ -1,0 +1,67 @@
+"""afk_local: file-based, local-first checkpoints for long Python jobs.
+
+A run is a directory of immutable, compressed, checksummed checkpoint files and
+an effect journal; a crashed run resumes from its last checkpoint without
+repeating side effects. See DESIGN.md and docs/ for the contract.
+"""
+
+from __future__ import annotations
+
+from afk_local.errors import (
+    AfkLocalError,
+    CheckpointCorruptionError,
+    EffectInDoubtError,
+    EffectLogCorruptionError,
+    EffectMismatchError,
+    InvalidRunIdError,
+    RunExistsError,
+    RunLockedError,
+    RunNotFoundError,
+    RunPaused,
+    SchemaVersionError,
+    WriterFailedError,
+)
+from afk_local.reader import CheckpointNotFoundError, ResumeState, RunReader, VerifyReport
+from afk_local.records import (
+    SCHEMA_VERSION,
+    Checkpoint,
+    Effect,
+    ErrorInfo,
+    Phase,
+    RunMeta,
+    RunStatus,
+)
+from afk_local.run import RunWriter
+from afk_local.store import RunInfo, Store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AfkLocalError",
+    "Checkpoint",
+    "CheckpointCorruptionError",
+    "CheckpointNotFoundError",
+    "Effect",
+    "EffectInDoubtError",
+    "EffectLogCorruptionError",
+    "EffectMismatchError",
+    "ErrorInfo",
+    "InvalidRunIdError",
+    "Phase",
+    "ResumeState",
+    "RunExistsError",
+    "RunInfo",
+    "RunLockedError",
+    "RunMeta",
+    "RunNotFoundError",
+    "RunPaused",
+    "RunReader",
+    "RunStatus",
+    "RunWriter",
+    "SchemaVersionError",
+    "Store",
+    "VerifyReport",
+    "WriterFailedError",
+    "__version__",
+]

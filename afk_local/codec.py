@@ -1,0 +1,211 @@
+"""Bytes <-> records: the ``.ckpt`` / ``run.meta`` file format of DESIGN §3.
+
+A file is a 26-byte header and a body::
+
+    magic "AFK1" | kind u8 | flags u8 | base_seq u64 | body_len u64 | crc32 u32 | body
+
+All integers little-endian. The crc32 covers the header fields before it and
+the body, so every single-byte flip and every truncation is caught before
+anything is decompressed. The body is a zstd frame (content size and content
+checksum set) of the record's msgpack bytes. With flag bit 0 set, the frame is
+a *delta*: it was compressed with the decoded bytes of checkpoint ``base_seq``
+as a raw-content dictionary.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
+
+import msgspec
+import zstandard
+
+from afk_local.errors import CheckpointCorruptionError, SchemaVersionError
+from afk_local.records import SCHEMA_VERSION, Checkpoint, RunMeta
+
+MAGIC = b"AFK1"
+KIND_CHECKPOINT = 1
+KIND_META = 2
+FLAG_DELTA = 0x01
+
+_HEADER = struct.Struct("<4sBBQQI")
+HEADER_SIZE = _HEADER.size
+_CRC_COVERED = HEADER_SIZE - 4  # every header byte before the crc field
+
+DEFAULT_MAX_RECORD_BYTES = 1 << 30
+"""Largest decoded record a reader accepts (1 GiB)."""
+
+DEFAULT_LEVEL = 3
+MAX_DELTA_BASE_BYTES = 64 << 20
+"""Bases above this are not used as dictionaries: the match tables would cost
+more memory than the delta saves. Such checkpoints are written as keyframes."""
+
+_MAX_WINDOW_SIZE = 1 << 28  # enough for a 64 MiB base plus a record of the same size
+
+EncHook = Callable[[Any], Any]
+DecHook = Callable[[type, Any], Any]
+
+_T = TypeVar("_T")
+
+
+class FrameHeader(NamedTuple):
+    """The parsed, crc-checked header of a file."""
+
+    kind: int
+    flags: int
+    base_seq: int
+    body_len: int
+
+    @property
+    def is_delta(self) -> bool:
+        """True when the body must be decoded against checkpoint ``base_seq``."""
+        return bool(self.flags & FLAG_DELTA)
+
+
+def pack_frame(kind: int, body: bytes, *, flags: int = 0, base_seq: int = 0) -> bytes:
+    """Frame ``body`` with the header and crc of DESIGN §3."""
+    head = _HEADER.pack(MAGIC, kind, flags, base_seq, len(body), 0)[:_CRC_COVERED]
+    crc = zlib.crc32(body, zlib.crc32(head))
+    return head + struct.pack("<I", crc) + body
+
+
+def unpack_frame(data: bytes, path: str, *, expect_kind: int) -> tuple[FrameHeader, bytes]:
+    """Check magic, kind, length and crc; return the header and the body.
+
+    Raises:
+        CheckpointCorruptionError: naming ``path`` and what is wrong.
+    """
+    if len(data) < HEADER_SIZE:
+        raise CheckpointCorruptionError(path, f"{len(data)} bytes, shorter than the header")
+    magic, kind, flags, base_seq, body_len, crc = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise CheckpointCorruptionError(path, f"bad magic {magic!r}")
+    if len(data) - HEADER_SIZE != body_len:
+        raise CheckpointCorruptionError(
+            path, f"body is {len(data) - HEADER_SIZE} bytes, header says {body_len}"
+        )
+    body = data[HEADER_SIZE:]
+    if zlib.crc32(body, zlib.crc32(data[:_CRC_COVERED])) != crc:
+        raise CheckpointCorruptionError(path, "crc32 mismatch")
+    if kind != expect_kind:
+        raise CheckpointCorruptionError(path, f"kind {kind}, expected {expect_kind}")
+    if flags & ~FLAG_DELTA:
+        raise CheckpointCorruptionError(path, f"unknown flags {flags:#x}")
+    if bool(flags & FLAG_DELTA) != (base_seq != 0):
+        raise CheckpointCorruptionError(path, "delta flag and base_seq disagree")
+    return FrameHeader(kind, flags, base_seq, body_len), body
+
+
+def _dictionary(base: bytes) -> zstandard.ZstdCompressionDict:
+    return zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+
+
+def compress(raw: bytes, base: bytes | None = None, *, level: int = DEFAULT_LEVEL) -> bytes:
+    """One zstd frame of ``raw`` (content size and checksum set), against ``base`` if given.
+
+    For a base over ~1 MB the match tables are widened so that zstd sees the
+    whole dictionary; otherwise deltas of large snapshots silently degrade to
+    full size.
+    """
+    if base is None:
+        return zstandard.ZstdCompressor(
+            level=level, write_content_size=True, write_checksum=True
+        ).compress(raw)
+    window_log = max(10, min(30, math.ceil(math.log2(len(base) + len(raw) + 1))))
+    table_log = max(6, min(28, math.ceil(math.log2(max(len(base), 64) / 8))))
+    params = zstandard.ZstdCompressionParameters.from_level(
+        level,
+        source_size=len(raw),
+        window_log=window_log,
+        hash_log=max(table_log, 6),
+        chain_log=max(table_log, 6),
+        write_content_size=1,
+        write_checksum=1,
+    )
+    return zstandard.ZstdCompressor(
+        dict_data=_dictionary(base), compression_params=params
+    ).compress(raw)
+
+
+def decompress(body: bytes, path: str, *, base: bytes | None, max_bytes: int) -> bytes:
+    """Decode one zstd frame, refusing declared sizes over ``max_bytes`` before allocating."""
+    try:
+        declared = zstandard.frame_content_size(body)
+    except zstandard.ZstdError as exc:
+        raise CheckpointCorruptionError(path, f"bad zstd frame header: {exc}") from None
+    if declared < 0:
+        raise CheckpointCorruptionError(path, "zstd frame does not declare its content size")
+    if declared > max_bytes:
+        raise CheckpointCorruptionError(
+            path, f"declares {declared} decoded bytes, over max_record_bytes={max_bytes}"
+        )
+    try:
+        if base is None:
+            dctx = zstandard.ZstdDecompressor(max_window_size=_MAX_WINDOW_SIZE)
+        else:
+            dctx = zstandard.ZstdDecompressor(
+                dict_data=_dictionary(base), max_window_size=_MAX_WINDOW_SIZE
+            )
+        raw = dctx.decompress(body, max_output_size=max(declared, 1))
+    except zstandard.ZstdError as exc:
+        raise CheckpointCorruptionError(path, f"zstd: {exc}") from None
+    if len(raw) != declared:
+        raise CheckpointCorruptionError(path, f"decoded {len(raw)} bytes, declared {declared}")
+    return raw
+
+
+class RecordCodec:
+    """msgpack encoding of records, with optional hooks for custom payload types."""
+
+    def __init__(self, *, enc_hook: EncHook | None = None, dec_hook: DecHook | None = None):
+        self._encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
+        self._checkpoint = msgspec.msgpack.Decoder(Checkpoint, dec_hook=dec_hook)
+        self._meta = msgspec.msgpack.Decoder(RunMeta, dec_hook=dec_hook)
+
+    def encode(self, record: Any) -> bytes:
+        """msgpack bytes of a record (or any msgpack-able value)."""
+        return self._encoder.encode(record)
+
+    def decode_checkpoint(self, raw: bytes, path: str) -> Checkpoint:
+        """Validate and decode a checkpoint record, migrating older schemas."""
+        return self._decode(self._checkpoint, Checkpoint, raw, path)
+
+    def decode_meta(self, raw: bytes, path: str) -> RunMeta:
+        """Validate and decode a run.meta record, migrating older schemas."""
+        return self._decode(self._meta, RunMeta, raw, path)
+
+    def _decode(
+        self, decoder: msgspec.msgpack.Decoder[_T], cls: type[_T], raw: bytes, path: str
+    ) -> _T:
+        from afk_local import migrate  # noqa: PLC0415 - migrate sits above codec
+
+        try:
+            record = decoder.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            # Not necessarily damage (the crc passed): maybe an older schema.
+            try:
+                return migrate.upgrade(cls, msgspec.msgpack.decode(raw), path)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                raise CheckpointCorruptionError(path, f"record does not decode: {exc}") from None
+        version = record.schema_version  # type: ignore[attr-defined]
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(path, version, SCHEMA_VERSION)
+        if version < SCHEMA_VERSION:
+            return migrate.upgrade(cls, msgspec.msgpack.decode(raw), path)
+        return record
+
+
+def encode_meta(codec: RecordCodec, meta: RunMeta, *, level: int = DEFAULT_LEVEL) -> bytes:
+    """The complete bytes of a ``run.meta`` file."""
+    return pack_frame(KIND_META, compress(codec.encode(meta), level=level))
+
+
+def decode_meta(
+    codec: RecordCodec, data: bytes, path: str, *, max_bytes: int = DEFAULT_MAX_RECORD_BYTES
+) -> RunMeta:
+    """Check and decode the bytes of a ``run.meta`` file."""
+    _, body = unpack_frame(data, path, expect_kind=KIND_META)
+    return codec.decode_meta(decompress(body, path, base=None, max_bytes=max_bytes), path)

@@ -1,0 +1,162 @@
+"""The exception hierarchy of afk_local, rooted at :class:`AfkLocalError`.
+
+Every message names the run, the file (where there is one) and what a user can
+do next, because these errors are usually read long after the run died.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AfkLocalError(Exception):
+    """Base class of every error raised by afk_local."""
+
+
+class InvalidRunIdError(AfkLocalError, ValueError):
+    """A run id does not match ``^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$``."""
+
+    def __init__(self, run_id: object) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"invalid run id {run_id!r}: use 1-128 characters from A-Z a-z 0-9 . _ -, "
+            "starting with a letter or digit"
+        )
+
+
+class RunNotFoundError(AfkLocalError, LookupError):
+    """No run with this id exists in the store."""
+
+    def __init__(self, run_id: str, root: str) -> None:
+        self.run_id = run_id
+        self.root = root
+        super().__init__(
+            f"run {run_id!r} not found under {root}: run `afk-local runs --root {root}` "
+            "to list the runs there"
+        )
+
+
+class RunExistsError(AfkLocalError, FileExistsError):
+    """``Store.create`` was asked for a run id that is already taken."""
+
+    def __init__(self, run_id: str, path: str) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id!r} already exists at {path}: resume it with "
+            "`store.resume_writer(run_id)` or choose another id"
+        )
+
+
+class RunLockedError(AfkLocalError):
+    """Another process (or writer) owns the run: one writer per run."""
+
+    def __init__(self, run_id: str, lock_path: str, owner: str | None = None) -> None:
+        self.run_id = run_id
+        self.lock_path = lock_path
+        held_by = f" by {owner}" if owner else ""
+        super().__init__(
+            f"run {run_id!r} is being written{held_by} (lock {lock_path} is held): wait for "
+            "that process to finish, or stop it, then try again"
+        )
+
+
+class CheckpointCorruptionError(AfkLocalError):
+    """A checkpoint or meta file failed its integrity checks."""
+
+    def __init__(self, path: str, reason: str, run_id: str | None = None) -> None:
+        self.path = path
+        self.reason = reason
+        self.run_id = run_id
+        run = f"run {run_id!r}: " if run_id else ""
+        hint = f"`afk-local verify {run_id}`" if run_id else "`afk-local verify`"
+        super().__init__(
+            f"{run}corrupt file {path}: {reason}; run {hint} to see every damaged file"
+        )
+
+
+class EffectLogCorruptionError(AfkLocalError):
+    """The effect journal is damaged somewhere other than a torn tail."""
+
+    def __init__(self, path: str, offset: int, reason: str, run_id: str | None = None) -> None:
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+        self.run_id = run_id
+        run = f"run {run_id!r}: " if run_id else ""
+        super().__init__(
+            f"{run}effect journal {path} is corrupt at byte {offset}: {reason}; good records "
+            "follow the damage, so it is not a torn write. Run `afk-local verify` and restore "
+            "the file from a backup, or fork the run before the damage"
+        )
+
+
+class EffectMismatchError(AfkLocalError):
+    """A journaled call is replayed with different inputs than were recorded."""
+
+    def __init__(
+        self, run_id: str, key: str, recorded: str, current: str, path: str | None = None
+    ) -> None:
+        self.run_id = run_id
+        self.key = key
+        where = f" ({path})" if path else ""
+        super().__init__(
+            f"run {run_id!r}: effect {key!r}{where} was recorded as {recorded} but is now called "
+            f"as {current}; the code or its inputs changed since the run started. Restore the "
+            "old inputs, or fork the run before this step to redo it"
+        )
+
+
+class EffectInDoubtError(AfkLocalError):
+    """A side effect started before a crash and may or may not have happened."""
+
+    def __init__(
+        self, run_id: str, key: str, idempotency_key: str, path: str | None = None
+    ) -> None:
+        self.run_id = run_id
+        self.key = key
+        self.idempotency_key = idempotency_key
+        where = f" in {path}" if path else ""
+        super().__init__(
+            f"run {run_id!r}: effect {key!r} was started before a crash but has no recorded "
+            f"outcome{where}: it may or may not have happened. Check the outside system for "
+            f"idempotency key {idempotency_key!r}, then resume with in_doubt='retry' (or mark "
+            "the call idempotent=True)"
+        )
+
+
+class SchemaVersionError(AfkLocalError):
+    """A record was written by a newer afk_local than this one."""
+
+    def __init__(self, path: str, found: int, supported: int) -> None:
+        self.path = path
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"{path} has schema version {found}, this afk_local reads up to {supported}: "
+            "upgrade afk_local to read it"
+        )
+
+
+class WriterFailedError(AfkLocalError):
+    """A durable write failed earlier; this writer refuses further writes."""
+
+    def __init__(self, run_id: str, cause: BaseException) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id!r}: an earlier write failed ({cause}); the writer is closed to avoid "
+            "acknowledging data the disk may have lost. Reopen the run with "
+            "`store.resume_writer(run_id)`"
+        )
+
+
+class RunPaused(AfkLocalError):
+    """Control flow: the run is waiting for input and its process should return."""
+
+    def __init__(self, run_id: str, kind: str = "input", prompt: Any = None) -> None:
+        self.run_id = run_id
+        self.kind = kind
+        self.prompt = prompt
+        super().__init__(
+            f"run {run_id!r} is paused waiting for {kind}: resume it with "
+            f"`afk.resume({run_id!r}, input=...)` or `afk-local resume {run_id} --input JSON`"
+        )

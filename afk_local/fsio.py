@@ -1,0 +1,246 @@
+"""Durable file primitives. Every write-side system call of afk_local goes through here.
+
+Keeping all durable I/O in one module gives one place to get fsync right
+(``F_FULLFSYNC`` on macOS) and one place where tests can inject faults: an I/O
+hook (:func:`set_io_hook`) is called before each operation with its name and
+path, so a test process can SIGKILL itself at the N-th call or make an fsync
+fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+IoHook = Callable[[str, str], None]
+"""``hook(operation, path)``; operation is one of open, write, fsync, rename,
+symlink, unlink, truncate, mkdir."""
+
+TEMP_PREFIX = ".tmp-"
+"""Names starting with this are unpublished temporaries, removed when a run is reopened."""
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+_io_hook: IoHook | None = None
+
+
+def set_io_hook(hook: IoHook | None) -> IoHook | None:
+    """Install ``hook`` to be called before every durable I/O call; returns the previous one.
+
+    For fault-injection tests (see ``afk_local.testing``); never needed in normal use.
+    """
+    global _io_hook
+    previous, _io_hook = _io_hook, hook
+    return previous
+
+
+def _before(operation: str, path: str | os.PathLike[str]) -> None:
+    if _io_hook is not None:
+        _io_hook(operation, os.fspath(path))
+
+
+def fsync_fd(fd: int, path: str | os.PathLike[str] = "") -> None:
+    """Flush ``fd`` to stable storage (``F_FULLFSYNC`` on macOS, where fsync is not enough)."""
+    _before("fsync", path)
+    if sys.platform == "darwin":
+        import fcntl  # noqa: PLC0415 - only on macOS
+
+        try:
+            fcntl.fcntl(fd, fcntl.F_FULLFSYNC)  # type: ignore[attr-defined,unused-ignore]
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.ENOTTY):
+                raise
+            os.fsync(fd)  # the filesystem does not support it; fsync is the best we have
+        return
+    os.fsync(fd)
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make the entries of directory ``path`` (renames, new files) durable."""
+    if sys.platform == "win32":  # directories cannot be opened for fsync there
+        return
+    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    try:
+        fsync_fd(fd, path)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes | memoryview, path: str | os.PathLike[str] = "") -> None:
+    """Write every byte of ``data`` to ``fd`` (looping over short writes)."""
+    _before("write", path)
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def write_new_file(path: str | os.PathLike[str], data: bytes, *, sync: bool = True) -> None:
+    """Create ``path`` (which must not exist), write ``data``, fsync it, close it."""
+    _before("open", path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+    try:
+        write_all(fd, data, path)
+        if sync:
+            fsync_fd(fd, path)
+    finally:
+        os.close(fd)
+
+
+def temp_path(directory: str | os.PathLike[str], name: str) -> Path:
+    """A fresh temporary name for ``name`` inside ``directory``."""
+    return Path(directory) / f"{TEMP_PREFIX}{name}.{os.getpid()}.{secrets.token_hex(4)}"
+
+
+def rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """Atomically rename ``src`` over ``dst`` (same directory)."""
+    _before("rename", dst)
+    os.replace(src, dst)
+
+
+def unlink(path: str | os.PathLike[str], *, missing_ok: bool = True) -> None:
+    """Remove a file; a missing file is fine unless ``missing_ok`` is false."""
+    _before("unlink", path)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes, *, sync_dir: bool = True) -> None:
+    """Publish ``data`` at ``path`` all at once: temp file, fsync, rename, fsync directory.
+
+    Readers see the old file or the new one, never a mix. With ``sync_dir=False``
+    the caller promises to fsync the directory itself before acknowledging.
+    """
+    target = Path(path)
+    tmp = temp_path(target.parent, target.name)
+    try:
+        write_new_file(tmp, data)
+        rename(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if sync_dir:
+        fsync_dir(target.parent)
+
+
+def atomic_symlink(target: str, link: str | os.PathLike[str], *, sync_dir: bool = True) -> None:
+    """Point ``link`` at ``target`` atomically: symlink to a temp name, rename over.
+
+    ``target`` is a name relative to the link's directory. Where symlinks cannot
+    be made, ``link`` becomes a small pointer file holding ``target``, replaced
+    atomically; readers accept both forms (see :func:`read_link`).
+    """
+    link_path = Path(link)
+    tmp = temp_path(link_path.parent, link_path.name)
+    try:
+        _before("symlink", tmp)
+        os.symlink(target, tmp)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+        atomic_write(link_path, target.encode(), sync_dir=sync_dir)
+        return
+    try:
+        rename(tmp, link_path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if sync_dir:
+        fsync_dir(link_path.parent)
+
+
+def read_link(link: str | os.PathLike[str], *, max_bytes: int = 4096) -> str | None:
+    """The target name of a symlink or pointer file, or None when there is none."""
+    try:
+        return os.readlink(link)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # EINVAL: not a symlink, maybe a pointer file
+            return None
+    try:
+        data = read_bounded(link, max_bytes)
+    except (OSError, ValueError):
+        return None
+    try:
+        return data.decode().strip() or None
+    except UnicodeDecodeError:
+        return None
+
+
+def read_bounded(path: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """Read a regular file (not following symlinks) of at most ``max_bytes``.
+
+    Raises ValueError when the file is larger than the bound, before reading it.
+    """
+    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        if size > max_bytes:
+            raise ValueError(f"{size} bytes, over the bound of {max_bytes}")
+        chunks: list[bytes] = []
+        remaining = size
+        while remaining > 0:
+            chunk = os.read(fd, remaining)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def make_dir(path: str | os.PathLike[str], *, exist_ok: bool = False) -> bool:
+    """Create a 0700 directory and fsync its parent so the new entry survives a crash.
+
+    Returns True when the directory was created, False when it existed (``exist_ok``).
+    """
+    target = Path(path)
+    _before("mkdir", target)
+    try:
+        os.mkdir(target, DIR_MODE)
+    except FileExistsError:
+        if exist_ok and target.is_dir() and not target.is_symlink():
+            return False
+        raise
+    fsync_dir(target.parent)
+    return True
+
+
+def make_dirs(path: str | os.PathLike[str]) -> None:
+    """Create ``path`` and missing parents, each 0700 and durable."""
+    target = Path(path)
+    if target.is_dir():
+        return
+    if not target.parent.is_dir():
+        make_dirs(target.parent)
+    make_dir(target, exist_ok=True)
+
+
+def open_append(path: str | os.PathLike[str]) -> int:
+    """Open (creating 0600) a file for appending; returns the descriptor."""
+    _before("open", path)
+    return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+
+
+def truncate(fd: int, size: int, path: str | os.PathLike[str] = "") -> None:
+    """Cut the file behind ``fd`` to ``size`` bytes and fsync it."""
+    _before("truncate", path)
+    os.ftruncate(fd, size)
+    fsync_fd(fd, path)

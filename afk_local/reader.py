@@ -1,0 +1,363 @@
+"""Reading one run directory: checkpoints (with their delta chains), latest, verify.
+
+A :class:`RunReader` takes no lock and never writes. ``latest`` is followed
+when it is sound; when it is missing, dangling, outside the run, not a
+checkpoint or corrupt, the reader scans for the newest valid checkpoint and
+records what it skipped in :attr:`RunReader.skipped`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from afk_local import codec, fsio
+from afk_local.codec import RecordCodec
+from afk_local.errors import AfkLocalError, CheckpointCorruptionError, RunNotFoundError
+from afk_local.layout import (
+    CheckpointFile,
+    RunPaths,
+    parse_checkpoint_name,
+    scan_checkpoints,
+)
+from afk_local.records import Checkpoint, Phase, RunMeta, RunStatus
+
+log = logging.getLogger("afk_local")
+
+MAX_META_BYTES = 64 << 20
+_HARD_CHAIN_LIMIT = 100_000  # far above any max_chain a writer uses; stops a crafted loop
+_PHASE_GUESSES = tuple(p.value for p in Phase)
+
+
+class CheckpointNotFoundError(AfkLocalError, LookupError):
+    """The run has no checkpoint with the requested seq."""
+
+    def __init__(self, run_id: str, seq: int) -> None:
+        self.run_id = run_id
+        self.seq = seq
+        super().__init__(
+            f"run {run_id!r} has no checkpoint {seq}: run `afk-local log {run_id}` to list them"
+        )
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file the reader passed over, and why."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ResumeState:
+    """What a resumed run starts from (DESIGN §6, resume contract)."""
+
+    run_id: str
+    status: RunStatus
+    terminal: bool
+    """True when the run completed: return :attr:`result`, run nothing."""
+    result: Any
+    checkpoint: Checkpoint | None
+    """The newest usable ``runtime_state`` checkpoint (None when there is none yet)."""
+    latest_seq: int
+    skipped: tuple[Skipped, ...] = ()
+
+    @property
+    def state(self) -> Any:
+        """The payload of :attr:`checkpoint`, or None."""
+        return None if self.checkpoint is None else self.checkpoint.payload
+
+
+@dataclass(frozen=True)
+class VerifyProblem:
+    """One damaged or suspicious file found by :meth:`RunReader.verify`."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class VerifyReport:
+    """Everything :meth:`RunReader.verify` checked; problems are listed, never raised."""
+
+    run_id: str
+    checked_files: int = 0
+    problems: list[VerifyProblem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is damaged."""
+        return not self.problems
+
+
+class _ChainDecoder:
+    """Decodes checkpoint files to record bytes, following delta chains with a small cache."""
+
+    def __init__(self, paths: RunPaths, max_bytes: int, cache_bytes: int = 64 << 20) -> None:
+        self._paths = paths
+        self._max_bytes = max_bytes
+        self._max_file_bytes = max_bytes + (max_bytes >> 7) + 4096  # zstd worst-case growth
+        self._cache: OrderedDict[int, bytes] = OrderedDict()
+        self._cache_bytes = 0
+        self._cache_limit = cache_bytes
+        self._names: dict[int, str] | None = None
+
+    def raw(self, seq: int, name: str) -> bytes:
+        frames: list[tuple[int, str, codec.FrameHeader, bytes]] = []
+        base: bytes | None = None
+        cur_seq, cur_name = seq, name
+        while True:
+            cached = self._cache.get(cur_seq)
+            if cached is not None:
+                self._cache.move_to_end(cur_seq)
+                base = cached
+                break
+            path = str(self._paths.dir / cur_name)
+            header, body = codec.unpack_frame(
+                self._read(path), path, expect_kind=codec.KIND_CHECKPOINT
+            )
+            frames.append((cur_seq, path, header, body))
+            if not header.is_delta:
+                break
+            if header.base_seq >= cur_seq or len(frames) > _HARD_CHAIN_LIMIT:
+                raise CheckpointCorruptionError(path, f"bad delta base {header.base_seq}")
+            base_name = self._find(header.base_seq, cur_name.split(".")[1])
+            if base_name is None:
+                raise CheckpointCorruptionError(
+                    path, f"delta base checkpoint {header.base_seq} is missing"
+                )
+            cur_seq, cur_name = header.base_seq, base_name
+        for frame_seq, path, header, body in reversed(frames):
+            base = codec.decompress(
+                body, path, base=base if header.is_delta else None, max_bytes=self._max_bytes
+            )
+            self._remember(frame_seq, base)
+        assert base is not None
+        return base
+
+    def _read(self, path: str) -> bytes:
+        try:
+            return fsio.read_bounded(path, self._max_file_bytes)
+        except FileNotFoundError:
+            raise CheckpointCorruptionError(path, "file vanished while reading") from None
+        except ValueError as exc:
+            raise CheckpointCorruptionError(path, str(exc)) from None
+        except OSError as exc:
+            raise CheckpointCorruptionError(path, f"cannot read: {exc.strerror}") from None
+
+    def _find(self, seq: int, phase_hint: str) -> str | None:
+        if self._names is None:
+            # Guess the base's phase first: a lookup per guess beats listing a huge directory.
+            for phase in (phase_hint, *_PHASE_GUESSES):
+                name = f"{seq:012d}.{phase}.ckpt"
+                if os.path.isfile(self._paths.dir / name):
+                    return name
+            self._names = {f.seq: f.name for f in scan_checkpoints(self._paths.dir)}
+        return self._names.get(seq)
+
+    def _remember(self, seq: int, raw: bytes) -> None:
+        if len(raw) > self._cache_limit:
+            return
+        self._cache[seq] = raw
+        self._cache_bytes += len(raw)
+        while self._cache_bytes > self._cache_limit or len(self._cache) > 256:
+            _, dropped = self._cache.popitem(last=False)
+            self._cache_bytes -= len(dropped)
+
+
+class RunReader:
+    """A read-only view of one run. Takes no lock; safe while a writer is active."""
+
+    def __init__(
+        self,
+        paths: RunPaths,
+        *,
+        record_codec: RecordCodec | None = None,
+        max_record_bytes: int = codec.DEFAULT_MAX_RECORD_BYTES,
+    ) -> None:
+        self.paths = paths
+        self.run_id = paths.run_id
+        self._codec = record_codec or RecordCodec()
+        self._max_bytes = max_record_bytes
+        self._chain = _ChainDecoder(paths, max_record_bytes)
+        self._meta: RunMeta | None = None
+        self.skipped: list[Skipped] = []
+        """Files that :meth:`latest`, :meth:`history` or :meth:`resume_state` passed over."""
+
+    def __repr__(self) -> str:
+        return f"RunReader(run_id={self.run_id!r}, dir={str(self.paths.dir)!r})"
+
+    @property
+    def meta(self) -> RunMeta:
+        """The run's ``run.meta`` (read once; see :meth:`refresh`)."""
+        if self._meta is None:
+            self._meta = read_meta(self.paths, self._codec)
+        return self._meta
+
+    def refresh(self) -> None:
+        """Forget cached meta so the next access re-reads it."""
+        self._meta = None
+
+    def checkpoint_files(self) -> list[CheckpointFile]:
+        """The checkpoint files on disk, in seq order (names only, nothing decoded)."""
+        return scan_checkpoints(self.paths.dir)
+
+    def load(self, file: CheckpointFile) -> Checkpoint:
+        """Decode one checkpoint file; raises :class:`CheckpointCorruptionError` if damaged."""
+        path = str(self.paths.dir / file.name)
+        try:
+            raw = self._chain.raw(file.seq, file.name)
+            record = self._codec.decode_checkpoint(raw, path)
+        except CheckpointCorruptionError as exc:
+            if exc.run_id is None:
+                raise CheckpointCorruptionError(exc.path, exc.reason, self.run_id) from None
+            raise
+        if record.seq != file.seq or record.phase != file.phase or record.run_id != self.run_id:
+            raise CheckpointCorruptionError(
+                path,
+                f"record says run {record.run_id!r} seq {record.seq} phase {record.phase!r}, "
+                "which does not match its file name and run",
+                self.run_id,
+            )
+        return record
+
+    def get(self, seq: int) -> Checkpoint:
+        """The checkpoint with sequence number ``seq``."""
+        for file in self.checkpoint_files():
+            if file.seq == seq:
+                return self.load(file)
+        raise CheckpointNotFoundError(self.run_id, seq)
+
+    def latest_file(self) -> CheckpointFile | None:
+        """The file ``latest`` names, if it is a sound checkpoint name in this run."""
+        target = fsio.read_link(self.paths.latest)
+        if target is None:
+            return None
+        parsed = parse_checkpoint_name(target)  # a bare name: nothing outside the run matches
+        if parsed is None:
+            self._skip("latest", f"points at {target!r}, not a checkpoint of this run")
+        return parsed
+
+    def latest(self) -> Checkpoint | None:
+        """The newest valid checkpoint (O(1) through ``latest``; a scan when that fails)."""
+        file = self.latest_file()
+        if file is not None:
+            try:
+                return self.load(file)
+            except CheckpointCorruptionError as exc:
+                self._skip(file.name, exc.reason)
+        for candidate in reversed(self.checkpoint_files()):
+            try:
+                return self.load(candidate)
+            except CheckpointCorruptionError as exc:
+                self._skip(candidate.name, exc.reason)
+        return None
+
+    def history(self) -> list[Checkpoint]:
+        """Every valid checkpoint in seq order; damaged ones are skipped and recorded."""
+        result = []
+        for file in self.checkpoint_files():
+            try:
+                result.append(self.load(file))
+            except CheckpointCorruptionError as exc:
+                self._skip(file.name, exc.reason)
+        return result
+
+    def resume_state(self, *, on_corrupt: str = "raise") -> ResumeState:
+        """The terminal result of a completed run, or the newest usable ``runtime_state``.
+
+        Args:
+            on_corrupt: ``"raise"`` (a damaged newest snapshot raises
+                :class:`CheckpointCorruptionError` naming it) or ``"fallback"``
+                (use the newest readable one and record the skipped files).
+        """
+        if on_corrupt not in ("raise", "fallback"):
+            raise ValueError("on_corrupt must be 'raise' or 'fallback'")
+        status = self.meta.status
+        wanted = Phase.RUN_TERMINAL.value if status is RunStatus.COMPLETED else None
+        skipped: list[Skipped] = []
+        files = self.checkpoint_files()
+        latest_seq = files[-1].seq if files else 0
+        for file in reversed(files):
+            if file.phase not in (wanted, Phase.RUNTIME_STATE.value):
+                continue
+            try:
+                record = self.load(file)
+            except CheckpointCorruptionError as exc:
+                if on_corrupt == "raise":
+                    raise
+                skipped.append(Skipped(file.name, exc.reason))
+                self._skip(file.name, exc.reason)
+                continue
+            if record.phase == Phase.RUN_TERMINAL.value:
+                payload = record.payload if isinstance(record.payload, dict) else {}
+                return ResumeState(
+                    self.run_id,
+                    status,
+                    True,
+                    payload.get("terminal_result"),
+                    None,
+                    latest_seq,
+                    tuple(skipped),
+                )
+            return ResumeState(self.run_id, status, False, None, record, latest_seq, tuple(skipped))
+        return ResumeState(self.run_id, status, False, None, None, latest_seq, tuple(skipped))
+
+    def verify(self) -> VerifyReport:
+        """Check every file of the run; problems are reported, not raised."""
+        report = VerifyReport(self.run_id)
+        try:
+            read_meta(self.paths, self._codec)
+            report.checked_files += 1
+        except (CheckpointCorruptionError, RunNotFoundError) as exc:
+            report.problems.append(VerifyProblem(str(self.paths.meta), str(exc)))
+        files = self.checkpoint_files()
+        for file in files:
+            report.checked_files += 1
+            try:
+                self.load(file)
+            except CheckpointCorruptionError as exc:
+                report.problems.append(VerifyProblem(exc.path, exc.reason))
+        target = fsio.read_link(self.paths.latest)
+        if target is not None:
+            parsed = parse_checkpoint_name(target)
+            if parsed is None:
+                report.problems.append(
+                    VerifyProblem(str(self.paths.latest), f"points at {target!r}, outside the run")
+                )
+            elif not (self.paths.dir / parsed.name).is_file():
+                report.notes.append(f"latest names missing {target} (ignored; a crash can do this)")
+        elif files:
+            report.notes.append("no latest pointer (readers scan instead)")
+        with os.scandir(self.paths.dir) as entries:
+            temps = [e.name for e in entries if e.name.startswith(fsio.TEMP_PREFIX)]
+        if temps:
+            report.notes.append(f"{len(temps)} unpublished temp file(s), removed on next open")
+        return report
+
+    def _skip(self, name: str, reason: str) -> None:
+        log.warning("run %s: skipped %s: %s", self.run_id, name, reason)
+        self.skipped.append(Skipped(name, reason))
+
+
+def read_meta(paths: RunPaths, record_codec: RecordCodec) -> RunMeta:
+    """Read and check ``run.meta``; RunNotFoundError when the run has none."""
+    path = str(paths.meta)
+    try:
+        data = fsio.read_bounded(path, MAX_META_BYTES)
+    except FileNotFoundError:
+        raise RunNotFoundError(paths.run_id, str(paths.dir.parent.parent)) from None
+    except ValueError as exc:
+        raise CheckpointCorruptionError(path, str(exc), paths.run_id) from None
+    except OSError as exc:
+        raise CheckpointCorruptionError(
+            path, f"cannot read: {exc.strerror}", paths.run_id
+        ) from None
+    try:
+        return codec.decode_meta(record_codec, data, path, max_bytes=MAX_META_BYTES)
+    except CheckpointCorruptionError as exc:
+        raise CheckpointCorruptionError(exc.path, exc.reason, paths.run_id) from None

@@ -1,0 +1,335 @@
+"""Writing one run directory: the owner lock and durable checkpoints.
+
+A :class:`RunWriter` holds ``owner.lock`` for its whole life (one writer per
+run, DESIGN §4.7). A ``sync`` checkpoint costs two fsyncs, the floor for a
+durable publish: the temp file, then the run directory once after the rename
+and the ``latest`` swap (DESIGN §4.1).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import traceback as traceback_module
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from filelock import FileLock, Timeout
+
+from afk_local import codec, fsio
+from afk_local.codec import RecordCodec
+from afk_local.errors import RunLockedError, WriterFailedError
+from afk_local.layout import RunPaths, scan_checkpoints, validate_phase
+from afk_local.ownership import current_owner
+from afk_local.reader import RunReader, read_meta
+from afk_local.records import (
+    SCHEMA_VERSION,
+    Checkpoint,
+    ErrorInfo,
+    PauseInfo,
+    Phase,
+    RunMeta,
+    RunStatus,
+)
+
+log = logging.getLogger("afk_local")
+
+DEFAULT_MAX_CHAIN = 32
+DEFAULT_DELTA_FRACTION = 0.5
+"""A delta larger than this fraction of an (estimated) full frame is written as a keyframe."""
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds, as stored in records."""
+    return time.time_ns() // 1_000_000
+
+
+def acquire_lock(paths: RunPaths, timeout: float) -> FileLock:
+    """Take ``owner.lock`` or raise :class:`RunLockedError` (after ``timeout`` seconds)."""
+    lock = FileLock(
+        str(paths.lock),
+        timeout=timeout,
+        mode=fsio.FILE_MODE,
+        thread_local=False,
+        fallback_to_soft=False,
+        preserve_lock_file=True,
+    )
+    try:
+        lock.acquire()
+    except Timeout:
+        owner = None
+        try:
+            meta_owner = read_meta(paths, RecordCodec()).owner
+            if meta_owner is not None:
+                owner = f"pid {meta_owner.pid} on {meta_owner.hostname}"
+        except Exception:
+            owner = None
+        raise RunLockedError(paths.run_id, str(paths.lock), owner) from None
+    return lock
+
+
+def error_info(error: BaseException | ErrorInfo | str) -> ErrorInfo:
+    """A structured record of an exception (type, message, traceback text)."""
+    if isinstance(error, ErrorInfo):
+        return error
+    if isinstance(error, str):
+        return ErrorInfo(type="Error", message=error)
+    text = "".join(traceback_module.format_exception(type(error), error, error.__traceback__))
+    return ErrorInfo(type=type(error).__name__, message=str(error), traceback=text)
+
+
+class RunWriter:
+    """The single writer of a run. Use as a context manager, or call :meth:`close`.
+
+    Created by :meth:`afk_local.Store.create` and :meth:`afk_local.Store.resume_writer`.
+    """
+
+    def __init__(
+        self,
+        paths: RunPaths,
+        lock: FileLock,
+        meta: RunMeta,
+        *,
+        record_codec: RecordCodec,
+        max_record_bytes: int = codec.DEFAULT_MAX_RECORD_BYTES,
+        max_chain: int = DEFAULT_MAX_CHAIN,
+        delta_fraction: float = DEFAULT_DELTA_FRACTION,
+        level: int = codec.DEFAULT_LEVEL,
+    ) -> None:
+        self.paths = paths
+        self.run_id = paths.run_id
+        self._lock = lock
+        self._meta = meta
+        self._codec = record_codec
+        self._max_record_bytes = max_record_bytes
+        self._max_chain = max_chain
+        self._delta_fraction = delta_fraction
+        self._level = level
+        self._failed: BaseException | None = None
+        self._closed = False
+        self._close_hooks: list[Callable[[], None]] = []
+        # Delta state: decoded bytes of the previous checkpoint and the chain length
+        # behind it. Empty after open, so the first checkpoint of every attempt is a keyframe.
+        self._prev_raw: bytes | None = None
+        self._prev_seq = 0
+        self._chain_len = 0
+        self._key_ratio = 0.3
+        self._remove_temp_files()
+        files = scan_checkpoints(paths.dir)
+        self._seq = files[-1].seq if files else 0
+
+    # -- properties ---------------------------------------------------------------
+
+    @property
+    def meta(self) -> RunMeta:
+        """The run's current ``run.meta``."""
+        return self._meta
+
+    @property
+    def seq(self) -> int:
+        """The seq of the last checkpoint on disk (0 when none)."""
+        return self._seq
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._closed
+
+    def reader(self) -> RunReader:
+        """A reader of this run (sharing the codec)."""
+        return RunReader(
+            self.paths, record_codec=self._codec, max_record_bytes=self._max_record_bytes
+        )
+
+    def __repr__(self) -> str:
+        return f"RunWriter(run_id={self.run_id!r}, seq={self._seq}, status={self._meta.status})"
+
+    # -- writing ------------------------------------------------------------------
+
+    def checkpoint(self, phase: str | Phase, payload: Any, *, step: int) -> Checkpoint:
+        """Durably write the next checkpoint and point ``latest`` at it.
+
+        Returns only after the file and the directory entry are on stable
+        storage. Statuses follow writes: a run that was not ``running`` becomes so.
+        """
+        phase_name = validate_phase(phase)
+        if self._meta.status is not RunStatus.RUNNING and phase_name not in (
+            Phase.PAUSED.value,
+            Phase.RUN_TERMINAL.value,
+        ):
+            self.update_meta(status=RunStatus.RUNNING, pause=None, error=None)
+        return self._write(phase_name, payload, step)
+
+    def _write(self, phase: str, payload: Any, step: int) -> Checkpoint:
+        self._check_writable()
+        record = Checkpoint(
+            schema_version=SCHEMA_VERSION,
+            run_id=self.run_id,
+            thread_id=self._meta.thread_id,
+            seq=self._seq + 1,
+            step=step,
+            phase=phase,
+            timestamp_ms=now_ms(),
+            payload=payload,
+        )
+        raw = self._codec.encode(record)  # user data errors surface here, before any I/O
+        if len(raw) > self._max_record_bytes:
+            raise ValueError(
+                f"checkpoint of {len(raw)} bytes exceeds max_record_bytes={self._max_record_bytes}"
+            )
+        data = self._frame(record.seq, raw)
+        final = self.paths.checkpoint(record.seq, phase)
+        try:
+            fsio.atomic_write(final, data, sync_dir=False)
+            fsio.atomic_symlink(final.name, self.paths.latest, sync_dir=False)
+            fsio.fsync_dir(self.paths.dir)
+        except BaseException as exc:
+            self._failed = exc
+            raise
+        self._seq = record.seq
+        return record
+
+    def _frame(self, seq: int, raw: bytes) -> bytes:
+        use_delta = (
+            self._prev_raw is not None
+            and self._prev_seq == seq - 1
+            and self._chain_len < self._max_chain
+            and len(self._prev_raw) <= codec.MAX_DELTA_BASE_BYTES
+        )
+        if use_delta:
+            assert self._prev_raw is not None
+            body = codec.compress(raw, self._prev_raw, level=self._level)
+            if len(body) <= self._delta_fraction * self._key_ratio * len(raw) + 64:
+                self._prev_raw, self._prev_seq = raw, seq
+                self._chain_len += 1
+                return codec.pack_frame(
+                    codec.KIND_CHECKPOINT, body, flags=codec.FLAG_DELTA, base_seq=seq - 1
+                )
+        body = codec.compress(raw, level=self._level)
+        self._key_ratio = len(body) / max(len(raw), 1)
+        self._prev_raw, self._prev_seq, self._chain_len = raw, seq, 0
+        return codec.pack_frame(codec.KIND_CHECKPOINT, body)
+
+    def update_meta(self, **changes: Any) -> RunMeta:
+        """Replace ``run.meta`` atomically with ``changes`` applied (and ``updated_ms`` bumped)."""
+        self._check_writable()
+        meta = msgspec.structs.replace(self._meta, updated_ms=now_ms(), **changes)
+        try:
+            fsio.atomic_write(self.paths.meta, codec.encode_meta(self._codec, meta))
+        except BaseException as exc:
+            self._failed = exc
+            raise
+        self._meta = meta
+        return meta
+
+    def finish(self, result: Any = None, *, step: int | None = None, **extra: Any) -> Checkpoint:
+        """Write the ``run_terminal`` checkpoint of a completed run and mark it completed."""
+        payload = {"state": RunStatus.COMPLETED.value, "terminal_result": result, **extra}
+        record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
+        self.update_meta(status=RunStatus.COMPLETED, pause=None, error=None)
+        return record
+
+    def fail(
+        self, error: BaseException | ErrorInfo | str, *, step: int | None = None, **extra: Any
+    ) -> Checkpoint:
+        """Write a ``run_terminal`` checkpoint with state ``failed`` and mark the run failed."""
+        info = error_info(error)
+        payload = {
+            "state": RunStatus.FAILED.value,
+            "message": info.message,
+            "error": msgspec.to_builtins(info),
+            **extra,
+        }
+        record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
+        self.update_meta(status=RunStatus.FAILED, error=info)
+        return record
+
+    def cancel(self, reason: str = "cancelled", *, step: int | None = None) -> Checkpoint:
+        """Make the run terminal with state ``cancelled``."""
+        payload = {"state": RunStatus.CANCELLED.value, "message": reason}
+        record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
+        self.update_meta(status=RunStatus.CANCELLED, pause=None)
+        return record
+
+    def pause(
+        self, kind: str = "input", prompt: Any = None, *, step: int | None = None, **extra: Any
+    ) -> Checkpoint:
+        """Write a ``paused`` checkpoint and mark the run paused, waiting for input."""
+        payload = {"kind": kind, "prompt": prompt, **extra}
+        record = self._write(Phase.PAUSED.value, payload, self._step(step))
+        self.update_meta(
+            status=RunStatus.PAUSED, pause=PauseInfo(kind=kind, prompt=prompt, seq=record.seq)
+        )
+        return record
+
+    def _step(self, step: int | None) -> int:
+        if step is not None:
+            return step
+        latest = self.reader().latest() if self._seq else None
+        return latest.step if latest is not None else 0
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise WriterFailedError(self.run_id, RuntimeError("writer is closed"))
+        if self._failed is not None:
+            raise WriterFailedError(self.run_id, self._failed)
+
+    def _remove_temp_files(self) -> None:
+        with os.scandir(self.paths.dir) as entries:
+            stray = [e.path for e in entries if e.name.startswith(fsio.TEMP_PREFIX)]
+        for path in stray:
+            fsio.unlink(path)
+        if stray:
+            log.info("run %s: removed %d stray temp file(s)", self.run_id, len(stray))
+
+    # -- lifetime -----------------------------------------------------------------
+
+    def on_close(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` when the writer closes, before the lock is released."""
+        self._close_hooks.append(hook)
+
+    def close(self) -> None:
+        """Release the run's lock. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for hook in reversed(self._close_hooks):
+                hook()
+        finally:
+            self._lock.release()
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def open_writer(
+    paths: RunPaths,
+    *,
+    record_codec: RecordCodec,
+    lock_timeout: float,
+    new_meta: RunMeta | None = None,
+    **writer_options: Any,
+) -> RunWriter:
+    """Lock a run directory and return its writer; with ``new_meta``, write it first."""
+    lock = acquire_lock(paths, lock_timeout)
+    try:
+        owner = current_owner()
+        if new_meta is not None:
+            meta = msgspec.structs.replace(new_meta, owner=owner, attempt=1)
+            fsio.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))
+        else:
+            old = read_meta(paths, record_codec)
+            meta = msgspec.structs.replace(
+                old, owner=owner, attempt=old.attempt + 1, updated_ms=now_ms()
+            )
+            fsio.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))
+        return RunWriter(paths, lock, meta, record_codec=record_codec, **writer_options)
+    except BaseException:
+        lock.release()
+        raise
