@@ -16,14 +16,20 @@ from typing import Any
 
 from afk_local import codec, fsio
 from afk_local.codec import RecordCodec
-from afk_local.errors import AfkLocalError, CheckpointCorruptionError, RunNotFoundError
+from afk_local.errors import (
+    AfkLocalError,
+    CheckpointCorruptionError,
+    EffectLogCorruptionError,
+    RunNotFoundError,
+)
+from afk_local.journal import Journal
 from afk_local.layout import (
     CheckpointFile,
     RunPaths,
     parse_checkpoint_name,
     scan_checkpoints,
 )
-from afk_local.records import Checkpoint, Phase, RunMeta, RunStatus
+from afk_local.records import Checkpoint, Effect, Phase, RunMeta, RunStatus
 
 log = logging.getLogger("afk_local")
 
@@ -216,7 +222,11 @@ class RunReader:
             if exc.run_id is None:
                 raise CheckpointCorruptionError(exc.path, exc.reason, self.run_id) from None
             raise
-        if record.seq != file.seq or record.phase != file.phase or record.run_id != self.run_id:
+        if (
+            record.seq != file.seq
+            or record.phase != file.phase
+            or (record.run_id != self.run_id and record.run_id not in self._shared_history())
+        ):
             raise CheckpointCorruptionError(
                 path,
                 f"record says run {record.run_id!r} seq {record.seq} phase {record.phase!r}, "
@@ -224,6 +234,16 @@ class RunReader:
                 self.run_id,
             )
         return record
+
+    def _shared_history(self) -> tuple[str, ...]:
+        # A fork shares its ancestors' checkpoint files (hard links): their records
+        # carry the ancestor's run id, listed in the fork's meta (afk_local/fork.py).
+        from afk_local.fork import history_run_ids  # noqa: PLC0415 - fork sits above reader
+
+        try:
+            return history_run_ids(self.meta)
+        except AfkLocalError:
+            return ()
 
     def get(self, seq: int) -> Checkpoint:
         """The checkpoint with sequence number ``seq``."""
@@ -251,6 +271,8 @@ class RunReader:
             except CheckpointCorruptionError as exc:
                 self._skip(file.name, exc.reason)
         for candidate in reversed(self.checkpoint_files()):
+            if candidate == file:
+                continue
             try:
                 return self.load(candidate)
             except CheckpointCorruptionError as exc:
@@ -318,10 +340,14 @@ class RunReader:
         files = self.checkpoint_files()
         for file in files:
             report.checked_files += 1
+            own = str(self.paths.dir / file.name)
             try:
                 self.load(file)
             except CheckpointCorruptionError as exc:
-                report.problems.append(VerifyProblem(exc.path, exc.reason))
+                reason = exc.reason
+                if exc.path != own:
+                    reason = f"its delta base {os.path.basename(exc.path)} is damaged ({reason})"
+                report.problems.append(VerifyProblem(own, reason))
         target = fsio.read_link(self.paths.latest)
         if target is not None:
             parsed = parse_checkpoint_name(target)
@@ -337,7 +363,54 @@ class RunReader:
             temps = [e.name for e in entries if e.name.startswith(fsio.TEMP_PREFIX)]
         if temps:
             report.notes.append(f"{len(temps)} unpublished temp file(s), removed on next open")
+        self._verify_journal(report)
         return report
+
+    def _verify_journal(self, report: VerifyReport) -> None:
+        if not self.paths.journal.exists():
+            return
+        report.checked_files += 1
+        try:
+            with Journal(
+                self.paths.journal, self.run_id, writable=False, record_codec=self._codec
+            ) as journal:
+                for _ in journal.records():  # every record decodes, not just its head
+                    pass
+                if journal.torn_tail is not None:
+                    torn = journal.torn_tail
+                    report.notes.append(
+                        f"effects.log: torn tail ignored at offset {torn.offset} "
+                        f"({torn.dropped_bytes} bytes, {torn.reason}); repaired on next write open"
+                    )
+                doubtful = journal.in_doubt()
+                if doubtful:
+                    keys = ", ".join(repr(state.key) for state in doubtful[:5])
+                    more = "..." if len(doubtful) > 5 else ""
+                    report.notes.append(
+                        f"effects.log: {len(doubtful)} effect(s) in doubt "
+                        f"(started, no outcome): {keys}{more}"
+                    )
+        except EffectLogCorruptionError as exc:
+            report.problems.append(
+                VerifyProblem(
+                    str(self.paths.journal), f"corrupt at byte {exc.offset}: {exc.reason}"
+                )
+            )
+        except OSError as exc:
+            report.problems.append(
+                VerifyProblem(str(self.paths.journal), f"cannot read: {exc.strerror}")
+            )
+
+    def effects(self) -> list[Effect]:
+        """Every record of the effect journal in file order (a torn tail is ignored).
+
+        Raises:
+            EffectLogCorruptionError: a damaged record with good records after it.
+        """
+        with Journal(
+            self.paths.journal, self.run_id, writable=False, record_codec=self._codec
+        ) as journal:
+            return list(journal.records())
 
     def _skip(self, name: str, reason: str) -> None:
         log.warning("run %s: skipped %s: %s", self.run_id, name, reason)

@@ -8,11 +8,13 @@ and the ``latest`` swap (DESIGN §4.1).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 import traceback as traceback_module
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -21,6 +23,7 @@ from filelock import FileLock, Timeout
 from afk_local import codec, fsio
 from afk_local.codec import RecordCodec
 from afk_local.errors import RunLockedError, WriterFailedError
+from afk_local.journal import Journal
 from afk_local.layout import RunPaths, scan_checkpoints, validate_phase
 from afk_local.ownership import current_owner
 from afk_local.reader import RunReader, read_meta
@@ -110,6 +113,7 @@ class RunWriter:
         self._failed: BaseException | None = None
         self._closed = False
         self._close_hooks: list[Callable[[], None]] = []
+        self._journal: Journal | None = None
         # Delta state: decoded bytes of the previous checkpoint and the chain length
         # behind it. Empty after open, so the first checkpoint of every attempt is a keyframe.
         self._prev_raw: bytes | None = None
@@ -136,6 +140,20 @@ class RunWriter:
     def closed(self) -> bool:
         """True once :meth:`close` ran."""
         return self._closed
+
+    @property
+    def effects(self) -> Journal:
+        """The run's effect journal (``effects.log``), opened for writing on first use.
+
+        Opening repairs a torn tail left by a crash; the journal closes with the writer.
+        """
+        if self._journal is None:
+            self._check_writable()
+            self._journal = Journal(
+                self.paths.journal, self.run_id, writable=True, record_codec=self._codec
+            )
+            self.on_close(self._journal.close)
+        return self._journal
 
     def reader(self) -> RunReader:
         """A reader of this run (sharing the codec)."""
@@ -187,9 +205,31 @@ class RunWriter:
             fsio.fsync_dir(self.paths.dir)
         except BaseException as exc:
             self._failed = exc
+            self._unpublish(final)
             raise
         self._seq = record.seq
         return record
+
+    def _unpublish(self, final: Path) -> None:
+        # The failed checkpoint was never acknowledged: take it back out of sight
+        # so the visible run is the last acknowledged state. Best effort only —
+        # the writer is dead either way and readers tolerate what is left.
+        previous = fsio.read_link(self.paths.latest)
+        with contextlib.suppress(OSError):
+            os.unlink(final)
+        if previous == final.name:
+            if self._seq:
+                name = next(
+                    (f.name for f in scan_checkpoints(self.paths.dir) if f.seq == self._seq), None
+                )
+                if name is not None:
+                    with contextlib.suppress(OSError):
+                        tmp = fsio.temp_path(self.paths.dir, "latest")
+                        os.symlink(name, tmp)
+                        os.replace(tmp, self.paths.latest)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.paths.latest)
 
     def _frame(self, seq: int, raw: bytes) -> bytes:
         use_delta = (

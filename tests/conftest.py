@@ -1,0 +1,24 @@
+"""Shared pytest options: ``--torture`` turns on the long randomized crash suites."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--torture",
+        action="store_true",
+        default=False,
+        help="run the long crash-torture trial counts (hundreds of SIGKILLs)",
+    )
+
+
+@pytest.fixture
+def trials(request: pytest.FixtureRequest):
+    """``trials(default, torture)``: how many randomized trials this run does."""
+
+    def pick(default: int, torture: int) -> int:
+        return torture if request.config.getoption("--torture") else default
+
+    return pick
