@@ -8,12 +8,12 @@ import pytest
 import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import payloads
 
 from afk_local import codec
 from afk_local.codec import RecordCodec
 from afk_local.errors import CheckpointCorruptionError
 from afk_local.records import SCHEMA_VERSION, Checkpoint, RunMeta
-from strategies import payloads
 
 
 def _checkpoint(seq: int, payload: object) -> Checkpoint:

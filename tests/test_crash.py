@@ -7,10 +7,10 @@ import random
 from pathlib import Path
 
 import pytest
+from proc import kill_after, run, spawn
 
 import afk_local as afk
 from afk_local import fsio
-from proc import kill_after, run, spawn
 
 # A child that writes checkpoints forever (or N of them) and prints each
 # acknowledged seq. The payload is a pure function of the seq so the parent can

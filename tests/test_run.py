@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import payloads
+from test_codec import _huge_declared_frame
 
 import afk_local as afk
 from afk_local import fsio
 from afk_local.records import RunStatus
-from strategies import payloads
-from test_codec import _huge_declared_frame
 
 
 @pytest.fixture
