@@ -197,6 +197,12 @@ class RunReader:
     def __repr__(self) -> str:
         return f"RunReader(run_id={self.run_id!r}, dir={str(self.paths.dir)!r})"
 
+    def _repr_html_(self) -> str:
+        """Notebook view: the run and its recent checkpoints."""
+        from afk_local.notebook import run_reader_html  # noqa: PLC0415 - display only
+
+        return run_reader_html(self)
+
     @property
     def meta(self) -> RunMeta:
         """The run's ``run.meta`` (read once; see :meth:`refresh`)."""

@@ -28,10 +28,14 @@ from afk_local.errors import (
     RunLockedError,
     RunNotFoundError,
 )
+from afk_local.fork import fork_run
 from afk_local.layout import REQUESTS_DIR, RUNS_DIR, RunPaths, validate_run_id
+from afk_local.notebook import run_info_html, run_info_repr
 from afk_local.ownership import lock_is_held
 from afk_local.reader import RunReader, read_meta
 from afk_local.records import RunMeta, RunStatus
+from afk_local.retention import GcReport, RetentionPolicy
+from afk_local.retention import gc as retention_gc
 from afk_local.run import RunWriter, acquire_lock, now_ms, open_writer
 
 ROOT_ENV = "AFK_LOCAL_ROOT"
@@ -64,6 +68,13 @@ class RunInfo:
     def interrupted(self) -> bool:
         """Running (or created) with nobody holding its lock: a crash left it behind."""
         return self.status in (RunStatus.RUNNING, RunStatus.CREATED) and not self.owner_alive
+
+    def __repr__(self) -> str:
+        return run_info_repr(self)
+
+    def _repr_html_(self) -> str:
+        """Notebook view: one table row."""
+        return run_info_html(self)
 
 
 def new_run_id() -> str:
@@ -277,6 +288,18 @@ class Store:
             ):
                 found.append(run_id)
         return found
+
+    def gc(self, policy: RetentionPolicy | None = None, *, dry_run: bool = False) -> GcReport:
+        """Compact runs and delete old terminal runs per ``policy`` (see ``retention.py``).
+
+        Runs whose owner is alive are never touched; kill -9 at any instant leaves
+        every run resumable.
+        """
+        return retention_gc(self, policy or RetentionPolicy(), dry_run=dry_run)
+
+    def fork(self, run_id: str, at_seq: int, new_run_id: str | None = None) -> RunInfo:
+        """A new run whose history is ``run_id``'s up to checkpoint ``at_seq`` (see ``fork.py``)."""
+        return fork_run(self, run_id, at_seq, new_run_id)
 
     def ensure_unlocked(self, run_id: str) -> None:
         """Raise RunLockedError when the run's owner is alive."""
