@@ -160,3 +160,41 @@ class RunPaused(AfkLocalError):
             f"run {run_id!r} is paused waiting for {kind}: resume it with "
             f"`afk.resume({run_id!r}, input=...)` or `afk-local resume {run_id} --input JSON`"
         )
+
+
+class RunCancelledError(AfkLocalError):
+    """The run was cancelled: it is terminal and is never resumed."""
+
+    def __init__(self, run_id: str, reason: str | None = None) -> None:
+        self.run_id = run_id
+        self.reason = reason
+        why = f" ({reason})" if reason else ""
+        super().__init__(
+            f"run {run_id!r} was cancelled{why} and will not run again: start a new run, or "
+            f"fork it with `afk-local fork {run_id} --at SEQ` to continue from a checkpoint"
+        )
+
+
+class CodeChangedError(AfkLocalError):
+    """A run would resume under different code and its job refuses that (``on_code_change``)."""
+
+    def __init__(self, run_id: str, entrypoint: str, recorded: str, current: str) -> None:
+        self.run_id = run_id
+        self.entrypoint = entrypoint
+        self.recorded = recorded
+        self.current = current
+        super().__init__(
+            f"run {run_id!r}: the code of {entrypoint} changed since the run started "
+            f"({recorded} -> {current}) and the job says on_code_change='refuse'. Restore the "
+            "old code, register an afk.migration and bump version=, or use "
+            "on_code_change='resume' to continue anyway"
+        )
+
+
+class EntrypointError(AfkLocalError):
+    """A run's entrypoint cannot be found or imported, so it cannot be resumed here."""
+
+    def __init__(self, run_id: str, entrypoint: str | None, reason: str) -> None:
+        self.run_id = run_id
+        self.entrypoint = entrypoint
+        super().__init__(f"run {run_id!r}: cannot resume entrypoint {entrypoint!r}: {reason}")
