@@ -10,10 +10,12 @@ from __future__ import annotations
 from afk_local.errors import (
     AfkLocalError,
     CheckpointCorruptionError,
+    CodeChangedError,
     EffectInDoubtError,
     EffectLogCorruptionError,
     EffectMismatchError,
     InvalidRunIdError,
+    RunCancelledError,
     RunExistsError,
     RunLockedError,
     RunNotFoundError,
@@ -32,7 +34,18 @@ from afk_local.records import (
     RunStatus,
 )
 from afk_local.run import RunWriter
+from afk_local.runner import (
+    CodeChangedWarning,
+    DurableFunction,
+    RunContext,
+    aresume,
+    cancel,
+    durable,
+    migration,
+    resume,
+)
 from afk_local.store import RunInfo, Store
+from afk_local.writer import DurableWriter
 
 __version__ = "0.1.0"
 
@@ -42,6 +55,10 @@ __all__ = [
     "Checkpoint",
     "CheckpointCorruptionError",
     "CheckpointNotFoundError",
+    "CodeChangedError",
+    "CodeChangedWarning",
+    "DurableFunction",
+    "DurableWriter",
     "Effect",
     "EffectInDoubtError",
     "EffectLogCorruptionError",
@@ -50,6 +67,8 @@ __all__ = [
     "InvalidRunIdError",
     "Phase",
     "ResumeState",
+    "RunCancelledError",
+    "RunContext",
     "RunExistsError",
     "RunInfo",
     "RunLockedError",
@@ -64,4 +83,9 @@ __all__ = [
     "VerifyReport",
     "WriterFailedError",
     "__version__",
+    "aresume",
+    "cancel",
+    "durable",
+    "migration",
+    "resume",
 ]
