@@ -15,6 +15,7 @@ as a raw-content dictionary.
 from __future__ import annotations
 
 import math
+import re
 import struct
 import zlib
 from collections.abc import Callable
@@ -130,8 +131,8 @@ def compress(raw: bytes, base: bytes | None = None, *, level: int = DEFAULT_LEVE
     ).compress(raw)
 
 
-def decompress(body: bytes, path: str, *, base: bytes | None, max_bytes: int) -> bytes:
-    """Decode one zstd frame, refusing declared sizes over ``max_bytes`` before allocating."""
+def check_content_size(body: bytes, path: str, max_bytes: int) -> int:
+    """The decoded size a zstd frame declares; refuses a missing size or one over ``max_bytes``."""
     try:
         declared = zstandard.frame_content_size(body)
     except zstandard.ZstdError as exc:
@@ -142,6 +143,28 @@ def decompress(body: bytes, path: str, *, base: bytes | None, max_bytes: int) ->
         raise CheckpointCorruptionError(
             path, f"declares {declared} decoded bytes, over max_record_bytes={max_bytes}"
         )
+    return int(declared)
+
+
+def decompress_chain(bodies: list[bytes], paths: list[str]) -> bytes:
+    """Decode a keyframe and the deltas chained on it; returns the last record's bytes.
+
+    Every frame's declared size must already have passed :func:`check_content_size`.
+    """
+    try:
+        return zstandard.ZstdDecompressor(
+            max_window_size=_MAX_WINDOW_SIZE
+        ).decompress_content_dict_chain(bodies)
+    except zstandard.ZstdError as exc:
+        match = re.search(r"chunk (\d+)", str(exc))
+        index = int(match.group(1)) if match else len(paths) - 1
+        path = paths[min(max(index, 0), len(paths) - 1)]
+        raise CheckpointCorruptionError(path, f"zstd: {exc}") from None
+
+
+def decompress(body: bytes, path: str, *, base: bytes | None, max_bytes: int) -> bytes:
+    """Decode one zstd frame, refusing declared sizes over ``max_bytes`` before allocating."""
+    declared = check_content_size(body, path, max_bytes)
     try:
         if base is None:
             dctx = zstandard.ZstdDecompressor(max_window_size=_MAX_WINDOW_SIZE)

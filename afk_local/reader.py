@@ -111,39 +111,44 @@ class _ChainDecoder:
         self._cache_bytes = 0
         self._cache_limit = cache_bytes
         self._names: dict[int, str] | None = None
+        self._dir = str(paths.dir) + os.sep
 
     def raw(self, seq: int, name: str) -> bytes:
-        frames: list[tuple[int, str, codec.FrameHeader, bytes]] = []
+        # Walk back from ``seq`` to a cached base or a keyframe, then decode forward.
+        frames: list[tuple[int, str, bytes]] = []
         base: bytes | None = None
-        cur_seq, cur_name = seq, name
+        cur_seq: int = seq
+        path = self._dir + name
+        data = self._read(path)
         while True:
+            header, body = codec.unpack_frame(data, path, expect_kind=codec.KIND_CHECKPOINT)
+            codec.check_content_size(body, path, self._max_bytes)
+            frames.append((cur_seq, path, body))
+            if not header.is_delta:
+                break
+            if header.base_seq >= cur_seq or len(frames) > _HARD_CHAIN_LIMIT:
+                raise CheckpointCorruptionError(path, f"bad delta base {header.base_seq}")
+            cur_seq = header.base_seq
             cached = self._cache.get(cur_seq)
             if cached is not None:
                 self._cache.move_to_end(cur_seq)
                 base = cached
                 break
-            path = str(self._paths.dir / cur_name)
-            header, body = codec.unpack_frame(
-                self._read(path), path, expect_kind=codec.KIND_CHECKPOINT
-            )
-            frames.append((cur_seq, path, header, body))
-            if not header.is_delta:
-                break
-            if header.base_seq >= cur_seq or len(frames) > _HARD_CHAIN_LIMIT:
-                raise CheckpointCorruptionError(path, f"bad delta base {header.base_seq}")
-            base_name = self._find(header.base_seq, cur_name.split(".")[1])
-            if base_name is None:
-                raise CheckpointCorruptionError(
-                    path, f"delta base checkpoint {header.base_seq} is missing"
-                )
-            cur_seq, cur_name = header.base_seq, base_name
-        for frame_seq, path, header, body in reversed(frames):
-            base = codec.decompress(
-                body, path, base=base if header.is_delta else None, max_bytes=self._max_bytes
-            )
-            self._remember(frame_seq, base)
-        assert base is not None
-        return base
+            found = self._read_base(cur_seq, path)
+            if found is None:
+                raise CheckpointCorruptionError(path, f"delta base checkpoint {cur_seq} is missing")
+            path, data = found
+        frames.reverse()
+        if base is None and len(frames) > 1:
+            # A cold chain from its keyframe: one C call decodes it (zstd content-dictionary chain).
+            raw = codec.decompress_chain([body for _, _, body in frames], [p for _, p, _ in frames])
+        else:
+            raw = base
+            for _, frame_path, body in frames:
+                raw = codec.decompress(body, frame_path, base=raw, max_bytes=self._max_bytes)
+        assert raw is not None
+        self._remember(seq, raw)
+        return raw
 
     def _read(self, path: str) -> bytes:
         try:
@@ -155,15 +160,24 @@ class _ChainDecoder:
         except OSError as exc:
             raise CheckpointCorruptionError(path, f"cannot read: {exc.strerror}") from None
 
-    def _find(self, seq: int, phase_hint: str) -> str | None:
+    def _read_base(self, seq: int, dependent: str) -> tuple[str, bytes] | None:
+        """The path and bytes of checkpoint ``seq`` (a delta's base), or None if missing."""
         if self._names is None:
-            # Guess the base's phase first: a lookup per guess beats listing a huge directory.
-            for phase in (phase_hint, *_PHASE_GUESSES):
-                name = f"{seq:012d}.{phase}.ckpt"
-                if os.path.isfile(self._paths.dir / name):
-                    return name
+            # Guess the base's phase first: an open per guess beats listing a huge directory.
+            hint = dependent.rsplit(".", 2)[-2]
+            for phase in (hint, *_PHASE_GUESSES):
+                path = f"{self._dir}{seq:012d}.{phase}.ckpt"
+                try:
+                    return path, fsio.read_bounded(path, self._max_file_bytes)
+                except FileNotFoundError:
+                    continue
+                except (OSError, ValueError):
+                    break
             self._names = {f.seq: f.name for f in scan_checkpoints(self._paths.dir)}
-        return self._names.get(seq)
+        name = self._names.get(seq)
+        if name is None:
+            return None
+        return self._dir + name, self._read(self._dir + name)
 
     def _remember(self, seq: int, raw: bytes) -> None:
         if len(raw) > self._cache_limit:

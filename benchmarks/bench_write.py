@@ -1,0 +1,194 @@
+"""Storage-core benchmark: sync checkpoint latency, bytes on disk, open+read latency.
+
+Run: python benchmarks/bench_write.py [--dir DIR] [--quick]
+
+Every figure is compared with a baseline measured in the same run on the same disk:
+- latency of a ``sync`` checkpoint of a 10 KB state vs the raw floor (os.open/write,
+  fsync, rename, directory fsync of the same 10 KB with plain os calls);
+- bytes on disk of a 500-step growing conversation vs zstd full snapshots and
+  uncompressed JSON full snapshots;
+- time to open a run and read its latest checkpoint at 10 / 1 000 / 100 000 checkpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import zstandard  # noqa: E402
+from common import conversation_step, median_us, no_fsync, table, text  # noqa: E402
+
+import afk_local as afk  # noqa: E402
+from afk_local.layout import CheckpointFile, checkpoint_name  # noqa: E402
+
+
+class Job:
+    """A 10 KB job state that changes a little at every step, as real loop state does."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.notes = [text(self.rng, 400) for _ in range(22)]
+        self.step = 0
+
+    def next_state(self) -> dict[str, object]:
+        self.step += 1
+        self.notes[self.step % len(self.notes)] = text(self.rng, 400)
+        return {"step": self.step, "done": self.step * 7, "notes": list(self.notes)}
+
+
+def bench_latency(base: Path, repeat: int) -> list[list[object]]:
+    job = Job(1)
+    states = [job.next_state() for _ in range(repeat)]
+    raw_bytes = [json.dumps(s).encode() for s in states]
+    floor_dir = base / "floor"
+    floor_dir.mkdir()
+
+    def floor_write(i: int) -> None:
+        tmp = floor_dir / f".tmp-{i}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, raw_bytes[i])
+        os.fsync(fd)
+        os.close(fd)
+        os.replace(tmp, floor_dir / f"{i:012d}.json")
+        dfd = os.open(floor_dir, os.O_RDONLY)
+        os.fsync(dfd)
+        os.close(dfd)
+
+    store = afk.Store(base / "store")
+    run = store.create("latency")
+    # Interleave the two so disk state and noise hit both alike.
+    floor_samples, afk_samples = [], []
+    for i in range(repeat):
+        floor_samples.append(median_us(lambda i=i: floor_write(i), 1))
+        afk_samples.append(
+            median_us(lambda i=i: run.checkpoint("runtime_state", states[i], step=i + 1), 1)
+        )
+    run.close()
+    floor = statistics.median(floor_samples)
+    ours = statistics.median(afk_samples)
+    size = statistics.median(len(b) for b in raw_bytes)
+    return [
+        [
+            "raw floor: write+fsync+rename+dir fsync (os calls, JSON)",
+            f"{size / 1024:.1f} KB",
+            f"{floor:.0f}",
+            "1.00",
+        ],
+        [
+            "afk_local sync checkpoint (msgpack+zstd delta, latest swap)",
+            f"{size / 1024:.1f} KB",
+            f"{ours:.0f}",
+            f"{ours / floor:.2f}",
+        ],
+    ]
+
+
+def bench_size(base: Path, steps: int, max_chain: int) -> list[list[object]]:
+    rng = random.Random(2)
+    messages: list[dict[str, str]] = []
+    json_total = zstd_total = 0
+    cctx = zstandard.ZstdCompressor(level=3)
+    store = afk.Store(base / f"size-{max_chain}", max_chain=max_chain)
+    with store.create("conv") as run:
+        for step in range(1, steps + 1):
+            conversation_step(rng, messages)
+            state = {"messages": messages, "step": step}
+            encoded = json.dumps(state).encode()
+            json_total += len(encoded)
+            zstd_total += len(cctx.compress(encoded))
+            run.checkpoint("runtime_state", state, step=step)
+    run_dir = store.paths("conv").dir
+    ckpt_bytes = sum(p.stat().st_size for p in run_dir.glob("*.ckpt"))
+    blocks = sum(p.stat().st_blocks * 512 for p in run_dir.glob("*.ckpt"))
+    return [
+        ["uncompressed JSON full snapshots", steps, f"{json_total:,}", "100%"],
+        [
+            "zstd (level 3) full snapshots",
+            steps,
+            f"{zstd_total:,}",
+            f"{100 * zstd_total / json_total:.2f}%",
+        ],
+        [
+            f"afk_local chained deltas (max_chain={max_chain}), file bytes",
+            steps,
+            f"{ckpt_bytes:,}",
+            f"{100 * ckpt_bytes / json_total:.3f}%",
+        ],
+        [
+            f"afk_local, allocated blocks (4 KiB min per file)",
+            steps,
+            f"{blocks:,}",
+            f"{100 * blocks / json_total:.2f}%",
+        ],
+    ]
+
+
+def bench_open(base: Path, counts: list[int], repeat: int) -> list[list[object]]:
+    rows = []
+    for count in counts:
+        job = Job(3)
+        store = afk.Store(base / f"open-{count}")
+        with no_fsync(), store.create("r") as run:  # fixture only: built without fsync
+            for i in range(1, count + 1):
+                run.checkpoint("runtime_state", job.next_state(), step=i)
+
+        def open_and_read() -> None:
+            reader = afk.Store(store.root).open("r")
+            assert reader.latest() is not None
+
+        def read_deepest() -> None:
+            # The checkpoint at the end of a full chain: 32 deltas behind its keyframe.
+            seq = min(count, store.max_chain + 1)
+            reader = afk.Store(store.root).open("r")
+            reader.load(CheckpointFile(seq, "runtime_state", checkpoint_name(seq, "runtime_state")))
+
+        open_and_read()
+        rows.append(
+            [
+                f"{count:,}",
+                f"{median_us(open_and_read, repeat):.0f}",
+                f"{median_us(read_deepest, repeat):.0f}",
+            ]
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dir", help="directory on the disk to measure (default: a temp dir)")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (CI smoke run)")
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="afk-bench-", dir=args.dir))
+    try:
+        repeat = 40 if args.quick else 300
+        print("## Sync checkpoint latency (median, microseconds)\n")
+        print(
+            table(["what", "payload", "median us", "ratio to floor"], bench_latency(base, repeat))
+        )
+        print("\n## Bytes on disk after a 500-step growing conversation (~500 B per message)\n")
+        steps = 100 if args.quick else 500
+        print(table(["what", "steps", "bytes", "of JSON"], bench_size(base, steps, 32)))
+        counts = [10, 1000] if args.quick else [10, 1000, 100_000]
+        print("\n## Open a run and read its latest checkpoint (10 KB state, cold reader)\n")
+        print(
+            table(
+                ["checkpoints in run", "latest: median us", "deepest chain (32 deltas): median us"],
+                bench_open(base, counts, 50 if args.quick else 200),
+            )
+        )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
