@@ -20,16 +20,15 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import zstandard  # noqa: E402
-from common import conversation_step, median_us, no_fsync, table, text  # noqa: E402
+import zstandard
+from common import conversation_step, median_us, no_fsync, table, text
 
-import afk_local as afk  # noqa: E402
-from afk_local.layout import CheckpointFile, checkpoint_name  # noqa: E402
+import afk_local as afk
+from afk_local.layout import CheckpointFile, checkpoint_name
 
 
 class Job:
@@ -125,7 +124,7 @@ def bench_size(base: Path, steps: int, max_chain: int) -> list[list[object]]:
             f"{100 * ckpt_bytes / json_total:.3f}%",
         ],
         [
-            f"afk_local, allocated blocks (4 KiB min per file)",
+            "afk_local, allocated blocks (4 KiB min per file)",
             steps,
             f"{blocks:,}",
             f"{100 * blocks / json_total:.2f}%",
@@ -142,11 +141,11 @@ def bench_open(base: Path, counts: list[int], repeat: int) -> list[list[object]]
             for i in range(1, count + 1):
                 run.checkpoint("runtime_state", job.next_state(), step=i)
 
-        def open_and_read() -> None:
+        def open_and_read(store: afk.Store = store) -> None:
             reader = afk.Store(store.root).open("r")
             assert reader.latest() is not None
 
-        def read_deepest() -> None:
+        def read_deepest(store: afk.Store = store, count: int = count) -> None:
             # The checkpoint at the end of a full chain: 32 deltas behind its keyframe.
             seq = min(count, store.max_chain + 1)
             reader = afk.Store(store.root).open("r")

@@ -10,12 +10,61 @@ from collections.abc import Callable, Iterator, Sequence
 
 from afk_local import fsio
 
-_WORDS = (
-    "the agent reads a file and then calls a tool to search for the answer while the user "
-    "waits for a reply about invoices payments emails schedules reports tickets customers "
-    "orders refunds shipping weather research summary analysis python function result error "
-    "retry checkpoint resume state message assistant system context token budget cost model"
-).split()
+_WORDS = [
+    "the",
+    "agent",
+    "reads",
+    "a",
+    "file",
+    "and",
+    "then",
+    "calls",
+    "a",
+    "tool",
+    "to",
+    "search",
+    "for",
+    "the",
+    "answer",
+    "while",
+    "the",
+    "user",
+    "waits",
+    "for",
+    "a",
+    "reply",
+    "about",
+    "invoices",
+    "payments",
+    "emails",
+    "schedules",
+    "reports",
+    "tickets",
+    "customers",
+    "orders",
+    "refunds",
+    "shipping",
+    "weather",
+    "research",
+    "summary",
+    "analysis",
+    "python",
+    "function",
+    "result",
+    "error",
+    "retry",
+    "checkpoint",
+    "resume",
+    "state",
+    "message",
+    "assistant",
+    "system",
+    "context",
+    "token",
+    "budget",
+    "cost",
+    "model",
+]
 
 
 def text(rng: random.Random, n_bytes: int) -> str:
@@ -53,7 +102,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A plain aligned text table (also valid Markdown)."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in cells]
+    lines = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells
+    ]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
 
