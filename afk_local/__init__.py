@@ -44,6 +44,7 @@ from afk_local.runner import (
     migration,
     resume,
 )
+from afk_local.simple import StateCheckpoint
 from afk_local.store import RunInfo, Store
 from afk_local.writer import DurableWriter
 
@@ -79,6 +80,7 @@ __all__ = [
     "RunStatus",
     "RunWriter",
     "SchemaVersionError",
+    "StateCheckpoint",
     "Store",
     "VerifyReport",
     "WriterFailedError",
