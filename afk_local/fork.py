@@ -35,7 +35,7 @@ from afk_local.codec import RecordCodec
 from afk_local.errors import RunExistsError
 from afk_local.layout import RunPaths, validate_run_id
 from afk_local.reader import CheckpointNotFoundError
-from afk_local.records import Effect, RunMeta, RunStatus
+from afk_local.records import Checkpoint, Effect, RunMeta, RunStatus
 
 if TYPE_CHECKING:
     from afk_local.store import RunInfo, Store
@@ -86,7 +86,7 @@ def fork_run(store: Store, run_id: str, at_seq: int, new_run_id: str | None = No
     target = store.paths(target_id)
     if target.dir.exists():
         raise RunExistsError(target_id, str(target.dir))
-    effects = _effects_until(source, at.timestamp_ms)
+    effects = _effects_until(source, at)
 
     fsio.make_dirs(store.runs_dir)
     tmp_dir = fsio.temp_path(store.runs_dir, f"fork-{target_id}")
@@ -151,20 +151,35 @@ def _link_or_copy(src: os.PathLike[str], dst: os.PathLike[str]) -> None:
     fsio.write_new_file(dst, data)
 
 
-def _effects_until(source: Any, timestamp_ms: int) -> list[Effect]:
-    """Journal records written no later than the fork checkpoint.
+def _effects_until(source: Any, at: Checkpoint) -> list[Effect]:
+    """Journal records written no later than the fork checkpoint ``at``.
 
-    An intent whose outcome came after the checkpoint is left out with its
-    outcome: in the fork that call has not started yet. An intent that never got
-    an outcome stays (the call is in doubt in the fork as in the source).
+    Timestamps order records and checkpoints; within the checkpoint's own
+    millisecond, an intent's ``step`` (the runner's step counter, also stored in
+    the checkpoint) decides. An intent whose outcome came after the checkpoint is
+    left out with its outcome: in the fork that call has not started yet. An
+    intent that never got an outcome stays (in doubt in the fork as in the source).
     """
-    try:
-        records: list[Effect] = list(source.effects())
-    except AttributeError:  # pragma: no cover - before the effect journal lands
+    if not source.paths.journal.exists():
         return []
-    early = [r for r in records if r.timestamp_ms <= timestamp_ms]
-    later = {r.key for r in records if r.kind == "outcome" and r.timestamp_ms > timestamp_ms}
-    return [r for r in early if not (r.kind == "intent" and r.key in later)]
+    records: list[Effect] = list(source.effects())
+    included: dict[str, bool] = {}  # key -> was its newest intent before the checkpoint
+    early: list[Effect] = []
+    for r in records:
+        if r.kind == "intent":
+            before = r.timestamp_ms < at.timestamp_ms or (
+                r.timestamp_ms == at.timestamp_ms and r.step <= at.step
+            )
+            included[r.key] = before
+        else:
+            before = included.get(r.key, r.timestamp_ms <= at.timestamp_ms)
+            before = before and r.timestamp_ms <= at.timestamp_ms
+        if before:
+            early.append(r)
+    finished_late = {
+        r.key for r in records if r.kind == "outcome" and r.timestamp_ms > at.timestamp_ms
+    }
+    return [r for r in early if not (r.kind == "intent" and r.key in finished_late)]
 
 
 def _write_journal(paths: RunPaths, effects: list[Effect], record_codec: RecordCodec) -> None:
