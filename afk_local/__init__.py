@@ -23,6 +23,7 @@ from afk_local.errors import (
     SchemaVersionError,
     WriterFailedError,
 )
+from afk_local.journal import Journal, ReplayedError, input_hash
 from afk_local.reader import CheckpointNotFoundError, ResumeState, RunReader, VerifyReport
 from afk_local.records import (
     SCHEMA_VERSION,
@@ -66,7 +67,9 @@ __all__ = [
     "EffectMismatchError",
     "ErrorInfo",
     "InvalidRunIdError",
+    "Journal",
     "Phase",
+    "ReplayedError",
     "ResumeState",
     "RunCancelledError",
     "RunContext",
@@ -88,6 +91,7 @@ __all__ = [
     "aresume",
     "cancel",
     "durable",
+    "input_hash",
     "migration",
     "resume",
 ]
