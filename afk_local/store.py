@@ -152,7 +152,10 @@ class Store:
         try:
             fsio.make_dir(paths.dir)
         except FileExistsError:
-            raise RunExistsError(paths.run_id, str(paths.dir)) from None
+            # A crash between mkdir and the first run.meta leaves a directory with no
+            # meta and no owner: adopt it, or that run id could never be used again.
+            if paths.meta.exists() or lock_is_held(paths.lock) or not paths.dir.is_dir():
+                raise RunExistsError(paths.run_id, str(paths.dir)) from None
         stamp = now_ms()
         meta = RunMeta(
             run_id=paths.run_id,
