@@ -16,6 +16,7 @@ replay logic; docs/journal.md describes the format and the replay rules.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -104,7 +105,8 @@ class ReplayedError(Exception):
     """
 
     def __init__(self, info: ErrorInfo, key: str) -> None:
-        super().__init__(info.message)
+        # Set args directly: a mixed-in builtin's __init__ may want other arguments.
+        self.args = (info.message,)
         self.info = info
         self.key = key
 
@@ -113,20 +115,25 @@ class ReplayedError(Exception):
 
 
 @functools.lru_cache(maxsize=256)
-def _replayed_type(type_name: str) -> type[ReplayedError]:
-    builtin = getattr(builtins, type_name, None)
+def _replayed_type(type_name: str, mix_builtin: bool) -> type[ReplayedError]:
+    builtin = getattr(builtins, type_name, None) if mix_builtin else None
     if isinstance(builtin, type) and issubclass(builtin, Exception):
         try:
-            return type(type_name, (ReplayedError, builtin), {"__module__": "afk_local.journal"})
+            return type(type_name, (ReplayedError, builtin), {"__module__": __name__})
         except TypeError:  # a builtin whose layout cannot be mixed in
             pass
-    return type(type_name, (ReplayedError,), {"__module__": "afk_local.journal"})
+    return type(type_name, (ReplayedError,), {"__module__": __name__})
 
 
 def replayed_error(info: ErrorInfo, key: str) -> ReplayedError:
     """The exception :meth:`Journal.call` raises for a recorded error outcome."""
-    cls = _replayed_type(info.type if info.type.isidentifier() else "ReplayedError")
-    error = cls.__new__(cls, info.message)
+    name = info.type if info.type.isidentifier() else "ReplayedError"
+    try:
+        cls = _replayed_type(name, True)
+        error = cls.__new__(cls, info.message)
+    except TypeError:  # e.g. UnicodeDecodeError, ExceptionGroup: not from a message alone
+        cls = _replayed_type(name, False)
+        error = cls.__new__(cls, info.message)
     ReplayedError.__init__(error, info, key)
     return error
 
@@ -171,23 +178,29 @@ class EffectState:
     def __init__(self, journal: Journal, key: str, entry: _Entry) -> None:
         self.key = key
         self._journal = journal
-        self._entry = entry
-        self._intent: Effect | None = None
-        self._outcome: Effect | None = None
+        self._entry = entry  # live: later records of the key show up here
+        self._intent: tuple[tuple[int, int], Effect] | None = None
+        self._outcome: tuple[tuple[int, int], Effect] | None = None
 
     @property
     def intent(self) -> Effect | None:
         """The newest intent record of the key (None for an outcome written without one)."""
-        if self._intent is None and self._entry.intent_at is not None:
-            self._intent = self._journal._read_record(*self._entry.intent_at)
-        return self._intent
+        at = self._entry.intent_at
+        if at is None:
+            return None
+        if self._intent is None or self._intent[0] != at:
+            self._intent = (at, self._journal._read_record(*at))
+        return self._intent[1]
 
     @property
     def outcome(self) -> Effect | None:
         """The outcome of the newest intent, or None while in doubt."""
-        if self._outcome is None and self._entry.outcome_at is not None:
-            self._outcome = self._journal._read_record(*self._entry.outcome_at)
-        return self._outcome
+        at = self._entry.outcome_at
+        if at is None:
+            return None
+        if self._outcome is None or self._outcome[0] != at:
+            self._outcome = (at, self._journal._read_record(*at))
+        return self._outcome[1]
 
     @property
     def in_doubt(self) -> bool:
@@ -538,6 +551,8 @@ class Journal:
             while self._synced_end < mine:
                 if self._failed is not None:
                     raise WriterFailedError(self.run_id, self._failed)
+                if self._closed:  # never fsync a descriptor that close() gave back
+                    raise WriterFailedError(self.run_id, RuntimeError("journal closed meanwhile"))
                 if self._syncing:
                     self._cond.wait()
                     continue
@@ -764,12 +779,15 @@ class Journal:
         return self._closed
 
     def close(self) -> None:
-        """Close the file (waiting for an fsync in flight). Idempotent."""
+        """Close the file once appends in progress are durable (or failed). Idempotent."""
         with self._cond:
             while self._syncing:
                 self._cond.wait()
             if self._closed:
                 return
+            if self._failed is None and self._written_end > self._synced_end:
+                with contextlib.suppress(WriterFailedError):  # kept in _failed; close anyway
+                    self._sync_locked()
             self._closed = True
             if self._fd >= 0:
                 os.close(self._fd)

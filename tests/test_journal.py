@@ -486,7 +486,7 @@ def test_outcomes_are_read_lazily(tmp_path: Path) -> None:
     with Journal(path, "r", writable=False) as journal:
         state = journal.lookup("big")
         assert state is not None
-        assert state._outcome is None  # the index holds offsets only
+        assert state._outcome is None  # the index holds offsets only, nothing read yet
         assert state.outcome is not None and state.outcome.result == big
 
 
@@ -558,3 +558,29 @@ def test_frame_bytes_are_exactly_length_crc_msgpack(tmp_path: Path) -> None:
     body = msgspec.msgpack.encode(record)
     assert data == struct.pack("<II", len(body), zlib.crc32(body)) + body
     assert os.path.getsize(path) == FRAME_HEADER_SIZE + len(body)
+
+
+def test_replayed_builtins_that_need_more_than_a_message(tmp_path: Path) -> None:
+    path = tmp_path / "effects.log"
+
+    def decode() -> str:
+        return b"\xff".decode()
+
+    with Journal(path, "r", writable=True) as journal, pytest.raises(UnicodeDecodeError) as first:
+        journal.call("d", decode)
+    with Journal(path, "r", writable=True) as journal, pytest.raises(ReplayedError) as replayed:
+        journal.call("d", decode)
+    assert type(replayed.value).__name__ == "UnicodeDecodeError"
+    assert str(replayed.value) == str(first.value)
+
+
+def test_state_stays_live_after_later_records(tmp_path: Path) -> None:
+    with Journal(tmp_path / "effects.log", "r", writable=True) as journal:
+        journal.record_intent("k", name="f", input_hash="h1", idempotency_key="i")
+        state = journal.lookup("k")
+        assert state is not None and state.in_doubt and state.intent is not None
+        journal.record_outcome("k", status="ok", result=1)
+        assert not state.in_doubt and state.outcome is not None and state.outcome.result == 1
+        journal.record_intent("k", name="f", input_hash="h2", idempotency_key="i")
+        assert state.in_doubt and state.outcome is None
+        assert state.intent is not None and state.intent.input_hash == "h2"
