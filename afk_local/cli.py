@@ -512,9 +512,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``demo``: crash a small job with SIGKILL, resume it, show that nothing ran twice."""
-    from afk_local import demo  # noqa: PLC0415
+    from afk_local.demo import main as demo_main  # noqa: PLC0415 - imports the runner
 
-    return demo.main(steps=args.steps, keep=args.keep)
+    return demo_main(steps=args.steps, keep=args.keep)
 
 
 def _watcher_module() -> Any:

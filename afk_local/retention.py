@@ -230,7 +230,11 @@ def runs_to_delete(infos: Iterable[RunInfo], policy: RetentionPolicy, *, now_ms:
     doomed: list[str] = []
     if policy.max_age_days is not None:
         cutoff = now_ms - int(policy.max_age_days * 86_400_000)
-        doomed += [i.run_id for i in infos if i.status.is_terminal and i.updated_ms < cutoff]
+        doomed += [
+            i.run_id
+            for i in infos
+            if i.status.is_terminal and not i.owner_alive and i.updated_ms < cutoff
+        ]
     count = len(infos) - len(doomed)
     total = sum(i.bytes for i in infos if i.run_id not in doomed)
     for info in infos:
