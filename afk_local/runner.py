@@ -980,8 +980,12 @@ def resume(run_id: str, *, store: StoreLike = None, input: Any = None, in_doubt:
         in_doubt: policy for steps a crash left in doubt (``"retry"`` once you checked).
     """
     the_store = _as_store(store)
-    job = load_entrypoint(the_store.read_meta(run_id).entrypoint, run_id)
+    meta = the_store.read_meta(run_id)
     value = _NO_INPUT if input is None else input
+    done = _settled(the_store, meta, value)  # completed/paused/cancelled: no import needed
+    if done is not None:
+        return done.result
+    job = load_entrypoint(meta.entrypoint, run_id)
     if job.is_async:
         return _run_coroutine(
             job._async(the_store, run_id, (), {}, input_value=value, in_doubt=in_doubt)
@@ -994,8 +998,12 @@ async def aresume(
 ) -> Any:
     """The async form of :func:`resume`."""
     the_store = _as_store(store)
-    job = load_entrypoint(the_store.read_meta(run_id).entrypoint, run_id)
+    meta = the_store.read_meta(run_id)
     value = _NO_INPUT if input is None else input
+    done = _settled(the_store, meta, value)
+    if done is not None:
+        return done.result
+    job = load_entrypoint(meta.entrypoint, run_id)
     return await job._async(the_store, run_id, (), {}, input_value=value, in_doubt=in_doubt)
 
 
