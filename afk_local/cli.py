@@ -44,6 +44,8 @@ from afk_local.store import ROOT_ENV, RunInfo, Store, default_root
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
+EXIT_LOCKED = 75
+"""``resume``: another process holds the run's lock (EX_TEMPFAIL; the watcher's lost race)."""
 
 
 class CliError(Exception):
@@ -412,6 +414,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
         ) from None
     try:
         result = resume_run(args.run, store, value)
+    except RunLockedError as exc:  # another process is resuming it: the watcher's "taken"
+        sys.stderr.write(f"afk-local: {exc}\n")
+        return EXIT_LOCKED
     except RunPaused as paused:
         if args.json:
             _emit_json({"run_id": args.run, "status": "paused", "prompt": paused.prompt})
@@ -683,11 +688,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep", action="store_true", help="keep the temporary store and print it")
 
     # The watcher registers its flags in afk_local.watcher; these stay thin.
+    from afk_local import watcher_cli  # noqa: PLC0415 - the watcher owns these flags
+
     p = add("watch", cmd_watch, "resume interrupted runs now and as they appear", json_flag=False)
-    p.add_argument("--once", action="store_true", help="one sweep, then exit")
-    p.add_argument("--install", choices=("systemd", "launchd"), help="write a user service")
+    watcher_cli.add_watch_arguments(p)
     p = add("submit", cmd_submit, "hand a job to the watcher", json_flag=False)
-    p.add_argument("rest", nargs=argparse.REMAINDER)
+    watcher_cli.add_submit_arguments(p)
     return parser
 
 

@@ -1,0 +1,53 @@
+"""Durable jobs for the watcher tests, importable by child processes (``watcher_jobs:NAME``).
+
+Each job prints ``start i`` when item ``i`` begins (after the previous item's
+checkpoint), so a test can SIGKILL it at a known point.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import afk_local as afk
+
+
+def record(path: str, i: int, *, idempotency_key: str) -> int:
+    """An outside side effect that deduplicates by idempotency key, like a real service."""
+    with open(path, "a+", encoding="utf-8") as fh:
+        fh.seek(0)
+        if any(line.split()[1] == idempotency_key for line in fh.read().splitlines()):
+            return i
+        fh.write(f"{i} {idempotency_key}\n")
+        fh.flush()
+    return i
+
+
+@afk.durable
+def counter(ctx: afk.RunContext, out: str, n: int = 6, delay: float = 0.2) -> int:
+    """n items, one journaled side effect each, ``delay`` seconds before each."""
+    ctx.state.setdefault("sum", 0)
+    for i in ctx.iterate(range(n), progress=False):
+        print(f"start {i}", flush=True)
+        time.sleep(delay)
+        ctx.state["sum"] += ctx.step("record", record, out, i, idempotent=True)
+    return int(ctx.state["sum"])
+
+
+@afk.durable
+def gated(ctx: afk.RunContext, out: str, gate: str) -> str:
+    """Checkpoints once, then waits until the file ``gate`` exists."""
+    ctx.step("record", record, out, 0, idempotent=True)
+    ctx.checkpoint()
+    print("waiting", flush=True)
+    while not os.path.exists(gate):
+        time.sleep(0.05)
+    return "opened"
+
+
+@afk.durable
+def crasher(ctx: afk.RunContext) -> None:
+    """Dies by SIGKILL every time, before making any progress."""
+    print(f"attempt {ctx.attempt} crashing", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
