@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+import threading
 import zlib
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
@@ -104,25 +105,41 @@ def _dictionary(base: bytes) -> zstandard.ZstdCompressionDict:
     return zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
 
 
+_local = threading.local()
+
+
+def _keyframe_compressor(level: int) -> zstandard.ZstdCompressor:
+    # Creating a compression context costs more than compressing 10 KB: keep one
+    # per thread and level (contexts are not thread-safe).
+    cache: dict[int, zstandard.ZstdCompressor] | None = getattr(_local, "compressors", None)
+    if cache is None:
+        cache = _local.compressors = {}
+    compressor = cache.get(level)
+    if compressor is None:
+        compressor = cache[level] = zstandard.ZstdCompressor(
+            level=level, write_content_size=True, write_checksum=True
+        )
+    return compressor
+
+
 def compress(raw: bytes, base: bytes | None = None, *, level: int = DEFAULT_LEVEL) -> bytes:
     """One zstd frame of ``raw`` (content size and checksum set), against ``base`` if given.
 
-    For a base over ~1 MB the match tables are widened so that zstd sees the
-    whole dictionary; otherwise deltas of large snapshots silently degrade to
-    full size.
+    The match tables are sized from the base: widened for a base over ~1 MB so
+    that zstd sees the whole dictionary (otherwise deltas of large snapshots
+    silently degrade to full size), and kept small for a small base, where
+    initialising the level's default tables would cost more than compressing.
     """
     if base is None:
-        return zstandard.ZstdCompressor(
-            level=level, write_content_size=True, write_checksum=True
-        ).compress(raw)
+        return _keyframe_compressor(level).compress(raw)
     window_log = max(10, min(30, math.ceil(math.log2(len(base) + len(raw) + 1))))
     table_log = max(6, min(28, math.ceil(math.log2(max(len(base), 64) / 8))))
     params = zstandard.ZstdCompressionParameters.from_level(
         level,
         source_size=len(raw),
         window_log=window_log,
-        hash_log=max(table_log, 6),
-        chain_log=max(table_log, 6),
+        hash_log=table_log,
+        chain_log=table_log,
         write_content_size=1,
         write_checksum=1,
     )
@@ -154,7 +171,7 @@ def decompress_chain(bodies: list[bytes], paths: list[str]) -> bytes:
     try:
         return zstandard.ZstdDecompressor(
             max_window_size=_MAX_WINDOW_SIZE
-        ).decompress_content_dict_chain(bodies)
+        ).decompress_content_dict_chain(list[bytes | bytearray | memoryview](bodies))
     except zstandard.ZstdError as exc:
         match = re.search(r"chunk (\d+)", str(exc))
         index = int(match.group(1)) if match else len(paths) - 1

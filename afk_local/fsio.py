@@ -118,14 +118,19 @@ def unlink(path: str | os.PathLike[str], *, missing_ok: bool = True) -> None:
             raise
 
 
+def _temp_sibling(path: str) -> str:
+    directory, name = os.path.split(path)
+    return os.path.join(directory, f"{TEMP_PREFIX}{name}.{os.getpid()}.{secrets.token_hex(4)}")
+
+
 def atomic_write(path: str | os.PathLike[str], data: bytes, *, sync_dir: bool = True) -> None:
     """Publish ``data`` at ``path`` all at once: temp file, fsync, rename, fsync directory.
 
     Readers see the old file or the new one, never a mix. With ``sync_dir=False``
     the caller promises to fsync the directory itself before acknowledging.
     """
-    target = Path(path)
-    tmp = temp_path(target.parent, target.name)
+    target = os.fspath(path)
+    tmp = _temp_sibling(target)
     try:
         write_new_file(tmp, data)
         rename(tmp, target)
@@ -134,7 +139,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, sync_dir: bool = 
             os.unlink(tmp)
         raise
     if sync_dir:
-        fsync_dir(target.parent)
+        fsync_dir(os.path.dirname(target) or ".")
 
 
 def atomic_symlink(target: str, link: str | os.PathLike[str], *, sync_dir: bool = True) -> None:
@@ -144,8 +149,8 @@ def atomic_symlink(target: str, link: str | os.PathLike[str], *, sync_dir: bool 
     be made, ``link`` becomes a small pointer file holding ``target``, replaced
     atomically; readers accept both forms (see :func:`read_link`).
     """
-    link_path = Path(link)
-    tmp = temp_path(link_path.parent, link_path.name)
+    link_path = os.fspath(link)
+    tmp = _temp_sibling(link_path)
     try:
         _before("symlink", tmp)
         os.symlink(target, tmp)
@@ -161,7 +166,7 @@ def atomic_symlink(target: str, link: str | os.PathLike[str], *, sync_dir: bool 
             os.unlink(tmp)
         raise
     if sync_dir:
-        fsync_dir(link_path.parent)
+        fsync_dir(os.path.dirname(link_path) or ".")
 
 
 def read_link(link: str | os.PathLike[str], *, max_bytes: int = 4096) -> str | None:

@@ -143,10 +143,13 @@ class _ChainDecoder:
             # A cold chain from its keyframe: one C call decodes it (zstd content-dictionary chain).
             raw = codec.decompress_chain([body for _, _, body in frames], [p for _, p, _ in frames])
         else:
-            raw = base
+            current = base
             for _, frame_path, body in frames:
-                raw = codec.decompress(body, frame_path, base=raw, max_bytes=self._max_bytes)
-        assert raw is not None
+                current = codec.decompress(
+                    body, frame_path, base=current, max_bytes=self._max_bytes
+                )
+            assert current is not None
+            raw = current
         self._remember(seq, raw)
         return raw
 

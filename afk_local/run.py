@@ -14,7 +14,6 @@ import os
 import time
 import traceback as traceback_module
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -24,7 +23,7 @@ from afk_local import codec, fsio
 from afk_local.codec import RecordCodec
 from afk_local.errors import RunLockedError, WriterFailedError
 from afk_local.journal import Journal
-from afk_local.layout import RunPaths, scan_checkpoints, validate_phase
+from afk_local.layout import RunPaths, checkpoint_name, scan_checkpoints, validate_phase
 from afk_local.ownership import current_owner
 from afk_local.reader import RunReader, read_meta
 from afk_local.records import (
@@ -120,6 +119,8 @@ class RunWriter:
         self._prev_seq = 0
         self._chain_len = 0
         self._key_ratio = 0.3
+        self._dir = str(paths.dir) + os.sep
+        self._latest = str(paths.latest)
         self._remove_temp_files()
         files = scan_checkpoints(paths.dir)
         self._seq = files[-1].seq if files else 0
@@ -198,34 +199,35 @@ class RunWriter:
                 f"checkpoint of {len(raw)} bytes exceeds max_record_bytes={self._max_record_bytes}"
             )
         data = self._frame(record.seq, raw)
-        final = self.paths.checkpoint(record.seq, phase)
+        name = checkpoint_name(record.seq, phase)
+        final = self._dir + name
         try:
             fsio.atomic_write(final, data, sync_dir=False)
-            fsio.atomic_symlink(final.name, self.paths.latest, sync_dir=False)
-            fsio.fsync_dir(self.paths.dir)
+            fsio.atomic_symlink(name, self._latest, sync_dir=False)
+            fsio.fsync_dir(self._dir)
         except BaseException as exc:
             self._failed = exc
-            self._unpublish(final)
+            self._unpublish(name)
             raise
         self._seq = record.seq
         return record
 
-    def _unpublish(self, final: Path) -> None:
+    def _unpublish(self, name: str) -> None:
         # The failed checkpoint was never acknowledged: take it back out of sight
         # so the visible run is the last acknowledged state. Best effort only —
         # the writer is dead either way and readers tolerate what is left.
-        previous = fsio.read_link(self.paths.latest)
+        previous = fsio.read_link(self._latest)
         with contextlib.suppress(OSError):
-            os.unlink(final)
-        if previous == final.name:
+            os.unlink(self._dir + name)
+        if previous == name:
             if self._seq:
-                name = next(
+                good = next(
                     (f.name for f in scan_checkpoints(self.paths.dir) if f.seq == self._seq), None
                 )
-                if name is not None:
+                if good is not None:
                     with contextlib.suppress(OSError):
                         tmp = fsio.temp_path(self.paths.dir, "latest")
-                        os.symlink(name, tmp)
+                        os.symlink(good, tmp)
                         os.replace(tmp, self.paths.latest)
             else:
                 with contextlib.suppress(OSError):
