@@ -1,4 +1,4 @@
-"""Durable jobs for the runner/writer tests, importable by child processes (``runner_jobs:NAME``)."""
+"""Durable jobs for the runner tests, importable by child processes (``runner_jobs:NAME``)."""
 
 from __future__ import annotations
 

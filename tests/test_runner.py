@@ -125,7 +125,11 @@ def test_pause_resume_across_processes(tmp_path):
     # Anything that gives no input leaves the run paused and writes nothing.
     again = run_and_kill(rj.approval, 21, at=None, store=store, run_id="pay")
     assert again.paused
-    script = "import sys, afk_local as afk\ntry:\n    afk.resume('pay', store=sys.argv[1])\nexcept afk.RunPaused:\n    print('paused')\n"
+    script = (
+        "import sys, afk_local as afk\n"
+        "try:\n    afk.resume('pay', store=sys.argv[1])\n"
+        "except afk.RunPaused:\n    print('paused')\n"
+    )
     # afk.resume of a paused run without input needs not even the job's code
     assert proc.run(script, str(root)).stdout.strip() == "paused"
     assert [f.name for f in store.open("pay").checkpoint_files()] == files_before
