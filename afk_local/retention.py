@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("afk_local")
 
+STALE_BUILD_SECONDS = 3600.0
+"""Age after which gc removes a half-built fork or import directory (``runs/.tmp-*``)."""
 _HEAD = struct.Struct("<4sBBQ")  # the leading fields of the AFK1 header (codec.py)
 _FRAME = struct.Struct("<II")  # an effects.log frame header (journal.py)
 
@@ -426,15 +428,24 @@ def _minus(info: RunInfo, freed: int) -> RunInfo:
 
 
 def _remove_stale_deletes(store: Store) -> int:
-    """Remove ``runs/.tmp-deleted-*`` directories a crash left behind mid-delete."""
+    """Remove temp directories a crash left in ``runs/``.
+
+    ``.tmp-deleted-*`` (a delete cut short) go at once; half-built forks and imports
+    only after :data:`STALE_BUILD_SECONDS`, since one may be being built right now.
+    """
     removed = 0
+    old = time.time() - STALE_BUILD_SECONDS
     try:
         with os.scandir(store.runs_dir) as entries:
             stale = [
                 e.path
                 for e in entries
-                if e.name.startswith(fsio.TEMP_PREFIX + "deleted-")
+                if e.name.startswith(fsio.TEMP_PREFIX)
                 and e.is_dir(follow_symlinks=False)
+                and (
+                    e.name.startswith(fsio.TEMP_PREFIX + "deleted-")
+                    or e.stat(follow_symlinks=False).st_mtime < old
+                )
             ]
     except FileNotFoundError:
         return 0

@@ -283,3 +283,16 @@ def test_verify_reports_damage_and_repairs_torn_journal_tails(tmp_path: Path) ->
     report = cli_json(tmp_path, "verify", code=1)
     assert report["ok"] is False
     assert str(victim) in {p["path"] for p in report["runs"][0]["problems"]}
+
+
+def test_notebook_reprs(store_root: Path) -> None:
+    store = afk.Store(store_root)
+    reader = store.open("done")
+    html = reader._repr_html_()
+    assert "<table" in html and "done" in html and "run_terminal" in html
+    assert "checkpoints" in html
+    assert repr(reader).startswith("RunReader(run_id='done'")
+    info = store.info("done")
+    assert "<td>done</td>" in info._repr_html_() and "completed" in info._repr_html_()
+    assert repr(info).startswith("RunInfo(run_id='done', status=completed")
+    assert "<script" not in store.open("paused")._repr_html_()  # payloads are escaped
