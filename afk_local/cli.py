@@ -442,7 +442,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     store = _store(args)
     _require_run(store, args.run)
     meta = store.read_meta(args.run)
-    if meta.status.is_terminal:
+    if meta.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
         raise CliError(f"run {args.run!r} is already {meta.status.value}; nothing to cancel")
     try:
         from afk_local import runner  # noqa: PLC0415 - optional until it lands
