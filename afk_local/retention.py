@@ -59,6 +59,9 @@ DEFAULT_ALWAYS_KEEP = frozenset(
         Phase.PAUSED.value,
         Phase.RESUMED.value,
         Phase.RUN_TERMINAL.value,
+        # LangGraph threads (integrations/langgraph.py): their history, subgraph
+        # namespaces and fork points are the user's data; they shrink through prune().
+        "langgraph",
     }
 )
 

@@ -353,3 +353,15 @@ def test_example_langgraph_resume_runs(tmp_path):
     assert "killed" in out.stdout
     assert "resumed" in out.stdout
     assert "matches an uninterrupted run: True" in out.stdout
+
+
+def test_store_gc_keeps_langgraph_history(tmp_path):
+    with AfkLocalSaver(tmp_path) as saver:
+        parent = None
+        for i in range(12):
+            _put(saver, "kept", f"{i:04d}", parent, x=i)
+            parent = f"{i:04d}"
+    report = afk.Store(tmp_path).gc()
+    assert not report.errors
+    with AfkLocalSaver(tmp_path) as saver:
+        assert len(list(saver.list({"configurable": {"thread_id": "kept"}}))) == 12
