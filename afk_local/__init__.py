@@ -7,6 +7,8 @@ repeating side effects. See DESIGN.md and docs/ for the contract.
 
 from __future__ import annotations
 
+from afk_local.agent import AgentRunner
+from afk_local.agent_types import Agent, AgentResult, LLMResponse, ToolCall
 from afk_local.errors import (
     AfkLocalError,
     CheckpointCorruptionError,
@@ -54,6 +56,9 @@ __version__ = "0.1.0"
 __all__ = [
     "SCHEMA_VERSION",
     "AfkLocalError",
+    "Agent",
+    "AgentResult",
+    "AgentRunner",
     "Checkpoint",
     "CheckpointCorruptionError",
     "CheckpointNotFoundError",
@@ -68,6 +73,7 @@ __all__ = [
     "ErrorInfo",
     "InvalidRunIdError",
     "Journal",
+    "LLMResponse",
     "Phase",
     "ReplayedError",
     "ResumeState",
@@ -85,6 +91,7 @@ __all__ = [
     "SchemaVersionError",
     "StateCheckpoint",
     "Store",
+    "ToolCall",
     "VerifyReport",
     "WriterFailedError",
     "__version__",
