@@ -51,3 +51,14 @@ def crasher(ctx: afk.RunContext) -> None:
     """Dies by SIGKILL every time, before making any progress."""
     print(f"attempt {ctx.attempt} crashing", flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@afk.durable
+def flaky(ctx: afk.RunContext, out: str, flag: str) -> str:
+    """Raises on its first attempt (the run becomes ``failed``), succeeds afterwards."""
+    ctx.step("record", record, out, 0, idempotent=True)
+    if not os.path.exists(flag):
+        with open(flag, "w", encoding="utf-8"):
+            pass
+        raise RuntimeError("first attempt fails on purpose")
+    return "fine"
