@@ -10,6 +10,7 @@ docs/cli.md shows every command with its output.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -729,8 +730,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except OSError as exc:
         where = exc.filename or getattr(args, "root", None) or default_root()
+        reason = exc.strerror or str(exc)
+        if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+            reason = "a file is in the way (not a directory)"
         sys.stderr.write(
-            f"afk-local: cannot use {where}: {exc.strerror or exc}; choose a writable "
+            f"afk-local: cannot use {where}: {reason}; choose a writable "
             f"directory with --root or {ROOT_ENV}\n"
         )
         return EXIT_USAGE

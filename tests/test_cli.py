@@ -204,7 +204,7 @@ def test_bad_input_is_one_clear_line_and_changes_nothing(store_root: Path, tmp_p
     assert "choose a writable directory" in err
     err = cli(root, "import", str(blocker), code=2).stderr
     assert "is not an afk-local export" in err
-    assert "Not a directory" in cli(unwritable, "runs", code=2).stderr
+    assert "not a directory" in cli(unwritable, "runs", code=2).stderr
     assert "no runs under" in cli(tmp_path / "absent", "runs").stdout  # an empty store is fine
     assert not (tmp_path / "absent").exists()
     assert snapshot(root) == before
