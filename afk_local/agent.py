@@ -200,6 +200,8 @@ class AgentRunner:
         try:
             done = self._settled(run.meta, value)  # re-read under the lock
             if done is None:
+                done = self._finished_unmarked(writer)
+            if done is None:
                 state = run.reader().resume_state(on_corrupt=on_corrupt)
                 if state.skipped:
                     log.warning(
@@ -259,6 +261,17 @@ class AgentRunner:
                 f"run {meta.run_id!r} is {meta.status}, not paused: input is only for paused runs"
             )
         return None
+
+    def _finished_unmarked(self, writer: DurableWriter) -> AgentResult | None:
+        """A completed ``run_terminal`` that a crash kept out of ``run.meta``: honour it."""
+        latest = writer.run.reader().latest()
+        if latest is None or latest.phase != Phase.RUN_TERMINAL.value:
+            return None
+        payload = latest.payload if isinstance(latest.payload, dict) else {}
+        if payload.get("state") != RunStatus.COMPLETED.value or "terminal_result" not in payload:
+            return None
+        writer.update_meta(status=RunStatus.COMPLETED, pause=None, error=None)
+        return result_from_terminal(payload["terminal_result"], writer.run_id)
 
     def _attempt(
         self,
