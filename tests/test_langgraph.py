@@ -365,3 +365,39 @@ def test_store_gc_keeps_langgraph_history(tmp_path):
     assert not report.errors
     with AfkLocalSaver(tmp_path) as saver:
         assert len(list(saver.list({"configurable": {"thread_id": "kept"}}))) == 12
+
+
+def test_index_cache_spares_a_new_process_from_decoding_every_file(tmp_path, monkeypatch):
+    with AfkLocalSaver(tmp_path) as saver:
+        parent = None
+        for i in range(20):
+            _put(saver, "t", f"{i:04d}", parent, x=i)
+            parent = f"{i:04d}"
+        saver.prune(["other"])  # unknown thread: no-op
+    loads: list[str] = []
+    original = afk.RunReader.load
+
+    def counting(self, file):
+        loads.append(file.name)
+        return original(self, file)
+
+    monkeypatch.setattr(afk.RunReader, "load", counting)
+    latest = {"configurable": {"thread_id": "t"}}
+    with AfkLocalSaver(tmp_path) as fresh:
+        assert fresh.get_tuple(latest).checkpoint["channel_values"] == {"x": 19}
+    assert len(loads) == 1  # only the checkpoint returned; ids came from langgraph.index
+
+    # A damaged cache only costs time: every file is decoded instead.
+    run_dir = afk.Store(tmp_path).paths(thread_run_id("t")).dir
+    (run_dir / "langgraph.index").write_bytes(b"\x00garbage" * 10)
+    loads.clear()
+    with AfkLocalSaver(tmp_path) as fresh:
+        assert fresh.get_tuple(latest).checkpoint["channel_values"] == {"x": 19}
+        assert len(list(fresh.list(latest))) == 20
+        fresh.prune(["t"])  # rewrites the latest file as a keyframe: its cache entry goes stale
+    assert len(loads) > 20
+    with AfkLocalSaver(tmp_path) as fresh:
+        (only,) = list(fresh.list(latest))
+        assert only.checkpoint["channel_values"] == {"x": 19}
+        _put(fresh, "t", "0020", "0019", x=20)
+        assert fresh.get_tuple(latest).checkpoint["channel_values"] == {"x": 20}

@@ -87,6 +87,9 @@ PHASE = "langgraph"
 WRITES_NAME = "langgraph.writes"
 """The append-only pending-writes file inside a thread's run directory."""
 
+INDEX_NAME = "langgraph.index"
+"""A cache of each checkpoint file's ids and metadata, so a new process need not decode them all."""
+
 RUN_PREFIX = "lg-"
 """Run ids of LangGraph threads start with this."""
 
@@ -137,6 +140,9 @@ class _Payload(msgspec.Struct, kw_only=True, frozen=True):
 # One put_writes call: (ns, checkpoint_id, task_id, task_path, [(idx, channel, type, bytes)])
 _WriteFrame = tuple[str, str, str, str, list[tuple[int, str, str, bytes]]]
 _WRITE_DECODER = msgspec.msgpack.Decoder(_WriteFrame)
+# One checkpoint file: (file name, crc32 from its AFK1 header, ns, id, parent, run_id, metadata)
+_IndexFrame = tuple[str, int, str, str, str | None, str | None, tuple[str, bytes]]
+_INDEX_DECODER = msgspec.msgpack.Decoder(_IndexFrame)
 _ENCODER = msgspec.msgpack.Encoder()
 
 
@@ -202,6 +208,7 @@ class _Handle:
     thread_id: str
     writer: RunWriter
     writes_fd: int | None = None
+    index_fd: int | None = None
 
 
 class AfkLocalSaver(BaseCheckpointSaver[str]):
@@ -675,8 +682,14 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
                 )
             )
             self._indexes[run_id] = index
-        for name in sorted(set(found) - set(index.entries)):
+        missing = sorted(set(found) - set(index.entries))
+        cached = _read_index_file(paths.dir / INDEX_NAME) if len(missing) > 1 else {}
+        for name in missing:
             file, ino = found[name]
+            hit = cached.get(name)
+            if hit is not None and hit[1] == _header_crc(paths.dir / name):
+                index.add(_entry_from_frame(file, ino, hit))
+                continue
             record = index.reader.load(file)
             payload = self._payload(record.payload, index, file)
             if payload.thread_id != thread_id:
@@ -732,12 +745,41 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
             self._drop_handle(handle)  # a failed write poisons the writer: reopen from disk
             raise
         run_id = handle.writer.run_id
+        path = handle.writer.paths.checkpoint(record.seq, PHASE)
+        self._append_index(handle, path, payload)
         index = self._indexes.get(run_id)
         if index is not None:
-            path = handle.writer.paths.checkpoint(record.seq, PHASE)
             file = CheckpointFile(record.seq, PHASE, path.name)
             ino = os.stat(path, follow_symlinks=False).st_ino
             index.add(_entry(file, ino, payload))
+
+    def _append_index(self, handle: _Handle, path: Path, payload: _Payload) -> None:
+        """Add a checkpoint to the index cache (not fsynced: a lost entry is only a miss)."""
+        crc = _header_crc(path)
+        if crc is None:
+            return
+        frame: _IndexFrame = (
+            path.name,
+            crc,
+            payload.ns,
+            payload.id,
+            payload.parent,
+            payload.run_id,
+            payload.metadata,
+        )
+        index_path = path.parent / INDEX_NAME
+        try:
+            if handle.index_fd is None:
+                fd = fsio.open_append(index_path)
+                good = _index_good_end(index_path)
+                if os.fstat(fd).st_size > good:  # a torn tail would hide every later entry
+                    fsio.truncate(fd, good, index_path)
+                handle.index_fd = fd
+            fsio.write_all(handle.index_fd, _frame(_ENCODER.encode(frame)), index_path)
+        except OSError as exc:
+            log.warning(
+                "run %s: index cache %s not updated: %s", handle.writer.run_id, index_path, exc
+            )
 
     def _append_writes(self, handle: _Handle, data: bytes) -> None:
         path = handle.writer.paths.dir / WRITES_NAME
@@ -784,10 +826,11 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
                         ),
                     )
         finally:
-            if handle.writes_fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(handle.writes_fd)
-                handle.writes_fd = None
+            for fd in (handle.writes_fd, handle.index_fd):
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            handle.writes_fd = handle.index_fd = None
             handle.writer.close()
 
     def _drop_handle(self, handle: _Handle) -> None:
@@ -936,6 +979,58 @@ def _entry(file: CheckpointFile, ino: int, payload: _Payload) -> _Entry:
     )
 
 
+def _entry_from_frame(file: CheckpointFile, ino: int, frame: _IndexFrame) -> _Entry:
+    name, _crc, ns, checkpoint_id, parent, run_id, metadata = frame
+    return _Entry(file.seq, name, ino, ns, checkpoint_id, parent, metadata, run_id)
+
+
+def _header_crc(path: Path) -> int | None:
+    """The crc32 field of an AFK1 file's header (identifies its exact bytes), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        head = os.pread(fd, codec.HEADER_SIZE, 0)
+    finally:
+        os.close(fd)
+    if len(head) < codec.HEADER_SIZE:
+        return None
+    crc: int = struct.unpack_from("<I", head, codec.HEADER_SIZE - 4)[0]
+    return crc
+
+
+_MAX_INDEX_BYTES = 256 << 20
+
+
+def _index_frames(path: Path) -> tuple[list[_IndexFrame], int]:
+    """The readable frames of an index cache file and where they end (first bad frame)."""
+    try:
+        data = fsio.read_bounded(path, _MAX_INDEX_BYTES)
+    except (OSError, ValueError):
+        return [], 0
+    frames: list[_IndexFrame] = []
+    pos = 0
+    while pos < len(data) and _bad_frame(data, pos, _MAX_INDEX_BYTES) is None:
+        length, _ = _FRAME_HEADER.unpack_from(data, pos)
+        body = data[pos + _FRAME_HEADER.size : pos + _FRAME_HEADER.size + length]
+        try:
+            frames.append(_INDEX_DECODER.decode(body))
+        except msgspec.DecodeError:
+            break
+        pos += _FRAME_HEADER.size + length
+    return frames, pos
+
+
+def _read_index_file(path: Path) -> dict[str, _IndexFrame]:
+    """Index cache entries by file name (the newest entry of a name wins)."""
+    return {frame[0]: frame for frame in _index_frames(path)[0]}
+
+
+def _index_good_end(path: Path) -> int:
+    return _index_frames(path)[1]
+
+
 def _bad_frame(data: bytes, pos: int, max_bytes: int) -> str | None:
     """Why the frame at ``pos`` is unusable, or None when its length and crc check out."""
     if len(data) - pos < _FRAME_HEADER.size:
@@ -971,4 +1066,12 @@ def _pread_all(fd: int, offset: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-__all__ = ["INTEGRATION", "PHASE", "RUN_PREFIX", "WRITES_NAME", "AfkLocalSaver", "thread_run_id"]
+__all__ = [
+    "INDEX_NAME",
+    "INTEGRATION",
+    "PHASE",
+    "RUN_PREFIX",
+    "WRITES_NAME",
+    "AfkLocalSaver",
+    "thread_run_id",
+]
