@@ -41,6 +41,7 @@ from afk_local.agent_state import (
     result_from_terminal,
 )
 from afk_local.agent_tools import (
+    JOURNAL_ERRORS,
     CallOutcome,
     SubagentFailedError,
     ToolExecutor,
@@ -419,7 +420,7 @@ class _Loop:
                     in_doubt="retry",
                     retry_errors=True,
                 )
-            except AfkLocalError:
+            except JOURNAL_ERRORS:
                 raise
             except Exception as exc:
                 log.warning(

@@ -24,12 +24,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from afk_local.agent_types import Agent, Tool, ToolCall
-from afk_local.errors import AfkLocalError
+from afk_local.errors import (
+    AfkLocalError,
+    EffectInDoubtError,
+    EffectLogCorruptionError,
+    EffectMismatchError,
+    WriterFailedError,
+)
 from afk_local.journal import Journal
 
 log = logging.getLogger("afk_local")
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+JOURNAL_ERRORS = (
+    EffectInDoubtError,
+    EffectMismatchError,
+    EffectLogCorruptionError,
+    WriterFailedError,
+)
+"""Errors of the run's own bookkeeping: never retried or handed to the model."""
 
 
 class ToolFailedError(AfkLocalError):
@@ -200,7 +214,7 @@ class ToolExecutor:
                     in_doubt=self.in_doubt,
                     retry_errors=True,
                 )
-            except AfkLocalError:
+            except JOURNAL_ERRORS:
                 raise
             except Exception as exc:
                 log.warning(
@@ -245,9 +259,7 @@ class ToolExecutor:
                 in_doubt="retry",
                 retry_errors=True,
             )
-        except AfkLocalError as exc:
-            if isinstance(exc, SubagentFailedError):
-                return CallOutcome(call, ok=False, error=str(exc), child_run_id=child)
+        except JOURNAL_ERRORS:
             raise
         except Exception as exc:
             return CallOutcome(
@@ -258,6 +270,7 @@ class ToolExecutor:
 
 
 __all__ = [
+    "JOURNAL_ERRORS",
     "CallOutcome",
     "SubagentFailedError",
     "ToolExecutor",
