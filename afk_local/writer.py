@@ -194,7 +194,13 @@ class DurableWriter:
         self._last_step = step
         if self.durability == "sync":
             with self._io_lock:
-                self.run.checkpoint(phase_name, payload, step=step)
+                try:
+                    self.run.checkpoint(phase_name, payload, step=step)
+                except BaseException as exc:
+                    if self.run._failed is not None:  # I/O failed: fatal, as in the other modes
+                        self._set_error(exc)
+                        self._error_surfaced = True
+                    raise
                 self.written += 1
             return
         data = self._encode(payload)

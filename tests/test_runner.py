@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import importlib
 import random
 import sys
@@ -16,6 +17,7 @@ import pytest
 import runner_jobs as rj
 
 import afk_local as afk
+from afk_local import fsio
 from afk_local.runner import load_entrypoint, resume_run
 from afk_local.testing import run_and_kill
 
@@ -312,3 +314,30 @@ def test_resume_run_is_resume(afk_store):
     with pytest.raises(afk.RunPaused):
         rj.approval.run(1, run_id="r")
     assert resume_run("r", afk_store, "no") == {"quote": 2, "answer": "no", "paid": None}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_fsync_failure_stops_the_job_and_the_run_resumes_from_disk(tmp_path, mode):
+    store = afk.Store(tmp_path / "s")
+    job = rj.APPENDERS[mode].with_store(store)
+    out = tmp_path / "out.txt"
+    count = {"n": 0}
+
+    def hook(operation, path):
+        if (operation == "fsync" and path.endswith(".ckpt")) or (
+            ".tmp-" in path and operation == "fsync"
+        ):
+            count["n"] += 1
+            if count["n"] == 10:
+                raise OSError(errno.EIO, "injected", path)
+
+    previous = fsio.set_io_hook(hook)
+    try:
+        with pytest.raises((OSError, afk.WriterFailedError)):
+            job.run(str(out), run_id="io")
+    finally:
+        fsio.set_io_hook(previous)
+    # not marked failed: the run is interrupted and resumes from what is on disk
+    assert store.read_meta("io").status is afk.RunStatus.RUNNING
+    assert job.run(run_id="io") == EXPECTED_TOTAL
+    assert sorted(_lines(out)) == list(range(rj.STEPS))
