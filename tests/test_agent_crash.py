@@ -219,3 +219,24 @@ def test_finished_subagent_is_not_rerun(tmp_path: Path, kill: dict[str, Any]) ->
     assert store.read_meta("sub.s1.s1c0").status is afk.RunStatus.COMPLETED
     assert store.read_meta("sub.s1.s1c0").parent_run_id == "sub"
     assert results[0]["final_text"] == reference(tmp_path, **agent).final_text
+
+
+def test_example_agent_resume_killed_and_resumed(tmp_path: Path) -> None:
+    """examples/agent_resume.py: SIGKILLed mid-run, run again, every note saved exactly once."""
+    script = Path(__file__).resolve().parent.parent / "examples" / "agent_resume.py"
+    notes = tmp_path / "notes.txt"
+    args = ["--topics", "5", "--delay", "0.01", "--notes", str(notes)]
+    boot = (
+        f"import runpy, sys; sys.argv = [{str(script)!r}] + sys.argv[1:]; "
+        f"runpy.run_path({str(script)!r}, run_name='__main__')"
+    )
+    env = {"AFK_LOCAL_ROOT": str(tmp_path / "store")}
+    killed = proc.kill_after(proc.spawn(boot, *args, env=env), acks=7)
+    assert killed.returncode == -signal.SIGKILL and len(killed.lines) >= 7
+    done = proc.run(boot, *args, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "completed: Researched 5 topics; 5 notes saved." in done.stdout
+    assert len(notes.read_text().splitlines()) == 5
+    assert len(set(notes.read_text().splitlines())) == 5
+    # the resumed process did not start over: the first topic's tools were not called again
+    assert "tool search write-ahead logs" not in done.stdout
