@@ -53,7 +53,7 @@ def run_killed(jobs: list[dict[str, Any]], batch: int = 4) -> None:
 
 def test_kill_at_every_phase_boundary_then_resume(tmp_path: Path, trials: Any) -> None:
     """Must-show 2: SIGKILL after each checkpoint of a run in turn; resume in a new process."""
-    steps = trials(2, 5)
+    steps = trials(3, 6)
     agent = {"steps": steps, "per_step": 2}
     ref = reference(tmp_path, **agent)
     ref_effects = sorted(lines(tmp_path / "ref-out" / "effects.log"))
