@@ -17,7 +17,6 @@ import inspect
 import json
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -187,7 +186,6 @@ class ToolExecutor:
         self.run_id = run_id
         self.in_doubt = in_doubt
         self.backoff_s = backoff_s
-        self._lock = threading.Lock()
 
     def replayable(self, key: str) -> bool:
         """True when ``key`` has an ``ok`` outcome (calling it will replay, not execute)."""

@@ -363,3 +363,17 @@ def test_storage_growth_200_steps(tmp_path: Path) -> None:
         f"({row['ratio']:.2%}); JSON of runtime_state rows only: {row['json_rs_bytes']:,} B"
     )
     assert row["disk_bytes"] < row["json_bytes"] / 5
+
+
+@pytest.mark.parametrize("durability", ["async", "exit"])
+def test_durability_modes_give_the_same_result(tmp_path: Path, durability: str) -> None:
+    results = []
+    for mode in ("sync", durability):
+        out = tmp_path / mode
+        out.mkdir()
+        runner = afk.AgentRunner(tmp_path / f"store-{mode}", durability=mode)
+        results.append(summary(runner.run(make_agent(out, steps=3), "go", run_id="d")))
+    assert results[0] == results[1]
+    reader = afk.Store(tmp_path / f"store-{durability}").open("d")
+    assert reader.meta.status is afk.RunStatus.COMPLETED
+    assert reader.history()[-1].phase == "run_terminal"
