@@ -107,13 +107,16 @@ class AgentLoop:
             snap.requested_model = agent.model
 
     def checkpoint(self, phase: Phase, payload: dict[str, Any]) -> None:
+        """Write a light phase checkpoint at the current step."""
         self.writer.checkpoint(phase, payload, step=self.snap.step)
 
     def snapshot(self, stage: str) -> None:
+        """Write the full ``runtime_state`` snapshot, taken at ``stage``."""
         self.snap.stage = stage
         self.writer.checkpoint(Phase.RUNTIME_STATE, self.snap.payload(), step=self.snap.step)
 
     def drive(self) -> AgentResult:
+        """Step until a final answer (completed) or a pause; failures raise."""
         snap = self.snap
         while True:
             response = snap.pending
@@ -137,6 +140,7 @@ class AgentLoop:
     # -- the LLM ------------------------------------------------------------------
 
     def call_llm(self) -> LLMResponse:
+        """``pre_llm``, the journaled model call (with retries), ``post_llm`` and its snapshot."""
         snap, agent = self.snap, self.agent
         self.checkpoint(
             Phase.PRE_LLM,
@@ -206,6 +210,7 @@ class AgentLoop:
         return response
 
     def finish(self, response: LLMResponse) -> AgentResult:
+        """Write the completed ``run_terminal`` with the final answer."""
         snap = self.snap
         snap.final_text = response.text
         snap.final_structured = response.structured
@@ -334,6 +339,7 @@ class AgentLoop:
         return denied
 
     def pause(self, call: ToolCall) -> AgentResult:
+        """Durably pause the run for a decision on ``call``."""
         pending = {
             "kind": APPROVAL,
             "prompt": {
