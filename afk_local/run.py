@@ -13,8 +13,9 @@ import logging
 import os
 import time
 import traceback as traceback_module
+from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from filelock import FileLock, Timeout
@@ -39,8 +40,19 @@ from afk_local.records import (
 log = logging.getLogger("afk_local")
 
 DEFAULT_MAX_CHAIN = 32
+_MAX_CHAINS = 16
+"""Phases whose newest record a writer keeps as a delta base (oldest used is dropped)."""
+
 DEFAULT_DELTA_FRACTION = 0.5
 """A delta larger than this fraction of an (estimated) full frame is written as a keyframe."""
+
+
+class _Chain(NamedTuple):
+    """The newest checkpoint of one phase: the base of that phase's next delta."""
+
+    raw: bytes
+    seq: int
+    length: int
 
 
 def now_ms() -> int:
@@ -113,11 +125,10 @@ class RunWriter:
         self._closed = False
         self._close_hooks: list[Callable[[], None]] = []
         self._journal: Journal | None = None
-        # Delta state: decoded bytes of the previous checkpoint and the chain length
-        # behind it. Empty after open, so the first checkpoint of every attempt is a keyframe.
-        self._prev_raw: bytes | None = None
-        self._prev_seq = 0
-        self._chain_len = 0
+        # Delta state per phase: the newest checkpoint of each phase written by this
+        # writer is the base of the next one of that phase. Empty after open, so the
+        # first checkpoint of every attempt is a keyframe.
+        self._chains: OrderedDict[str, _Chain] = OrderedDict()
         self._key_ratio = 0.3
         self._dir = str(paths.dir) + os.sep
         self._latest = str(paths.latest)
@@ -198,7 +209,7 @@ class RunWriter:
             raise ValueError(
                 f"checkpoint of {len(raw)} bytes exceeds max_record_bytes={self._max_record_bytes}"
             )
-        data = self._frame(record.seq, raw)
+        data = self._frame(record.seq, phase, raw)
         name = checkpoint_name(record.seq, phase)
         final = self._dir + name
         try:
@@ -233,26 +244,31 @@ class RunWriter:
                 with contextlib.suppress(OSError):
                     os.unlink(self.paths.latest)
 
-    def _frame(self, seq: int, raw: bytes) -> bytes:
-        use_delta = (
-            self._prev_raw is not None
-            and self._prev_seq == seq - 1
-            and self._chain_len < self._max_chain
-            and len(self._prev_raw) <= codec.MAX_DELTA_BASE_BYTES
-        )
-        if use_delta:
-            assert self._prev_raw is not None
-            body = codec.compress(raw, self._prev_raw, level=self._level)
+    def _frame(self, seq: int, phase: str, raw: bytes) -> bytes:
+        # The base is the newest earlier checkpoint of the same phase, not simply the
+        # previous checkpoint: in the agent protocol a large runtime_state follows a
+        # tiny phase payload, and a delta against that is as big as a keyframe.
+        chain = self._chains.pop(phase, None)
+        if (
+            chain is not None
+            and chain.length < self._max_chain
+            and len(chain.raw) <= codec.MAX_DELTA_BASE_BYTES
+        ):
+            body = codec.compress(raw, chain.raw, level=self._level)
             if len(body) <= self._delta_fraction * self._key_ratio * len(raw) + 64:
-                self._prev_raw, self._prev_seq = raw, seq
-                self._chain_len += 1
+                self._remember_chain(phase, _Chain(raw, seq, chain.length + 1))
                 return codec.pack_frame(
-                    codec.KIND_CHECKPOINT, body, flags=codec.FLAG_DELTA, base_seq=seq - 1
+                    codec.KIND_CHECKPOINT, body, flags=codec.FLAG_DELTA, base_seq=chain.seq
                 )
         body = codec.compress(raw, level=self._level)
         self._key_ratio = len(body) / max(len(raw), 1)
-        self._prev_raw, self._prev_seq, self._chain_len = raw, seq, 0
+        self._remember_chain(phase, _Chain(raw, seq, 0))
         return codec.pack_frame(codec.KIND_CHECKPOINT, body)
+
+    def _remember_chain(self, phase: str, chain: _Chain) -> None:
+        self._chains[phase] = chain
+        while len(self._chains) > _MAX_CHAINS:
+            self._chains.popitem(last=False)
 
     def update_meta(self, **changes: Any) -> RunMeta:
         """Replace ``run.meta`` atomically with ``changes`` applied (and ``updated_ms`` bumped)."""

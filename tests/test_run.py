@@ -281,3 +281,25 @@ def test_custom_types_through_hooks(tmp_path: Path) -> None:
     with store.create("r") as run:
         run.checkpoint("runtime_state", {"price": Money(110)}, step=1)
     assert store.open("r").latest().payload == {"price": {"__money__": 110}}
+
+
+def test_delta_base_is_the_newest_checkpoint_of_the_same_phase(store: afk.Store) -> None:
+    # A large snapshot after each tiny phase payload must still be a small delta.
+    snapshot: dict[str, object] = {"messages": []}
+    with store.create("r") as run:
+        for step in range(1, 11):
+            run.checkpoint("step_started", {"state": "running", "message_count": step}, step=step)
+            snapshot["messages"].append(f"message {step} " * 50)  # type: ignore[union-attr]
+            run.checkpoint("runtime_state", snapshot, step=step)
+    reader = afk.Store(store.root).open("r")
+    headers = {
+        f.seq: afk.codec.unpack_frame(
+            (reader.paths.dir / f.name).read_bytes(), f.name, expect_kind=1
+        )[0]
+        for f in reader.checkpoint_files()
+    }
+    assert headers[4].base_seq == 2 and headers[20].base_seq == 18
+    assert headers[3].base_seq == 1
+    assert reader.latest().payload == snapshot
+    assert [c.payload for c in reader.history()][-1] == snapshot
+    assert reader.verify().ok
