@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest_plugins = ["afk_local.testing"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(

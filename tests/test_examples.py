@@ -17,6 +17,7 @@ EXAMPLES: dict[str, tuple[list[list[str]], str]] = {
     "batch_resume.py": ([["--items", "60", "--delay", "0"]], "'sum': 70210"),
     "notebook_loop.py": ([[]], "done:"),
     "human_approval.py": ([[], ["--answer", "yes"]], "'sent': True"),
+    "agent_resume.py": ([["--delay", "0"]], "completed: Researched 6 topics"),
 }
 
 

@@ -21,8 +21,6 @@ from afk_local import fsio
 from afk_local.runner import load_entrypoint, resume_run
 from afk_local.testing import run_and_kill
 
-pytest_plugins = ["afk_local.testing"]
-
 EXPECTED_TOTAL = sum(i * i for i in range(rj.STEPS))
 # Durable I/O calls of one uninterrupted 50-step attempt, roughly: kill points are drawn below this.
 IO_SPAN = {"sync": 600, "async": 600, "exit": 260}
