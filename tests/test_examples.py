@@ -25,9 +25,10 @@ def run_example(script: str, args: list[str], root: Path, timeout: float = 120):
     env = {"AFK_LOCAL_ROOT": str(root), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     # run as __main__ from its own directory, the way a user starts it
     # from a scratch working directory, so files an example writes land there
+    path = str(EXAMPLES_DIR / script)
     boot = (
-        f"import os; os.chdir({str(root.parent)!r}); import runpy, sys; sys.argv = [{str(EXAMPLES_DIR / script)!r}] + sys.argv[1:]; "
-        + (f"runpy.run_path({str(EXAMPLES_DIR / script)!r}, run_name='__main__')")
+        f"import os, runpy, sys; os.chdir({str(root.parent)!r}); "
+        f"sys.argv = [{path!r}] + sys.argv[1:]; runpy.run_path({path!r}, run_name='__main__')"
     )
     return proc.run(boot, *args, env=env, timeout=timeout)
 
