@@ -249,17 +249,22 @@ class RunContext:
         self._steps += 1
         if _test_hook is not None:
             _test_hook("step", key)
-        result: R = self._writer.effects.call(
-            key,
-            fn,
-            args,
-            kwargs,
-            name=name,
-            step=self._steps,
-            idempotent=idempotent,
-            in_doubt=self._in_doubt,
-            retry_errors=True,
-        )
+        _stop_deferral[0] += 1  # SIGTERM waits for the outcome: a stopped step is not in doubt
+        try:
+            result: R = self._writer.effects.call(
+                key,
+                fn,
+                args,
+                kwargs,
+                name=name,
+                step=self._steps,
+                idempotent=idempotent,
+                in_doubt=self._in_doubt,
+                retry_errors=True,
+            )
+        finally:
+            _stop_deferral[0] -= 1
+        _raise_deferred_stop()
         return result
 
     async def astep(
@@ -846,9 +851,25 @@ def _run_coroutine(coroutine: Awaitable[T]) -> T:
     )
 
 
+_stop_deferral = [0, 0]
+"""[steps in flight, SIGTERM received meanwhile (0 = none)]: see :func:`_sigterm_exits`."""
+
+
+def _raise_deferred_stop() -> None:
+    """Raise the SystemExit a SIGTERM asked for while a step ran (main thread, no step left)."""
+    signum = _stop_deferral[1]
+    if signum and _stop_deferral[0] == 0 and threading.current_thread() is threading.main_thread():
+        _stop_deferral[1] = 0
+        raise SystemExit(128 + signum)
+
+
 @contextlib.contextmanager
 def _sigterm_exits() -> Iterator[None]:
-    """While a job runs in the main thread, SIGTERM raises SystemExit: queued checkpoints flush."""
+    """While a job runs in the main thread, SIGTERM raises SystemExit: queued checkpoints flush.
+
+    Inside ``ctx.step`` the exit waits until the step's outcome is journaled, so
+    a run stopped by SIGTERM (the watcher stopping) leaves no effect in doubt.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -862,6 +883,9 @@ def _sigterm_exits() -> Iterator[None]:
         return
 
     def stop(signum: int, frame: object) -> None:
+        if _stop_deferral[0] > 0:  # inside ctx.step: stop right after its outcome is journaled
+            _stop_deferral[1] = signum
+            return
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
@@ -869,6 +893,7 @@ def _sigterm_exits() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        _stop_deferral[1] = 0
 
 
 # -- the decorator and module-level entry points ------------------------------------------

@@ -298,7 +298,13 @@ def test_sigterm_stops_children_cleanly_and_next_watcher_finishes(tmp_path: Path
     store = Store(root)
     rids = ["term-a", "term-b"]
     for rid in rids:
-        interrupt(root, "counter", rid, str(tmp_path / f"{rid}.txt"), 12, 0.3, acks=1)
+        # time is spent inside non-idempotent steps: SIGTERM must wait for the outcome,
+        # or the next resume finds the step in doubt and refuses. (Created, never run:
+        # what `afk-local submit` leaves for the watcher.)
+        args = [str(tmp_path / f"{rid}.txt"), 12, 0.3]
+        store.create(
+            rid, entrypoint="watcher_jobs:slow_counter", params={"args": args, "kwargs": {}}
+        ).close()
     with Serving(root) as watcher:
         watcher.wait_for(lambda: len(of(watcher.events, "resumed")) == 2)
         for rid in rids:  # each child has made progress of its own

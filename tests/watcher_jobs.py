@@ -62,3 +62,21 @@ def flaky(ctx: afk.RunContext, out: str, flag: str) -> str:
             pass
         raise RuntimeError("first attempt fails on purpose")
     return "fine"
+
+
+def slow_record(path: str, i: int, delay: float) -> int:
+    """A slow outside side effect that does NOT deduplicate: running it twice shows."""
+    time.sleep(delay)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(f"{i} -\n")
+    return i
+
+
+@afk.durable
+def slow_counter(ctx: afk.RunContext, out: str, n: int = 6, delay: float = 0.2) -> int:
+    """Like ``counter``, but the time is spent inside a non-idempotent step."""
+    ctx.state.setdefault("sum", 0)
+    for i in ctx.iterate(range(n), progress=False):
+        print(f"start {i}", flush=True)
+        ctx.state["sum"] += ctx.step("slow", slow_record, out, i, delay)
+    return int(ctx.state["sum"])
