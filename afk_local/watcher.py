@@ -507,9 +507,10 @@ class Watcher:
             if self.stop_event.is_set():
                 break
             self.reap()
-            if any(path.startswith(requests_dir) for _, path in changes):
-                self.handle_requests()
-            if changes or time.monotonic() - last_sweep >= self.interval:
+            timer = time.monotonic() - last_sweep >= self.interval
+            if timer or any(path.startswith(requests_dir) for _, path in changes):
+                self.handle_requests()  # on the timer too: a request may have waited for room
+            if changes or timer:
                 self.sweep()
                 last_sweep = time.monotonic()
             self.start_pending()
