@@ -81,12 +81,18 @@ def bench_latency(base: Path, repeat: int) -> list[list[object]]:
     run = store.create("latency")
     # Interleave the two so disk state and noise hit both alike.
     floor_samples, latest_samples, afk_samples = [], [], []
+    # Interleave the three and rotate their order every round: on ext4 an fsync also
+    # commits metadata the previous operation left (e.g. a freed symlink inode), so a
+    # fixed order would bill one contender for another's work.
     for i in range(repeat):
-        floor_samples.append(median_us(lambda i=i: floor_write(i), 1))
-        latest_samples.append(median_us(lambda i=i: floor_with_latest(i), 1))
-        afk_samples.append(
-            median_us(lambda i=i: run.checkpoint("runtime_state", states[i], step=i + 1), 1)
-        )
+        contenders = [
+            (floor_samples, lambda i=i: floor_write(i)),
+            (latest_samples, lambda i=i: floor_with_latest(i)),
+            (afk_samples, lambda i=i: run.checkpoint("runtime_state", states[i], step=i + 1)),
+        ]
+        shift = i % len(contenders)
+        for samples, fn in contenders[shift:] + contenders[:shift]:
+            samples.append(median_us(fn, 1))
     run.close()
     floor = statistics.median(floor_samples)
     with_latest = statistics.median(latest_samples)
