@@ -9,12 +9,9 @@ watches ``runs/`` and ``requests/`` with watchfiles and sweeps again on a timer
 ``python -m afk_local resume RUN``, that takes the lock itself; its output goes
 to ``runs/<id>/logs/attempt-<n>.log``.
 
-Crash loops: before it starts a child the watcher *claims* the run under its
-lock (held for a few milliseconds): ``watcher_attempts`` + 1 and a lease in
-``next_attempt_ms``, so a second watcher leaves it alone. When the child dies
-without finishing, the next attempt waits ``backoff * 2**(n-1)`` seconds; past
-``max_attempts`` the run is marked ``failed`` with the reason. An attempt that
-wrote a new ``runtime_state`` checkpoint made progress and resets the count.
+Crash loops: every automatic resume is an *attempt*, claimed under the run's lock
+with a lease, backed off after each death without progress and given up past
+``max_attempts`` (see :mod:`afk_local.watcher_attempts`).
 
 Example:
     >>> from afk_local.watcher import Watcher  # doctest: +SKIP
@@ -37,24 +34,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from afk_local import codec, fsio
-from afk_local.errors import AfkLocalError, RunLockedError
-from afk_local.layout import LOGS_NAME, scan_checkpoints
+from afk_local import fsio
+from afk_local.errors import AfkLocalError
+from afk_local.layout import LOGS_NAME
 from afk_local.ownership import boot_id, lock_is_held
 from afk_local.reader import read_meta
-from afk_local.records import Phase, RunMeta, RunStatus
-from afk_local.run import acquire_lock, now_ms
+from afk_local.records import RunMeta, RunStatus
+from afk_local.run import now_ms
 from afk_local.store import Store
+from afk_local.watcher_attempts import (
+    RESUMABLE,
+    attempt_died,
+    claim,
+    release,
+    update_meta_unowned,
+)
 
 log = logging.getLogger("afk_local")
 
 LOCKED_EXIT = 75
 """Exit code of ``afk-local resume`` when another process holds the run (EX_TEMPFAIL)."""
-
-_RESUMABLE = (RunStatus.RUNNING, RunStatus.CREATED)
-_LOG_TAIL_BYTES = 2000
 
 
 @dataclass(frozen=True)
@@ -199,6 +198,10 @@ class Watcher:
         self._cache[run_id] = _Cached(key, meta)
         return meta
 
+    def forget(self, run_id: str) -> None:
+        """Drop the cached ``run.meta`` of ``run_id``: it changed (or is about to)."""
+        self._cache.pop(run_id, None)
+
     def interrupted(self, now: int | None = None) -> list[str]:
         """Runs a watcher should resume now: interrupted, resumable, not backing off.
 
@@ -211,7 +214,7 @@ class Watcher:
             if run_id in self.children:
                 continue
             meta = self._meta(run_id)
-            if meta is None or meta.status not in _RESUMABLE or meta.entrypoint is None:
+            if meta is None or meta.status not in RESUMABLE or meta.entrypoint is None:
                 continue
             if meta.next_attempt_ms > stamp:
                 continue
@@ -231,67 +234,14 @@ class Watcher:
 
     # -- claiming and starting ---------------------------------------------------------
 
-    def _write_meta(self, run_id: str, meta: RunMeta) -> None:
-        paths = self.store.paths(run_id)
-        fsio.atomic_write(paths.meta, codec.encode_meta(self.store.codec, meta))
-
     def update_meta_unowned(
         self, run_id: str, change: Callable[[RunMeta], dict[str, Any] | None]
     ) -> RunMeta | None:
         """Change ``run.meta`` of a run nobody owns, holding its lock for a moment.
 
-        ``change(meta)`` (called with the meta read under the lock) returns the
-        fields to replace, or None to leave the run alone. Returns the new meta,
-        or None when the lock is held, the run is gone or ``change`` said no.
+        See :func:`afk_local.watcher_attempts.update_meta_unowned`.
         """
-        paths = self.store.paths(run_id)
-        try:
-            lock = acquire_lock(paths, 0.0)
-        except (RunLockedError, OSError):
-            return None
-        try:
-            try:
-                meta = read_meta(paths, self.store.codec)
-            except AfkLocalError:
-                return None
-            changes = change(meta)
-            if changes is None:
-                return None
-            new = msgspec.structs.replace(meta, updated_ms=now_ms(), **changes)
-            self._write_meta(run_id, new)
-            return new
-        finally:
-            lock.release()
-
-    def _claim(self, run_id: str, *, manual: bool) -> tuple[RunMeta, int] | None:
-        """Take the next attempt of ``run_id`` (attempts + 1, lease); None when not ours."""
-        stamp = now_ms()
-        lease = stamp + int(self.lease * 1000)
-        over: list[RunMeta] = []
-
-        def decide(meta: RunMeta) -> dict[str, Any] | None:
-            if meta.entrypoint is None:
-                return None
-            if manual:  # a person asked: failed runs too, and the count starts over
-                if meta.status is RunStatus.COMPLETED:
-                    return None
-                return {"watcher_attempts": 0, "next_attempt_ms": lease}
-            if meta.status not in _RESUMABLE or meta.next_attempt_ms > stamp:
-                return None
-            if meta.watcher_attempts >= self.max_attempts:
-                over.append(meta)
-                return None
-            return {"watcher_attempts": meta.watcher_attempts + 1, "next_attempt_ms": lease}
-
-        paths = self.store.paths(run_id)
-        files = scan_checkpoints(paths.dir) if paths.dir.is_dir() else []
-        seq = files[-1].seq if files else 0
-        meta = self.update_meta_unowned(run_id, decide)
-        if meta is None:
-            if over:
-                self._give_up(run_id, over[0].watcher_attempts, None)
-            return None
-        return meta, seq
+        return update_meta_unowned(self.store, run_id, change)
 
     def _open_log(self, run_id: str, attempt: int) -> tuple[int, Path]:
         logs = self.store.paths(run_id).dir / LOGS_NAME
@@ -311,10 +261,10 @@ class Watcher:
         """Claim ``run_id`` and start its child; False when it is not ours to resume."""
         if run_id in self.children or self._stopping:
             return False
-        claimed = self._claim(run_id, manual=manual)
+        claimed = claim(self, run_id, manual=manual)
         if claimed is None:
             return False
-        meta, seq = claimed
+        meta, seq = claimed.meta, claimed.seq_at_start
         attempt = meta.attempt + 1
         fd, log_path = self._open_log(run_id, attempt)
         try:
@@ -338,7 +288,9 @@ class Watcher:
         except OSError as exc:
             os.close(fd)
             self.emit("failed", run_id, f"cannot start the child: {exc}")
-            self._after_crash(run_id, meta.watcher_attempts, seq, None, log_path)
+            attempt_died(
+                self, run_id, meta.watcher_attempts, seq_at_start=seq, code=None, log_path=log_path
+            )
             return False
         os.close(fd)
         self.children[run_id] = _Child(
@@ -371,7 +323,7 @@ class Watcher:
 
     def _finished(self, child: _Child, code: int) -> None:
         run_id = child.run_id
-        self._cache.pop(run_id, None)
+        self.forget(run_id)
         try:
             meta = self.store.read_meta(run_id)
         except AfkLocalError as exc:
@@ -393,68 +345,16 @@ class Watcher:
             self.emit("stopped", run_id, "cancelled", exit_code=code, log=logged)
         elif self._stopping:
             self.emit("stopped", run_id, "stopped with the watcher", exit_code=code, log=logged)
-            undo = {"watcher_attempts": max(child.attempt - 1, 0), "next_attempt_ms": 0}
-            self.update_meta_unowned(run_id, lambda m: undo if m.status in _RESUMABLE else None)
+            release(self, run_id, child.attempt)
         else:
-            self._after_crash(run_id, child.attempt, child.seq_at_start, code, child.log_path)
-
-    def _after_crash(
-        self, run_id: str, attempts: int, seq_at_start: int, code: int | None, log_path: Path
-    ) -> None:
-        paths = self.store.paths(run_id)
-        progressed = any(
-            f.seq > seq_at_start and f.phase == Phase.RUNTIME_STATE.value
-            for f in scan_checkpoints(paths.dir)
-        )
-        if progressed:
-            attempts = 0
-        if attempts >= self.max_attempts:
-            self._give_up(run_id, attempts, code, log_path)
-            return
-        delay = (
-            0.0 if progressed else min(self.backoff * 2 ** max(attempts - 1, 0), self.max_backoff)
-        )
-        retry = {"watcher_attempts": attempts, "next_attempt_ms": now_ms() + int(delay * 1000)}
-        self.update_meta_unowned(run_id, lambda m: retry if m.status in _RESUMABLE else None)
-        tail = _log_tail(log_path)
-        self.emit(
-            "backoff",
-            run_id,
-            f"attempt died ({_describe_exit(code)}); next in {delay:.1f}s"
-            + (" (it made progress)" if progressed else "")
-            + (f": {tail}" if tail else ""),
-            attempt=attempts,
-            delay_s=delay,
-            exit_code=code,
-            log=str(log_path),
-        )
-
-    def _give_up(
-        self, run_id: str, attempts: int, code: int | None, log_path: Path | None = None
-    ) -> None:
-        tail = _log_tail(log_path) if log_path is not None else ""
-        reason = (
-            f"the watcher gave up after {attempts} automatic resumes in a row died without "
-            f"progress (last: {_describe_exit(code)}"
-            + (f", log {log_path}" if log_path else "")
-            + (f": {tail}" if tail else "")
-            + f"); fix the cause, then `afk-local resume {run_id}`"
-        )
-        try:
-            with self.store.resume_writer(run_id) as writer:
-                if writer.meta.status not in _RESUMABLE:
-                    return
-                writer.fail(reason)
-                writer.update_meta(
-                    watcher_attempts=0,
-                    next_attempt_ms=0,
-                    extra={**writer.meta.extra, "watcher_gave_up_after": attempts},
-                )
-        except (RunLockedError, AfkLocalError, OSError) as exc:
-            log.warning("watcher: could not mark run %s failed: %s", run_id, exc)
-            return
-        self._cache.pop(run_id, None)
-        self.emit("gave_up", run_id, reason, attempt=attempts, exit_code=code)
+            attempt_died(
+                self,
+                run_id,
+                child.attempt,
+                seq_at_start=child.seq_at_start,
+                code=code,
+                log_path=child.log_path,
+            )
 
     # -- requests -------------------------------------------------------------------
 
@@ -575,37 +475,6 @@ class Watcher:
         if self.pending:
             text += f"; {len(self.pending)} queued"
         return text
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "did not start"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-def _log_tail(path: Path | None) -> str:
-    """The last non-empty line of an attempt log (bounded read), for reasons."""
-    if path is None:
-        return ""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(size - _LOG_TAIL_BYTES, 0))
-            data = fh.read(_LOG_TAIL_BYTES)
-    except OSError:
-        return ""
-    lines = [
-        line.strip()
-        for line in data.decode("utf-8", "replace").splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
-    return lines[-1][:300] if lines else ""
 
 
 def main_watch(args: Any) -> int:
