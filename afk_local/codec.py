@@ -209,6 +209,11 @@ class RecordCodec:
         """msgpack bytes of a record (or any msgpack-able value)."""
         return self._encoder.encode(record)
 
+    @property
+    def enc_hook(self) -> EncHook | None:
+        """The hook that encodes custom payload types (None: msgpack types only)."""
+        return self._encoder.enc_hook
+
     def decode_checkpoint(self, raw: bytes, path: str) -> Checkpoint:
         """Validate and decode a checkpoint record, migrating older schemas."""
         return self._decode(self._checkpoint, Checkpoint, raw, path)

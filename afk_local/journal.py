@@ -334,8 +334,7 @@ class Journal:
         self.replayed_count = 0
         """How many :meth:`call` invocations this instance replayed instead of executing."""
         self._codec = record_codec or RecordCodec()
-        encoder = getattr(self._codec, "_encoder", None)
-        self._enc_hook: EncHook | None = getattr(encoder, "enc_hook", None)
+        self._enc_hook: EncHook | None = self._codec.enc_hook
         self._max_frame = max_frame_bytes
         self._head_decoder = msgspec.msgpack.Decoder(_Head)
         self._decoder = msgspec.msgpack.Decoder(Effect)
