@@ -154,6 +154,21 @@ class RunWriter:
         return self._closed
 
     @property
+    def failed(self) -> BaseException | None:
+        """The I/O error that made this writer refuse further writes, if any."""
+        return self._failed
+
+    @property
+    def record_codec(self) -> RecordCodec:
+        """The codec this writer encodes records with (the store's hooks)."""
+        return self._codec
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The largest encoded record this writer stores."""
+        return self._max_record_bytes
+
+    @property
     def effects(self) -> Journal:
         """The run's effect journal (``effects.log``), opened for writing on first use.
 

@@ -117,8 +117,8 @@ class DurableWriter:
         self.coalesce_runtime_state = coalesce_runtime_state
         self._max_queue = max(1, max_queue)
         # Encode with the run's own hooks so custom payload types behave as in sync mode.
-        self._encode = run._codec.encode
-        self._max_record_bytes = run._max_record_bytes
+        self._encode = run.record_codec.encode
+        self._max_record_bytes = run.max_record_bytes
         self._cond = threading.Condition()
         self._io_lock = threading.RLock()  # serialises every call into the RunWriter
         self._queue: deque[_Pending] = deque()
@@ -197,7 +197,7 @@ class DurableWriter:
                 try:
                     self.run.checkpoint(phase_name, payload, step=step)
                 except BaseException as exc:
-                    if self.run._failed is not None:  # I/O failed: fatal, as in the other modes
+                    if self.run.failed is not None:  # I/O failed: fatal, as in the other modes
                         self._set_error(exc)
                         self._error_surfaced = True
                     raise
