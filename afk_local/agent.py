@@ -50,7 +50,7 @@ from afk_local.agent_types import (
 )
 from afk_local.errors import AfkLocalError, RunCancelledError, RunExistsError, WriterFailedError
 from afk_local.records import Phase, RunMeta, RunStatus
-from afk_local.runner import StoreLike, _as_store, _sigterm_exits
+from afk_local.runner import StoreLike, as_store, sigterm_exits
 from afk_local.store import Store
 from afk_local.writer import DurableWriter, validate_durability
 
@@ -79,7 +79,7 @@ class AgentRunner:
         flush_timeout_s: float = 30.0,
         in_doubt: Any = None,
     ) -> None:
-        self.store: Store = _as_store(store)
+        self.store: Store = as_store(store)
         self.durability = validate_durability(durability)
         self.flush_timeout_s = flush_timeout_s
         self.in_doubt = in_doubt
@@ -239,7 +239,7 @@ class AgentRunner:
             loop = AgentLoop(
                 agent, writer, snap, input_value, in_doubt=self.in_doubt, start_child=self._child
             )
-            with _sigterm_exits():
+            with sigterm_exits():
                 writer.update_meta(status=RunStatus.RUNNING, pause=None, error=None)
                 writer.checkpoint(
                     Phase.RUN_STARTED,

@@ -142,7 +142,8 @@ def code_fingerprint(fn: Callable[..., Any]) -> str:
     return f"{kind}:{hashlib.blake2b(data, digest_size=12).hexdigest()}"
 
 
-def _as_store(store: StoreLike) -> Store:
+def as_store(store: StoreLike) -> Store:
+    """``store`` itself, or a :class:`Store` on the root directory it names."""
     return store if isinstance(store, Store) else Store(store)
 
 
@@ -534,7 +535,7 @@ class DurableFunction(Generic[R]):
         if self.is_async:
             return _run_coroutine(self.arun(*args, run_id=run_id, **kwargs))
         return self._sync(
-            _as_store(self.store), run_id, args, kwargs, input_value=_NO_INPUT, in_doubt=None
+            as_store(self.store), run_id, args, kwargs, input_value=_NO_INPUT, in_doubt=None
         )
 
     __call__ = run
@@ -542,7 +543,7 @@ class DurableFunction(Generic[R]):
     async def arun(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> R:
         """The async form of :meth:`run` (works for sync jobs too)."""
         return await self._async(
-            _as_store(self.store), run_id, args, kwargs, input_value=_NO_INPUT, in_doubt=None
+            as_store(self.store), run_id, args, kwargs, input_value=_NO_INPUT, in_doubt=None
         )
 
     def _sync(
@@ -560,7 +561,7 @@ class DurableFunction(Generic[R]):
             return begun.result  # type: ignore[no-any-return]
         if self.is_async:
             return _run_coroutine(self._drive_async(begun))
-        with _sigterm_exits():
+        with sigterm_exits():
             try:
                 result = self.fn(begun.ctx, *begun.args, **begun.kwargs)
             except BaseException as exc:
@@ -852,7 +853,7 @@ def _run_coroutine(coroutine: Awaitable[T]) -> T:
 
 
 _stop_deferral = [0, 0]
-"""[steps in flight, SIGTERM received meanwhile (0 = none)]: see :func:`_sigterm_exits`."""
+"""[steps in flight, SIGTERM received meanwhile (0 = none)]: see :func:`sigterm_exits`."""
 
 
 def _raise_deferred_stop() -> None:
@@ -864,7 +865,7 @@ def _raise_deferred_stop() -> None:
 
 
 @contextlib.contextmanager
-def _sigterm_exits() -> Iterator[None]:
+def sigterm_exits() -> Iterator[None]:
     """While a job runs in the main thread, SIGTERM raises SystemExit: queued checkpoints flush.
 
     Inside ``ctx.step`` the exit waits until the step's outcome is journaled, so
@@ -1004,7 +1005,7 @@ def resume(run_id: str, *, store: StoreLike = None, input: Any = None, in_doubt:
             given no input raises :class:`~afk_local.RunPaused` and changes nothing.
         in_doubt: policy for steps a crash left in doubt (``"retry"`` once you checked).
     """
-    the_store = _as_store(store)
+    the_store = as_store(store)
     meta = the_store.read_meta(run_id)
     value = _NO_INPUT if input is None else input
     done = _settled(the_store, meta, value)  # completed/paused/cancelled: no import needed
@@ -1022,7 +1023,7 @@ async def aresume(
     run_id: str, *, store: StoreLike = None, input: Any = None, in_doubt: Any = None
 ) -> Any:
     """The async form of :func:`resume`."""
-    the_store = _as_store(store)
+    the_store = as_store(store)
     meta = the_store.read_meta(run_id)
     value = _NO_INPUT if input is None else input
     done = _settled(the_store, meta, value)
@@ -1044,7 +1045,7 @@ def cancel(run_id: str, *, store: StoreLike = None, reason: str = "cancelled") -
         RunLockedError: the run is running in some process right now.
         ValueError: it already completed.
     """
-    the_store = _as_store(store)
+    the_store = as_store(store)
     meta = the_store.read_meta(run_id)
     if meta.status is RunStatus.CANCELLED:
         return
@@ -1061,6 +1062,7 @@ __all__ = [
     "DurableFunction",
     "RunContext",
     "aresume",
+    "as_store",
     "cancel",
     "code_fingerprint",
     "durable",
@@ -1068,4 +1070,5 @@ __all__ = [
     "migration",
     "resume",
     "resume_run",
+    "sigterm_exits",
 ]
