@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +21,8 @@ import msgspec
 
 LLMCallable = Callable[[list[dict[str, Any]], list[dict[str, Any]]], Any]
 """``llm(messages, tools) -> LLMResponse`` (or an awaitable of one)."""
+
+_ENTRYPOINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
 class ToolCall(msgspec.Struct, kw_only=True, frozen=True):
@@ -214,6 +218,11 @@ class Agent:
         tool_errors: ``"fail"`` (a tool that still raises after its retries ends
             the run ``failed``) or ``"report"`` (the error goes to the model as the
             tool's result).
+        entrypoint: ``"module:qualname"`` from which another process (``afk-local
+            resume``, the watcher) rebuilds this agent: a module-level ``Agent``, or
+            a function returning one, called with no argument or with the run's
+            ``context`` dict. Default: found by itself when the agent is a
+            module-level object (see :meth:`find_entrypoint`).
     """
 
     name: str
@@ -228,12 +237,38 @@ class Agent:
     llm_retries: int = 2
     retry_backoff_s: float = 0.5
     tool_errors: str = "fail"
+    entrypoint: str | None = None
+    _defined_in: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.tool_errors not in ("fail", "report"):
             raise ValueError("tool_errors must be 'fail' or 'report'")
         if self.max_steps < 1:
             raise ValueError("max_steps must be at least 1")
+        if self.entrypoint is not None and _ENTRYPOINT.fullmatch(self.entrypoint) is None:
+            raise ValueError(
+                f"Agent(entrypoint={self.entrypoint!r}): expected 'module:qualname' of a "
+                "module-level Agent or of a function returning one (e.g. 'mypkg.agents:build')"
+            )
+        self._defined_in = _constructing_module()
+
+    def find_entrypoint(self) -> str | None:
+        """Where another process finds this agent: ``"module:qualname"``, or None.
+
+        ``entrypoint`` when given; else the name this very object has at the top
+        level of the module that constructed it (``"mypkg.agents:researcher"``;
+        ``"__main__:..."`` for a script or a notebook, which only that process can
+        use); else None (built inside a function: give it an ``entrypoint``).
+        """
+        if self.entrypoint is not None:
+            return self.entrypoint
+        module = sys.modules.get(self._defined_in or "")
+        if module is None:
+            return None
+        for name, value in list(vars(module).items()):
+            if value is self:
+                return f"{module.__name__}:{name}"
+        return None
 
     def tool_table(self) -> dict[str, Tool | Agent]:
         """Name -> :class:`Tool` or subagent :class:`Agent`, validated."""
@@ -261,6 +296,17 @@ class Agent:
             else:
                 specs.append(value.spec())
         return specs
+
+
+def _constructing_module() -> str | None:
+    """``__name__`` of the first caller outside this module (the dataclass __init__ is in it)."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        name = frame.f_globals.get("__name__")
+        if name != __name__:
+            return name if isinstance(name, str) else None
+        frame = frame.f_back
+    return None
 
 
 class AgentResult(msgspec.Struct, kw_only=True):
