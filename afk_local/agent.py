@@ -22,6 +22,11 @@ Example:
     >>> runner = afk.AgentRunner("/tmp/afk-doc-agent")
     >>> runner.run(agent, "hi").final_text
     'hello'
+
+Runs record an entrypoint (``"module:qualname"`` of a module-level ``Agent``,
+or ``Agent(entrypoint=...)``) and ``extra["kind"] = "agent"``, so another
+process — ``afk-local resume RUN``, the watcher — can rebuild the agent and
+continue the run (:mod:`afk_local.agent_rebuild`).
 """
 
 from __future__ import annotations
@@ -55,6 +60,12 @@ from afk_local.store import Store
 from afk_local.writer import DurableWriter, validate_durability
 
 log = logging.getLogger("afk_local")
+
+AGENT_KIND = "agent"
+"""``RunMeta.extra["kind"]`` of agent runs."""
+
+_AGENTS: dict[str, Agent] = {}
+"""Entrypoint -> module-level agent run in this process (``__main__`` ones resume here only)."""
 
 
 class AgentRunner:
@@ -103,16 +114,36 @@ class AgentRunner:
 
         Returns when the run completed, failed or paused (``result.state``).
         """
+        return self._start(
+            agent, user_message, run_id, thread_id=thread_id, context=context,
+            parent_run_id=parent_run_id,
+        )  # fmt: skip
+
+    def _start(
+        self,
+        agent: Agent,
+        user_message: str,
+        run_id: str | None,
+        *,
+        thread_id: str | None = None,
+        context: dict[str, Any] | None = None,
+        parent_run_id: str | None = None,
+        subagent: bool = False,
+    ) -> AgentResult:
         if run_id is not None and self.store.exists(run_id):
             return self.resume(agent, run_id)
         params = {"user_message": user_message, "context": dict(context or {})}
+        # A subagent's child run gets no entrypoint: only its parent resumes it (a
+        # watcher resuming it too would race the parent for its lock).
+        entrypoint = None if subagent else self._entrypoint(agent)
         try:
             run = self.store.create(
                 run_id,
                 thread_id=thread_id,
+                entrypoint=entrypoint,
                 params=params,
                 parent_run_id=parent_run_id,
-                extra={"agent": agent.name},
+                extra=self._extra(agent, subagent=subagent),
             )
         except RunExistsError:
             assert run_id is not None
@@ -175,6 +206,45 @@ class AgentRunner:
         return self._attempt(agent, writer, snap, resumed=True, input_value=value)
 
     # -- one attempt ----------------------------------------------------------------
+
+    def _entrypoint(self, agent: Agent) -> str | None:
+        """Where another process rebuilds ``agent`` from (registered for in-process resumes)."""
+        entrypoint = agent.find_entrypoint()
+        if entrypoint is None:
+            log.info(
+                "agent %r is not a module-level object and has no Agent(entrypoint=...): "
+                "its runs resume only through runner.resume(agent, run_id), not the watcher",
+                agent.name,
+            )
+        elif agent.entrypoint is None:
+            _AGENTS[entrypoint] = agent  # the object itself: `afk.resume(run_id)` works here
+        return entrypoint
+
+    def _extra(self, agent: Agent, *, subagent: bool = False) -> dict[str, Any]:
+        """``RunMeta.extra`` of an agent run: kind and the options a resume rebuilds us with."""
+        extra: dict[str, Any] = {
+            "agent": agent.name,
+            "kind": AGENT_KIND,
+            "runner": {
+                "durability": self.durability,
+                "flush_timeout_s": self.flush_timeout_s,
+                "in_doubt": self.in_doubt if isinstance(self.in_doubt, str) else None,
+            },
+        }
+        if subagent:
+            extra["subagent"] = True
+        return extra
+
+    def _identity(self, agent: Agent, meta: RunMeta) -> dict[str, Any]:
+        """Meta fields that make an older run without entrypoint resumable by the watcher."""
+        if meta.entrypoint is not None or meta.parent_run_id is not None:
+            return {}
+        if meta.extra.get("subagent"):
+            return {}
+        entrypoint = self._entrypoint(agent)
+        if entrypoint is None:
+            return {}
+        return {"entrypoint": entrypoint, "extra": {**meta.extra, **self._extra(agent)}}
 
     def _writer(self, run: Any) -> DurableWriter:
         return DurableWriter(run, self.durability, flush_timeout_s=self.flush_timeout_s)  # type: ignore[arg-type]
@@ -240,7 +310,12 @@ class AgentRunner:
                 agent, writer, snap, input_value, in_doubt=self.in_doubt, start_child=self._child
             )
             with sigterm_exits():
-                writer.update_meta(status=RunStatus.RUNNING, pause=None, error=None)
+                writer.update_meta(
+                    status=RunStatus.RUNNING,
+                    pause=None,
+                    error=None,
+                    **(self._identity(agent, writer.run.meta) if resumed else {}),
+                )
                 writer.checkpoint(
                     Phase.RUN_STARTED,
                     {"agent_name": agent.name, "resumed": resumed},
@@ -274,7 +349,7 @@ class AgentRunner:
 
     def _child(self, agent: Agent, task: str, child_id: str, parent: str) -> dict[str, Any]:
         """Run or resume a subagent's child run; what the parent's journal records."""
-        result = self.run(agent, task, run_id=child_id, parent_run_id=parent)
+        result = self._start(agent, task, child_id, parent_run_id=parent, subagent=True)
         if result.state != "completed":
             raise SubagentFailedError(parent, child_id, result.state, result.error)
         return {"run_id": child_id, "final_text": result.final_text, "usage": result.usage}
@@ -288,6 +363,7 @@ def _close(writer: DurableWriter) -> None:
 
 
 __all__ = [
+    "AGENT_KIND",
     "Agent",
     "AgentResult",
     "AgentRunner",

@@ -250,8 +250,7 @@ class RunContext:
         self._steps += 1
         if _test_hook is not None:
             _test_hook("step", key)
-        _stop_deferral[0] += 1  # SIGTERM waits for the outcome: a stopped step is not in doubt
-        try:
+        with defer_stop():  # SIGTERM waits for the outcome: a stopped step is not in doubt
             result: R = self._writer.effects.call(
                 key,
                 fn,
@@ -263,9 +262,6 @@ class RunContext:
                 in_doubt=self._in_doubt,
                 retry_errors=True,
             )
-        finally:
-            _stop_deferral[0] -= 1
-        _raise_deferred_stop()
         return result
 
     async def astep(
@@ -854,6 +850,27 @@ def _run_coroutine(coroutine: Awaitable[T]) -> T:
 
 _stop_deferral = [0, 0]
 """[steps in flight, SIGTERM received meanwhile (0 = none)]: see :func:`sigterm_exits`."""
+_stop_lock = threading.Lock()  # for the counter's writers; the signal handler only reads it
+
+
+@contextlib.contextmanager
+def defer_stop() -> Iterator[None]:
+    """Wrap a journaled call: a SIGTERM under :func:`sigterm_exits` waits for the block to end.
+
+    Used around ``ctx.step`` and the agent's LLM and tool calls, so a process
+    stopped by SIGTERM (the watcher stopping) journals the call's outcome before
+    it exits and leaves nothing in doubt. Any thread may enter (agent tools run in
+    worker threads); the deferred ``SystemExit`` is raised when the main thread
+    leaves such a block and none is left open.
+    """
+    with _stop_lock:
+        _stop_deferral[0] += 1
+    try:
+        yield
+    finally:
+        with _stop_lock:
+            _stop_deferral[0] -= 1
+    _raise_deferred_stop()
 
 
 def _raise_deferred_stop() -> None:
@@ -965,10 +982,27 @@ def durable(
     return decorate
 
 
+def is_agent_run(meta: RunMeta) -> bool:
+    """True for runs made by :class:`~afk_local.AgentRunner` (``extra["kind"] == "agent"``).
+
+    Agent runs made before the kind was recorded are recognised by ``extra["agent"]``.
+    """
+    kind = meta.extra.get("kind")
+    if kind is not None:
+        return bool(kind == "agent")
+    return meta.entrypoint is None and "agent" in meta.extra
+
+
 def load_entrypoint(entrypoint: str | None, run_id: str = "?") -> DurableFunction[Any]:
     """The durable function named ``module:qualname`` (this process's registry first)."""
     if entrypoint is None:
-        raise EntrypointError(run_id, None, "the run was not started by an @afk.durable job")
+        raise EntrypointError(
+            run_id,
+            None,
+            "the run was not started by an @afk.durable job or a rebuildable agent (a "
+            "StateCheckpoint, a LangGraph thread, a plain store.create run): only the code "
+            "that writes it can continue it",
+        )
     found = _REGISTRY.get(entrypoint)
     if found is not None:
         return found
@@ -999,6 +1033,11 @@ def load_entrypoint(entrypoint: str | None, run_id: str = "?") -> DurableFunctio
 def resume(run_id: str, *, store: StoreLike = None, input: Any = None, in_doubt: Any = None) -> Any:
     """Continue run ``run_id``: re-import its job and run it (see :meth:`DurableFunction.run`).
 
+    Agent runs (:func:`is_agent_run`) are continued by
+    :func:`afk_local.agent_rebuild.resume_agent`, which rebuilds the ``Agent`` from the
+    run's entrypoint and returns the :class:`~afk_local.AgentResult` (completed,
+    failed or paused: it does not raise for those).
+
     Args:
         store: the run's store (default ``$AFK_LOCAL_ROOT`` else ``./.afk``).
         input: for a paused run, the value its ``ctx.pause`` returns; a paused run
@@ -1007,6 +1046,11 @@ def resume(run_id: str, *, store: StoreLike = None, input: Any = None, in_doubt:
     """
     the_store = as_store(store)
     meta = the_store.read_meta(run_id)
+    if is_agent_run(meta):
+        # Imported here, not at the top: agent_rebuild (and agent) import this module.
+        from afk_local.agent_rebuild import resume_agent  # noqa: PLC0415
+
+        return resume_agent(run_id, store=the_store, input=input, in_doubt=in_doubt)
     value = _NO_INPUT if input is None else input
     done = _settled(the_store, meta, value)  # completed/paused/cancelled: no import needed
     if done is not None:
@@ -1022,9 +1066,13 @@ def resume(run_id: str, *, store: StoreLike = None, input: Any = None, in_doubt:
 async def aresume(
     run_id: str, *, store: StoreLike = None, input: Any = None, in_doubt: Any = None
 ) -> Any:
-    """The async form of :func:`resume`."""
+    """The async form of :func:`resume` (an agent run is resumed in a worker thread)."""
     the_store = as_store(store)
     meta = the_store.read_meta(run_id)
+    if is_agent_run(meta):
+        return await asyncio.to_thread(
+            resume, run_id, store=the_store, input=input, in_doubt=in_doubt
+        )
     value = _NO_INPUT if input is None else input
     done = _settled(the_store, meta, value)
     if done is not None:
@@ -1034,8 +1082,19 @@ async def aresume(
 
 
 def resume_run(run_id: str, store: StoreLike = None, input: Any = None) -> Any:
-    """What ``python -m afk_local resume RUN`` calls: :func:`resume` with positional store."""
-    return resume(run_id, store=store, input=input)
+    """What ``python -m afk_local resume RUN`` calls: :func:`resume` with positional store.
+
+    Dispatches on the run's kind. A durable job's run returns its result (or
+    raises what the job raised, or :class:`~afk_local.RunPaused`); an agent run
+    goes to :func:`afk_local.agent_rebuild.resume_agent_run`, which speaks the same
+    terms: the final text, ``RunPaused``, or ``AgentFailedError`` for a failed run.
+    """
+    the_store = as_store(store)
+    if is_agent_run(the_store.read_meta(run_id)):
+        from afk_local.agent_rebuild import resume_agent_run  # noqa: PLC0415 - it imports runner
+
+        return resume_agent_run(run_id, the_store, input)
+    return resume(run_id, store=the_store, input=input)
 
 
 def cancel(run_id: str, *, store: StoreLike = None, reason: str = "cancelled") -> None:
@@ -1065,7 +1124,9 @@ __all__ = [
     "as_store",
     "cancel",
     "code_fingerprint",
+    "defer_stop",
     "durable",
+    "is_agent_run",
     "load_entrypoint",
     "migration",
     "resume",
