@@ -35,6 +35,7 @@ from afk_local.agent_types import (
 )
 from afk_local.errors import AfkLocalError
 from afk_local.records import Phase
+from afk_local.runner import defer_stop
 from afk_local.writer import DurableWriter
 
 log = logging.getLogger("afk_local")
@@ -166,16 +167,17 @@ class AgentLoop:
         for attempt in range(attempts):
             replayed = self.tools.replayable(key)
             try:
-                data = self.writer.effects.call(
-                    key,
-                    invoke,
-                    (snap.messages, snap.requested_model),
-                    name="llm",
-                    step=snap.step,
-                    idempotent=True,  # a repeated model call costs money, it changes nothing
-                    in_doubt="retry",
-                    retry_errors=True,
-                )
+                with defer_stop():  # SIGTERM: keep the answer we pay for, then stop
+                    data = self.writer.effects.call(
+                        key,
+                        invoke,
+                        (snap.messages, snap.requested_model),
+                        name="llm",
+                        step=snap.step,
+                        idempotent=True,  # a repeated model call costs money, it changes nothing
+                        in_doubt="retry",
+                        retry_errors=True,
+                    )
             except JOURNAL_ERRORS:
                 raise
             except Exception as exc:

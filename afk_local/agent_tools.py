@@ -31,6 +31,7 @@ from afk_local.errors import (
     WriterFailedError,
 )
 from afk_local.journal import Journal
+from afk_local.runner import defer_stop
 
 log = logging.getLogger("afk_local")
 
@@ -161,12 +162,19 @@ def sync_callable(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def run_batch(jobs: list[Callable[[], CallOutcome]], parallel: bool) -> list[CallOutcome]:
-    """Run ``jobs`` (in threads when ``parallel`` and more than one); results in order."""
+    """Run ``jobs`` (in threads when ``parallel`` and more than one); results in order.
+
+    A SIGTERM during a parallel batch stops the run once every call of it ended
+    (their outcomes journaled): the pool waits for its threads anyway.
+    """
     if not parallel or len(jobs) < 2:
         return [job() for job in jobs]
-    with concurrent.futures.ThreadPoolExecutor(
-        max_workers=min(len(jobs), 32), thread_name_prefix="afk-tool"
-    ) as pool:
+    with (
+        defer_stop(),
+        concurrent.futures.ThreadPoolExecutor(
+            max_workers=min(len(jobs), 32), thread_name_prefix="afk-tool"
+        ) as pool,
+    ):
         futures = [pool.submit(job) for job in jobs]
         return [future.result() for future in futures]
 
@@ -201,17 +209,18 @@ class ToolExecutor:
         attempts = max(0, spec.retries) + 1
         for attempt in range(attempts):
             try:
-                result = self.journal.call(
-                    key,
-                    fn,
-                    (),
-                    dict(call.arguments),
-                    name=spec.name,
-                    step=step,
-                    idempotent=spec.idempotent,
-                    in_doubt=self.in_doubt,
-                    retry_errors=True,
-                )
+                with defer_stop():  # SIGTERM: the call finishes and is journaled first
+                    result = self.journal.call(
+                        key,
+                        fn,
+                        (),
+                        dict(call.arguments),
+                        name=spec.name,
+                        step=step,
+                        idempotent=spec.idempotent,
+                        in_doubt=self.in_doubt,
+                        retry_errors=True,
+                    )
             except JOURNAL_ERRORS:
                 raise
             except Exception as exc:
