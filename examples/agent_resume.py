@@ -8,6 +8,14 @@ process (Ctrl-C, ``kill -9``, close the lid) and run the same command again:
     python examples/agent_resume.py --topics 8          # kill it midway...
     python examples/agent_resume.py --topics 8          # ...and it continues
 
+Or let the watcher finish it, as it would after a crash at the next login. The
+run records ``agent_resume:build_agent`` (``Agent(entrypoint=...)``) and the
+options it was built with (the run's ``context``), so a fresh process rebuilds
+the same agent; the watcher only needs ``examples/`` on its ``PYTHONPATH``:
+
+    python examples/agent_resume.py --topics 8 & sleep 2; kill -9 $!
+    PYTHONPATH=examples afk-local watch --once          # or: afk-local resume agent-demo
+
 Every finished tool call is replayed from the run's effect journal, a model
 answer that was already received is not asked for again, and the notes file
 ends with exactly one line per topic. Set ``AFK_LOCAL_ROOT`` to choose where
@@ -71,7 +79,10 @@ def scripted_llm(topics: int) -> Any:
     return llm
 
 
-def make_agent(topics: int, notes: Path, delay: float) -> afk.Agent:
+def build_agent(context: dict[str, Any]) -> afk.Agent:
+    """The agent for ``context`` (topics, notes, delay): also how another process rebuilds it."""
+    topics, notes, delay = int(context["topics"]), Path(context["notes"]), float(context["delay"])
+
     # Reads are safe to repeat: idempotent=True lets a call cut short by a kill be retried.
     @tool(idempotent=True)
     def search(query: str) -> str:
@@ -116,6 +127,7 @@ def make_agent(topics: int, notes: Path, delay: float) -> afk.Agent:
         model="scripted",
         max_steps=topics + 1,
         parallel_tools=False,  # in order, so the printed lines read like a story
+        entrypoint="agent_resume:build_agent",  # where `afk-local resume`/the watcher find it
     )
 
 
@@ -126,9 +138,13 @@ def main() -> None:
     parser.add_argument("--notes", default="notes.txt", help="the side-effect file")
     parser.add_argument("--run-id", default="agent-demo")
     args = parser.parse_args()
-    agent = make_agent(args.topics, Path(args.notes), args.delay)
+    # Everything the agent is built from goes into the run's context: a resume in
+    # another process calls build_agent(context) with the same values.
+    context = {"topics": args.topics, "notes": str(Path(args.notes).resolve()), "delay": args.delay}
     runner = afk.AgentRunner()  # $AFK_LOCAL_ROOT, else ./.afk
-    result = runner.run(agent, "Research storage durability.", run_id=args.run_id)
+    result = runner.run(
+        build_agent(context), "Research storage durability.", run_id=args.run_id, context=context
+    )
     print(f"{result.state}: {result.final_text}")
     print(f"replayed {result.replayed_effect_count} journaled calls; usage {result.usage}")
 
