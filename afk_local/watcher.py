@@ -205,8 +205,10 @@ class Watcher:
     def interrupted(self, now: int | None = None) -> list[str]:
         """Runs a watcher should resume now: interrupted, resumable, not backing off.
 
-        A run without an entrypoint (not an ``@afk.durable`` job) has nothing to
-        re-import and is left alone; so is every run whose lock is held.
+        A run without an entrypoint (not an ``@afk.durable`` job nor an agent run
+        with a rebuildable agent: a StateCheckpoint, a LangGraph thread, a
+        subagent's child run) has nothing to re-import and is left alone; so is
+        every run whose lock is held.
         """
         stamp = now_ms() if now is None else now
         found = []

@@ -207,7 +207,8 @@ def _handle(watcher: Watcher, request: Request) -> bool:
     meta = store.read_meta(request.run_id)  # RunNotFoundError: rejected with the reason
     if meta.entrypoint is None:
         raise ValueError(
-            f"run {request.run_id!r} was not started by an @afk.durable job; nothing to re-import"
+            f"run {request.run_id!r} has no entrypoint (not an @afk.durable job nor an agent "
+            "that another process can rebuild); nothing to re-import"
         )
     if meta.status is RunStatus.COMPLETED:
         watcher.emit("request", request.run_id, "already completed; nothing to do")
