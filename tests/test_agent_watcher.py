@@ -20,9 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import proc
-from agent_jobs import lines
-from agent_watcher_jobs import CHILD
+import pytest
+from agent_jobs import lines, make_agent
+from agent_watcher_jobs import CHILD, build
 
+import afk_local as afk_api
+from afk_local.agent_rebuild import load_agent
+from afk_local.errors import EntrypointError
 from afk_local.records import RunStatus
 from afk_local.store import Store
 
@@ -341,3 +345,35 @@ def test_example_agent_killed_with_sigkill_is_finished_by_the_watcher(tmp_path: 
     assert result["final_text"] == "Researched 4 topics; 4 notes saved."
     written = notes.read_text().splitlines()
     assert len(written) == 4 and len(set(written)) == 4, written
+
+
+# -- 7. in-process: afk.resume of an agent run; older runs get an entrypoint on resume ---------
+
+
+def test_afk_resume_rebuilds_the_agent_and_a_run_without_entrypoint_gets_one(
+    tmp_path: Path,
+) -> None:
+    root, out = tmp_path / "store", tmp_path / "out"
+    out.mkdir()
+    store = Store(root)
+    runner = afk_api.AgentRunner(store)
+    # built inside a function, no entrypoint: recorded as an agent run nobody can rebuild
+    local = make_agent(out, steps=1, approval=True)
+    paused = runner.run(local, "go", run_id="old")
+    assert paused.state == "paused"
+    meta = store.read_meta("old")
+    assert meta.entrypoint is None and meta.extra["kind"] == "agent"
+    with pytest.raises(EntrypointError, match=r"runner\.resume\(agent, run_id\).*module level"):
+        load_agent(meta)
+    assert afk_api.resume("old", store=store).state == "paused"  # no input: nothing imported
+
+    # resumed once with a rebuildable agent: the run records its entrypoint from now on
+    rebuilt = build({"out": str(out), "steps": 1, "approval": True})
+    done = runner.resume(rebuilt, "old", input=True)
+    assert done.state == "completed"
+    assert store.read_meta("old").entrypoint == "agent_watcher_jobs:build"
+
+    # afk.resume of an agent run returns its AgentResult (completed: nothing runs)
+    again = afk_api.resume("old", store=store)
+    assert isinstance(again, afk_api.AgentResult) and again.final_text == done.final_text
+    assert sorted(lines(out / "effects.log")) == ["fetch s1c0", "publish s1c1"]
