@@ -9,7 +9,9 @@ the body, so every single-byte flip and every truncation is caught before
 anything is decompressed. The body is a zstd frame (content size and content
 checksum set) of the record's msgpack bytes. With flag bit 0 set, the frame is
 a *delta*: it was compressed with the decoded bytes of checkpoint ``base_seq``
-as a raw-content dictionary.
+as a raw-content dictionary. With flag bit 1 set (a keyed store, see
+``integrity.py``), a 32-byte HMAC-SHA256 follows the body; the crc and
+``body_len`` do not cover it.
 """
 
 from __future__ import annotations
@@ -26,12 +28,18 @@ import msgspec
 import zstandard
 
 from afk_local.errors import CheckpointCorruptionError, SchemaVersionError
+from afk_local.integrity import MAC_SIZE, Signer
 from afk_local.records import SCHEMA_VERSION, Checkpoint, RunMeta
 
 MAGIC = b"AFK1"
 KIND_CHECKPOINT = 1
 KIND_META = 2
 FLAG_DELTA = 0x01
+FLAG_SIGNED = 0x02
+"""Flag bit 1: a 32-byte HMAC-SHA256 trailer follows the body (a keyed store)."""
+_KNOWN_FLAGS = FLAG_DELTA | FLAG_SIGNED
+
+UNSIGNED_REASON = "unsigned record in a keyed store"
 
 _HEADER = struct.Struct("<4sBBQQI")
 HEADER_SIZE = _HEADER.size
@@ -60,6 +68,8 @@ class FrameHeader(NamedTuple):
     flags: int
     base_seq: int
     body_len: int
+    mac: bytes | None = None
+    """The HMAC trailer of a signed file (not checked here), None when unsigned."""
 
     @property
     def is_delta(self) -> bool:
@@ -67,11 +77,18 @@ class FrameHeader(NamedTuple):
         return bool(self.flags & FLAG_DELTA)
 
 
-def pack_frame(kind: int, body: bytes, *, flags: int = 0, base_seq: int = 0) -> bytes:
-    """Frame ``body`` with the header and crc of DESIGN §3."""
+def pack_frame(
+    kind: int, body: bytes, *, flags: int = 0, base_seq: int = 0, mac: bytes | None = None
+) -> bytes:
+    """Frame ``body`` with the header and crc of DESIGN §3, and ``mac`` as a signed trailer."""
+    if mac is not None:
+        if len(mac) != MAC_SIZE:
+            raise ValueError(f"a MAC is {MAC_SIZE} bytes, not {len(mac)}")
+        flags |= FLAG_SIGNED
     head = _HEADER.pack(MAGIC, kind, flags, base_seq, len(body), 0)[:_CRC_COVERED]
     crc = zlib.crc32(body, zlib.crc32(head))
-    return head + struct.pack("<I", crc) + body
+    frame = head + struct.pack("<I", crc) + body
+    return frame if mac is None else frame + mac
 
 
 def unpack_frame(data: bytes, path: str, *, expect_kind: int) -> tuple[FrameHeader, bytes]:
@@ -85,20 +102,41 @@ def unpack_frame(data: bytes, path: str, *, expect_kind: int) -> tuple[FrameHead
     magic, kind, flags, base_seq, body_len, crc = _HEADER.unpack_from(data)
     if magic != MAGIC:
         raise CheckpointCorruptionError(path, f"bad magic {magic!r}")
-    if len(data) - HEADER_SIZE != body_len:
+    trailer = MAC_SIZE if flags & FLAG_SIGNED else 0
+    if len(data) - HEADER_SIZE - trailer != body_len:
         raise CheckpointCorruptionError(
-            path, f"body is {len(data) - HEADER_SIZE} bytes, header says {body_len}"
+            path,
+            f"body is {len(data) - HEADER_SIZE - trailer} bytes, header says {body_len}"
+            + (" (plus a signature)" if trailer else ""),
         )
-    body = data[HEADER_SIZE:]
+    if trailer:
+        body, mac = data[HEADER_SIZE:-trailer], data[-trailer:]
+    else:
+        body, mac = data[HEADER_SIZE:], None
     if zlib.crc32(body, zlib.crc32(data[:_CRC_COVERED])) != crc:
         raise CheckpointCorruptionError(path, "crc32 mismatch")
     if kind != expect_kind:
         raise CheckpointCorruptionError(path, f"kind {kind}, expected {expect_kind}")
-    if flags & ~FLAG_DELTA:
+    if flags & ~_KNOWN_FLAGS:
         raise CheckpointCorruptionError(path, f"unknown flags {flags:#x}")
     if bool(flags & FLAG_DELTA) != (base_seq != 0):
         raise CheckpointCorruptionError(path, "delta flag and base_seq disagree")
-    return FrameHeader(kind, flags, base_seq, body_len), body
+    return FrameHeader(kind, flags, base_seq, body_len, mac), body
+
+
+def signature_offset(head: bytes, size: int) -> int | None:
+    """Where the MAC trailer of a file starts, judging by its header and size alone.
+
+    None when ``head`` (the file's first :data:`HEADER_SIZE` bytes) is not a sound
+    signed header for a file of ``size`` bytes. Nothing is checked beyond that: it
+    lets a reader fetch a predecessor's MAC for the chain without reading the file.
+    """
+    if len(head) < HEADER_SIZE:
+        return None
+    magic, _, flags, _, body_len, _ = _HEADER.unpack_from(head)
+    if magic != MAGIC or not flags & FLAG_SIGNED or size != HEADER_SIZE + body_len + MAC_SIZE:
+        return None
+    return size - MAC_SIZE
 
 
 def _dictionary(base: bytes) -> zstandard.ZstdCompressionDict:
@@ -198,9 +236,22 @@ def decompress(body: bytes, path: str, *, base: bytes | None, max_bytes: int) ->
 
 
 class RecordCodec:
-    """msgpack encoding of records, with optional hooks for custom payload types."""
+    """msgpack encoding of records, with optional hooks for custom payload types.
 
-    def __init__(self, *, enc_hook: EncHook | None = None, dec_hook: DecHook | None = None):
+    A codec with a ``signer`` belongs to a keyed store: everything that encodes
+    or decodes files through it signs them and checks their signatures, so the
+    key travels wherever the store's codec already goes.
+    """
+
+    def __init__(
+        self,
+        *,
+        enc_hook: EncHook | None = None,
+        dec_hook: DecHook | None = None,
+        signer: Signer | None = None,
+    ):
+        self.signer = signer
+        """The key of a keyed store (None: unsigned files, signatures not checked)."""
         self._encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
         self._checkpoint = msgspec.msgpack.Decoder(Checkpoint, dec_hook=dec_hook)
         self._meta = msgspec.msgpack.Decoder(RunMeta, dec_hook=dec_hook)
@@ -244,13 +295,35 @@ class RecordCodec:
 
 
 def encode_meta(codec: RecordCodec, meta: RunMeta, *, level: int = DEFAULT_LEVEL) -> bytes:
-    """The complete bytes of a ``run.meta`` file."""
-    return pack_frame(KIND_META, compress(codec.encode(meta), level=level))
+    """The complete bytes of a ``run.meta`` file (signed for ``meta.run_id`` in a keyed store)."""
+    raw = codec.encode(meta)
+    mac = None if codec.signer is None else codec.signer.meta_mac(meta.run_id, raw)
+    return pack_frame(KIND_META, compress(raw, level=level), mac=mac)
 
 
 def decode_meta(
-    codec: RecordCodec, data: bytes, path: str, *, max_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    codec: RecordCodec,
+    data: bytes,
+    path: str,
+    *,
+    max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    run_id: str | None = None,
 ) -> RunMeta:
-    """Check and decode the bytes of a ``run.meta`` file."""
-    _, body = unpack_frame(data, path, expect_kind=KIND_META)
-    return codec.decode_meta(decompress(body, path, base=None, max_bytes=max_bytes), path)
+    """Check and decode the bytes of a ``run.meta`` file.
+
+    A keyed codec also checks the signature against ``run_id`` (the run the file
+    was found in; default: the run id the record names), so a meta copied from
+    another run is refused.
+    """
+    header, body = unpack_frame(data, path, expect_kind=KIND_META)
+    raw = decompress(body, path, base=None, max_bytes=max_bytes)
+    if codec.signer is not None:
+        if header.mac is None:
+            raise CheckpointCorruptionError(path, UNSIGNED_REASON)
+        owner = run_id if run_id is not None else codec.decode_meta(raw, path).run_id
+        if not codec.signer.matches(codec.signer.meta_mac(owner, raw), header.mac):
+            raise CheckpointCorruptionError(
+                path,
+                "HMAC mismatch: edited, copied from another run, or signed with another key",
+            )
+    return codec.decode_meta(raw, path)
