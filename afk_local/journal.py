@@ -7,7 +7,10 @@ descriptor and fsynced before :meth:`Journal.append` returns::
 
 ``length`` is the number of msgpack bytes (1 .. ``max_frame_bytes``); the
 crc32 covers exactly those msgpack bytes, not the length field (a damaged
-length is caught because the crc then runs over the wrong bytes). A call is
+length is caught because the crc then runs over the wrong bytes). In a keyed
+store (``integrity.py``) bit 31 of ``length`` is set and a 32-byte HMAC-SHA256,
+chained on the previous record's, follows the msgpack bytes; the crc then
+covers the msgpack bytes and the MAC. A call is
 journaled in two records, an ``intent`` before the function runs and an
 ``outcome`` after it returned (DESIGN §3). :meth:`Journal.call` holds the
 replay logic; docs/journal.md describes the format and the replay rules.
@@ -27,7 +30,7 @@ import threading
 import time
 import traceback
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,7 @@ from afk_local.errors import (
     EffectMismatchError,
     WriterFailedError,
 )
+from afk_local.integrity import MAC_SIZE, NO_MAC, Signer, record_digest
 from afk_local.records import Effect, ErrorInfo
 
 log = logging.getLogger("afk_local")
@@ -49,6 +53,9 @@ log = logging.getLogger("afk_local")
 _FRAME_HEADER = struct.Struct("<II")
 FRAME_HEADER_SIZE = _FRAME_HEADER.size
 DEFAULT_MAX_FRAME_BYTES = 64 << 20
+SIGNED_FRAME = 0x8000_0000
+"""Bit 31 of a frame's length field: a MAC follows the msgpack bytes (a keyed store)."""
+_LENGTH_MASK = SIGNED_FRAME - 1
 _READ_CHUNK = 1 << 20
 # Every Effect frame body starts with a msgpack map header and then the first
 # field name, "kind": the resync search after a bad frame looks for this.
@@ -234,9 +241,12 @@ class _BadFrame(Exception):
         self.reason = reason
 
 
-def _iter_frames(fd: int, start: int, end: int, max_frame: int) -> Iterator[tuple[int, memoryview]]:
-    """Yield ``(offset, body)`` for each crc-checked frame in ``[start, end)``.
+def _iter_frames(
+    fd: int, start: int, end: int, max_frame: int
+) -> Iterator[tuple[int, memoryview, memoryview | None]]:
+    """Yield ``(offset, body, mac)`` for each crc-checked frame in ``[start, end)``.
 
+    ``mac`` is the signed trailer (not checked here), None for an unsigned frame.
     Raises _BadFrame at the first frame that is short, oversized or fails its crc.
     """
     buf = b""
@@ -249,25 +259,54 @@ def _iter_frames(fd: int, start: int, end: int, max_frame: int) -> Iterator[tupl
             base, rel = pos, 0
             if len(buf) < FRAME_HEADER_SIZE:
                 raise _BadFrame(pos, f"{end - pos} byte(s) left, shorter than a frame header")
-        length, crc = _FRAME_HEADER.unpack_from(buf, rel)
+        field, crc = _FRAME_HEADER.unpack_from(buf, rel)
+        length = field & _LENGTH_MASK
+        trailer = MAC_SIZE if field & SIGNED_FRAME else 0
         if length == 0 or length > max_frame:
             raise _BadFrame(pos, f"frame length {length} outside 1..{max_frame}")
-        frame_end = pos + FRAME_HEADER_SIZE + length
+        size = FRAME_HEADER_SIZE + length + trailer
+        frame_end = pos + size
         if frame_end > end:
             raise _BadFrame(
                 pos, f"frame of {length} bytes runs {frame_end - end} byte(s) past the end"
             )
-        if len(buf) - rel < FRAME_HEADER_SIZE + length:
-            missing = FRAME_HEADER_SIZE + length - (len(buf) - rel)
+        if len(buf) - rel < size:
+            missing = size - (len(buf) - rel)
             buf = buf[rel:] + os.pread(fd, max(_READ_CHUNK, missing), base + len(buf))
             base, rel = pos, 0
-            if len(buf) < FRAME_HEADER_SIZE + length:
+            if len(buf) < size:
                 raise _BadFrame(pos, "file shrank while reading")
-        body = memoryview(buf)[rel + FRAME_HEADER_SIZE : rel + FRAME_HEADER_SIZE + length]
-        if zlib.crc32(body) != crc:
+        view = memoryview(buf)[rel + FRAME_HEADER_SIZE : rel + size]
+        if zlib.crc32(view) != crc:
             raise _BadFrame(pos, "crc32 mismatch")
-        yield pos, body
+        if trailer:
+            yield pos, view[:length], view[length:]
+        else:
+            yield pos, view, None
         pos = frame_end
+
+
+def encode_frame(body: bytes, mac: bytes | None = None) -> bytes:
+    """One journal frame: ``length | crc32 | body`` (plus ``mac``, signed, in a keyed store)."""
+    if mac is None:
+        return _FRAME_HEADER.pack(len(body), zlib.crc32(body)) + body
+    return _FRAME_HEADER.pack(len(body) | SIGNED_FRAME, zlib.crc32(mac, zlib.crc32(body))) + (
+        body + mac
+    )
+
+
+def encode_journal(records: Iterable[Effect], record_codec: RecordCodec, run_id: str) -> bytes:
+    """The bytes of a whole journal holding ``records`` (signed and chained when keyed)."""
+    signer = record_codec.signer
+    prev = NO_MAC
+    chunks = []
+    for record in records:
+        body = record_codec.encode(record)
+        mac = None
+        if signer is not None:
+            mac = prev = signer.effect_mac(run_id, prev, record_digest(body))
+        chunks.append(encode_frame(body, mac))
+    return b"".join(chunks)
 
 
 def _accepts_idempotency_key(fn: Callable[..., Any]) -> bool:
@@ -334,6 +373,10 @@ class Journal:
         self.replayed_count = 0
         """How many :meth:`call` invocations this instance replayed instead of executing."""
         self._codec = record_codec or RecordCodec()
+        self._signer: Signer | None = self._codec.signer
+        self._last_mac = NO_MAC  # the chain value the next signed record links to
+        self.signed_count = 0
+        """How many records carry a signature (checked only in a keyed store)."""
         self._enc_hook: EncHook | None = self._codec.enc_hook
         self._max_frame = max_frame_bytes
         self._head_decoder = msgspec.msgpack.Decoder(_Head)
@@ -377,8 +420,12 @@ class Journal:
             return 0
         size = os.fstat(self._fd).st_size
         try:
-            for pos, body in _iter_frames(self._fd, 0, size, self._max_frame):
-                self._apply(pos, len(body), self._decode_head(pos, body))
+            for pos, body, mac in _iter_frames(self._fd, 0, size, self._max_frame):
+                self._last_mac = self._check_mac(pos, body, mac, self._last_mac)
+                head = self._decode_head(pos, body)
+                if mac is not None:
+                    self.signed_count += 1
+                self._apply(pos, len(body) + (0 if mac is None else MAC_SIZE), head)
         except _BadFrame as bad:
             after = self._valid_frame_after(bad.offset + 1, size)
             if after is not None:
@@ -404,6 +451,31 @@ class Journal:
             torn.reason,
         )
         return torn.offset
+
+    def _check_mac(
+        self, offset: int, body: memoryview, mac: memoryview | None, prev: bytes
+    ) -> bytes:
+        """Check a record's signature in a keyed store; returns the next chain value."""
+        if self._signer is None:
+            return NO_MAC if mac is None else bytes(mac)
+        if mac is None:
+            raise EffectLogCorruptionError(
+                str(self.path),
+                offset,
+                "unsigned record in a keyed store (written without the key, or its "
+                "signature was removed)",
+                self.run_id,
+            )
+        expected = self._signer.effect_mac(self.run_id, prev, record_digest(body))
+        if not self._signer.matches(expected, mac):
+            raise EffectLogCorruptionError(
+                str(self.path),
+                offset,
+                "HMAC mismatch: edited, signed with another key, copied from another run, "
+                "or a record before it was deleted or reordered",
+                self.run_id,
+            )
+        return expected
 
     def _decode_head(self, offset: int, body: memoryview) -> _Head:
         try:
@@ -435,7 +507,7 @@ class Journal:
 
     def _frame_ok(self, offset: int, end: int) -> bool:
         try:
-            for _, body in _iter_frames(self._fd, offset, end, self._max_frame):
+            for _, body, _ in _iter_frames(self._fd, offset, end, self._max_frame):
                 self._head_decoder.decode(body)
                 return True
         except (_BadFrame, msgspec.DecodeError, msgspec.ValidationError):
@@ -458,9 +530,13 @@ class Journal:
         self._count += 1
 
     def _read_record(self, offset: int, length: int) -> Effect:
+        # ``length``: the frame's size after its header (msgpack bytes and any MAC).
+        # Signatures were checked, in chain order, when the journal was opened.
         if self._closed:
             raise ValueError(f"journal {self.path} is closed")
-        for _, body in _iter_frames(self._fd, offset, offset + FRAME_HEADER_SIZE + length, length):
+        for _, body, _ in _iter_frames(
+            self._fd, offset, offset + FRAME_HEADER_SIZE + length, length
+        ):
             try:
                 return self._decoder.decode(body)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -493,14 +569,16 @@ class Journal:
         ]
 
     def records(self) -> Iterator[Effect]:
-        """Every durable record in file order, read lazily from disk."""
+        """Every durable record in file order, read lazily from disk (signatures re-checked)."""
         if self._closed:
             raise ValueError(f"journal {self.path} is closed")
         if self._fd < 0:
             return
         end = self._synced_end
+        prev = NO_MAC
         try:
-            for offset, body in _iter_frames(self._fd, 0, end, self._max_frame):
+            for offset, body, mac in _iter_frames(self._fd, 0, end, self._max_frame):
+                prev = self._check_mac(offset, body, mac, prev)
                 try:
                     yield self._decoder.decode(body)
                 except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -534,10 +612,16 @@ class Journal:
                 f"max_frame_bytes={self._max_frame}; return a smaller result (store large data "
                 "in a file and journal its path)"
             )
-        frame = _FRAME_HEADER.pack(len(body), zlib.crc32(body)) + body
         head = _Head(effect.kind, effect.key, effect.input_hash, effect.status)
+        digest = None if self._signer is None else record_digest(body)
+        frame = encode_frame(body) if digest is None else b""
         with self._cond:
             self._check_writable()
+            mac = None
+            if self._signer is not None and digest is not None:
+                # The chain follows file order, so the MAC is made under the append lock.
+                mac = self._signer.effect_mac(self.run_id, self._last_mac, digest)
+                frame = encode_frame(body, mac)
             offset = self._written_end
             try:
                 fsio.write_all(self._fd, frame, self.path)
@@ -545,8 +629,10 @@ class Journal:
                 self._failed = exc
                 self._cond.notify_all()
                 raise WriterFailedError(self.run_id, exc) from exc
+            if mac is not None:
+                self._last_mac = mac
             self._written_end = mine = offset + len(frame)
-            self._pending.append((offset, len(body), head))
+            self._pending.append((offset, len(frame) - FRAME_HEADER_SIZE, head))
             while self._synced_end < mine:
                 if self._failed is not None:
                     raise WriterFailedError(self.run_id, self._failed)
