@@ -22,6 +22,7 @@ from afk_local.errors import (
     EffectLogCorruptionError,
     RunNotFoundError,
 )
+from afk_local.integrity import NO_MAC, chain_links, history_until, record_digest
 from afk_local.journal import Journal
 from afk_local.layout import (
     CheckpointFile,
@@ -34,6 +35,8 @@ from afk_local.records import Checkpoint, Effect, Phase, RunMeta, RunStatus
 log = logging.getLogger("afk_local")
 
 MAX_META_BYTES = 64 << 20
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _HARD_CHAIN_LIMIT = 100_000  # far above any max_chain a writer uses; stops a crafted loop
 _PHASE_GUESSES = tuple(p.value for p in Phase)
 
@@ -114,14 +117,26 @@ class _ChainDecoder:
         self._dir = str(paths.dir) + os.sep
 
     def raw(self, seq: int, name: str) -> bytes:
+        """The decoded record bytes of checkpoint ``seq`` (file ``name``)."""
+        return self.decode(seq, name)[0]
+
+    def decode(self, seq: int, name: str) -> tuple[bytes, bytes | None]:
+        """The decoded record bytes of checkpoint ``seq`` and its file's MAC (None: unsigned).
+
+        The MAC is not checked here; only the file's own MAC is returned, because a
+        delta's MAC covers its decoded bytes and so vouches for its bases too.
+        """
         # Walk back from ``seq`` to a cached base or a keyframe, then decode forward.
         frames: list[tuple[int, str, bytes]] = []
         base: bytes | None = None
         cur_seq: int = seq
         path = self._dir + name
         data = self._read(path)
+        mac: bytes | None = None
         while True:
             header, body = codec.unpack_frame(data, path, expect_kind=codec.KIND_CHECKPOINT)
+            if not frames:
+                mac = header.mac
             codec.check_content_size(body, path, self._max_bytes)
             frames.append((cur_seq, path, body))
             if not header.is_delta:
@@ -151,7 +166,27 @@ class _ChainDecoder:
             assert current is not None
             raw = current
         self._remember(seq, raw)
-        return raw
+        return raw, mac
+
+    def link(self, seq: int, hint: str, names: dict[int, str] | None = None) -> bytes | None:
+        """The chain value checkpoint ``seq`` passes on: its MAC, :data:`NO_MAC` when it
+        has none, None when there is no such file.
+
+        Only the header and the trailer are read; the file's own MAC is checked when
+        the file itself is loaded.
+        """
+        if names is not None:
+            name = names.get(seq)
+            return None if name is None else read_link_value(self._dir + name)
+        for phase in dict.fromkeys((hint, *_PHASE_GUESSES)):
+            value = read_link_value(f"{self._dir}{seq:012d}.{phase}.ckpt")
+            if value is not None:
+                return value
+        # Not a usual phase: list (fresh, since a writer may have added it meanwhile).
+        for file in scan_checkpoints(self._paths.dir):
+            if file.seq == seq:
+                return read_link_value(self._dir + file.name)
+        return None
 
     def _read(self, path: str) -> bytes:
         try:
@@ -214,6 +249,11 @@ class RunReader:
     def __repr__(self) -> str:
         return f"RunReader(run_id={self.run_id!r}, dir={str(self.paths.dir)!r})"
 
+    @property
+    def record_codec(self) -> RecordCodec:
+        """The codec this reader decodes with (and, in a keyed store, checks signatures with)."""
+        return self._codec
+
     def _repr_html_(self) -> str:
         """Notebook view: the run and its recent checkpoints."""
         from afk_local.notebook import run_reader_html  # noqa: PLC0415 - display only
@@ -236,10 +276,21 @@ class RunReader:
         return scan_checkpoints(self.paths.dir)
 
     def load(self, file: CheckpointFile) -> Checkpoint:
-        """Decode one checkpoint file; raises :class:`CheckpointCorruptionError` if damaged."""
+        """Decode one checkpoint file; raises :class:`CheckpointCorruptionError` if damaged.
+
+        In a keyed store the file's signature is checked too (before the record is
+        decoded): an unsigned file or an HMAC mismatch counts as damage.
+        """
+        return self._load(file)[0]
+
+    def _load(
+        self, file: CheckpointFile, names: dict[int, str] | None = None
+    ) -> tuple[Checkpoint, bytes | None]:
         path = str(self.paths.dir / file.name)
         try:
-            raw = self._chain.raw(file.seq, file.name)
+            raw, mac = self._chain.decode(file.seq, file.name)
+            if self._codec.signer is not None:
+                self._check_signature(file, path, raw, mac, names)
             record = self._codec.decode_checkpoint(raw, path)
         except CheckpointCorruptionError as exc:
             if exc.run_id is None:
@@ -256,7 +307,82 @@ class RunReader:
                 "which does not match its file name and run",
                 self.run_id,
             )
-        return record
+        return record, mac
+
+    def chain_value(self, file: CheckpointFile) -> bytes:
+        """The MAC of the checkpoint before ``file`` that ``file``'s signature verifies with.
+
+        Compaction records it (in ``run.meta``) before deleting that predecessor.
+        Keyed stores only.
+
+        Raises:
+            CheckpointCorruptionError: ``file`` does not verify.
+        """
+        if self._codec.signer is None:
+            raise ValueError("chain values exist in keyed stores only")
+        path = str(self.paths.dir / file.name)
+        raw, mac = self._chain.decode(file.seq, file.name)
+        return self._check_signature(file, path, raw, mac, None)
+
+    def _check_signature(
+        self,
+        file: CheckpointFile,
+        path: str,
+        raw: bytes,
+        mac: bytes | None,
+        names: dict[int, str] | None,
+    ) -> bytes:
+        """Check ``file``'s MAC; returns the predecessor's chain value it verified with."""
+        signer = self._codec.signer
+        assert signer is not None
+        if mac is None:
+            raise CheckpointCorruptionError(
+                path,
+                f"{codec.UNSIGNED_REASON} (written without the key, or its signature was removed)",
+                self.run_id,
+            )
+        extra = self._signed_extra()
+        previous: list[bytes] = []
+        if file.seq == 1:
+            previous.append(NO_MAC)
+        else:
+            found = self._chain.link(file.seq - 1, file.phase, names)
+            if found is not None:
+                previous.append(found)
+            recorded = chain_links(extra).get(file.seq)
+            if recorded is not None:
+                previous.append(recorded)
+            if not previous:
+                raise CheckpointCorruptionError(
+                    path,
+                    f"HMAC mismatch: the chain is broken, checkpoint {file.seq - 1} before it "
+                    "is missing and no compaction recorded deleting it",
+                    self.run_id,
+                )
+        owners = [self.run_id]
+        owners += [o for o, until in history_until(extra).items() if file.seq <= until]
+        digest = record_digest(raw)
+        for owner in owners:
+            for prev in previous:
+                expected = signer.checkpoint_mac(owner, file.seq, file.phase, prev, digest)
+                if signer.matches(expected, mac):
+                    return prev
+        before = f", or checkpoint {file.seq - 1} before it was replaced" if file.seq > 1 else ""
+        raise CheckpointCorruptionError(
+            path,
+            "HMAC mismatch: edited, signed with another key, copied from another run or "
+            f"position{before}",
+            self.run_id,
+        )
+
+    def _signed_extra(self) -> dict[str, Any]:
+        # The chain links and fork limits come from run.meta, whose own signature
+        # read_meta checked; without a readable meta nothing extra is trusted.
+        try:
+            extra = self.meta.extra
+        except AfkLocalError:
+            return {}
+        return extra if isinstance(extra, dict) else {}
 
     def _shared_history(self) -> tuple[str, ...]:
         # A fork shares its ancestors' checkpoint files (hard links): their records
@@ -355,17 +481,20 @@ class RunReader:
     def verify(self) -> VerifyReport:
         """Check every file of the run; problems are reported, not raised."""
         report = VerifyReport(self.run_id)
+        signed = 0
         try:
             read_meta(self.paths, self._codec)
             report.checked_files += 1
+            signed += self._codec.signer is None and is_signed_file(self.paths.meta)
         except (CheckpointCorruptionError, RunNotFoundError) as exc:
             report.problems.append(VerifyProblem(str(self.paths.meta), str(exc)))
         files = self.checkpoint_files()
+        names = {f.seq: f.name for f in files}
         for file in files:
             report.checked_files += 1
             own = str(self.paths.dir / file.name)
             try:
-                self.load(file)
+                signed += self._load(file, names)[1] is not None
             except CheckpointCorruptionError as exc:
                 reason = exc.reason
                 if exc.path != own:
@@ -386,12 +515,18 @@ class RunReader:
             temps = [e.name for e in entries if e.name.startswith(fsio.TEMP_PREFIX)]
         if temps:
             report.notes.append(f"{len(temps)} unpublished temp file(s), removed on next open")
-        self._verify_journal(report)
+        signed += self._verify_journal(report)
+        if signed and self._codec.signer is None:
+            report.notes.append(
+                f"{signed} signed file(s)/record(s): signatures not checked, this store has no "
+                "key (set AFK_LOCAL_KEY or pass Store(key=...))"
+            )
         return report
 
-    def _verify_journal(self, report: VerifyReport) -> None:
+    def _verify_journal(self, report: VerifyReport) -> int:
+        """Check effects.log into ``report``; returns how many of its records are signed."""
         if not self.paths.journal.exists():
-            return
+            return 0
         report.checked_files += 1
         try:
             with Journal(
@@ -399,6 +534,7 @@ class RunReader:
             ) as journal:
                 for _ in journal.records():  # every record decodes, not just its head
                     pass
+                signed = journal.signed_count
                 if journal.torn_tail is not None:
                     torn = journal.torn_tail
                     report.notes.append(
@@ -423,6 +559,9 @@ class RunReader:
             report.problems.append(
                 VerifyProblem(str(self.paths.journal), f"cannot read: {exc.strerror}")
             )
+        else:
+            return signed
+        return 0
 
     def effects(self) -> list[Effect]:
         """Every record of the effect journal in file order (a torn tail is ignored).
@@ -454,6 +593,48 @@ def read_meta(paths: RunPaths, record_codec: RecordCodec) -> RunMeta:
             path, f"cannot read: {exc.strerror}", paths.run_id
         ) from None
     try:
-        return codec.decode_meta(record_codec, data, path, max_bytes=MAX_META_BYTES)
+        return codec.decode_meta(
+            record_codec, data, path, max_bytes=MAX_META_BYTES, run_id=paths.run_id
+        )
     except CheckpointCorruptionError as exc:
         raise CheckpointCorruptionError(exc.path, exc.reason, paths.run_id) from None
+
+
+def read_link_value(path: str) -> bytes | None:
+    """The chain value a checkpoint file passes on (see :meth:`_ChainDecoder.link`).
+
+    Its MAC trailer, or :data:`~afk_local.integrity.NO_MAC` when it has no sound one;
+    None when the file does not exist. Reads the header and the trailer only.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return NO_MAC
+    try:
+        size = os.fstat(fd).st_size
+        at = codec.signature_offset(os.pread(fd, codec.HEADER_SIZE, 0), size)
+        if at is None:
+            return NO_MAC
+        mac = os.pread(fd, size - at, at)
+        return mac if len(mac) == size - at else NO_MAC
+    except OSError:
+        return NO_MAC
+    finally:
+        os.close(fd)
+
+
+def is_signed_file(path: str | os.PathLike[str]) -> bool:
+    """True when a checkpoint or meta file's header has the signed flag (nothing checked)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        head = os.pread(fd, codec.HEADER_SIZE, 0)
+        return codec.signature_offset(head, os.fstat(fd).st_size) is not None
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

@@ -23,10 +23,11 @@ from filelock import FileLock, Timeout
 from afk_local import codec, fsio
 from afk_local.codec import RecordCodec
 from afk_local.errors import RunLockedError, WriterFailedError
+from afk_local.integrity import NO_MAC, record_digest
 from afk_local.journal import Journal
 from afk_local.layout import RunPaths, checkpoint_name, scan_checkpoints, validate_phase
 from afk_local.ownership import current_owner
-from afk_local.reader import RunReader, read_meta
+from afk_local.reader import RunReader, read_link_value, read_meta
 from afk_local.records import (
     SCHEMA_VERSION,
     Checkpoint,
@@ -135,6 +136,11 @@ class RunWriter:
         self._remove_temp_files()
         files = scan_checkpoints(paths.dir)
         self._seq = files[-1].seq if files else 0
+        # Keyed store: each checkpoint's MAC chains on the MAC of the one before it.
+        self._signer = record_codec.signer
+        self._prev_mac = NO_MAC
+        if self._signer is not None and files:
+            self._prev_mac = read_link_value(self._dir + files[-1].name) or NO_MAC
 
     # -- properties ---------------------------------------------------------------
 
@@ -224,7 +230,12 @@ class RunWriter:
             raise ValueError(
                 f"checkpoint of {len(raw)} bytes exceeds max_record_bytes={self._max_record_bytes}"
             )
-        data = self._frame(record.seq, phase, raw)
+        mac = None
+        if self._signer is not None:
+            mac = self._signer.checkpoint_mac(
+                self.run_id, record.seq, phase, self._prev_mac, record_digest(raw)
+            )
+        data = self._frame(record.seq, phase, raw, mac)
         name = checkpoint_name(record.seq, phase)
         final = self._dir + name
         try:
@@ -236,6 +247,8 @@ class RunWriter:
             self._unpublish(name)
             raise
         self._seq = record.seq
+        if mac is not None:
+            self._prev_mac = mac
         return record
 
     def _unpublish(self, name: str) -> None:
@@ -259,7 +272,7 @@ class RunWriter:
                 with contextlib.suppress(OSError):
                     os.unlink(self.paths.latest)
 
-    def _frame(self, seq: int, phase: str, raw: bytes) -> bytes:
+    def _frame(self, seq: int, phase: str, raw: bytes, mac: bytes | None) -> bytes:
         # The base is the newest earlier checkpoint of the same phase, not simply the
         # previous checkpoint: in the agent protocol a large runtime_state follows a
         # tiny phase payload, and a delta against that is as big as a keyframe.
@@ -273,12 +286,16 @@ class RunWriter:
             if len(body) <= self._delta_fraction * self._key_ratio * len(raw) + 64:
                 self._remember_chain(phase, _Chain(raw, seq, chain.length + 1))
                 return codec.pack_frame(
-                    codec.KIND_CHECKPOINT, body, flags=codec.FLAG_DELTA, base_seq=chain.seq
+                    codec.KIND_CHECKPOINT,
+                    body,
+                    flags=codec.FLAG_DELTA,
+                    base_seq=chain.seq,
+                    mac=mac,
                 )
         body = codec.compress(raw, level=self._level)
         self._key_ratio = len(body) / max(len(raw), 1)
         self._remember_chain(phase, _Chain(raw, seq, 0))
-        return codec.pack_frame(codec.KIND_CHECKPOINT, body)
+        return codec.pack_frame(codec.KIND_CHECKPOINT, body, mac=mac)
 
     def _remember_chain(self, phase: str, chain: _Chain) -> None:
         self._chains[phase] = chain

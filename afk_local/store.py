@@ -29,6 +29,7 @@ from afk_local.errors import (
     RunNotFoundError,
 )
 from afk_local.fork import fork_run
+from afk_local.integrity import signer_for
 from afk_local.layout import REQUESTS_DIR, RUNS_DIR, RunPaths, validate_run_id
 from afk_local.notebook import run_info_html, run_info_repr
 from afk_local.ownership import lock_is_held
@@ -91,6 +92,10 @@ class Store:
         max_record_bytes: largest decoded record a reader accepts.
         lock_timeout: seconds a writer waits for a run's lock before RunLockedError.
         max_chain: deltas after which a new keyframe is written.
+        key: a secret (bytes or text) that turns on tamper evidence: every file and
+            journal record is signed with HMAC-SHA256, and unsigned or wrongly signed
+            ones count as damaged (docs/format.md, "Tamper evidence"). Default:
+            ``$AFK_LOCAL_KEY`` when set, else no key (files are not signed).
     """
 
     def __init__(
@@ -102,15 +107,22 @@ class Store:
         max_record_bytes: int = codec.DEFAULT_MAX_RECORD_BYTES,
         lock_timeout: float = 0.0,
         max_chain: int = 32,
+        key: bytes | str | None = None,
     ) -> None:
         self.root = Path(root) if root is not None else default_root()
-        self.codec = RecordCodec(enc_hook=enc_hook, dec_hook=dec_hook)
+        self.codec = RecordCodec(enc_hook=enc_hook, dec_hook=dec_hook, signer=signer_for(key))
         self.max_record_bytes = max_record_bytes
         self.lock_timeout = lock_timeout
         self.max_chain = max_chain
 
     def __repr__(self) -> str:
-        return f"Store(root={str(self.root)!r})"
+        keyed = ", keyed" if self.keyed else ""
+        return f"Store(root={str(self.root)!r}{keyed})"
+
+    @property
+    def keyed(self) -> bool:
+        """True when this store signs and checks its files (a key, or ``$AFK_LOCAL_KEY``)."""
+        return self.codec.signer is not None
 
     @property
     def runs_dir(self) -> Path:
