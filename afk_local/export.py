@@ -5,6 +5,10 @@ as JSON. JSON has no bytes type: bytes become base64 strings and come back as
 strings, and custom payload types come back as plain data. An import writes every
 checkpoint as a keyframe under its original seq, in a temporary directory renamed
 into place, so a crash leaves no half-imported run.
+
+An export carries no signatures (it is plain JSON anyone can edit). Importing into
+a keyed store signs every record afresh with that store's key: an import is a
+trust decision, and the way to sign the runs of a store that had no key before.
 """
 
 from __future__ import annotations
@@ -16,6 +20,13 @@ import msgspec
 
 from afk_local import codec, fsio
 from afk_local.errors import AfkLocalError, RunExistsError
+from afk_local.integrity import (
+    HISTORY_UNTIL_KEY,
+    LINKS_KEY,
+    NO_MAC,
+    record_digest,
+    with_chain_links,
+)
 from afk_local.layout import RunPaths, checkpoint_name, validate_phase, validate_run_id
 from afk_local.records import Checkpoint, Effect, RunMeta
 
@@ -95,6 +106,10 @@ def import_run(store: Store, text: str, *, new_run_id: str | None = None, source
     meta = msgspec.convert(meta_doc, RunMeta, str_keys=True)
     run_id = validate_run_id(new_run_id or meta.run_id)
     meta = msgspec.structs.replace(meta, run_id=run_id, owner=None)
+    if LINKS_KEY in meta.extra or HISTORY_UNTIL_KEY in meta.extra:
+        # Signature bookkeeping of the exporting store means nothing here.
+        extra = {k: v for k, v in meta.extra.items() if k not in (LINKS_KEY, HISTORY_UNTIL_KEY)}
+        meta = msgspec.structs.replace(meta, extra=extra)
     checkpoints = [
         msgspec.structs.replace(msgspec.convert(c, Checkpoint, str_keys=True), run_id=run_id)
         for c in checkpoint_docs
@@ -111,11 +126,22 @@ def import_run(store: Store, text: str, *, new_run_id: str | None = None, source
     fsio.make_dir(tmp_dir)
     try:
         tmp = RunPaths(run_id, tmp_dir)
+        signer = store.codec.signer
+        prev, prev_seq, links = NO_MAC, 0, {}
         for c in sorted(checkpoints, key=lambda c: c.seq):
-            frame = codec.pack_frame(codec.KIND_CHECKPOINT, codec.compress(store.codec.encode(c)))
+            raw = store.codec.encode(c)
+            mac = None
+            if signer is not None:
+                if c.seq > 1 and c.seq - 1 != prev_seq:  # a gap compaction left
+                    links[c.seq] = prev
+                mac = signer.checkpoint_mac(run_id, c.seq, c.phase, prev, record_digest(raw))
+                prev, prev_seq = mac, c.seq
+            frame = codec.pack_frame(codec.KIND_CHECKPOINT, codec.compress(raw), mac=mac)
             fsio.write_new_file(tmp.checkpoint(c.seq, c.phase), frame)
+        if links:
+            meta = msgspec.structs.replace(meta, extra=with_chain_links(meta.extra, links))
         if effects:
-            write_journal_file(tmp.journal, effects, store.codec)
+            write_journal_file(tmp.journal, effects, store.codec, run_id=run_id)
         if checkpoints:
             last = max(checkpoints, key=lambda c: c.seq)
             fsio.atomic_symlink(checkpoint_name(last.seq, last.phase), tmp.latest, sync_dir=False)

@@ -7,6 +7,11 @@ filesystem refuses links. Its effect journal holds the source's effect records
 up to that checkpoint, so resuming the fork replays those calls and executes
 the rest anew.
 
+In a keyed store the shared files keep their signatures (made for the source's
+run id): the fork's ``run.meta`` lists up to which seq it holds each ancestor's
+checkpoints (``extra["history_until_seq"]``), so a later checkpoint of the source
+copied into the fork is still refused. Its journal is re-signed for the fork.
+
 The fork is built in a temporary directory and renamed into place, so a crash
 leaves either no fork or a complete one. It starts with status ``created`` and
 a free lock: resume it with ``afk.resume(new_id)`` or ``afk-local resume NEW_ID``.
@@ -33,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from afk_local import codec, fsio
 from afk_local.codec import RecordCodec
 from afk_local.errors import RunExistsError
+from afk_local.integrity import HISTORY_UNTIL_KEY, chain_links, history_until, with_chain_links
 from afk_local.layout import RunPaths, validate_run_id
 from afk_local.reader import CheckpointNotFoundError
 from afk_local.records import Checkpoint, Effect, RunMeta, RunStatus
@@ -108,6 +114,8 @@ def fork_run(store: Store, run_id: str, at_seq: int, new_run_id: str | None = No
                 HISTORY_KEY: [*history_run_ids(meta), run_id],
             }
         )
+        if store.keyed:
+            extra = _signed_history(extra, run_id, at_seq)
         new_meta = RunMeta(
             run_id=target_id,
             thread_id=meta.thread_id,
@@ -182,7 +190,16 @@ def _effects_until(source: Any, at: Checkpoint) -> list[Effect]:
     return [r for r in early if not (r.kind == "intent" and r.key in finished_late)]
 
 
+def _signed_history(extra: dict[str, Any], source_id: str, at_seq: int) -> dict[str, Any]:
+    """A keyed fork's extra: which ancestor owns its checkpoints up to which seq, and the
+    chain links (from compactions of the source) that its shared files still need."""
+    until = {rid: min(seq, at_seq) for rid, seq in history_until(extra).items()}
+    until[source_id] = at_seq
+    links = {seq: mac for seq, mac in chain_links(extra).items() if seq <= at_seq}
+    return {**with_chain_links(extra, links), HISTORY_UNTIL_KEY: until}
+
+
 def _write_journal(paths: RunPaths, effects: list[Effect], record_codec: RecordCodec) -> None:
     from afk_local.retention import write_journal_file  # noqa: PLC0415
 
-    write_journal_file(paths.journal, effects, record_codec)
+    write_journal_file(paths.journal, effects, record_codec, run_id=paths.run_id)

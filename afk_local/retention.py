@@ -7,13 +7,19 @@ never touches a run whose lock another process holds.
 
 Crash safety (kill -9 at any instant leaves every run resumable):
 
+0. in a keyed store, ``run.meta`` first records the MAC of every checkpoint about
+   to be deleted whose successor stays (the chain links of docs/format.md,
+   "Tamper evidence"), so the survivors still verify;
 1. every kept delta whose base would be deleted is first rewritten as a keyframe
-   (decoded bytes unchanged, temp + fsync + rename + directory fsync), so no kept
-   file ever depends on a deleted one;
+   (decoded bytes unchanged, so its signature stays valid and is kept; temp +
+   fsync + rename + directory fsync), so no kept file ever depends on a deleted one;
 2. only then are files deleted, highest seq first, so a base is never removed
    before a file that depends on it; the highest seq and ``latest``'s target are
    never deleted;
 3. the effect journal is replaced atomically (temp + rename), never edited.
+
+A store without a key does not compact runs whose files are signed: it could not
+record the chain links, and the run would no longer verify under its key.
 
 Example:
     >>> import afk_local as afk
@@ -30,14 +36,16 @@ import os
 import shutil
 import struct
 import time
-import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from afk_local import codec, fsio
 from afk_local.codec import RecordCodec
 from afk_local.errors import AfkLocalError, CheckpointCorruptionError, RunLockedError
+from afk_local.integrity import chain_links, with_chain_links
 from afk_local.layout import CheckpointFile, parse_checkpoint_name, scan_checkpoints
 from afk_local.ownership import lock_is_held
 from afk_local.records import Effect, Phase
@@ -51,7 +59,6 @@ log = logging.getLogger("afk_local")
 STALE_BUILD_SECONDS = 3600.0
 """Age after which gc removes a half-built fork or import directory (``runs/.tmp-*``)."""
 _HEAD = struct.Struct("<4sBBQ")  # the leading fields of the AFK1 header (codec.py)
-_FRAME = struct.Struct("<II")  # an effects.log frame header (journal.py)
 
 DEFAULT_ALWAYS_KEEP = frozenset(
     {
@@ -312,19 +319,30 @@ def compact_run(
             if len(kept) < len(records):
                 effects_keep = kept
                 result.effects_dropped = len(records) - len(kept)
+    if (plan.delete or effects_keep is not None) and _signed_without_key(reader):
+        raise AfkLocalError(
+            f"run {paths.run_id!r}: not compacted: its files are signed and this store has no "
+            "key, so it cannot re-sign what compaction changes; run gc with AFK_LOCAL_KEY set"
+        )
     if dry_run:
         return result
     # 0. the files a resume starts from must decode before anything older goes away.
     for f in plan.keep:
         if f.phase == Phase.RUNTIME_STATE.value or f.seq == plan.keep[-1].seq:
             reader.load(CheckpointFile(f.seq, f.phase, f.name))
+    # 0b. keyed: record the chain links of the survivors before their predecessors go.
+    extra = chain_links_after_delete(
+        reader,
+        {f.seq for f in plan.delete},
+        [CheckpointFile(f.seq, f.phase, f.name) for f in plan.keep],
+    )
+    if extra is not None:
+        meta = msgspec.structs.replace(reader.meta, extra=extra)
+        fsio.atomic_write(paths.meta, codec.encode_meta(reader.record_codec, meta))
+        reader.refresh()
     # 1. rewrite kept deltas whose chain would be cut, as keyframes with identical content.
     for f in plan.rewrite:
-        file = CheckpointFile(f.seq, f.phase, f.name)
-        reader.load(file)  # checks the record decodes and belongs here
-        raw = reader._chain.raw(f.seq, f.name)  # exact bytes: kept deltas may use them as base
-        frame = codec.pack_frame(codec.KIND_CHECKPOINT, codec.compress(raw))
-        fsio.atomic_write(paths.dir / f.name, frame)
+        rewrite_as_keyframe(reader, CheckpointFile(f.seq, f.phase, f.name))
     # 2. delete, highest seq first: a base never disappears before its dependents.
     for f in sorted(plan.delete, key=lambda f: f.seq, reverse=True):
         fsio.unlink(paths.dir / f.name)
@@ -336,6 +354,49 @@ def compact_run(
     return result
 
 
+def rewrite_as_keyframe(reader: RunReader, file: CheckpointFile) -> None:
+    """Replace a checkpoint file by a keyframe of the same decoded bytes (temp + rename).
+
+    Its signature covers the decoded bytes, so a signed file keeps its MAC unchanged.
+    """
+    reader.load(file)  # checks the record decodes, belongs here and (keyed) is signed
+    raw, mac = reader._chain.decode(file.seq, file.name)  # exact bytes: kept deltas use them
+    frame = codec.pack_frame(codec.KIND_CHECKPOINT, codec.compress(raw), mac=mac)
+    fsio.atomic_write(reader.paths.dir / file.name, frame)
+
+
+def chain_links_after_delete(
+    reader: RunReader, doomed: set[int], kept: Sequence[CheckpointFile]
+) -> dict[str, Any] | None:
+    """The ``RunMeta.extra`` a keyed run needs once checkpoints ``doomed`` are deleted.
+
+    Each kept checkpoint whose predecessor is doomed gets that predecessor's MAC
+    as its chain link (checked: the survivor must verify with it); links of doomed
+    checkpoints are dropped. None when nothing changes or the store has no key.
+    Write it to ``run.meta`` before deleting anything.
+
+    Raises:
+        CheckpointCorruptionError: a survivor does not verify.
+    """
+    if reader.record_codec.signer is None or not doomed:
+        return None
+    extra = reader.meta.extra if isinstance(reader.meta.extra, dict) else {}
+    old = chain_links(extra)
+    links = {seq: mac for seq, mac in old.items() if seq not in doomed}
+    for file in kept:
+        if file.seq - 1 in doomed:
+            links[file.seq] = reader.chain_value(file)
+    if links == old:
+        return None
+    return with_chain_links(extra, links)
+
+
+def _signed_without_key(reader: RunReader) -> bool:
+    from afk_local.reader import is_signed_file  # noqa: PLC0415 - reader sits above us
+
+    return reader.record_codec.signer is None and is_signed_file(reader.paths.meta)
+
+
 def _journal_records(reader: RunReader) -> list[Effect] | None:
     if not reader.paths.journal.is_file():
         return None
@@ -343,7 +404,9 @@ def _journal_records(reader: RunReader) -> list[Effect] | None:
         from afk_local import journal  # noqa: PLC0415 - lands with the effect journal
     except ImportError:  # pragma: no cover - journal not installed yet
         return None
-    with journal.Journal(reader.paths.journal, reader.run_id, writable=False) as opened:
+    with journal.Journal(
+        reader.paths.journal, reader.run_id, writable=False, record_codec=reader.record_codec
+    ) as opened:
         return list(opened.records())
 
 
@@ -351,7 +414,7 @@ def _rewrite_journal(reader: RunReader, records: Sequence[Effect]) -> None:
     path = reader.paths.journal
     tmp = fsio.temp_path(path.parent, path.name)
     try:
-        write_journal_file(tmp, records)
+        write_journal_file(tmp, records, reader.record_codec, run_id=reader.run_id)
         fsio.rename(tmp, path)
     except BaseException:
         fsio.unlink(tmp)
@@ -360,19 +423,24 @@ def _rewrite_journal(reader: RunReader, records: Sequence[Effect]) -> None:
 
 
 def write_journal_file(
-    path: str | os.PathLike[str], records: Iterable[Effect], record_codec: RecordCodec | None = None
+    path: str | os.PathLike[str],
+    records: Iterable[Effect],
+    record_codec: RecordCodec | None = None,
+    *,
+    run_id: str | None = None,
 ) -> None:
     """Write a new effect journal holding ``records`` (one write, one fsync).
 
-    Frames follow ``journal.py``: ``length (u32 LE) | crc32 (u32 LE) | msgpack(Effect)``.
-    ``path`` must not exist yet; publish it with a rename.
+    Frames follow ``journal.py``: ``length (u32 LE) | crc32 (u32 LE) | msgpack(Effect)``,
+    signed and chained for ``run_id`` when ``record_codec`` has a key (``run_id`` is
+    then required). ``path`` must not exist yet; publish it with a rename.
     """
+    from afk_local.journal import encode_journal  # noqa: PLC0415 - journal imports codec
+
     encoder = record_codec or RecordCodec()
-    chunks = []
-    for record in records:
-        body = encoder.encode(record)
-        chunks.append(_FRAME.pack(len(body), zlib.crc32(body)) + body)
-    fsio.write_new_file(path, b"".join(chunks))
+    if encoder.signer is not None and not run_id:
+        raise ValueError("a keyed journal is signed for its run: pass run_id")
+    fsio.write_new_file(path, encode_journal(records, encoder, run_id or ""))
 
 
 def gc(store: Store, policy: RetentionPolicy, *, dry_run: bool = False) -> GcReport:

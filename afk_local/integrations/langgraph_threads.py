@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from afk_local import codec, fsio
+from afk_local import fsio
 from afk_local.errors import AfkLocalError, RunExistsError
 from afk_local.integrations.langgraph_index import (
     PHASE,
@@ -42,7 +42,7 @@ from afk_local.integrations.langgraph_writes import (
 from afk_local.layout import CheckpointFile, validate_run_id
 from afk_local.reader import RunReader
 from afk_local.records import PauseInfo, RunStatus
-from afk_local.retention import read_file_facts
+from afk_local.retention import chain_links_after_delete, read_file_facts, rewrite_as_keyframe
 from afk_local.run import RunWriter
 from afk_local.store import Store
 
@@ -276,9 +276,10 @@ class ThreadFiles:
     def delete_files(self, thread_id: str, doomed: set[str]) -> None:
         """Delete checkpoint files ``doomed`` of a thread, and the writes of checkpoints gone.
 
-        Crash-safe in the order of afk_local's compaction: kept deltas whose base
-        goes away are first rewritten as keyframes (same decoded bytes), then files
-        are deleted highest seq first, then the writes file is replaced atomically.
+        Crash-safe in the order of afk_local's compaction: in a keyed store the
+        chain links of survivors go into ``run.meta`` first, kept deltas whose base
+        goes away are rewritten as keyframes (same decoded bytes), then files are
+        deleted highest seq first, then the writes file is replaced atomically.
         """
         run_id = thread_run_id(thread_id)
         handle = self.handle(thread_id)  # holds the lock for the whole operation
@@ -290,15 +291,18 @@ class ThreadFiles:
             files = sorted(CheckpointFile(e.seq, PHASE, e.name) for e in index.entries.values())
             facts = {f.seq: f for f in read_file_facts(paths.dir, files)}
             doomed_seqs = {f.seq for f in files if f.name in doomed}
+            index.reader.refresh()
+            survivors = [f for f in files if f.seq not in doomed_seqs]
+            extra = chain_links_after_delete(index.reader, doomed_seqs, survivors)
+            if extra is not None:
+                handle.writer.update_meta(extra=extra)
             for fact in facts.values():
                 if fact.seq in doomed_seqs or not fact.base_seq:
                     continue
                 if fact.base_seq in doomed_seqs or fact.base_seq not in facts:
-                    raw = index.reader._chain.raw(
-                        fact.seq, fact.name
-                    )  # exact bytes: kept deltas use them
-                    frame = codec.pack_frame(codec.KIND_CHECKPOINT, codec.compress(raw))
-                    fsio.atomic_write(paths.dir / fact.name, frame)
+                    rewrite_as_keyframe(
+                        index.reader, CheckpointFile(fact.seq, fact.phase, fact.name)
+                    )
             for seq in sorted(doomed_seqs, reverse=True):
                 fsio.unlink(paths.dir / facts[seq].name)
             kept = [f for f in files if f.seq not in doomed_seqs]
