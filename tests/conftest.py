@@ -24,3 +24,9 @@ def trials(request: pytest.FixtureRequest):
         return torture if request.config.getoption("--torture") else default
 
     return pick
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests pick their own keys: a developer's ``$AFK_LOCAL_KEY`` must not sign their stores."""
+    monkeypatch.delenv("AFK_LOCAL_KEY", raising=False)
