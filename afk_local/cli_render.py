@@ -295,11 +295,11 @@ def _walk(a: Any, b: Any, path: str, out: dict[str, Any]) -> None:
 
 def verify_run(store: Store, run_id: str, *, repair: bool = True) -> dict[str, Any]:
     """Verify one run; with ``repair``, truncate a torn journal tail if the lock is free."""
-    reader = store.open(run_id) if store.exists(run_id) else None
-    if reader is None:
-        from afk_local.reader import RunReader  # noqa: PLC0415
+    from afk_local.reader import RunReader  # noqa: PLC0415
 
-        reader = RunReader(store.paths(run_id), record_codec=store.codec)
+    # Not store.open(): a damaged (or, in a keyed store, wrongly signed) run.meta must
+    # be reported like any other damaged file, not stop the command.
+    reader = RunReader(store.paths(run_id), record_codec=store.codec)
     report = reader.verify()
     result: dict[str, Any] = {
         "run_id": run_id,

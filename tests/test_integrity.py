@@ -299,6 +299,23 @@ def test_wrong_key_flags_every_file(tmp_path: Path) -> None:
         wrong.open("r")
 
 
+def test_cli_verify_with_the_wrong_key_lists_every_damaged_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from afk_local.cli import main  # noqa: PLC0415 - the command line, in process
+
+    keyframe_run(keyed(tmp_path), "r", 2)
+    monkeypatch.setenv(KEY_ENV, KEY)
+    assert main(["verify", "--root", str(tmp_path)]) == 0
+    monkeypatch.setenv(KEY_ENV, "another key")
+    capsys.readouterr()
+    assert main(["verify", "--root", str(tmp_path), "--json"]) == 1
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    damaged = {os.path.basename(p["path"]) for p in run["problems"]}
+    assert damaged == {"run.meta", "000000000001.p1.ckpt", "000000000002.p2.ckpt"}
+    assert all("HMAC mismatch" in p["reason"] for p in run["problems"])
+
+
 def test_unkeyed_store_reads_signed_runs_and_notes_it(tmp_path: Path) -> None:
     write_run(keyed(tmp_path), "r")
     plain = afk.Store(tmp_path)
