@@ -259,11 +259,15 @@ def _iter_frames(
             base, rel = pos, 0
             if len(buf) < FRAME_HEADER_SIZE:
                 raise _BadFrame(pos, f"{end - pos} byte(s) left, shorter than a frame header")
-        field, crc = _FRAME_HEADER.unpack_from(buf, rel)
-        length = field & _LENGTH_MASK
-        trailer = MAC_SIZE if field & SIGNED_FRAME else 0
-        if length == 0 or length > max_frame:
-            raise _BadFrame(pos, f"frame length {length} outside 1..{max_frame}")
+        length, crc = _FRAME_HEADER.unpack_from(buf, rel)
+        trailer = 0
+        if length == 0 or length > max_frame:  # out of bounds, or a signed frame
+            if length & SIGNED_FRAME and 0 < length & _LENGTH_MASK <= max_frame:
+                length &= _LENGTH_MASK
+                trailer = MAC_SIZE
+            else:
+                length &= _LENGTH_MASK
+                raise _BadFrame(pos, f"frame length {length} outside 1..{max_frame}")
         size = FRAME_HEADER_SIZE + length + trailer
         frame_end = pos + size
         if frame_end > end:
@@ -378,7 +382,7 @@ class Journal:
         self.signed_count = 0
         """How many records carry a signature (checked only in a keyed store)."""
         self._enc_hook: EncHook | None = self._codec.enc_hook
-        self._max_frame = max_frame_bytes
+        self._max_frame = min(max_frame_bytes, _LENGTH_MASK)  # bit 31 marks signed frames
         self._head_decoder = msgspec.msgpack.Decoder(_Head)
         self._decoder = msgspec.msgpack.Decoder(Effect)
         self._index: dict[str, _Entry] = {}
@@ -420,7 +424,11 @@ class Journal:
             return 0
         size = os.fstat(self._fd).st_size
         try:
+            keyed = self._signer is not None
             for pos, body, mac in _iter_frames(self._fd, 0, size, self._max_frame):
+                if mac is None and not keyed:  # the unkeyed path stays as lean as before
+                    self._apply(pos, len(body), self._decode_head(pos, body))
+                    continue
                 self._last_mac = self._check_mac(pos, body, mac, self._last_mac)
                 head = self._decode_head(pos, body)
                 if mac is not None:
@@ -576,9 +584,11 @@ class Journal:
             return
         end = self._synced_end
         prev = NO_MAC
+        keyed = self._signer is not None
         try:
             for offset, body, mac in _iter_frames(self._fd, 0, end, self._max_frame):
-                prev = self._check_mac(offset, body, mac, prev)
+                if keyed:
+                    prev = self._check_mac(offset, body, mac, prev)
                 try:
                     yield self._decoder.decode(body)
                 except (msgspec.DecodeError, msgspec.ValidationError) as exc:

@@ -39,6 +39,8 @@ _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _HARD_CHAIN_LIMIT = 100_000  # far above any max_chain a writer uses; stops a crafted loop
 _PHASE_GUESSES = tuple(p.value for p in Phase)
+# A checkpoint's predecessor (for the signature chain): runtime_state is its most common phase.
+_LINK_GUESSES = (Phase.RUNTIME_STATE.value, *_PHASE_GUESSES)
 
 
 class CheckpointNotFoundError(AfkLocalError, LookupError):
@@ -178,7 +180,7 @@ class _ChainDecoder:
         if names is not None:
             name = names.get(seq)
             return None if name is None else read_link_value(self._dir + name)
-        for phase in dict.fromkeys((hint, *_PHASE_GUESSES)):
+        for phase in dict.fromkeys((hint, *_LINK_GUESSES)):
             value = read_link_value(f"{self._dir}{seq:012d}.{phase}.ckpt")
             if value is not None:
                 return value
@@ -284,13 +286,16 @@ class RunReader:
         return self._load(file)[0]
 
     def _load(
-        self, file: CheckpointFile, names: dict[int, str] | None = None
+        self,
+        file: CheckpointFile,
+        names: dict[int, str] | None = None,
+        macs: dict[int, bytes] | None = None,
     ) -> tuple[Checkpoint, bytes | None]:
         path = str(self.paths.dir / file.name)
         try:
             raw, mac = self._chain.decode(file.seq, file.name)
             if self._codec.signer is not None:
-                self._check_signature(file, path, raw, mac, names)
+                self._check_signature(file, path, raw, mac, names=names, macs=macs)
             record = self._codec.decode_checkpoint(raw, path)
         except CheckpointCorruptionError as exc:
             if exc.run_id is None:
@@ -322,7 +327,7 @@ class RunReader:
             raise ValueError("chain values exist in keyed stores only")
         path = str(self.paths.dir / file.name)
         raw, mac = self._chain.decode(file.seq, file.name)
-        return self._check_signature(file, path, raw, mac, None)
+        return self._check_signature(file, path, raw, mac)
 
     def _check_signature(
         self,
@@ -330,9 +335,15 @@ class RunReader:
         path: str,
         raw: bytes,
         mac: bytes | None,
-        names: dict[int, str] | None,
+        *,
+        names: dict[int, str] | None = None,
+        macs: dict[int, bytes] | None = None,
     ) -> bytes:
-        """Check ``file``'s MAC; returns the predecessor's chain value it verified with."""
+        """Check ``file``'s MAC; returns the predecessor's chain value it verified with.
+
+        ``names`` (seq -> file name) and ``macs`` (seq -> MAC of a file just read)
+        spare lookups when a caller walks the whole run.
+        """
         signer = self._codec.signer
         assert signer is not None
         if mac is None:
@@ -346,7 +357,9 @@ class RunReader:
         if file.seq == 1:
             previous.append(NO_MAC)
         else:
-            found = self._chain.link(file.seq - 1, file.phase, names)
+            found = macs.get(file.seq - 1) if macs else None
+            if found is None:
+                found = self._chain.link(file.seq - 1, file.phase, names)
             if found is not None:
                 previous.append(found)
             recorded = chain_links(extra).get(file.seq)
@@ -490,11 +503,15 @@ class RunReader:
             report.problems.append(VerifyProblem(str(self.paths.meta), str(exc)))
         files = self.checkpoint_files()
         names = {f.seq: f.name for f in files}
+        macs: dict[int, bytes] = {}  # MACs of the files read so far: the next one chains on them
         for file in files:
             report.checked_files += 1
             own = str(self.paths.dir / file.name)
             try:
-                signed += self._load(file, names)[1] is not None
+                mac = self._load(file, names, macs)[1]
+                if mac is not None:
+                    signed += 1
+                    macs[file.seq] = mac
             except CheckpointCorruptionError as exc:
                 reason = exc.reason
                 if exc.path != own:
