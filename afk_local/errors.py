@@ -149,6 +149,19 @@ class WriterFailedError(AfkLocalError):
         )
 
 
+class KeyRequiredError(AfkLocalError):
+    """A run whose files are signed was opened for writing by a store without a key."""
+
+    def __init__(self, run_id: str, path: str) -> None:
+        self.run_id = run_id
+        self.path = path
+        super().__init__(
+            f"run {run_id!r} is signed ({path} carries an HMAC) but this store has no key: "
+            "writing would leave unsigned records its keyed readers refuse. Open it with "
+            "its key (set AFK_LOCAL_KEY or pass Store(key=...))"
+        )
+
+
 class RunPaused(AfkLocalError):
     """Control flow: the run is waiting for input and its process should return."""
 

@@ -22,12 +22,12 @@ from filelock import FileLock, Timeout
 
 from afk_local import codec, fsio
 from afk_local.codec import RecordCodec
-from afk_local.errors import RunLockedError, WriterFailedError
+from afk_local.errors import KeyRequiredError, RunLockedError, WriterFailedError
 from afk_local.integrity import NO_MAC, record_digest
 from afk_local.journal import Journal
 from afk_local.layout import RunPaths, checkpoint_name, scan_checkpoints, validate_phase
 from afk_local.ownership import current_owner
-from afk_local.reader import RunReader, read_link_value, read_meta
+from afk_local.reader import RunReader, is_signed_file, read_link_value, read_meta
 from afk_local.records import (
     SCHEMA_VERSION,
     Checkpoint,
@@ -406,7 +406,13 @@ def open_writer(
     new_meta: RunMeta | None = None,
     **writer_options: Any,
 ) -> RunWriter:
-    """Lock a run directory and return its writer; with ``new_meta``, write it first."""
+    """Lock a run directory and return its writer; with ``new_meta``, write it first.
+
+    Raises:
+        KeyRequiredError: the run is signed and ``record_codec`` has no key.
+    """
+    if new_meta is None and record_codec.signer is None and is_signed_file(paths.meta):
+        raise KeyRequiredError(paths.run_id, str(paths.meta))
     lock = acquire_lock(paths, lock_timeout)
     try:
         owner = current_owner()

@@ -225,12 +225,13 @@ def test_stripped_signature_is_an_unsigned_record(tmp_path: Path) -> None:
     paths[1].write_bytes(bytes(data))
     assert "unsigned record in a keyed store" in problems(store, "r")[paths[1].name]
     load_raises(store, "r", paths[1], "unsigned record in a keyed store")
-    # A process without the key writing into a keyed run leaves unsigned records too.
-    with afk.Store(tmp_path).resume_writer("r") as run:
-        run.checkpoint("runtime_state", {"i": "unkeyed"}, step=99)
-    found = problems(store, "r")
-    assert "unsigned record in a keyed store" in found[files(store, "r")[-1].name]
-    assert "unsigned record in a keyed store" in found["run.meta"]
+    # A store without the key may read the run, but not write into it...
+    with pytest.raises(afk.KeyRequiredError, match="AFK_LOCAL_KEY"):
+        afk.Store(tmp_path).resume_writer("r")
+    # ...and an unsigned run.meta (written by other means) is refused too.
+    meta = store.read_meta("r")
+    store.paths("r").meta.write_bytes(codec.encode_meta(codec.RecordCodec(), meta))
+    assert "unsigned record in a keyed store" in problems(store, "r")["run.meta"]
 
 
 def test_record_copied_from_another_run_is_detected(tmp_path: Path) -> None:
