@@ -558,7 +558,9 @@ def test_import_into_a_keyed_store_signs_the_run(tmp_path: Path) -> None:
     assert store.open("r").verify().ok
 
 
-def test_langgraph_delete_on_a_keyed_store_keeps_the_thread_verifiable(tmp_path: Path) -> None:
+def test_langgraph_delete_on_a_keyed_store_keeps_the_thread_verifiable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("langgraph")
     from afk_local.integrations.langgraph import (  # noqa: PLC0415 - an optional extra
         AfkLocalSaver,
@@ -583,8 +585,18 @@ def test_langgraph_delete_on_a_keyed_store_keeps_the_thread_verifiable(tmp_path:
             parent = cid
         saver.delete_for_runs(["odd"])
         assert store.open(thread_run_id("t")).verify().ok
-        saver.prune(["t"])
-        assert len(list(saver.list({"configurable": {"thread_id": "t"}}))) == 1
+        listed = [t.metadata for t in saver.list({"configurable": {"thread_id": "t"}})]
+    assert store.open(thread_run_id("t")).verify().ok
+
+    # The index cache is not signed: a keyed saver in a new process decodes every file.
+    def unsigned_cache(path: Path) -> dict[str, Any]:
+        raise AssertionError(f"a keyed store read the index cache {path}")
+
+    monkeypatch.setattr("afk_local.integrations.langgraph_index._read_index_file", unsigned_cache)
+    with AfkLocalSaver(keyed(tmp_path)) as fresh:
+        assert [t.metadata for t in fresh.list({"configurable": {"thread_id": "t"}})] == listed
+        fresh.prune(["t"])
+        assert len(list(fresh.list({"configurable": {"thread_id": "t"}}))) == 1
     assert store.open(thread_run_id("t")).verify().ok
 
 
