@@ -6,8 +6,9 @@ Every keyed figure is compared with the same operation on an unkeyed store, meas
 in the same run with the rows interleaved (order rotated every round) so disk state
 and machine-load drift hit both alike:
 - a ``sync`` checkpoint of a 10 KB job state (two fsyncs; the disk dominates);
-- the same without fsync (fsync made a no-op): the CPU cost of framing, compressing
-  and signing, for 10 KB and 1 MB states;
+- the same without fsync (fsync made a no-op; renames and the symlink swap remain);
+- the pure CPU work of a checkpoint in memory (msgpack encode + zstd delta + frame),
+  without and with its signature (SHA-256 of the record + HMAC), 10 KB and 1 MB states;
 - a journaled ``effects.call`` (intent + outcome, each fsynced);
 - a cold ``open(run).latest()`` and a ``verify()`` of a 300-checkpoint run.
 """
@@ -29,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import no_fsync, table, text
 
 import afk_local as afk
+from afk_local import codec
+from afk_local.integrity import NO_MAC, Signer, record_digest
 
 KEY = b"benchmark key"
 
@@ -83,8 +86,28 @@ def bench_checkpoints(base: Path, repeat: int, size: int, *, fsync: bool) -> lis
             plain, keyed = interleaved([writer(r) for r in runs], repeat)
     for run in runs:
         run.close()
-    what = "sync checkpoint" if fsync else "checkpoint, fsync off (CPU only)"
+    what = "sync checkpoint" if fsync else "checkpoint, fsync off"
     return pair_row(f"{what}, {size / 1024:.0f} KB state", plain, keyed)
+
+
+def bench_cpu(repeat: int, size: int) -> list[object]:
+    job = Job(2, size)
+    states = [job.next_state() for _ in range(repeat + 1)]
+    record_codec = codec.RecordCodec()
+    signer = Signer(KEY)
+
+    def frame(i: int, sign: bool) -> bytes:
+        raw = record_codec.encode(states[i + 1])
+        body = codec.compress(raw, record_codec.encode(states[i]))
+        mac = None
+        if sign:
+            mac = signer.checkpoint_mac("r", i + 2, "runtime_state", NO_MAC, record_digest(raw))
+        return codec.pack_frame(codec.KIND_CHECKPOINT, body, flags=1, base_seq=i + 1, mac=mac)
+
+    plain, keyed = interleaved([lambda i: frame(i, False), lambda i: frame(i, True)], repeat)
+    return pair_row(
+        f"in memory: encode + delta + frame (+ sign), {size / 1024:.0f} KB", plain, keyed
+    )
 
 
 def bench_effects(base: Path, repeat: int) -> list[object]:
@@ -136,6 +159,8 @@ def main() -> None:
             bench_checkpoints(base, repeat, 10_000, fsync=True),
             bench_checkpoints(base, repeat, 10_000, fsync=False),
             bench_checkpoints(base, max(10, repeat // 10), 1_000_000, fsync=False),
+            bench_cpu(repeat, 10_000),
+            bench_cpu(max(10, repeat // 10), 1_000_000),
             bench_effects(base, repeat),
             *bench_reading(base, 150, max(10, repeat // 5)),
         ]
