@@ -55,8 +55,8 @@ from afk_local.agent_types import (
 )
 from afk_local.errors import AfkLocalError, RunCancelledError, RunExistsError, WriterFailedError
 from afk_local.records import Phase, RunMeta, RunStatus
-from afk_local.runner import StoreLike, as_store, sigterm_exits
-from afk_local.store import Store
+from afk_local.stopping import sigterm_exits
+from afk_local.store import Store, StoreLike, as_store
 from afk_local.writer import DurableWriter, validate_durability
 
 log = logging.getLogger("afk_local")

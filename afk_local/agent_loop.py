@@ -35,7 +35,7 @@ from afk_local.agent_types import (
 )
 from afk_local.errors import AfkLocalError
 from afk_local.records import Phase
-from afk_local.runner import defer_stop
+from afk_local.stopping import defer_stop
 from afk_local.writer import DurableWriter
 
 log = logging.getLogger("afk_local")

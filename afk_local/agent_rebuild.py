@@ -20,7 +20,8 @@ from afk_local.agent_loop import APPROVAL, NO_INPUT
 from afk_local.agent_types import _ENTRYPOINT, Agent, AgentResult
 from afk_local.errors import EntrypointError, RunPaused
 from afk_local.records import RunMeta
-from afk_local.runner import StoreLike, as_store, is_agent_run
+from afk_local.runner import is_agent_run
+from afk_local.store import StoreLike, as_store
 
 
 class AgentFailedError(RuntimeError):

@@ -31,7 +31,7 @@ from afk_local.errors import (
     WriterFailedError,
 )
 from afk_local.journal import Journal
-from afk_local.runner import defer_stop
+from afk_local.stopping import defer_stop
 
 log = logging.getLogger("afk_local")
 

@@ -321,3 +321,12 @@ class Store:
         paths = self.paths(run_id)
         if lock_is_held(paths.lock):
             raise RunLockedError(run_id, str(paths.lock))
+
+
+StoreLike = Store | str | os.PathLike[str] | None
+"""What a ``store=`` argument takes: a :class:`Store`, its root directory, or None (the default)."""
+
+
+def as_store(store: StoreLike) -> Store:
+    """``store`` itself, or a :class:`Store` on the root directory it names."""
+    return store if isinstance(store, Store) else Store(store)

@@ -30,9 +30,10 @@ from typing import Any
 
 import msgspec
 
-from afk_local import fsio, runner
+from afk_local import fsio, run_context
+from afk_local.durable_function import DurableFunction
 from afk_local.errors import RunPaused
-from afk_local.runner import DurableFunction
+from afk_local.runner import load_entrypoint
 from afk_local.store import Store, new_run_id
 
 try:
@@ -153,7 +154,7 @@ def _child_main(spec_json: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
     if at is not None and on == "step":
-        runner._test_hook = kill
+        run_context.set_step_hook(kill)
     elif at is not None:
 
         def io_hook(operation: str, path: str) -> None:
@@ -161,7 +162,7 @@ def _child_main(spec_json: str) -> None:
                 kill(operation, path)
 
         fsio.set_io_hook(io_hook)
-    job = runner.load_entrypoint(spec["entrypoint"], spec["run_id"])
+    job = load_entrypoint(spec["entrypoint"], spec["run_id"])
     store = Store(spec["root"])
     params = msgspec.msgpack.decode(bytes.fromhex(spec["params"]))
     try:
