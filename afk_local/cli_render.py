@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from afk_local import codec
+from afk_local.cli_command import CliError
 from afk_local.errors import AfkLocalError, RunLockedError
 from afk_local.export import to_jsonable
 from afk_local.notebook import format_bytes
@@ -228,8 +229,6 @@ def payload_at(payload: Any, path: str | None, *, run_id: str, seq: int) -> Any:
     """
     if not path:
         return payload
-    from afk_local.cli import CliError  # noqa: PLC0415 - cli owns the error type
-
     value = payload
     walked = "payload"
     for part in path.split("."):
