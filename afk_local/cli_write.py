@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from afk_local.export import import_run
 from afk_local.notebook import format_bytes
 from afk_local.records import RunStatus
 from afk_local.retention import DEFAULT_ALWAYS_KEEP, RetentionPolicy
+from afk_local.runner import cancel, resume_run
 
 
 def _parse_input(text: str | None) -> Any:
@@ -88,13 +88,6 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if meta.status is RunStatus.COMPLETED:
         raise CliError(f"run {args.run!r} already completed; nothing to resume", EXIT_OK)
     try:
-        from afk_local.runner import resume_run  # noqa: PLC0415 - optional until it lands
-    except ImportError:
-        raise CliError(
-            "this afk_local has no durable-function runner (afk_local.runner); "
-            "resume the run from Python with the code that created it"
-        ) from None
-    try:
         result = resume_run(args.run, store, value)
     except RunLockedError as exc:  # another process is resuming it: the watcher's "taken"
         sys.stderr.write(f"afk-local: {exc}\n")
@@ -126,17 +119,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     meta = store.read_meta(args.run)
     if meta.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
         raise CliError(f"run {args.run!r} is already {meta.status.value}; nothing to cancel")
-    try:
-        from afk_local import runner  # noqa: PLC0415 - optional until it lands
-
-        cancel: Callable[..., Any] | None = getattr(runner, "cancel", None)
-    except ImportError:
-        cancel = None
-    if cancel is not None:
-        cancel(args.run, store=store, reason=args.reason)
-    else:
-        with store.resume_writer(args.run) as writer:
-            writer.cancel(args.reason)
+    cancel(args.run, store=store, reason=args.reason)
     status = store.read_meta(args.run).status.value
     if args.json:
         emit_json({"run_id": args.run, "status": status})
@@ -205,10 +188,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _watcher_module() -> Any:
-    try:
-        from afk_local import watcher  # type: ignore[attr-defined,unused-ignore]  # noqa: PLC0415
-    except ImportError:
-        raise CliError("this afk_local has no watcher (afk_local.watcher) yet") from None
+    # Imported on use: it pulls in watchfiles, which the read commands never need.
+    from afk_local import watcher  # noqa: PLC0415
+
     return watcher
 
 
