@@ -11,13 +11,13 @@ agent runs (lazily: this module imports the runner, not the other way round).
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any
 
 from afk_local.agent import _AGENTS, AgentRunner
 from afk_local.agent_loop import APPROVAL, NO_INPUT
-from afk_local.agent_types import _ENTRYPOINT, Agent, AgentResult
+from afk_local.agent_types import Agent, AgentResult
+from afk_local.entrypoints import import_entrypoint
 from afk_local.errors import EntrypointError, RunPaused
 from afk_local.records import RunMeta
 from afk_local.runner import is_agent_run
@@ -69,26 +69,16 @@ def load_agent(meta: RunMeta) -> Agent:
     found = _AGENTS.get(entrypoint)
     if found is not None:
         return found
-    module_name, _, qualname = entrypoint.partition(":")
-    if module_name == "__main__" or "<locals>" in qualname:
-        raise EntrypointError(
-            run_id,
-            entrypoint,
+    obj = import_entrypoint(
+        run_id,
+        entrypoint,
+        unimportable_hint=(
             "the agent was defined in a script run as __main__ or in a notebook, which "
             "another process cannot import. Resume it from that script/notebook with "
             "runner.resume(agent, run_id) (or run it again with the same run_id), or move "
-            "the agent (or a function returning it) into an importable module",
-        )
-    if _ENTRYPOINT.fullmatch(entrypoint) is None:
-        raise EntrypointError(run_id, entrypoint, "not a module:qualname name")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise EntrypointError(
-            run_id, entrypoint, f"{exc}; is its package installed / on PYTHONPATH here?"
-        ) from exc
+            "the agent (or a function returning it) into an importable module"
+        ),
+    )
     if isinstance(obj, Agent):
         return obj
     if not callable(obj):

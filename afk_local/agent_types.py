@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,10 +18,10 @@ from typing import Any
 
 import msgspec
 
+from afk_local.entrypoints import is_entrypoint
+
 LLMCallable = Callable[[list[dict[str, Any]], list[dict[str, Any]]], Any]
 """``llm(messages, tools) -> LLMResponse`` (or an awaitable of one)."""
-
-_ENTRYPOINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
 class ToolCall(msgspec.Struct, kw_only=True, frozen=True):
@@ -245,7 +244,7 @@ class Agent:
             raise ValueError("tool_errors must be 'fail' or 'report'")
         if self.max_steps < 1:
             raise ValueError("max_steps must be at least 1")
-        if self.entrypoint is not None and _ENTRYPOINT.fullmatch(self.entrypoint) is None:
+        if self.entrypoint is not None and not is_entrypoint(self.entrypoint):
             raise ValueError(
                 f"Agent(entrypoint={self.entrypoint!r}): expected 'module:qualname' of a "
                 "module-level Agent or of a function returning one (e.g. 'mypkg.agents:build')"

@@ -31,8 +31,6 @@ names so ``afk_local.runner.X`` keeps working.
 from __future__ import annotations
 
 import asyncio
-import importlib
-import re
 from typing import Any
 
 from afk_local.durable_function import (
@@ -42,14 +40,13 @@ from afk_local.durable_function import (
     run_coroutine,
     settled,
 )
+from afk_local.entrypoints import import_entrypoint
 from afk_local.errors import AfkLocalError, EntrypointError
 from afk_local.records import RunMeta, RunStatus
 from afk_local.run_context import NO_INPUT, RunContext
 from afk_local.stopping import defer_stop, sigterm_exits
 from afk_local.store import StoreLike, as_store
 from afk_local.versions import CodeChangedWarning, code_fingerprint, migration
-
-_ENTRYPOINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
 def is_agent_run(meta: RunMeta) -> bool:
@@ -76,25 +73,15 @@ def load_entrypoint(entrypoint: str | None, run_id: str = "?") -> DurableFunctio
     found = registered(entrypoint)
     if found is not None:
         return found
-    module_name, _, qualname = entrypoint.partition(":")
-    if module_name == "__main__" or "<locals>" in qualname:
-        raise EntrypointError(
-            run_id,
-            entrypoint,
+    obj = import_entrypoint(
+        run_id,
+        entrypoint,
+        unimportable_hint=(
             "it was defined in a script run as __main__, a notebook or inside a function, "
             "which another process cannot import. Resume it from the same script/notebook with "
-            "job.run(run_id=...), or move the job into an importable module",
-        )
-    if _ENTRYPOINT.fullmatch(entrypoint) is None:
-        raise EntrypointError(run_id, entrypoint, "not a module:qualname name")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise EntrypointError(
-            run_id, entrypoint, f"{exc}; is its package installed / on PYTHONPATH here?"
-        ) from exc
+            "job.run(run_id=...), or move the job into an importable module"
+        ),
+    )
     if not isinstance(obj, DurableFunction):
         raise EntrypointError(run_id, entrypoint, "it is not an @afk.durable function")
     return obj

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from afk_local import fsio
+from afk_local.entrypoints import is_entrypoint
 from afk_local.errors import AfkLocalError, RunExistsError
 from afk_local.layout import validate_run_id
 from afk_local.records import RunStatus
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 MAX_REQUEST_BYTES = 1 << 20
 REJECTED_DIR = "rejected"
-_ENTRYPOINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
 class Request(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -67,7 +66,7 @@ def validate(request: Request) -> Request:
         if request.entrypoint is not None or request.args or request.kwargs:
             raise ValueError("a resume request takes no entrypoint, args or kwargs")
     elif request.kind == "submit":
-        if request.entrypoint is None or _ENTRYPOINT.fullmatch(request.entrypoint) is None:
+        if not is_entrypoint(request.entrypoint):
             raise ValueError(
                 f"entrypoint {request.entrypoint!r} is not module:function (e.g. mypkg.jobs:crawl)"
             )
