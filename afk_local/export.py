@@ -146,14 +146,13 @@ def import_run(store: Store, text: str, *, new_run_id: str | None = None, source
             last = max(checkpoints, key=lambda c: c.seq)
             fsio.atomic_symlink(checkpoint_name(last.seq, last.phase), tmp.latest, sync_dir=False)
         fsio.atomic_write(tmp.meta, codec.encode_meta(store.codec, meta), sync_dir=False)
-        fsio.fsync_dir(tmp_dir)
-        if target.dir.exists():
-            raise RunExistsError(run_id, str(target.dir))
-        fsio.rename(tmp_dir, target.dir)
+        try:
+            fsio.publish_dir(tmp_dir, target.dir)
+        except FileExistsError:
+            raise RunExistsError(run_id, str(target.dir)) from None
     except BaseException:
         import shutil  # noqa: PLC0415
 
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
-    fsio.fsync_dir(store.runs_dir)
     return run_id

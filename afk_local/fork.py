@@ -130,14 +130,13 @@ def fork_run(store: Store, run_id: str, at_seq: int, new_run_id: str | None = No
             extra=extra,
         )
         fsio.atomic_write(tmp.meta, codec.encode_meta(store.codec, new_meta), sync_dir=False)
-        fsio.fsync_dir(tmp_dir)
-        if target.dir.exists():
-            raise RunExistsError(target_id, str(target.dir))
-        fsio.rename(tmp_dir, target.dir)
+        try:
+            fsio.publish_dir(tmp_dir, target.dir)
+        except FileExistsError:
+            raise RunExistsError(target_id, str(target.dir)) from None
     except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
-    fsio.fsync_dir(store.runs_dir)
     log.info("forked run %s at seq %d into %s", run_id, at_seq, target_id)
     return store.info(target_id)
 

@@ -238,6 +238,25 @@ def make_dirs(path: str | os.PathLike[str]) -> None:
     make_dir(target, exist_ok=True)
 
 
+def publish_dir(tmp_dir: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Make a directory built under a temp name appear at ``target`` all at once.
+
+    The directory's entries are fsynced, then it is renamed into place and the
+    parent fsynced. Never replaces an existing ``target``: raises FileExistsError.
+    """
+    fsync_dir(tmp_dir)
+    if os.path.lexists(target):
+        raise FileExistsError(errno.EEXIST, "already exists", os.fspath(target))
+    try:
+        rename(tmp_dir, target)
+    except OSError as exc:
+        # Linux replaces an *empty* directory silently; a non-empty one fails like this.
+        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            raise FileExistsError(errno.EEXIST, "already exists", os.fspath(target)) from exc
+        raise
+    fsync_dir(os.path.dirname(os.path.abspath(target)))
+
+
 def open_append(path: str | os.PathLike[str]) -> int:
     """Open (creating 0600) a file for appending; returns the descriptor."""
     _before("open", path)
