@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytest_plugins = ["afk_local.testing"]
+
+# The crash tests start hundreds of fresh interpreters; let them cache bytecode
+# (some environments set PYTHONDONTWRITEBYTECODE, which makes every child
+# recompile afk_local from source: ~70 ms each).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
