@@ -1,37 +1,23 @@
 """The effect journal (``effects.log``): side effects happen once, or are reported in doubt.
 
-Each record is one frame, appended with a single write on an ``O_APPEND``
-descriptor and fsynced before :meth:`Journal.append` returns::
-
-    length (u32 LE) | crc32 (u32 LE) | msgpack(Effect)
-
-``length`` is the number of msgpack bytes (1 .. ``max_frame_bytes``); the
-crc32 covers exactly those msgpack bytes, not the length field (a damaged
-length is caught because the crc then runs over the wrong bytes). In a keyed
-store (``integrity.py``) bit 31 of ``length`` is set and a 32-byte HMAC-SHA256,
-chained on the previous record's, follows the msgpack bytes; the crc then
-covers the msgpack bytes and the MAC. A call is
-journaled in two records, an ``intent`` before the function runs and an
-``outcome`` after it returned (DESIGN §3). :meth:`Journal.call` holds the
-replay logic; docs/journal.md describes the format and the replay rules.
+A :class:`Journal` is an open ``effects.log``: an in-memory index of each
+key's newest intent and outcome over the append-only file, appends made
+durable with group commit, and :meth:`Journal.call`, which runs a function
+at most once per key across crashes. A call is journaled in two records, an
+``intent`` before the function runs and an ``outcome`` after it returned
+(DESIGN §3). The frame format and the torn-tail decision live in
+``journal_frames.py``, input hashes and replayed errors in ``replay.py``;
+docs/journal.md describes the format and the replay rules.
 """
 
 from __future__ import annotations
 
-import builtins
 import contextlib
-import functools
-import hashlib
-import inspect
 import logging
 import os
-import struct
 import threading
 import time
-import traceback
-import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,118 +27,38 @@ from afk_local import fsio
 from afk_local.codec import EncHook, RecordCodec
 from afk_local.errors import (
     EffectInDoubtError,
-    EffectLogCorruptionError,
     EffectMismatchError,
     WriterFailedError,
 )
-from afk_local.integrity import MAC_SIZE, NO_MAC, Signer, record_digest
+from afk_local.integrity import NO_MAC, Signer, record_digest
+from afk_local.journal_frames import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FRAME_HEADER_SIZE,
+    MAX_FRAME_BYTES,
+    SIGNED_FRAME,
+    EffectHead,
+    FrameReader,
+    TornTail,
+    encode_frame,
+    encode_journal,
+)
 from afk_local.records import Effect, ErrorInfo
+from afk_local.replay import (
+    ReplayedError,
+    accepts_idempotency_key,
+    error_info,
+    idempotency_key,
+    input_hash,
+    replayed_error,
+    result_hash,
+)
 
 log = logging.getLogger("afk_local")
 
-_FRAME_HEADER = struct.Struct("<II")
-FRAME_HEADER_SIZE = _FRAME_HEADER.size
-DEFAULT_MAX_FRAME_BYTES = 64 << 20
-SIGNED_FRAME = 0x8000_0000
-"""Bit 31 of a frame's length field: a MAC follows the msgpack bytes (a keyed store)."""
-_LENGTH_MASK = SIGNED_FRAME - 1
-_READ_CHUNK = 1 << 20
-# Every Effect frame body starts with a msgpack map header and then the first
-# field name, "kind": the resync search after a bad frame looks for this.
-_FIELD_KIND = b"\xa4kind"
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 InDoubtPolicy = str | Callable[["EffectState"], str]
-
-
-def input_hash(
-    name: str,
-    args: tuple[Any, ...] | list[Any],
-    kwargs: dict[str, Any],
-    *,
-    enc_hook: EncHook | None = None,
-) -> str:
-    """The blake2b (128-bit, hex) digest of the canonical msgpack of ``(name, args, kwargs)``.
-
-    Canonical: map keys and struct fields sorted, tuples and lists both arrays,
-    so equal inputs hash equally across processes and Python versions.
-
-    >>> input_hash("send", ("a@b.c",), {}) == input_hash("send", ["a@b.c"], {})
-    True
-    """
-    data = _canonical_encoder(enc_hook).encode((name, list(args), kwargs))
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-
-def idempotency_key(run_id: str, key: str) -> str:
-    """A stable key derived from ``(run_id, key)``, safe to send to outside services.
-
-    It is ``"afk-"`` and 32 hex digits: the same for every attempt of the same
-    effect, different across runs and keys.
-    """
-    digest = hashlib.blake2b(
-        f"{run_id}\0{key}".encode(), digest_size=16, person=b"afk-idempotency"
-    ).hexdigest()
-    return f"afk-{digest}"
-
-
-@functools.lru_cache(maxsize=64)
-def _canonical_encoder(enc_hook: EncHook | None) -> msgspec.msgpack.Encoder:
-    return msgspec.msgpack.Encoder(enc_hook=enc_hook, order="sorted")
-
-
-class ReplayedError(Exception):
-    """Raised when :meth:`Journal.call` replays an outcome recorded as an error.
-
-    Each replayed error is an instance of a subclass named like the recorded
-    type; when that name is a builtin exception (``ValueError``, ``KeyError``,
-    ``OSError``...) the subclass also derives from the builtin, so ``except
-    ValueError`` still catches it. ``str()`` is the recorded message.
-    """
-
-    def __init__(self, info: ErrorInfo, key: str) -> None:
-        # Set args directly: a mixed-in builtin's __init__ may want other arguments.
-        self.args = (info.message,)
-        self.info = info
-        self.key = key
-
-    def __str__(self) -> str:
-        return self.info.message
-
-
-@functools.lru_cache(maxsize=256)
-def _replayed_type(type_name: str, mix_builtin: bool) -> type[ReplayedError]:
-    builtin = getattr(builtins, type_name, None) if mix_builtin else None
-    if isinstance(builtin, type) and issubclass(builtin, Exception):
-        try:
-            return type(type_name, (ReplayedError, builtin), {"__module__": __name__})
-        except TypeError:  # a builtin whose layout cannot be mixed in
-            pass
-    return type(type_name, (ReplayedError,), {"__module__": __name__})
-
-
-def replayed_error(info: ErrorInfo, key: str) -> ReplayedError:
-    """The exception :meth:`Journal.call` raises for a recorded error outcome."""
-    name = info.type if info.type.isidentifier() else "ReplayedError"
-    try:
-        cls = _replayed_type(name, True)
-        error = cls.__new__(cls, info.message)
-    except TypeError:  # e.g. UnicodeDecodeError, ExceptionGroup: not from a message alone
-        cls = _replayed_type(name, False)
-        error = cls.__new__(cls, info.message)
-    ReplayedError.__init__(error, info, key)
-    return error
-
-
-@dataclass(frozen=True)
-class TornTail:
-    """A damaged last frame found on open: a write a crash cut short."""
-
-    offset: int
-    """Where the damaged frame starts (the file is valid up to here)."""
-    dropped_bytes: int
-    reason: str
 
 
 class _Entry:
@@ -166,15 +72,6 @@ class _Entry:
         self.input_hash = ""
         self.status: str | None = None
         self.attempts = 0
-
-
-class _Head(msgspec.Struct):
-    """The fields of an Effect the index needs; msgspec skips the rest (results) cheaply."""
-
-    kind: str
-    key: str
-    input_hash: str = ""
-    status: str | None = None
 
 
 class EffectState:
@@ -234,113 +131,6 @@ class EffectState:
         return f"EffectState(key={self.key!r}, {state}, attempts={self.attempts})"
 
 
-class _BadFrame(Exception):
-    def __init__(self, offset: int, reason: str) -> None:
-        super().__init__(reason)
-        self.offset = offset
-        self.reason = reason
-
-
-def _iter_frames(
-    fd: int, start: int, end: int, max_frame: int
-) -> Iterator[tuple[int, memoryview, memoryview | None]]:
-    """Yield ``(offset, body, mac)`` for each crc-checked frame in ``[start, end)``.
-
-    ``mac`` is the signed trailer (not checked here), None for an unsigned frame.
-    Raises _BadFrame at the first frame that is short, oversized or fails its crc.
-    """
-    buf = b""
-    base = start  # file offset of buf[0]
-    pos = start
-    while pos < end:
-        rel = pos - base
-        if len(buf) - rel < FRAME_HEADER_SIZE:
-            buf = buf[rel:] + os.pread(fd, _READ_CHUNK, base + len(buf))
-            base, rel = pos, 0
-            if len(buf) < FRAME_HEADER_SIZE:
-                raise _BadFrame(pos, f"{end - pos} byte(s) left, shorter than a frame header")
-        length, crc = _FRAME_HEADER.unpack_from(buf, rel)
-        trailer = 0
-        if length == 0 or length > max_frame:  # out of bounds, or a signed frame
-            if length & SIGNED_FRAME and 0 < length & _LENGTH_MASK <= max_frame:
-                length &= _LENGTH_MASK
-                trailer = MAC_SIZE
-            else:
-                length &= _LENGTH_MASK
-                raise _BadFrame(pos, f"frame length {length} outside 1..{max_frame}")
-        size = FRAME_HEADER_SIZE + length + trailer
-        frame_end = pos + size
-        if frame_end > end:
-            raise _BadFrame(
-                pos, f"frame of {length} bytes runs {frame_end - end} byte(s) past the end"
-            )
-        if len(buf) - rel < size:
-            missing = size - (len(buf) - rel)
-            buf = buf[rel:] + os.pread(fd, max(_READ_CHUNK, missing), base + len(buf))
-            base, rel = pos, 0
-            if len(buf) < size:
-                raise _BadFrame(pos, "file shrank while reading")
-        view = memoryview(buf)[rel + FRAME_HEADER_SIZE : rel + size]
-        if zlib.crc32(view) != crc:
-            raise _BadFrame(pos, "crc32 mismatch")
-        if trailer:
-            yield pos, view[:length], view[length:]
-        else:
-            yield pos, view, None
-        pos = frame_end
-
-
-def encode_frame(body: bytes, mac: bytes | None = None) -> bytes:
-    """One journal frame: ``length | crc32 | body`` (plus ``mac``, signed, in a keyed store)."""
-    if mac is None:
-        return _FRAME_HEADER.pack(len(body), zlib.crc32(body)) + body
-    return _FRAME_HEADER.pack(len(body) | SIGNED_FRAME, zlib.crc32(mac, zlib.crc32(body))) + (
-        body + mac
-    )
-
-
-def encode_journal(records: Iterable[Effect], record_codec: RecordCodec, run_id: str) -> bytes:
-    """The bytes of a whole journal holding ``records`` (signed and chained when keyed)."""
-    signer = record_codec.signer
-    prev = NO_MAC
-    chunks = []
-    for record in records:
-        body = record_codec.encode(record)
-        mac = None
-        if signer is not None:
-            mac = prev = signer.effect_mac(run_id, prev, record_digest(body))
-        chunks.append(encode_frame(body, mac))
-    return b"".join(chunks)
-
-
-def _accepts_idempotency_key(fn: Callable[..., Any]) -> bool:
-    try:
-        return _accepts_cached(fn)
-    except TypeError:  # unhashable callable
-        return _accepts_uncached(fn)
-
-
-@functools.lru_cache(maxsize=1024)
-def _accepts_cached(fn: Callable[..., Any]) -> bool:
-    return _accepts_uncached(fn)
-
-
-def _accepts_uncached(fn: Callable[..., Any]) -> bool:
-    try:
-        param = inspect.signature(fn).parameters.get("idempotency_key")
-    except (TypeError, ValueError):
-        return False
-    return param is not None and param.kind in (
-        inspect.Parameter.KEYWORD_ONLY,
-        inspect.Parameter.POSITIONAL_OR_KEYWORD,
-    )
-
-
-def _error_info(exc: BaseException) -> ErrorInfo:
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return ErrorInfo(type=type(exc).__name__, message=str(exc), traceback=text)
-
-
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -382,18 +172,17 @@ class Journal:
         self.signed_count = 0
         """How many records carry a signature (checked only in a keyed store)."""
         self._enc_hook: EncHook | None = self._codec.enc_hook
-        self._max_frame = min(max_frame_bytes, _LENGTH_MASK)  # bit 31 marks signed frames
-        self._head_decoder = msgspec.msgpack.Decoder(_Head)
-        self._decoder = msgspec.msgpack.Decoder(Effect)
+        self._max_frame = min(max_frame_bytes, MAX_FRAME_BYTES)
         self._index: dict[str, _Entry] = {}
         self._count = 0
         self._cond = threading.Condition(threading.Lock())
         self._failed: BaseException | None = None
         self._closed = False
         self._syncing = False
-        self._pending: list[tuple[int, int, _Head]] = []  # written, not yet fsynced
+        self._pending: list[tuple[int, int, EffectHead]] = []  # written, not yet fsynced
         self._in_flight: set[str] = set()
         self._fd = self._open()
+        self._frames = FrameReader(self._fd, self.path, run_id, self._max_frame, self._signer)
         try:
             self._end = self._load()
         except BaseException:
@@ -422,31 +211,12 @@ class Journal:
     def _load(self) -> int:
         if self._fd < 0:
             return 0
-        size = os.fstat(self._fd).st_size
-        try:
-            keyed = self._signer is not None
-            for pos, body, mac in _iter_frames(self._fd, 0, size, self._max_frame):
-                if mac is None and not keyed:  # the unkeyed path stays as lean as before
-                    self._apply(pos, len(body), self._decode_head(pos, body))
-                    continue
-                self._last_mac = self._check_mac(pos, body, mac, self._last_mac)
-                head = self._decode_head(pos, body)
-                if mac is not None:
-                    self.signed_count += 1
-                self._apply(pos, len(body) + (0 if mac is None else MAC_SIZE), head)
-        except _BadFrame as bad:
-            after = self._valid_frame_after(bad.offset + 1, size)
-            if after is not None:
-                raise EffectLogCorruptionError(
-                    str(self.path),
-                    bad.offset,
-                    f"{bad.reason} (a valid record follows at byte {after})",
-                    self.run_id,
-                ) from None
-            self.torn_tail = TornTail(bad.offset, size - bad.offset, bad.reason)
-        else:
-            return size
-        torn = self.torn_tail
+        scan = self._frames.scan(os.fstat(self._fd).st_size, self._apply)
+        self._last_mac = scan.last_mac
+        self.signed_count = scan.signed_count
+        torn = self.torn_tail = scan.torn_tail
+        if torn is None:
+            return scan.end
         if self.writable:
             fsio.truncate(self._fd, torn.offset, self.path)
         log.warning(
@@ -460,69 +230,7 @@ class Journal:
         )
         return torn.offset
 
-    def _check_mac(
-        self, offset: int, body: memoryview, mac: memoryview | None, prev: bytes
-    ) -> bytes:
-        """Check a record's signature in a keyed store; returns the next chain value."""
-        if self._signer is None:
-            return NO_MAC if mac is None else bytes(mac)
-        if mac is None:
-            raise EffectLogCorruptionError(
-                str(self.path),
-                offset,
-                "unsigned record in a keyed store (written without the key, or its "
-                "signature was removed)",
-                self.run_id,
-            )
-        expected = self._signer.effect_mac(self.run_id, prev, record_digest(body))
-        if not self._signer.matches(expected, mac):
-            raise EffectLogCorruptionError(
-                str(self.path),
-                offset,
-                "HMAC mismatch: edited, signed with another key, copied from another run, "
-                "or a record before it was deleted or reordered",
-                self.run_id,
-            )
-        return expected
-
-    def _decode_head(self, offset: int, body: memoryview) -> _Head:
-        try:
-            head = self._head_decoder.decode(body)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            # The crc matched, so this is no torn write: the bytes are not an Effect.
-            raise EffectLogCorruptionError(
-                str(self.path), offset, f"record does not decode: {exc}", self.run_id
-            ) from None
-        if head.kind not in ("intent", "outcome"):
-            raise EffectLogCorruptionError(
-                str(self.path), offset, f"unknown record kind {head.kind!r}", self.run_id
-            )
-        return head
-
-    def _valid_frame_after(self, start: int, end: int) -> int | None:
-        """The offset of the first whole, crc-valid Effect frame at or after ``start``."""
-        chunk_start = start
-        while chunk_start < end:
-            chunk = os.pread(self._fd, _READ_CHUNK + 64, chunk_start)
-            hit = chunk.find(_FIELD_KIND)
-            while hit >= 0:
-                candidate = chunk_start + hit - FRAME_HEADER_SIZE - 1
-                if candidate >= start and self._frame_ok(candidate, end):
-                    return candidate
-                hit = chunk.find(_FIELD_KIND, hit + 1)
-            chunk_start += _READ_CHUNK
-        return None
-
-    def _frame_ok(self, offset: int, end: int) -> bool:
-        try:
-            for _, body, _ in _iter_frames(self._fd, offset, end, self._max_frame):
-                self._head_decoder.decode(body)
-                return True
-        except (_BadFrame, msgspec.DecodeError, msgspec.ValidationError):
-            return False
-        return False
-
-    def _apply(self, offset: int, length: int, head: _Head) -> None:
+    def _apply(self, offset: int, length: int, head: EffectHead) -> None:
         entry = self._index.get(head.key)
         if entry is None:
             entry = self._index[head.key] = _Entry()
@@ -539,19 +247,9 @@ class Journal:
 
     def _read_record(self, offset: int, length: int) -> Effect:
         # ``length``: the frame's size after its header (msgpack bytes and any MAC).
-        # Signatures were checked, in chain order, when the journal was opened.
         if self._closed:
             raise ValueError(f"journal {self.path} is closed")
-        for _, body, _ in _iter_frames(
-            self._fd, offset, offset + FRAME_HEADER_SIZE + length, length
-        ):
-            try:
-                return self._decoder.decode(body)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise EffectLogCorruptionError(
-                    str(self.path), offset, f"record does not decode: {exc}", self.run_id
-                ) from None
-        raise EffectLogCorruptionError(str(self.path), offset, "record vanished", self.run_id)
+        return self._frames.read_record(offset, length)
 
     # -- reading ------------------------------------------------------------------
 
@@ -582,23 +280,7 @@ class Journal:
             raise ValueError(f"journal {self.path} is closed")
         if self._fd < 0:
             return
-        end = self._synced_end
-        prev = NO_MAC
-        keyed = self._signer is not None
-        try:
-            for offset, body, mac in _iter_frames(self._fd, 0, end, self._max_frame):
-                if keyed:
-                    prev = self._check_mac(offset, body, mac, prev)
-                try:
-                    yield self._decoder.decode(body)
-                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                    raise EffectLogCorruptionError(
-                        str(self.path), offset, f"record does not decode: {exc}", self.run_id
-                    ) from None
-        except _BadFrame as bad:
-            raise EffectLogCorruptionError(
-                str(self.path), bad.offset, f"{bad.reason} (changed since open)", self.run_id
-            ) from None
+        yield from self._frames.records(self._synced_end)
 
     # -- writing ------------------------------------------------------------------
 
@@ -622,7 +304,7 @@ class Journal:
                 f"max_frame_bytes={self._max_frame}; return a smaller result (store large data "
                 "in a file and journal its path)"
             )
-        head = _Head(effect.kind, effect.key, effect.input_hash, effect.status)
+        head = EffectHead(effect.kind, effect.key, effect.input_hash, effect.status)
         digest = None if self._signer is None else record_digest(body)
         frame = encode_frame(body) if digest is None else b""
         with self._cond:
@@ -725,9 +407,7 @@ class Journal:
             raise ValueError(f"status must be 'ok' or 'error', not {status!r}")
         hook = enc_hook or self._enc_hook
         if status == "ok" and output_hash is None:
-            output_hash = hashlib.blake2b(
-                _canonical_encoder(hook).encode(result), digest_size=16
-            ).hexdigest()
+            output_hash = result_hash(result, enc_hook=hook)
         effect = Effect(
             kind="outcome",
             key=key,
@@ -846,12 +526,12 @@ class Journal:
                 key, name=call_name, input_hash=digest, idempotency_key=idem, step=step
             )
             call_kwargs = kwargs
-            if "idempotency_key" not in kwargs and _accepts_idempotency_key(fn):
+            if "idempotency_key" not in kwargs and accepts_idempotency_key(fn):
                 call_kwargs = {**kwargs, "idempotency_key": idem}
             try:
                 result = fn(*args, **call_kwargs)
             except Exception as exc:
-                self.record_outcome(key, status="error", error=_error_info(exc))
+                self.record_outcome(key, status="error", error=error_info(exc))
                 raise
             try:
                 self.record_outcome(key, status="ok", result=result, enc_hook=enc_hook)
@@ -896,3 +576,20 @@ class Journal:
     def __repr__(self) -> str:
         mode = "writable" if self.writable else "read-only"
         return f"Journal(run_id={self.run_id!r}, path={str(self.path)!r}, {mode}, n={self._count})"
+
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "FRAME_HEADER_SIZE",
+    "SIGNED_FRAME",
+    "EffectState",
+    "InDoubtPolicy",
+    "Journal",
+    "ReplayedError",
+    "TornTail",
+    "encode_frame",
+    "encode_journal",
+    "idempotency_key",
+    "input_hash",
+    "replayed_error",
+]

@@ -46,6 +46,7 @@ from afk_local import codec, fsio
 from afk_local.codec import RecordCodec
 from afk_local.errors import AfkLocalError, CheckpointCorruptionError, RunLockedError
 from afk_local.integrity import chain_links, with_chain_links
+from afk_local.journal_frames import encode_journal
 from afk_local.layout import CheckpointFile, parse_checkpoint_name, scan_checkpoints
 from afk_local.ownership import lock_is_held
 from afk_local.records import Effect, Phase
@@ -431,12 +432,10 @@ def write_journal_file(
 ) -> None:
     """Write a new effect journal holding ``records`` (one write, one fsync).
 
-    Frames follow ``journal.py``: ``length (u32 LE) | crc32 (u32 LE) | msgpack(Effect)``,
+    Frames follow ``journal_frames.py``: ``length (u32 LE) | crc32 (u32 LE) | msgpack(Effect)``,
     signed and chained for ``run_id`` when ``record_codec`` has a key (``run_id`` is
     then required). ``path`` must not exist yet; publish it with a rename.
     """
-    from afk_local.journal import encode_journal  # noqa: PLC0415 - journal imports codec
-
     encoder = record_codec or RecordCodec()
     if encoder.signer is not None and not run_id:
         raise ValueError("a keyed journal is signed for its run: pass run_id")
