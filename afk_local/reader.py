@@ -1,4 +1,4 @@
-"""Reading one run directory: checkpoints (with their delta chains), latest, verify.
+"""Reading one run directory: checkpoints, their signatures, latest, resume state, verify.
 
 A :class:`RunReader` takes no lock and never writes. ``latest`` is followed
 when it is sound; when it is missing, dangling, outside the run, not a
@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from afk_local import codec, fsio
+from afk_local.chain import ChainDecoder, is_signed_file, read_link_value
 from afk_local.codec import RecordCodec
 from afk_local.errors import (
     AfkLocalError,
     CheckpointCorruptionError,
-    EffectLogCorruptionError,
     RunNotFoundError,
 )
 from afk_local.integrity import NO_MAC, chain_links, history_until, record_digest
@@ -31,16 +30,11 @@ from afk_local.layout import (
     scan_checkpoints,
 )
 from afk_local.records import Checkpoint, Effect, Phase, RunMeta, RunStatus
+from afk_local.verify import VerifyProblem, VerifyReport, verify_journal
 
 log = logging.getLogger("afk_local")
 
 MAX_META_BYTES = 64 << 20
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_HARD_CHAIN_LIMIT = 100_000  # far above any max_chain a writer uses; stops a crafted loop
-_PHASE_GUESSES = tuple(p.value for p in Phase)
-# A checkpoint's predecessor (for the signature chain): runtime_state is its most common phase.
-_LINK_GUESSES = (Phase.RUNTIME_STATE.value, *_PHASE_GUESSES)
 
 
 class CheckpointNotFoundError(AfkLocalError, LookupError):
@@ -82,153 +76,6 @@ class ResumeState:
         return None if self.checkpoint is None else self.checkpoint.payload
 
 
-@dataclass(frozen=True)
-class VerifyProblem:
-    """One damaged or suspicious file found by :meth:`RunReader.verify`."""
-
-    path: str
-    reason: str
-
-
-@dataclass
-class VerifyReport:
-    """Everything :meth:`RunReader.verify` checked; problems are listed, never raised."""
-
-    run_id: str
-    checked_files: int = 0
-    problems: list[VerifyProblem] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """True when nothing is damaged."""
-        return not self.problems
-
-
-class _ChainDecoder:
-    """Decodes checkpoint files to record bytes, following delta chains with a small cache."""
-
-    def __init__(self, paths: RunPaths, max_bytes: int, cache_bytes: int = 64 << 20) -> None:
-        self._paths = paths
-        self._max_bytes = max_bytes
-        self._max_file_bytes = max_bytes + (max_bytes >> 7) + 4096  # zstd worst-case growth
-        self._cache: OrderedDict[int, bytes] = OrderedDict()
-        self._cache_bytes = 0
-        self._cache_limit = cache_bytes
-        self._names: dict[int, str] | None = None
-        self._dir = str(paths.dir) + os.sep
-
-    def raw(self, seq: int, name: str) -> bytes:
-        """The decoded record bytes of checkpoint ``seq`` (file ``name``)."""
-        return self.decode(seq, name)[0]
-
-    def decode(self, seq: int, name: str) -> tuple[bytes, bytes | None]:
-        """The decoded record bytes of checkpoint ``seq`` and its file's MAC (None: unsigned).
-
-        The MAC is not checked here; only the file's own MAC is returned, because a
-        delta's MAC covers its decoded bytes and so vouches for its bases too.
-        """
-        # Walk back from ``seq`` to a cached base or a keyframe, then decode forward.
-        frames: list[tuple[int, str, bytes]] = []
-        base: bytes | None = None
-        cur_seq: int = seq
-        path = self._dir + name
-        data = self._read(path)
-        mac: bytes | None = None
-        while True:
-            header, body = codec.unpack_frame(data, path, expect_kind=codec.KIND_CHECKPOINT)
-            if not frames:
-                mac = header.mac
-            codec.check_content_size(body, path, self._max_bytes)
-            frames.append((cur_seq, path, body))
-            if not header.is_delta:
-                break
-            if header.base_seq >= cur_seq or len(frames) > _HARD_CHAIN_LIMIT:
-                raise CheckpointCorruptionError(path, f"bad delta base {header.base_seq}")
-            cur_seq = header.base_seq
-            cached = self._cache.get(cur_seq)
-            if cached is not None:
-                self._cache.move_to_end(cur_seq)
-                base = cached
-                break
-            found = self._read_base(cur_seq, path)
-            if found is None:
-                raise CheckpointCorruptionError(path, f"delta base checkpoint {cur_seq} is missing")
-            path, data = found
-        frames.reverse()
-        if base is None and len(frames) > 1:
-            # A cold chain from its keyframe: one C call decodes it (zstd content-dictionary chain).
-            raw = codec.decompress_chain([body for _, _, body in frames], [p for _, p, _ in frames])
-        else:
-            current = base
-            for _, frame_path, body in frames:
-                current = codec.decompress(
-                    body, frame_path, base=current, max_bytes=self._max_bytes
-                )
-            assert current is not None
-            raw = current
-        self._remember(seq, raw)
-        return raw, mac
-
-    def link(self, seq: int, hint: str, names: dict[int, str] | None = None) -> bytes | None:
-        """The chain value checkpoint ``seq`` passes on: its MAC, :data:`NO_MAC` when it
-        has none, None when there is no such file.
-
-        Only the header and the trailer are read; the file's own MAC is checked when
-        the file itself is loaded.
-        """
-        if names is not None:
-            name = names.get(seq)
-            return None if name is None else read_link_value(self._dir + name)
-        for phase in dict.fromkeys((hint, *_LINK_GUESSES)):
-            value = read_link_value(f"{self._dir}{seq:012d}.{phase}.ckpt")
-            if value is not None:
-                return value
-        # Not a usual phase: list (fresh, since a writer may have added it meanwhile).
-        for file in scan_checkpoints(self._paths.dir):
-            if file.seq == seq:
-                return read_link_value(self._dir + file.name)
-        return None
-
-    def _read(self, path: str) -> bytes:
-        try:
-            return fsio.read_bounded(path, self._max_file_bytes)
-        except FileNotFoundError:
-            raise CheckpointCorruptionError(path, "file vanished while reading") from None
-        except ValueError as exc:
-            raise CheckpointCorruptionError(path, str(exc)) from None
-        except OSError as exc:
-            raise CheckpointCorruptionError(path, f"cannot read: {exc.strerror}") from None
-
-    def _read_base(self, seq: int, dependent: str) -> tuple[str, bytes] | None:
-        """The path and bytes of checkpoint ``seq`` (a delta's base), or None if missing."""
-        if self._names is None:
-            # Guess the base's phase first: an open per guess beats listing a huge directory.
-            hint = dependent.rsplit(".", 2)[-2]
-            for phase in (hint, *_PHASE_GUESSES):
-                path = f"{self._dir}{seq:012d}.{phase}.ckpt"
-                try:
-                    return path, fsio.read_bounded(path, self._max_file_bytes)
-                except FileNotFoundError:
-                    continue
-                except (OSError, ValueError):
-                    break
-            self._names = {f.seq: f.name for f in scan_checkpoints(self._paths.dir)}
-        name = self._names.get(seq)
-        if name is None:
-            return None
-        return self._dir + name, self._read(self._dir + name)
-
-    def _remember(self, seq: int, raw: bytes) -> None:
-        if len(raw) > self._cache_limit:
-            return
-        self._cache[seq] = raw
-        self._cache_bytes += len(raw)
-        while self._cache_bytes > self._cache_limit or len(self._cache) > 256:
-            _, dropped = self._cache.popitem(last=False)
-            self._cache_bytes -= len(dropped)
-
-
 class RunReader:
     """A read-only view of one run. Takes no lock; safe while a writer is active."""
 
@@ -243,7 +90,7 @@ class RunReader:
         self.run_id = paths.run_id
         self._codec = record_codec or RecordCodec()
         self._max_bytes = max_record_bytes
-        self._chain = _ChainDecoder(paths, max_record_bytes)
+        self._chain = ChainDecoder(paths, max_record_bytes)
         self._meta: RunMeta | None = None
         self.skipped: list[Skipped] = []
         """Files that :meth:`latest`, :meth:`history` or :meth:`resume_state` passed over."""
@@ -284,6 +131,19 @@ class RunReader:
         decoded): an unsigned file or an HMAC mismatch counts as damage.
         """
         return self._load(file)[0]
+
+    def record_bytes(self, file: CheckpointFile) -> tuple[bytes, bytes | None]:
+        """The decoded record bytes of ``file`` (its delta chain followed) and its MAC.
+
+        The MAC is the file's own trailer (None: unsigned), returned as it is, not
+        checked, and the bytes are not decoded into a record: :meth:`load` does
+        both. Compaction uses this to rewrite a delta as a keyframe with the same
+        bytes and signature.
+
+        Raises:
+            CheckpointCorruptionError: ``file`` or a base in its chain is damaged.
+        """
+        return self._chain.decode(file.seq, file.name)
 
     def _load(
         self,
@@ -532,53 +392,13 @@ class RunReader:
             temps = [e.name for e in entries if e.name.startswith(fsio.TEMP_PREFIX)]
         if temps:
             report.notes.append(f"{len(temps)} unpublished temp file(s), removed on next open")
-        signed += self._verify_journal(report)
+        signed += verify_journal(self.paths, self._codec, report)
         if signed and self._codec.signer is None:
             report.notes.append(
                 f"{signed} signed file(s)/record(s): signatures not checked, this store has no "
                 "key (set AFK_LOCAL_KEY or pass Store(key=...))"
             )
         return report
-
-    def _verify_journal(self, report: VerifyReport) -> int:
-        """Check effects.log into ``report``; returns how many of its records are signed."""
-        if not self.paths.journal.exists():
-            return 0
-        report.checked_files += 1
-        try:
-            with Journal(
-                self.paths.journal, self.run_id, writable=False, record_codec=self._codec
-            ) as journal:
-                for _ in journal.records():  # every record decodes, not just its head
-                    pass
-                signed = journal.signed_count
-                if journal.torn_tail is not None:
-                    torn = journal.torn_tail
-                    report.notes.append(
-                        f"effects.log: torn tail ignored at offset {torn.offset} "
-                        f"({torn.dropped_bytes} bytes, {torn.reason}); repaired on next write open"
-                    )
-                doubtful = journal.in_doubt()
-                if doubtful:
-                    keys = ", ".join(repr(state.key) for state in doubtful[:5])
-                    more = "..." if len(doubtful) > 5 else ""
-                    report.notes.append(
-                        f"effects.log: {len(doubtful)} effect(s) in doubt "
-                        f"(started, no outcome): {keys}{more}"
-                    )
-        except EffectLogCorruptionError as exc:
-            report.problems.append(
-                VerifyProblem(
-                    str(self.paths.journal), f"corrupt at byte {exc.offset}: {exc.reason}"
-                )
-            )
-        except OSError as exc:
-            report.problems.append(
-                VerifyProblem(str(self.paths.journal), f"cannot read: {exc.strerror}")
-            )
-        else:
-            return signed
-        return 0
 
     def effects(self) -> list[Effect]:
         """Every record of the effect journal in file order (a torn tail is ignored).
@@ -617,41 +437,15 @@ def read_meta(paths: RunPaths, record_codec: RecordCodec) -> RunMeta:
         raise CheckpointCorruptionError(exc.path, exc.reason, paths.run_id) from None
 
 
-def read_link_value(path: str) -> bytes | None:
-    """The chain value a checkpoint file passes on (see :meth:`_ChainDecoder.link`).
-
-    Its MAC trailer, or :data:`~afk_local.integrity.NO_MAC` when it has no sound one;
-    None when the file does not exist. Reads the header and the trailer only.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return NO_MAC
-    try:
-        size = os.fstat(fd).st_size
-        at = codec.signature_offset(os.pread(fd, codec.HEADER_SIZE, 0), size)
-        if at is None:
-            return NO_MAC
-        mac = os.pread(fd, size - at, at)
-        return mac if len(mac) == size - at else NO_MAC
-    except OSError:
-        return NO_MAC
-    finally:
-        os.close(fd)
-
-
-def is_signed_file(path: str | os.PathLike[str]) -> bool:
-    """True when a checkpoint or meta file's header has the signed flag (nothing checked)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        head = os.pread(fd, codec.HEADER_SIZE, 0)
-        return codec.signature_offset(head, os.fstat(fd).st_size) is not None
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+__all__ = [
+    "MAX_META_BYTES",
+    "CheckpointNotFoundError",
+    "ResumeState",
+    "RunReader",
+    "Skipped",
+    "VerifyProblem",
+    "VerifyReport",
+    "is_signed_file",
+    "read_link_value",
+    "read_meta",
+]

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from afk_local import codec, fsio
+from afk_local.chain import is_signed_file
 from afk_local.codec import RecordCodec
 from afk_local.errors import AfkLocalError, CheckpointCorruptionError, RunLockedError
 from afk_local.integrity import chain_links, with_chain_links
@@ -361,7 +362,7 @@ def rewrite_as_keyframe(reader: RunReader, file: CheckpointFile) -> None:
     Its signature covers the decoded bytes, so a signed file keeps its MAC unchanged.
     """
     reader.load(file)  # checks the record decodes, belongs here and (keyed) is signed
-    raw, mac = reader._chain.decode(file.seq, file.name)  # exact bytes: kept deltas use them
+    raw, mac = reader.record_bytes(file)  # exact bytes: kept deltas use them
     frame = codec.pack_frame(codec.KIND_CHECKPOINT, codec.compress(raw), mac=mac)
     fsio.atomic_write(reader.paths.dir / file.name, frame)
 
@@ -393,8 +394,6 @@ def chain_links_after_delete(
 
 
 def _signed_without_key(reader: RunReader) -> bool:
-    from afk_local.reader import is_signed_file  # noqa: PLC0415 - reader sits above us
-
     return reader.record_codec.signer is None and is_signed_file(reader.paths.meta)
 
 

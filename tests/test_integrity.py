@@ -23,6 +23,7 @@ from afk_local import codec
 from afk_local.export import export_records, import_run
 from afk_local.integrity import KEY_ENV, LINKS_KEY, MAC_SIZE, Signer
 from afk_local.journal import SIGNED_FRAME, Journal
+from afk_local.layout import parse_checkpoint_name
 from afk_local.reader import RunReader
 from afk_local.records import Checkpoint, Effect
 from afk_local.retention import RetentionPolicy
@@ -82,7 +83,9 @@ def reframe(path: Path, edit: Any) -> None:
     what an attacker without the key can do."""
     header, _ = codec.unpack_frame(path.read_bytes(), str(path), expect_kind=codec.KIND_CHECKPOINT)
     unkeyed = afk.Store(path.parents[2]).open(path.parent.name)  # decodes deltas too
-    raw = unkeyed._chain.raw(int(path.name[:12]), path.name)
+    file = parse_checkpoint_name(path.name)
+    assert file is not None
+    raw = unkeyed.record_bytes(file)[0]
     new_raw = msgspec.msgpack.encode(edit(msgspec.msgpack.decode(raw, type=Checkpoint)))
     path.write_bytes(
         codec.pack_frame(codec.KIND_CHECKPOINT, codec.compress(new_raw), mac=header.mac)
