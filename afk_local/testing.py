@@ -139,6 +139,47 @@ def run_and_kill(
     )
 
 
+class IoKillSwitch:
+    """Counts durable I/O calls and SIGKILLs this process at the chosen one.
+
+    Installed by :func:`kill_at_io_call`; :attr:`calls` tells a script that ran to
+    the end how many calls there were (the range of kill points worth sweeping).
+    """
+
+    def __init__(self, at: int | None, operation: str = "io") -> None:
+        self.at = at
+        self.operation = operation
+        self.calls = 0
+
+    def __call__(self, operation: str, path: str) -> None:
+        if self.operation not in ("io", operation):
+            return
+        self.calls += 1
+        if self.calls == self.at:
+            sys.stderr.write(f"afk-testing: killing at {operation} #{self.calls} ({path})\n")
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_at_io_call(at: int | None, operation: str = "io") -> IoKillSwitch:
+    """SIGKILL this process at its ``at``-th durable I/O call (``None``/0: only count).
+
+    For crash tests run in a child process: every write-side call of afk_local
+    (open, write, fsync, rename, symlink, unlink, truncate, mkdir) goes through
+    :mod:`afk_local.fsio`, so sweeping ``at`` over 1..N crashes a scripted run at
+    every durable step it takes. ``operation`` counts only one kind of call.
+
+    Example:
+        >>> switch = kill_at_io_call(None)   # count only
+        >>> switch.calls
+        0
+        >>> _ = fsio.set_io_hook(None)
+    """
+    switch = IoKillSwitch(at or None, operation)
+    fsio.set_io_hook(switch)
+    return switch
+
+
 def _child_main(spec_json: str) -> None:
     """Entry point of the child process of :func:`run_and_kill`."""
     spec = json.loads(spec_json)
@@ -156,12 +197,7 @@ def _child_main(spec_json: str) -> None:
     if at is not None and on == "step":
         run_context.set_step_hook(kill)
     elif at is not None:
-
-        def io_hook(operation: str, path: str) -> None:
-            if on in ("io", operation):
-                kill(operation, path)
-
-        fsio.set_io_hook(io_hook)
+        kill_at_io_call(at, on)
     job = load_entrypoint(spec["entrypoint"], spec["run_id"])
     store = Store(spec["root"])
     params = msgspec.msgpack.decode(bytes.fromhex(spec["params"]))
@@ -184,4 +220,12 @@ if pytest is not None:
         yield Store(root)
 
 
-__all__ = ["EXIT_PAUSED", "KILL_POINTS", "KillResult", "afk_store", "run_and_kill"]
+__all__ = [
+    "EXIT_PAUSED",
+    "KILL_POINTS",
+    "IoKillSwitch",
+    "KillResult",
+    "afk_store",
+    "kill_at_io_call",
+    "run_and_kill",
+]

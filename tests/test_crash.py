@@ -67,16 +67,10 @@ def test_random_sigkills_never_lose_an_acknowledged_checkpoint(tmp_path: Path, t
 
 # The kill-point sweep: the child SIGKILLs itself at its N-th durable I/O call.
 SCRIPTED = r"""
-import os, signal, sys, afk_local as afk
-from afk_local import fsio
+import sys, afk_local as afk
+from afk_local.testing import kill_at_io_call
 root, kill_at = sys.argv[1], int(sys.argv[2])
-calls = 0
-def hook(op, path):
-    global calls
-    calls += 1
-    if calls == kill_at:
-        os.kill(os.getpid(), signal.SIGKILL)
-fsio.set_io_hook(hook)
+switch = kill_at_io_call(kill_at)
 def payload(seq):
     return {"seq": seq, "messages": [f"message {i} " * 20 for i in range(seq % 60)]}
 store = afk.Store(root)
@@ -92,7 +86,7 @@ for seq in range(6, 10):
     print(seq, flush=True)
 run.finish({"done": True})
 print("finished", flush=True)
-print("calls", calls, flush=True)
+print("calls", switch.calls, flush=True)
 """
 
 

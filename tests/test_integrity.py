@@ -608,16 +608,10 @@ def test_langgraph_delete_on_a_keyed_store_keeps_the_thread_verifiable(
 # A short scripted run (its kill points, one child each, must stay a few seconds): the
 # chain crosses a reopen in both the checkpoints and the journal.
 SCRIPTED = r"""
-import os, signal, sys, afk_local as afk
-from afk_local import fsio
+import sys, afk_local as afk
+from afk_local.testing import kill_at_io_call
 root, kill_at = sys.argv[1], int(sys.argv[2])
-calls = 0
-def hook(op, path):
-    global calls
-    calls += 1
-    if calls == kill_at:
-        os.kill(os.getpid(), signal.SIGKILL)
-fsio.set_io_hook(hook)
+switch = kill_at_io_call(kill_at)
 store = afk.Store(root)
 assert store.keyed
 run = store.create("r")
@@ -630,7 +624,7 @@ run = store.resume_writer("r")
 run.checkpoint("runtime_state", {"seq": 2}, step=2)
 print(2, flush=True)
 run.effects.call("f", lambda: "done")
-print("calls", calls, flush=True)
+print("calls", switch.calls, flush=True)
 """
 
 

@@ -206,21 +206,14 @@ def test_gc_never_touches_a_run_whose_lock_is_held(tmp_path: Path) -> None:
 
 
 GC_CHILD = """
-import os, signal, sys
+import sys
 import afk_local as afk
-from afk_local import fsio
 from afk_local.retention import RetentionPolicy
-kill_at = int(sys.argv[2])
-count = 0
-def hook(op, path):
-    global count
-    count += 1
-    if count == kill_at:
-        os.kill(os.getpid(), signal.SIGKILL)
-fsio.set_io_hook(hook)
+from afk_local.testing import kill_at_io_call
+switch = kill_at_io_call(int(sys.argv[2]))
 afk.Store(sys.argv[1]).gc(RetentionPolicy(keep_runtime_states=2, max_runs=4,
                                           max_effects_per_run=3))
-print("done", count, flush=True)
+print("done", switch.calls, flush=True)
 """
 
 

@@ -65,18 +65,11 @@ def test_unencodable_state_is_refused(tmp_path):
 
 _SAVER = """
 import sys
-from afk_local import fsio
 from afk_local.simple import StateCheckpoint
+from afk_local.testing import kill_at_io_call
 ckpt = StateCheckpoint(sys.argv[1])
 start = (ckpt.load() or {"i": 0})["i"]
-count = 0
-def hook(op, path):
-    global count
-    count += 1
-    if count == int(sys.argv[2]):
-        import os, signal
-        os.kill(os.getpid(), signal.SIGKILL)
-fsio.set_io_hook(hook)
+kill_at_io_call(int(sys.argv[2]))
 for i in range(start + 1, start + 200):
     ckpt.save({"i": i, "check": i * 7, "pad": "p" * (i % 50)})
     print(i, flush=True)
