@@ -7,12 +7,14 @@ a moment of its choosing, so a crash lands wherever the child happens to be.
 
 from __future__ import annotations
 
+import json
 import os
 import selectors
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -96,3 +98,48 @@ def kill_after(
     result.returncode = proc.returncode
     result.stderr = proc.stderr.read() if proc.stderr else ""
     return result
+
+
+class JsonLinesChild:
+    """A long-running child (e.g. ``afk-local watch --json``) whose JSON lines are collected.
+
+    Use as a context manager; a child still running at exit is killed.
+    """
+
+    def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
+        self.events: list[dict] = []
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.events.append(json.loads(line))
+
+    def wait_for(self, predicate, timeout: float = 60.0) -> None:
+        """Poll ``predicate()`` until true; fail if the child exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert self.proc.poll() is None, f"child exited: {self.proc.stderr.read()}"
+            assert time.monotonic() < deadline, f"timed out; events: {self.events}"
+            time.sleep(0.05)
+
+    def stop(self) -> int:
+        """SIGTERM the child (if still running) and return its exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=60)
+        self._thread.join(timeout=10)
+        return code
+
+    def __enter__(self) -> JsonLinesChild:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()

@@ -13,8 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -241,44 +239,10 @@ def test_main_agent_cannot_be_resumed_elsewhere_and_runs_without_entrypoint_are_
 # -- 5. SIGTERM to a watcher supervising agent runs: they stop cleanly, a new watcher finishes --
 
 
-class Serving:
+def Serving(root: Path, out: Path) -> proc.JsonLinesChild:
     """``afk-local watch --json`` in the background, its events collected."""
-
-    def __init__(self, root: Path, out: Path) -> None:
-        self.events: list[dict] = []
-        cmd = [sys.executable, "-m", "afk_local", "watch", "--root", str(root), "--json", *FAST]
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(out)
-        )
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.events.append(json.loads(line))
-
-    def wait_for(self, predicate: Any, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert self.proc.poll() is None, f"watcher exited: {self.proc.stderr.read()}"
-            assert time.monotonic() < deadline, f"timed out; events: {self.events}"
-            time.sleep(0.05)
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=60)
-        self._thread.join(timeout=10)
-        return code
-
-    def __enter__(self) -> Serving:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+    cmd = [sys.executable, "-m", "afk_local", "watch", "--root", str(root), "--json", *FAST]
+    return proc.JsonLinesChild(cmd, env(out))
 
 
 def test_sigterm_stops_agent_children_cleanly_and_the_next_watcher_finishes(tmp_path: Path) -> None:

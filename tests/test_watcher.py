@@ -13,8 +13,6 @@ import signal
 import stat
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import msgspec
@@ -23,7 +21,7 @@ from afk_local import codec, fsio
 from afk_local.records import OwnerInfo, RunStatus
 from afk_local.run import acquire_lock
 from afk_local.store import Store
-from tests.proc import kill_after, spawn
+from tests.proc import JsonLinesChild, kill_after, spawn
 
 TESTS = Path(__file__).parent
 REPO = TESTS.parent
@@ -114,48 +112,9 @@ def test_killed_job_resumed_to_completion_by_watch_once(tmp_path: Path) -> None:
 # -- helpers for a serving watcher ---------------------------------------------------------
 
 
-class Serving:
+def Serving(root: Path, *flags: str) -> JsonLinesChild:
     """``afk-local watch --json`` running in the background; its events collected."""
-
-    def __init__(self, root: Path, *flags: str) -> None:
-        self.events: list[dict] = []
-        self.proc = subprocess.Popen(
-            watch_cmd(root, *FAST, *flags),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **ENV},
-        )
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.events.append(json.loads(line))
-
-    def wait_for(self, predicate, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert self.proc.poll() is None, f"watcher exited: {self.proc.stderr.read()}"
-            assert time.monotonic() < deadline, f"timed out; events: {self.events}"
-            time.sleep(0.05)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=60)
-        self._thread.join(timeout=10)
-        return code
-
-    def __enter__(self) -> Serving:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+    return JsonLinesChild(watch_cmd(root, *FAST, *flags), {**os.environ, **ENV})
 
 
 def status(store: Store, run_id: str) -> RunStatus:
