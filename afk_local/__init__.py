@@ -2,13 +2,14 @@
 
 A run is a directory of immutable, compressed, checksummed checkpoint files and
 an effect journal; a crashed run resumes from its last checkpoint without
-repeating side effects. See DESIGN.md and docs/ for the contract.
+repeating side effects. docs/ holds the format, the guarantees and the API.
 """
 
 from __future__ import annotations
 
-from afk_local.agent import AgentRunner
-from afk_local.agent_types import Agent, AgentResult, LLMResponse, ToolCall
+from afk_local.agent.agent_runner import AgentRunner
+from afk_local.agent.resume import aresume, resume
+from afk_local.agent.types import Agent, AgentResult, LLMResponse, ToolCall
 from afk_local.errors import (
     AfkLocalError,
     CheckpointCorruptionError,
@@ -26,9 +27,16 @@ from afk_local.errors import (
     SchemaVersionError,
     WriterFailedError,
 )
-from afk_local.journal import Journal, ReplayedError, input_hash
-from afk_local.reader import CheckpointNotFoundError, ResumeState, RunReader, VerifyReport
-from afk_local.records import (
+from afk_local.journal.journal import Journal
+from afk_local.journal.replay import ReplayedError, input_hash
+from afk_local.runner.cancel import cancel
+from afk_local.runner.durable_function import DurableFunction, durable
+from afk_local.runner.run_context import RunContext
+from afk_local.runner.state_checkpoint import StateCheckpoint
+from afk_local.runner.versions import CodeChangedWarning, migration
+from afk_local.runner.writer import DurableWriter
+from afk_local.storage.reader import CheckpointNotFoundError, ResumeState, RunReader
+from afk_local.storage.records import (
     SCHEMA_VERSION,
     Checkpoint,
     Effect,
@@ -37,20 +45,10 @@ from afk_local.records import (
     RunMeta,
     RunStatus,
 )
-from afk_local.run import RunWriter
-from afk_local.runner import (
-    CodeChangedWarning,
-    DurableFunction,
-    RunContext,
-    aresume,
-    cancel,
-    durable,
-    migration,
-    resume,
-)
-from afk_local.simple import StateCheckpoint
-from afk_local.store import RunInfo, Store
-from afk_local.writer import DurableWriter
+from afk_local.storage.run import RunWriter
+from afk_local.storage.run_info import RunInfo
+from afk_local.storage.store import Store
+from afk_local.storage.verify import VerifyReport
 
 __version__ = "0.1.0"
 

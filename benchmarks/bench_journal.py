@@ -27,9 +27,10 @@ from pathlib import Path
 
 import msgspec
 
-from afk_local import fsio
-from afk_local.journal import Journal, idempotency_key, input_hash
-from afk_local.records import Effect
+from afk_local.journal.journal import Journal
+from afk_local.journal.replay import idempotency_key, input_hash
+from afk_local.storage import fsio
+from afk_local.storage.records import Effect
 
 
 def outcome(i: int) -> Effect:

@@ -26,7 +26,7 @@ import uuid
 import msgspec
 
 import afk_local as afk
-from afk_local import fsio
+from afk_local.storage import fsio
 
 try:
     from langgraph.checkpoint.base import empty_checkpoint

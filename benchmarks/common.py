@@ -8,7 +8,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from afk_local import fsio
+from afk_local.storage import fsio
 
 _WORDS = [
     "the",

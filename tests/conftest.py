@@ -1,10 +1,22 @@
-"""Shared pytest options: ``--torture`` turns on the long randomized crash suites."""
+"""Shared pytest options: ``--torture`` turns on the long randomized crash suites.
+
+Tests mirror the package: ``tests/storage/`` for ``afk_local/storage/`` and so on.
+Everything they share lives in ``tests/support/`` (put on ``sys.path`` here, and on
+every child's PYTHONPATH by the tests that spawn one): ``proc.py`` spawns and kills
+real processes, ``strategies.py`` holds the hypothesis strategies, and the
+``*_jobs.py`` modules are the jobs children import by entrypoint
+(``cli_jobs:count_job``).
+"""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 pytest_plugins = ["afk_local.testing"]
 

@@ -1,0 +1,5 @@
+"""Optional extras, each importing the library it adapts: nothing in the core imports them.
+
+``langgraph`` (``pip install 'afk_local[langgraph]'``): a LangGraph checkpointer;
+``openai``: an OpenAI-compatible chat client for the agent runner (stdlib only).
+"""

@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from afk_local.agent_types import LLMResponse, ToolCall
+from afk_local.agent.types import LLMResponse, ToolCall
 from afk_local.errors import AfkLocalError
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

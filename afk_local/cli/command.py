@@ -1,0 +1,97 @@
+"""What every ``afk-local`` command shares: exit codes, :class:`CliError`, the store, output.
+
+The commands live in :mod:`~afk_local.cli.read` (runs, show, log, inspect, effects,
+diff, verify, export), :mod:`~afk_local.cli.write` (import, fork, resume, cancel, gc,
+demo) and :mod:`~afk_local.cli.watch` (watch, submit); :mod:`~afk_local.cli.main`
+wires them into argparse and turns errors into exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from afk_local.errors import RunNotFoundError
+from afk_local.storage.export import to_jsonable
+from afk_local.storage.run_info import RunInfo
+from afk_local.storage.store import Store, default_root
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+EXIT_LOCKED = 75
+"""``resume``: another process holds the run's lock (EX_TEMPFAIL; the watcher's lost race)."""
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit code 2 (or ``code``)."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def emit_json(value: Any) -> None:
+    """Write ``value`` to stdout as indented JSON (``--json``)."""
+    sys.stdout.write(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False) + "\n")
+
+
+def out(text: str = "") -> None:
+    """Write one line to stdout."""
+    sys.stdout.write(text + "\n")
+
+
+def open_store(args: argparse.Namespace) -> Store:
+    """The store ``--root`` names (else ``$AFK_LOCAL_ROOT``, else ``./.afk``)."""
+    root = getattr(args, "root", None)
+    return Store(Path(root) if root else default_root())
+
+
+def require_run(store: Store, run_id: str) -> None:
+    """Raise :class:`~afk_local.RunNotFoundError` unless ``run_id`` is a run of ``store``."""
+    store.paths(run_id)  # validates the id
+    if not store.exists(run_id):
+        raise RunNotFoundError(run_id, str(store.root))
+
+
+def info_dict(info: RunInfo) -> dict[str, Any]:
+    """One run's summary as the JSON object ``runs``, ``import`` and ``fork`` print."""
+    return {
+        "run_id": info.run_id,
+        "status": info.status.value,
+        "interrupted": info.interrupted,
+        "owner_alive": info.owner_alive,
+        "step": info.step,
+        "seq": info.seq,
+        "phase": info.phase,
+        "updated_ms": info.updated_ms,
+        "bytes": info.bytes,
+        "thread_id": info.thread_id,
+        "parent_run_id": info.parent_run_id,
+        "entrypoint": info.entrypoint,
+        "attempt": info.attempt,
+    }
+
+
+def short(value: Any, limit: int = 80) -> str:
+    """``value`` as JSON on one line, cut to ``limit`` characters."""
+    text = json.dumps(to_jsonable(value), ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+__all__ = [
+    "EXIT_LOCKED",
+    "EXIT_OK",
+    "EXIT_PROBLEMS",
+    "EXIT_USAGE",
+    "CliError",
+    "emit_json",
+    "info_dict",
+    "open_store",
+    "out",
+    "require_run",
+    "short",
+]

@@ -1,0 +1,247 @@
+"""The ``afk-local`` command line (argparse); ``python -m afk_local`` is the same.
+
+Every command takes ``--root`` (else ``$AFK_LOCAL_ROOT``, else ``./.afk``); read
+commands take ``--json`` for scripts. Exit codes: 0 ok, 1 problems found (``verify``,
+a resumed job that failed), 2 usage errors, unknown runs or checkpoints, bad input.
+Errors are one line on stderr saying what to do; user errors never print a traceback.
+docs/cli.md shows every command with its output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+import msgspec
+
+from afk_local import __version__
+from afk_local.cli.command import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    out,
+)
+from afk_local.cli.read import (
+    cmd_diff,
+    cmd_effects,
+    cmd_export,
+    cmd_inspect,
+    cmd_log,
+    cmd_runs,
+    cmd_show,
+    cmd_verify,
+)
+from afk_local.cli.watch import add_submit_arguments, add_watch_arguments, cmd_submit, cmd_watch
+from afk_local.cli.write import (
+    cmd_cancel,
+    cmd_demo,
+    cmd_fork,
+    cmd_gc,
+    cmd_import,
+    cmd_resume,
+)
+from afk_local.errors import AfkLocalError, RunLockedError
+from afk_local.storage.records import RunStatus
+from afk_local.storage.store import ROOT_ENV, default_root
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _seq(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a checkpoint seq is a whole number, got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a checkpoint seq is >= 1, got {value}")
+    return value
+
+
+def _size(text: str) -> int:
+    units = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+    clean = text.strip().lower().removesuffix("b")
+    factor = units.get(clean[-1:], 1)
+    number = clean[:-1] if clean[-1:] in units else clean
+    try:
+        value = int(float(number) * factor)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size like 500M or 2G, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("a size is >= 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``afk-local``."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--root",
+        default=argparse.SUPPRESS,
+        help=f"the store directory (default: ${ROOT_ENV}, else ./.afk)",
+    )
+    reading = argparse.ArgumentParser(add_help=False, parents=[common])
+    reading.add_argument("--json", action="store_true", help="machine-readable output")
+
+    parser = argparse.ArgumentParser(
+        prog="afk-local",
+        description="Inspect, resume, fork and clean afk_local checkpoint runs.",
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version=f"afk-local {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(
+        name: str,
+        handler: Callable[[argparse.Namespace], int],
+        help_text: str,
+        *,
+        json_flag: bool = True,
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(
+            name, help=help_text, description=help_text, parents=[reading if json_flag else common]
+        )
+        p.set_defaults(handler=handler)
+        return p
+
+    p = add("runs", cmd_runs, "list runs, newest first")
+    p.add_argument(
+        "--status", choices=[s.value for s in RunStatus], help="only runs with this status"
+    )
+    p.add_argument("--limit", type=_positive_int, help="at most N runs")
+
+    p = add("show", cmd_show, "everything about one run")
+    p.add_argument("run", metavar="RUN")
+
+    p = add("log", cmd_log, "the checkpoint chain of a run")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--limit", type=_positive_int, help="only the newest N checkpoints")
+
+    p = add("inspect", cmd_inspect, "the payload of one checkpoint (default: latest)")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("seq", metavar="SEQ", nargs="?", type=_seq)
+    p.add_argument("--path", help="dotted path into the payload, e.g. state.items.0")
+
+    p = add("effects", cmd_effects, "journaled side effects: intent, outcome, in doubt")
+    p.add_argument("run", metavar="RUN")
+
+    p = add("diff", cmd_diff, "structural diff of two checkpoints' payloads")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("seq_a", metavar="SEQ_A", type=_seq)
+    p.add_argument("seq_b", metavar="SEQ_B", type=_seq)
+
+    p = add("verify", cmd_verify, "check every file of every run (exit 1 on damage)")
+    p.add_argument("runs", metavar="RUN", nargs="*")
+    p.add_argument("--no-repair", action="store_true", help="report torn journal tails only")
+
+    p = add("export", cmd_export, "a run as JSON (meta, checkpoints, effects)", json_flag=False)
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--format", choices=("json", "jsonl"), default="json")
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+
+    p = add("import", cmd_import, "recreate an exported run (FILE or - for stdin)")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--as", dest="as_id", metavar="NEW_ID", help="import under another run id")
+
+    p = add("resume", cmd_resume, "continue a run (its entrypoint is re-imported)")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--input", metavar="JSON", help="the answer for a paused run, as JSON")
+    p.add_argument(
+        "--via-watcher", action="store_true", help="ask the running watcher to resume it"
+    )
+
+    p = add("fork", cmd_fork, "a new run continuing from checkpoint SEQ of RUN")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--at", type=_seq, required=True, metavar="SEQ")
+    p.add_argument("--as", dest="as_id", metavar="NEW_ID", help="the new run's id")
+
+    p = add("cancel", cmd_cancel, "mark a run cancelled so nothing resumes it")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--reason", default="cancelled from the command line")
+
+    p = add("gc", cmd_gc, "compact runs and delete old finished runs")
+    p.add_argument("--dry-run", action="store_true", help="say what would go, change nothing")
+    p.add_argument("--keep-runtime-states", type=_positive_int, default=3, metavar="N")
+    p.add_argument(
+        "--keep-phase",
+        action="append",
+        metavar="PHASE",
+        help="always keep checkpoints of this phase (repeatable; replaces the default set)",
+    )
+    p.add_argument("--no-keep-latest-step", action="store_true")
+    p.add_argument("--max-effects-per-run", type=_positive_int, metavar="N")
+    p.add_argument("--max-runs", type=_positive_int, metavar="N")
+    p.add_argument("--max-age-days", type=float, metavar="DAYS")
+    p.add_argument("--max-bytes", type=_size, metavar="SIZE", help="e.g. 500M, 2G")
+
+    p = add(
+        "demo", cmd_demo, "crash a job with SIGKILL and resume it (a few seconds)", json_flag=False
+    )
+    p.add_argument("--steps", type=_positive_int, default=40)
+    p.add_argument("--keep", action="store_true", help="keep the temporary store and print it")
+
+    p = add("watch", cmd_watch, "resume interrupted runs now and as they appear", json_flag=False)
+    add_watch_arguments(p)
+    p = add("submit", cmd_submit, "hand a job to the watcher", json_flag=False)
+    add_submit_arguments(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "handler", None) is None:
+        parser.print_help(sys.stdout)
+        return EXIT_USAGE
+    if getattr(args, "root", None) is None:
+        args.root = None
+    try:
+        return int(args.handler(args))
+    except CliError as exc:
+        if exc.code == EXIT_OK:
+            out(str(exc))
+            return EXIT_OK
+        sys.stderr.write(f"afk-local: {exc}\n")
+        return exc.code
+    except RunLockedError as exc:
+        sys.stderr.write(f"afk-local: {exc}\n")
+        return EXIT_USAGE
+    except AfkLocalError as exc:
+        sys.stderr.write(f"afk-local: {exc}\n")
+        return EXIT_USAGE
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        sys.stderr.write(f"afk-local: bad input: {exc}\n")
+        return EXIT_USAGE
+    except OSError as exc:
+        where = exc.filename or getattr(args, "root", None) or default_root()
+        reason = exc.strerror or str(exc)
+        if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+            reason = "a file is in the way (not a directory)"
+        sys.stderr.write(
+            f"afk-local: cannot use {where}: {reason}; choose a writable "
+            f"directory with --root or {ROOT_ENV}\n"
+        )
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("afk-local: interrupted\n")
+        return 130
+
+
+__all__ = ["build_parser", "main"]

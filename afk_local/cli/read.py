@@ -1,0 +1,291 @@
+"""The read commands of ``afk-local``: runs, show, log, inspect, effects, diff, verify, export.
+
+None of them changes a run (``verify`` repairs a torn journal tail unless
+``--no-repair``); each prints a table or, with ``--json``, JSON for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from afk_local.cli.command import (
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    CliError,
+    emit_json,
+    info_dict,
+    open_store,
+    out,
+    require_run,
+    short,
+)
+from afk_local.cli.render import (
+    describe_run,
+    effect_rows,
+    log_rows,
+    payload_at,
+    print_table,
+    structural_diff,
+    verify_run,
+)
+from afk_local.storage.export import export_records, to_jsonable
+from afk_local.storage.notebook import format_bytes, format_ms
+from afk_local.storage.run_info import RunInfo
+from afk_local.storage.store import Store
+
+
+def _state_label(info: RunInfo) -> str:
+    if info.interrupted:
+        return f"{info.status.value} (interrupted)"
+    if info.owner_alive:
+        return f"{info.status.value} (live)"
+    return info.status.value
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """``runs``: one line per run, newest first."""
+    store = open_store(args)
+    infos = store.runs(args.status)
+    if args.limit is not None:
+        infos = infos[: args.limit]
+    if args.json:
+        emit_json([info_dict(i) for i in infos])
+        return EXIT_OK
+    if not infos:
+        which = f" with status {args.status}" if args.status else ""
+        out(f"no runs{which} under {store.root}")
+        return EXIT_OK
+    print_table(
+        ("RUN", "STATUS", "STEP", "SEQ", "PHASE", "UPDATED", "SIZE"),
+        [
+            (
+                i.run_id,
+                _state_label(i),
+                i.step,
+                i.seq,
+                i.phase or "-",
+                format_ms(i.updated_ms),
+                format_bytes(i.bytes),
+            )
+            for i in infos
+        ],
+    )
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """``show RUN``: the run's meta, position, effects and what a resume would do."""
+    store = open_store(args)
+    require_run(store, args.run)
+    facts = describe_run(store, args.run)
+    if args.json:
+        emit_json(facts)
+        return EXIT_OK
+    width = max(len(k) for k in facts)
+    for key, value in facts.items():
+        if value is None or value in ({}, []):
+            continue
+        text = json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value
+        out(f"{key:<{width}}  {text}")
+    return EXIT_OK
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    """``log RUN``: the checkpoint chain (seq, step, phase, time, size, keyframe or delta)."""
+    store = open_store(args)
+    require_run(store, args.run)
+    rows = log_rows(store.open(args.run), limit=args.limit)
+    if args.json:
+        emit_json(rows)
+        return EXIT_OK
+    if not rows:
+        out(f"run {args.run} has no checkpoints yet")
+        return EXIT_OK
+    print_table(
+        ("SEQ", "STEP", "PHASE", "TIME", "SIZE", "FRAME"),
+        [
+            (
+                r["seq"],
+                r["step"] if r["step"] is not None else "?",
+                r["phase"],
+                format_ms(r["timestamp_ms"]) if r["error"] is None else "DAMAGED",
+                r["bytes"],
+                r["frame"] if r["error"] is None else r["error"],
+            )
+            for r in rows
+        ],
+        align_right=(0, 1, 4),
+    )
+    return EXIT_OK
+
+
+def _load_checkpoint(store: Store, run_id: str, seq: int | None) -> Any:
+    reader = store.open(run_id)
+    if seq is None:
+        record = reader.latest()
+        if record is None:
+            raise CliError(f"run {run_id!r} has no checkpoints yet; nothing to inspect")
+        return record
+    if seq < 1:
+        raise CliError(f"seq must be >= 1, got {seq}: run `afk-local log {run_id}` to list them")
+    return reader.get(seq)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """``inspect RUN [SEQ] [--path a.b.c]``: one checkpoint's payload, pretty."""
+    store = open_store(args)
+    require_run(store, args.run)
+    record = _load_checkpoint(store, args.run, args.seq)
+    value = payload_at(record.payload, args.path, run_id=args.run, seq=record.seq)
+    if args.json:
+        emit_json(
+            {
+                "run_id": args.run,
+                "seq": record.seq,
+                "step": record.step,
+                "phase": record.phase,
+                "timestamp_ms": record.timestamp_ms,
+                "path": args.path,
+                "value": value,
+            }
+        )
+        return EXIT_OK
+    where = f" path {args.path}" if args.path else ""
+    out(
+        f"run {args.run}  seq {record.seq}  step {record.step}  phase {record.phase}  "
+        f"{format_ms(record.timestamp_ms)}{where}"
+    )
+    out(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
+def cmd_effects(args: argparse.Namespace) -> int:
+    """``effects RUN``: every journaled call with its outcome, or in doubt."""
+    store = open_store(args)
+    require_run(store, args.run)
+    rows = effect_rows(store.open(args.run))
+    if args.json:
+        emit_json(rows)
+        return EXIT_OK
+    if not rows:
+        out(f"run {args.run} has no journaled effects")
+        return EXIT_OK
+    print_table(
+        ("KEY", "NAME", "STEP", "STATE", "ATTEMPTS", "INTENT", "OUTCOME"),
+        [
+            (
+                r["key"],
+                r["name"] or "-",
+                r["step"],
+                "IN DOUBT" if r["state"] == "in_doubt" else r["state"],
+                r["attempts"],
+                format_ms(r["intent_ms"]),
+                format_ms(r["outcome_ms"]),
+            )
+            for r in rows
+        ],
+        align_right=(2, 4),
+    )
+    doubtful = sum(1 for r in rows if r["state"] == "in_doubt")
+    if doubtful:
+        out(
+            f"{doubtful} effect(s) in doubt: they started before a crash and may or may not "
+            "have happened; check the outside system for their idempotency keys "
+            "(`--json` shows them) before resuming"
+        )
+    return EXIT_OK
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """``diff RUN SEQ_A SEQ_B``: added, removed and changed paths between two payloads."""
+    store = open_store(args)
+    require_run(store, args.run)
+    a = _load_checkpoint(store, args.run, args.seq_a)
+    b = _load_checkpoint(store, args.run, args.seq_b)
+    changes = structural_diff(a.payload, b.payload)
+    if args.json:
+        emit_json({"run_id": args.run, "seq_a": a.seq, "seq_b": b.seq, **changes})
+        return EXIT_OK
+    out(f"run {args.run}: seq {a.seq} ({a.phase}) -> seq {b.seq} ({b.phase})")
+    total = 0
+    for path, value in changes["added"].items():
+        out(f"+ {path}: {short(value)}")
+        total += 1
+    for path, value in changes["removed"].items():
+        out(f"- {path}: {short(value)}")
+        total += 1
+    for path, (old, new) in changes["changed"].items():
+        out(f"~ {path}: {short(old)} -> {short(new)}")
+        total += 1
+    if not total:
+        out("payloads are identical")
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """``verify [RUN ...]``: check every file; exit 1 when anything is damaged."""
+    store = open_store(args)
+    run_ids = args.runs or store.run_ids()
+    for run_id in args.runs:
+        require_run(store, run_id)
+    results = [verify_run(store, run_id, repair=not args.no_repair) for run_id in run_ids]
+    bad = [r for r in results if r["problems"]]
+    if args.json:
+        emit_json({"ok": not bad, "runs": results})
+        return EXIT_PROBLEMS if bad else EXIT_OK
+    for r in results:
+        label = "ok" if not r["problems"] else f"{len(r['problems'])} PROBLEM(S)"
+        out(f"{r['run_id']}: {label} ({r['checked_files']} files checked)")
+        for p in r["problems"]:
+            out(f"  DAMAGED {p['path']}: {p['reason']}")
+        for note in r["notes"]:
+            out(f"  note: {note}")
+        for repaired in r["repaired"]:
+            out(f"  repaired: {repaired}")
+    if not results:
+        out(f"no runs under {store.root}")
+    elif bad:
+        out(
+            f"{len(bad)} of {len(results)} run(s) damaged: restore the named files from a "
+            "backup, or fork a damaged run before the damage (`afk-local fork RUN --at SEQ`)"
+        )
+    else:
+        out(f"all {len(results)} run(s) ok")
+    return EXIT_PROBLEMS if bad else EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """``export RUN``: meta, checkpoints and effects as JSON (or JSON lines)."""
+    store = open_store(args)
+    require_run(store, args.run)
+    records = export_records(store.open(args.run))
+    out = sys.stdout if args.output in (None, "-") else open(args.output, "w", encoding="utf-8")  # noqa: SIM115
+    try:
+        if args.format == "jsonl":
+            for record in records:
+                out.write(json.dumps(to_jsonable(record), ensure_ascii=False) + "\n")
+        else:
+            doc: dict[str, Any] = {"format": "afk-local-export", "version": 1}
+            doc["meta"] = next(r["meta"] for r in records if r["type"] == "meta")
+            doc["checkpoints"] = [r["checkpoint"] for r in records if r["type"] == "checkpoint"]
+            doc["effects"] = [r["effect"] for r in records if r["type"] == "effect"]
+            out.write(json.dumps(to_jsonable(doc), indent=2, ensure_ascii=False) + "\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return EXIT_OK
+
+
+__all__ = [
+    "cmd_diff",
+    "cmd_effects",
+    "cmd_export",
+    "cmd_inspect",
+    "cmd_log",
+    "cmd_runs",
+    "cmd_show",
+    "cmd_verify",
+]

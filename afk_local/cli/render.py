@@ -1,0 +1,351 @@
+"""What the ``afk-local`` read commands show: rows and facts as plain data, and tables.
+
+Each function returns JSON-ready data (``--json`` prints it as is); :func:`print_table`
+turns rows into an aligned table (with ``rich`` when it is installed and stdout is a
+terminal). Only :func:`verify_run` may write: it repairs a torn journal tail when the
+run's lock is free.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from afk_local.cli.command import CliError
+from afk_local.errors import AfkLocalError, RunLockedError
+from afk_local.storage import codec
+from afk_local.storage.export import to_jsonable
+from afk_local.storage.notebook import format_bytes
+
+if TYPE_CHECKING:
+    from afk_local.storage.reader import RunReader
+    from afk_local.storage.store import Store
+
+_MISSING = object()
+
+
+# -- tables ---------------------------------------------------------------------------
+
+
+def print_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    align_right: Sequence[int] = (),
+    file: Any = None,
+) -> None:
+    """Print ``rows`` as an aligned table (rich on a terminal, when installed)."""
+    out = file or sys.stdout
+    cells = [[str(c) for c in row] for row in rows]
+    if out is sys.stdout and sys.stdout.isatty():
+        try:
+            from rich.console import Console  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+            from rich.table import Table  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+        except ImportError:
+            pass
+        else:
+            table = Table(box=None, header_style="bold")
+            for index, header in enumerate(headers):
+                table.add_column(header, justify="right" if index in align_right else "left")
+            for row in cells:
+                table.add_row(*row)
+            Console().print(table)
+            return
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for index, cell in enumerate(row):
+            widths[index] = max(widths[index], len(cell))
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(widths[i]) if i in align_right else v.ljust(widths[i])
+            for i, v in enumerate(values)
+        ]
+        return "  ".join(parts).rstrip()
+
+    out.write(line(headers) + "\n")
+    for row in cells:
+        out.write(line(row) + "\n")
+
+
+# -- show / log / effects -----------------------------------------------------------------
+
+
+def describe_run(store: Store, run_id: str) -> dict[str, Any]:
+    """Everything ``afk-local show`` prints about a run."""
+    info = store.info(run_id)
+    reader = store.open(run_id)
+    meta = reader.meta
+    facts: dict[str, Any] = {
+        "run_id": run_id,
+        "status": meta.status.value,
+        "interrupted": info.interrupted,
+        "owner_alive": info.owner_alive,
+        "owner": to_jsonable(meta.owner) if meta.owner else None,
+        "attempt": meta.attempt,
+        "step": info.step,
+        "seq": info.seq,
+        "phase": info.phase,
+        "checkpoints": len(reader.checkpoint_files()),
+        "bytes": info.bytes,
+        "size": format_bytes(info.bytes),
+        "created_ms": meta.created_ms,
+        "updated_ms": info.updated_ms,
+        "entrypoint": meta.entrypoint,
+        "thread_id": meta.thread_id,
+        "parent_run_id": meta.parent_run_id,
+        "version": meta.version,
+        "code_fingerprint": meta.code_fingerprint,
+        "params": to_jsonable(meta.params),
+        "error": to_jsonable(meta.error) if meta.error else None,
+        "pause": to_jsonable(meta.pause) if meta.pause else None,
+        "extra": to_jsonable(meta.extra),
+        "path": str(reader.paths.dir),
+    }
+    if facts["error"] and isinstance(facts["error"], dict):
+        facts["error"].pop("traceback", None)  # `export` / `--json` of meta keep it; show is short
+    try:
+        rows = effect_rows(reader)
+        facts["effects"] = len(rows)
+        facts["effects_in_doubt"] = sum(1 for r in rows if r["state"] == "in_doubt")
+    except AfkLocalError as exc:
+        facts["effects"] = f"unreadable: {exc}"
+    facts["next"] = _next_action(run_id, meta.status.value, info.interrupted, info.owner_alive)
+    return facts
+
+
+def _next_action(run_id: str, status: str, interrupted: bool, alive: bool) -> str:
+    if alive:
+        return "a process is running it; `afk-local cancel` asks it to stop"
+    if interrupted:
+        return f"interrupted: `afk-local resume {run_id}` (or let `afk-local watch` do it)"
+    if status == "paused":
+        return f"waiting for input: `afk-local resume {run_id} --input JSON`"
+    if status == "failed":
+        return f"`afk-local resume {run_id}` retries; `afk-local fork {run_id} --at SEQ` redoes"
+    return "nothing to do"
+
+
+def log_rows(reader: RunReader, *, limit: int | None = None) -> list[dict[str, Any]]:
+    """One row per checkpoint file: seq, step, phase, time, size, keyframe or delta."""
+    files = reader.checkpoint_files()
+    if limit is not None:
+        files = files[-limit:] if limit else []
+    rows = []
+    for f in files:
+        path = reader.paths.dir / f.name
+        row: dict[str, Any] = {
+            "seq": f.seq,
+            "step": None,
+            "phase": f.phase,
+            "timestamp_ms": None,
+            "bytes": _size(path),
+            "frame": "?",
+            "base_seq": None,
+            "error": None,
+        }
+        try:
+            header = _header(path)
+            row["frame"] = f"delta<-{header.base_seq}" if header.is_delta else "keyframe"
+            row["base_seq"] = header.base_seq or None
+            record = reader.load(f)
+            row["step"], row["timestamp_ms"] = record.step, record.timestamp_ms
+        except (AfkLocalError, OSError) as exc:
+            row["error"] = str(getattr(exc, "reason", exc))
+        rows.append(row)
+    return rows
+
+
+def _header(path: os.PathLike[str]) -> codec.FrameHeader:
+    from afk_local.storage import fsio  # noqa: PLC0415
+
+    data = fsio.read_bounded(path, codec.DEFAULT_MAX_RECORD_BYTES * 2)
+    header, _ = codec.unpack_frame(data, os.fspath(path), expect_kind=codec.KIND_CHECKPOINT)
+    return header
+
+
+def _size(path: os.PathLike[str]) -> int:
+    try:
+        return os.stat(path, follow_symlinks=False).st_size
+    except OSError:
+        return 0
+
+
+def effect_rows(reader: RunReader) -> list[dict[str, Any]]:
+    """One row per effect key, in first-seen order: its newest intent and outcome."""
+    if not reader.paths.journal.exists():
+        return []
+    by_key: dict[str, dict[str, Any]] = {}
+    for record in reader.effects():
+        row = by_key.setdefault(
+            record.key,
+            {
+                "key": record.key,
+                "name": "",
+                "step": 0,
+                "state": "in_doubt",
+                "attempts": 0,
+                "intent_ms": None,
+                "outcome_ms": None,
+                "idempotency_key": "",
+                "input_hash": "",
+                "result": None,
+                "error": None,
+            },
+        )
+        if record.kind == "intent":
+            row.update(
+                name=record.name,
+                step=record.step,
+                state="in_doubt",
+                intent_ms=record.timestamp_ms,
+                outcome_ms=None,
+                idempotency_key=record.idempotency_key,
+                input_hash=record.input_hash,
+                result=None,
+                error=None,
+            )
+            row["attempts"] += 1
+        else:
+            row.update(
+                state=record.status or "ok",
+                outcome_ms=record.timestamp_ms,
+                result=to_jsonable(record.result),
+                error=to_jsonable(record.error) if record.error else None,
+            )
+    return list(by_key.values())
+
+
+# -- inspect / diff -------------------------------------------------------------------------
+
+
+def payload_at(payload: Any, path: str | None, *, run_id: str, seq: int) -> Any:
+    """The value at dotted ``path`` in ``payload`` (list items by index).
+
+    Raises:
+        LookupError: with a message naming the first missing part.
+    """
+    if not path:
+        return payload
+    value = payload
+    walked = "payload"
+    for part in path.split("."):
+        nxt: Any = _MISSING
+        if isinstance(value, dict):
+            nxt = value.get(part, _MISSING)
+            if nxt is _MISSING and part.lstrip("-").isdigit():
+                nxt = value.get(int(part), _MISSING)
+        elif isinstance(value, (list, tuple)) and part.lstrip("-").isdigit():
+            index = int(part)
+            nxt = value[index] if -len(value) <= index < len(value) else _MISSING
+        if nxt is _MISSING:
+            if isinstance(value, dict):
+                holds = "it has keys: " + ", ".join(sorted(map(str, value))[:10])
+            elif isinstance(value, (list, tuple)):
+                holds = f"it is a list of {len(value)} items"
+            else:
+                holds = f"it is a {type(value).__name__}"
+            raise CliError(
+                f"run {run_id} seq {seq}: no {part!r} in {walked} ({holds}); "
+                f"run `afk-local inspect {run_id} {seq}` to see the payload"
+            )
+        value = nxt
+        walked += f".{part}"
+    return value
+
+
+def structural_diff(a: Any, b: Any) -> dict[str, Any]:
+    """Paths added, removed and changed from ``a`` to ``b`` (dicts by key, lists by index)."""
+    result: dict[str, Any] = {"added": {}, "removed": {}, "changed": {}}
+    _walk(a, b, "", result)
+    return result
+
+
+def _walk(a: Any, b: Any, path: str, out: dict[str, Any]) -> None:
+    def sub(key: Any) -> str:
+        return f"{path}.{key}" if path else str(key)
+
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in a:
+            if key not in b:
+                out["removed"][sub(key)] = to_jsonable(a[key])
+            else:
+                _walk(a[key], b[key], sub(key), out)
+        for key in b:
+            if key not in a:
+                out["added"][sub(key)] = to_jsonable(b[key])
+        return
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        for index in range(min(len(a), len(b))):
+            _walk(a[index], b[index], sub(index), out)
+        for index in range(len(b), len(a)):
+            out["removed"][sub(index)] = to_jsonable(a[index])
+        for index in range(len(a), len(b)):
+            out["added"][sub(index)] = to_jsonable(b[index])
+        return
+    if type(a) is not type(b) or a != b:
+        out["changed"][path or "(payload)"] = [to_jsonable(a), to_jsonable(b)]
+
+
+# -- verify -----------------------------------------------------------------------------------
+
+
+def verify_run(store: Store, run_id: str, *, repair: bool = True) -> dict[str, Any]:
+    """Verify one run; with ``repair``, truncate a torn journal tail if the lock is free."""
+    from afk_local.storage.reader import RunReader  # noqa: PLC0415
+
+    # Not store.open(): a damaged (or, in a keyed store, wrongly signed) run.meta must
+    # be reported like any other damaged file, not stop the command.
+    reader = RunReader(store.paths(run_id), record_codec=store.codec)
+    report = reader.verify()
+    result: dict[str, Any] = {
+        "run_id": run_id,
+        "checked_files": report.checked_files,
+        "problems": [{"path": p.path, "reason": p.reason} for p in report.problems],
+        "notes": list(report.notes),
+        "repaired": [],
+    }
+    torn = [n for n in report.notes if n.startswith("effects.log: torn tail")]
+    if torn and repair:
+        repaired = _repair_journal(store, run_id)
+        if repaired:
+            result["notes"] = [n for n in result["notes"] if n not in torn]
+            result["repaired"].append(repaired)
+    return result
+
+
+def _repair_journal(store: Store, run_id: str) -> str | None:
+    from afk_local.journal.journal import Journal  # noqa: PLC0415
+    from afk_local.storage.ownership import acquire_lock  # noqa: PLC0415
+
+    paths = store.paths(run_id)
+    try:
+        lock = acquire_lock(paths, 0.0)
+    except (RunLockedError, OSError):
+        return None  # its owner repairs it when it next opens the journal
+    try:
+        with Journal(paths.journal, run_id, writable=True, record_codec=store.codec) as journal:
+            torn = journal.torn_tail
+    except (AfkLocalError, OSError):
+        return None
+    finally:
+        lock.release()
+    if torn is None:
+        return None
+    return (
+        f"{paths.journal}: torn tail truncated at byte {torn.offset} "
+        f"({torn.dropped_bytes} bytes of a write cut short by a crash: {torn.reason})"
+    )
+
+
+__all__ = [
+    "describe_run",
+    "effect_rows",
+    "log_rows",
+    "payload_at",
+    "print_table",
+    "structural_diff",
+    "verify_run",
+]

@@ -1,0 +1,209 @@
+"""``langgraph.writes``: the durable pending writes of a LangGraph thread.
+
+What the finished tasks of a superstep produced is appended to
+``langgraph.writes`` in the thread's run directory, one crc-framed record per
+``put_writes`` call, fsynced before the call returns, so tasks that finished
+before a kill -9 are not run again. A torn frame at the tail (a crash cut an
+append that never returned) is cut off on the next append; a bad frame followed
+by good ones is damage and raises :class:`afk_local.CheckpointCorruptionError`.
+This module needs no LangGraph.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from afk_local.errors import CheckpointCorruptionError
+from afk_local.integrations.langgraph.frames import (
+    bad_frame,
+    encode_frame,
+    frame_body,
+    has_valid_frame_after,
+)
+from afk_local.storage import fsio
+
+log = logging.getLogger("afk_local")
+
+WRITES_NAME = "langgraph.writes"
+"""The append-only pending-writes file inside a thread's run directory."""
+
+Typed = tuple[str, bytes]
+"""A value as LangGraph's serializer typed it: ``(type name, bytes)``."""
+
+WriteFrame = tuple[str, str, str, str, list[tuple[int, str, str, bytes]]]
+"""One ``put_writes`` call: ``(ns, checkpoint_id, task_id, task_path, items)``.
+
+Each item is ``(idx, channel, type, bytes)``.
+"""
+
+TaskWrites = dict[tuple[str, int], tuple[str, str, Typed, str]]
+"""The writes of one checkpoint: ``(task_id, idx) -> (task_id, channel, value, task_path)``."""
+
+_WRITE_DECODER = msgspec.msgpack.Decoder(WriteFrame)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+@dataclass
+class PendingWrites:
+    """Parsed ``langgraph.writes`` of one thread, extended as the file grows."""
+
+    ino: int = -1
+    offset: int = 0
+    by_checkpoint: dict[tuple[str, str], TaskWrites] = field(default_factory=dict)
+    """``(ns, checkpoint_id)`` -> the writes of that checkpoint."""
+
+    def apply(self, frame: WriteFrame) -> None:
+        """Add the writes of one ``put_writes`` call."""
+        ns, checkpoint_id, task_id, task_path, items = frame
+        slot = self.by_checkpoint.setdefault((ns, checkpoint_id), {})
+        for idx, channel, type_, data in items:
+            key = (task_id, idx)
+            if idx >= 0 and key in slot:
+                continue  # regular writes: the first one wins (a retried task writes again)
+            slot[key] = (task_id, channel, (type_, data), task_path)  # special: the last wins
+
+    def parse(self, data: bytes, path: str, run_id: str, max_bytes: int) -> None:
+        """Apply the frames of ``data`` (the file from ``offset`` on), stopping at a torn tail."""
+        pos = 0
+        while pos < len(data):
+            bad = bad_frame(data, pos, max_bytes)
+            if bad is None:
+                body, end = frame_body(data, pos)
+                try:
+                    frame = _WRITE_DECODER.decode(body)
+                except msgspec.DecodeError as exc:
+                    bad = f"record does not decode: {exc}"
+                else:
+                    self.apply(frame)
+                    self.offset += end - pos
+                    pos = end
+                    continue
+            if has_valid_frame_after(data, pos, max_bytes):
+                raise CheckpointCorruptionError(
+                    path,
+                    f"bad frame at offset {self.offset} ({bad}) followed by good ones: the "
+                    "file is damaged, not torn; restore it or delete the thread",
+                    run_id,
+                )
+            return  # a torn tail: a crash interrupted the last append; it never returned
+
+
+def encode_writes(ns: str, checkpoint_id: str, writes: TaskWrites) -> list[bytes]:
+    """The writes of one checkpoint as frames, one per ``(task_id, idx)``."""
+    return [
+        encode_frame((ns, checkpoint_id, task_id, task_path, [(idx, channel, type_, data)]))
+        for (task_id, idx), (_, channel, (type_, data), task_path) in writes.items()
+    ]
+
+
+def read_writes(
+    path: Path, state: PendingWrites | None, *, run_id: str, max_bytes: int
+) -> PendingWrites | None:
+    """The parsed writes file at ``path``, reading only what was appended since ``state``.
+
+    ``state`` is what an earlier call returned (None: nothing yet); a replaced or
+    shrunk file is read from the start. Returns None when the file does not exist.
+
+    Raises:
+        CheckpointCorruptionError: the file is over ``max_bytes`` or damaged.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        stat = os.fstat(fd)
+        if state is None or state.ino != stat.st_ino or stat.st_size < state.offset:
+            state = PendingWrites(ino=stat.st_ino)
+        if stat.st_size > max_bytes:
+            raise CheckpointCorruptionError(
+                str(path),
+                f"{stat.st_size} bytes, over max_record_bytes; prune the thread",
+                run_id,
+            )
+        if stat.st_size > state.offset:
+            data = _pread_all(fd, state.offset, stat.st_size - state.offset)
+            state.parse(data, str(path), run_id, max_bytes)
+    finally:
+        os.close(fd)
+    return state
+
+
+def open_writes(path: Path, state: PendingWrites, run_id: str) -> int:
+    """Open the writes file for appending, cutting a torn tail a crash left behind.
+
+    ``state`` is the file as parsed just before: bytes past its ``offset`` are
+    the torn tail.
+    """
+    existed = path.exists()
+    fd = fsio.open_append(path)
+    try:
+        size = os.fstat(fd).st_size
+        if state.ino == os.fstat(fd).st_ino and size > state.offset:
+            log.warning(
+                "run %s: cutting a torn tail of %d bytes off %s (a crash cut an append)",
+                run_id,
+                size - state.offset,
+                path,
+            )
+            fsio.truncate(fd, state.offset, path)
+        if not existed:
+            fsio.fsync_dir(path.parent)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def append_writes(fd: int, data: bytes, path: Path) -> None:
+    """Append framed writes and fsync them before returning."""
+    fsio.write_all(fd, data, path)
+    fsio.fsync_fd(fd, path)
+
+
+def rewrite_writes(
+    path: Path,
+    by_checkpoint: dict[tuple[str, str], TaskWrites],
+    keep: set[tuple[str, str]],
+) -> None:
+    """Replace the writes file atomically with the writes of the checkpoints in ``keep``."""
+    if all(key in keep for key in by_checkpoint):
+        return
+    chunks = []
+    for key, writes in by_checkpoint.items():
+        if key in keep:
+            chunks += encode_writes(key[0], key[1], writes)
+    fsio.atomic_write(path, b"".join(chunks))
+
+
+def _pread_all(fd: int, offset: int, size: int) -> bytes:
+    chunks = []
+    while size > 0:
+        chunk = os.pread(fd, size, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+__all__: Sequence[str] = [
+    "WRITES_NAME",
+    "PendingWrites",
+    "TaskWrites",
+    "Typed",
+    "WriteFrame",
+    "append_writes",
+    "encode_writes",
+    "open_writes",
+    "read_writes",
+    "rewrite_writes",
+]

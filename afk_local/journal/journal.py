@@ -1,0 +1,583 @@
+"""The effect journal (``effects.log``): side effects happen once, or are reported in doubt.
+
+A :class:`Journal` is an open ``effects.log``: an in-memory index of each
+key's newest intent and outcome over the append-only file, appends made
+durable with group commit, and :meth:`Journal.call`, which runs a function
+at most once per key across crashes. A call is journaled in two records, an
+``intent`` before the function runs and an ``outcome`` after it returned
+(docs/journal.md). The frame format and the torn-tail decision live in
+:mod:`afk_local.storage.journal_format`, input hashes and replayed errors in
+:mod:`afk_local.journal.replay`; docs/journal.md describes the format and the
+replay rules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from afk_local.errors import (
+    EffectInDoubtError,
+    EffectMismatchError,
+    WriterFailedError,
+)
+from afk_local.journal.replay import (
+    accepts_idempotency_key,
+    error_info,
+    idempotency_key,
+    input_hash,
+    replayed_error,
+    result_hash,
+)
+from afk_local.storage import fsio
+from afk_local.storage.codec import EncHook, RecordCodec
+from afk_local.storage.integrity import NO_MAC, Signer, record_digest
+from afk_local.storage.journal_format import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FRAME_HEADER_SIZE,
+    MAX_FRAME_BYTES,
+    EffectHead,
+    FrameReader,
+    TornTail,
+    encode_frame,
+)
+from afk_local.storage.records import Effect, ErrorInfo
+
+log = logging.getLogger("afk_local")
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+InDoubtPolicy = str | Callable[["EffectState"], str]
+
+
+class _Entry:
+    """Index slot for one key: offsets, not records, so memory stays small."""
+
+    __slots__ = ("attempts", "input_hash", "intent_at", "outcome_at", "status")
+
+    def __init__(self) -> None:
+        self.intent_at: tuple[int, int] | None = None  # (offset, length) of the newest intent
+        self.outcome_at: tuple[int, int] | None = None  # its outcome, if any
+        self.input_hash = ""
+        self.status: str | None = None
+        self.attempts = 0
+
+
+class EffectState:
+    """What the journal knows about one key. The records are read from disk on first use."""
+
+    __slots__ = ("_entry", "_intent", "_journal", "_outcome", "key")
+
+    def __init__(self, journal: Journal, key: str, entry: _Entry) -> None:
+        self.key = key
+        self._journal = journal
+        self._entry = entry  # live: later records of the key show up here
+        self._intent: tuple[tuple[int, int], Effect] | None = None
+        self._outcome: tuple[tuple[int, int], Effect] | None = None
+
+    @property
+    def intent(self) -> Effect | None:
+        """The newest intent record of the key (None for an outcome written without one)."""
+        at = self._entry.intent_at
+        if at is None:
+            return None
+        if self._intent is None or self._intent[0] != at:
+            self._intent = (at, self._journal._read_record(*at))
+        return self._intent[1]
+
+    @property
+    def outcome(self) -> Effect | None:
+        """The outcome of the newest intent, or None while in doubt."""
+        at = self._entry.outcome_at
+        if at is None:
+            return None
+        if self._outcome is None or self._outcome[0] != at:
+            self._outcome = (at, self._journal._read_record(*at))
+        return self._outcome[1]
+
+    @property
+    def in_doubt(self) -> bool:
+        """True when the call started (intent durable) but no outcome was recorded."""
+        return self._entry.intent_at is not None and self._entry.outcome_at is None
+
+    @property
+    def status(self) -> str | None:
+        """The outcome's status (``"ok"`` / ``"error"``) without reading it, or None."""
+        return self._entry.status
+
+    @property
+    def input_hash(self) -> str:
+        """The input hash of the newest intent (``""`` when there is none)."""
+        return self._entry.input_hash
+
+    @property
+    def attempts(self) -> int:
+        """How many intents were recorded for this key (retries included)."""
+        return self._entry.attempts
+
+    def __repr__(self) -> str:
+        state = "in doubt" if self.in_doubt else (self.status or "no intent")
+        return f"EffectState(key={self.key!r}, {state}, attempts={self.attempts})"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Journal:
+    """An open ``effects.log``: an in-memory index over an append-only file.
+
+    Opening scans the file once. A damaged last frame is a torn write from a
+    crash: a writable journal truncates it, a read-only one ignores it; either
+    way it is reported in :attr:`torn_tail`. A damaged frame with good frames
+    after it raises :class:`EffectLogCorruptionError`.
+
+    Args:
+        path: the journal file (created 0600 when writable and missing).
+        run_id: the run it belongs to (used in messages and idempotency keys).
+        writable: open for appending; the caller must own the run's lock.
+        record_codec: encodes records (its ``enc_hook`` applies to results).
+        max_frame_bytes: largest record accepted on write and on read.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        run_id: str,
+        *,
+        writable: bool,
+        record_codec: RecordCodec | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> None:
+        self.path = Path(path)
+        self.run_id = run_id
+        self.writable = writable
+        self.torn_tail: TornTail | None = None
+        self.replayed_count = 0
+        """How many :meth:`call` invocations this instance replayed instead of executing."""
+        self._codec = record_codec or RecordCodec()
+        self._signer: Signer | None = self._codec.signer
+        self._last_mac = NO_MAC  # the chain value the next signed record links to
+        self.signed_count = 0
+        """How many records carry a signature (checked only in a keyed store)."""
+        self._enc_hook: EncHook | None = self._codec.enc_hook
+        self._max_frame = min(max_frame_bytes, MAX_FRAME_BYTES)
+        self._index: dict[str, _Entry] = {}
+        self._count = 0
+        self._cond = threading.Condition(threading.Lock())
+        self._failed: BaseException | None = None
+        self._closed = False
+        self._syncing = False
+        self._pending: list[tuple[int, int, EffectHead]] = []  # written, not yet fsynced
+        self._in_flight: set[str] = set()
+        self._fd = self._open()
+        self._frames = FrameReader(self._fd, self.path, run_id, self._max_frame, self._signer)
+        try:
+            self._end = self._load()
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._written_end = self._synced_end = self._end
+
+    def _open(self) -> int:
+        if not self.writable:
+            try:
+                return os.open(self.path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+            except FileNotFoundError:
+                return -1  # no journal yet: an empty view
+        existed = self.path.exists()
+        fd = fsio.open_append(self.path)
+        if not existed:
+            try:
+                fsio.fsync_dir(self.path.parent)  # the new entry must survive a crash too
+            except BaseException:
+                os.close(fd)
+                raise
+        return fd
+
+    # -- opening ------------------------------------------------------------------
+
+    def _load(self) -> int:
+        if self._fd < 0:
+            return 0
+        scan = self._frames.scan(os.fstat(self._fd).st_size, self._apply)
+        self._last_mac = scan.last_mac
+        self.signed_count = scan.signed_count
+        torn = self.torn_tail = scan.torn_tail
+        if torn is None:
+            return scan.end
+        if self.writable:
+            fsio.truncate(self._fd, torn.offset, self.path)
+        log.warning(
+            "run %s: %s: torn tail %s: %d byte(s) at offset %d (%s)",
+            self.run_id,
+            self.path,
+            "repaired (truncated)" if self.writable else "ignored",
+            torn.dropped_bytes,
+            torn.offset,
+            torn.reason,
+        )
+        return torn.offset
+
+    def _apply(self, offset: int, length: int, head: EffectHead) -> None:
+        entry = self._index.get(head.key)
+        if entry is None:
+            entry = self._index[head.key] = _Entry()
+        if head.kind == "intent":
+            entry.intent_at = (offset, length)
+            entry.outcome_at = None  # an outcome belongs to the intent before it
+            entry.input_hash = head.input_hash
+            entry.status = None
+            entry.attempts += 1
+        else:
+            entry.outcome_at = (offset, length)
+            entry.status = head.status
+        self._count += 1
+
+    def _read_record(self, offset: int, length: int) -> Effect:
+        # ``length``: the frame's size after its header (msgpack bytes and any MAC).
+        if self._closed:
+            raise ValueError(f"journal {self.path} is closed")
+        return self._frames.read_record(offset, length)
+
+    # -- reading ------------------------------------------------------------------
+
+    def lookup(self, key: str) -> EffectState | None:
+        """What is known about ``key`` (None when nothing was recorded). O(1)."""
+        entry = self._index.get(key)
+        return None if entry is None else EffectState(self, key, entry)
+
+    def keys(self) -> list[str]:
+        """Every key with a record, in the order first recorded."""
+        return list(self._index)
+
+    def __len__(self) -> int:
+        """The number of durable records (intents and outcomes)."""
+        return self._count
+
+    def in_doubt(self) -> list[EffectState]:
+        """Every key whose newest intent has no outcome (the call may or may not have run)."""
+        return [
+            EffectState(self, key, entry)
+            for key, entry in self._index.items()
+            if entry.intent_at is not None and entry.outcome_at is None
+        ]
+
+    def records(self) -> Iterator[Effect]:
+        """Every durable record in file order, read lazily from disk (signatures re-checked)."""
+        if self._closed:
+            raise ValueError(f"journal {self.path} is closed")
+        if self._fd < 0:
+            return
+        yield from self._frames.records(self._synced_end)
+
+    # -- writing ------------------------------------------------------------------
+
+    def append(self, effect: Effect, *, enc_hook: EncHook | None = None) -> None:
+        """Append one record and return once it is on stable storage. Thread-safe.
+
+        Appends that arrive while another thread's fsync is in flight are
+        covered together by the next fsync (group commit); none returns before
+        the fsync covering its bytes returned. A failed write or fsync makes the
+        journal refuse every later append (:class:`WriterFailedError`).
+        """
+        if not self.writable:
+            raise ValueError(f"journal {self.path} of run {self.run_id!r} is open read-only")
+        if enc_hook is None:
+            body = self._codec.encode(effect)
+        else:
+            body = msgspec.msgpack.Encoder(enc_hook=enc_hook).encode(effect)
+        if len(body) > self._max_frame:
+            raise ValueError(
+                f"run {self.run_id!r}: effect {effect.key!r} record is {len(body)} bytes, over "
+                f"max_frame_bytes={self._max_frame}; return a smaller result (store large data "
+                "in a file and journal its path)"
+            )
+        head = EffectHead(effect.kind, effect.key, effect.input_hash, effect.status)
+        digest = None if self._signer is None else record_digest(body)
+        frame = encode_frame(body) if digest is None else b""
+        with self._cond:
+            self._check_writable()
+            mac = None
+            if self._signer is not None and digest is not None:
+                # The chain follows file order, so the MAC is made under the append lock.
+                mac = self._signer.effect_mac(self.run_id, self._last_mac, digest)
+                frame = encode_frame(body, mac)
+            offset = self._written_end
+            try:
+                fsio.write_all(self._fd, frame, self.path)
+            except BaseException as exc:
+                self._failed = exc
+                self._cond.notify_all()
+                raise WriterFailedError(self.run_id, exc) from exc
+            if mac is not None:
+                self._last_mac = mac
+            self._written_end = mine = offset + len(frame)
+            self._pending.append((offset, len(frame) - FRAME_HEADER_SIZE, head))
+            while self._synced_end < mine:
+                if self._failed is not None:
+                    raise WriterFailedError(self.run_id, self._failed)
+                if self._closed:  # never fsync a descriptor that close() gave back
+                    raise WriterFailedError(self.run_id, RuntimeError("journal closed meanwhile"))
+                if self._syncing:
+                    self._cond.wait()
+                    continue
+                self._sync_locked()
+
+    def _sync_locked(self) -> None:
+        """Fsync everything written so far; called with the lock held, releases it meanwhile."""
+        self._syncing = True
+        target = self._written_end
+        batch, self._pending = self._pending, []
+        self._cond.release()
+        error: BaseException | None = None
+        try:
+            fsio.fsync_fd(self._fd, self.path)
+        except BaseException as exc:
+            error = exc
+        finally:
+            self._cond.acquire()
+            self._syncing = False
+        if error is not None:
+            self._failed = error  # never retried: the kernel may have dropped the dirty pages
+            self._cond.notify_all()
+            raise WriterFailedError(self.run_id, error) from error
+        self._synced_end = target
+        for offset, length, head in batch:  # the index only ever shows durable records
+            self._apply(offset, length, head)
+        self._cond.notify_all()
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise WriterFailedError(self.run_id, RuntimeError(f"journal {self.path} is closed"))
+        if self._failed is not None:
+            raise WriterFailedError(self.run_id, self._failed)
+
+    def record_intent(
+        self,
+        key: str,
+        *,
+        name: str,
+        input_hash: str,
+        idempotency_key: str,
+        step: int = 0,
+        call_id: str | None = None,
+    ) -> Effect:
+        """Durably record that the call ``key`` is about to run; returns the record."""
+        effect = Effect(
+            kind="intent",
+            key=key,
+            timestamp_ms=_now_ms(),
+            step=step,
+            call_id=call_id,
+            name=name,
+            input_hash=input_hash,
+            idempotency_key=idempotency_key,
+        )
+        self.append(effect)
+        return effect
+
+    def record_outcome(
+        self,
+        key: str,
+        *,
+        status: str,
+        result: Any = None,
+        error: ErrorInfo | None = None,
+        output_hash: str | None = None,
+        enc_hook: EncHook | None = None,
+    ) -> Effect:
+        """Durably record how the call ``key`` ended: ``status`` ``"ok"`` or ``"error"``.
+
+        For ``"ok"`` without ``output_hash``, the blake2b of the result's
+        canonical msgpack is stored.
+        """
+        if status not in ("ok", "error"):
+            raise ValueError(f"status must be 'ok' or 'error', not {status!r}")
+        hook = enc_hook or self._enc_hook
+        if status == "ok" and output_hash is None:
+            output_hash = result_hash(result, enc_hook=hook)
+        effect = Effect(
+            kind="outcome",
+            key=key,
+            timestamp_ms=_now_ms(),
+            status=status,
+            output_hash=output_hash,
+            result=result,
+            error=error,
+        )
+        self.append(effect, enc_hook=enc_hook)
+        return effect
+
+    # -- the replay logic -----------------------------------------------------------
+
+    def call(
+        self,
+        key: str,
+        fn: Callable[..., Any],
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        name: str | None = None,
+        step: int = 0,
+        idempotent: bool = False,
+        in_doubt: InDoubtPolicy | None = None,
+        retry_errors: bool = False,
+        enc_hook: EncHook | None = None,
+        result_type: Any = None,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` at most once per ``key`` across crashes and resumes.
+
+        - An outcome recorded for ``key`` with the same input hash is replayed:
+          its result is returned (as msgpack decoded it: lists for tuples, or
+          converted to ``result_type``), or its error is raised again as a
+          :class:`ReplayedError` of the same type name and message
+          (``retry_errors=True`` runs the call again instead).
+        - A different input hash raises :class:`EffectMismatchError`.
+        - An intent without outcome is in doubt: ``in_doubt`` decides,
+          ``"retry"`` (call again with the same idempotency key), ``"raise"``
+          (:class:`EffectInDoubtError`) or a callable that gets the
+          :class:`EffectState` and returns one of those. None means
+          ``"retry"`` when ``idempotent`` else ``"raise"``.
+        - Otherwise: intent (durable), call, outcome (durable), return.
+
+        ``fn`` gets ``idempotency_key=...`` when its signature has a parameter
+        of that name (``**kwargs`` alone does not count). The default ``name``
+        is ``fn.__name__``; it is part of the input hash. Exceptions are
+        recorded as error outcomes; BaseExceptions (KeyboardInterrupt,
+        SystemExit) are not, leaving the call in doubt, as it may be.
+
+        >>> journal.call("email:42", send_email, ("a@b.c", "hi"))  # doctest: +SKIP
+        """
+        kwargs = dict(kwargs or {})
+        args = tuple(args)
+        call_name = name if name is not None else getattr(fn, "__name__", type(fn).__name__)
+        digest = input_hash(call_name, args, kwargs, enc_hook=enc_hook or self._enc_hook)
+        state = self.lookup(key)
+        if state is not None and state.input_hash and state.input_hash != digest:
+            recorded = state.intent
+            recorded_name = recorded.name if recorded is not None else "?"
+            shown = repr((args, kwargs))
+            shown = shown if len(shown) <= 200 else shown[:197] + "..."
+            raise EffectMismatchError(
+                self.run_id,
+                key,
+                f"{recorded_name}(input hash {state.input_hash})",
+                f"{call_name}{shown} (input hash {digest})",
+                str(self.path),
+            )
+        if state is not None and state.status is not None:
+            outcome = state.outcome
+            assert outcome is not None
+            if outcome.status == "ok":
+                self.replayed_count += 1
+                if result_type is not None:
+                    return msgspec.convert(outcome.result, result_type)
+                return outcome.result
+            if not retry_errors:
+                self.replayed_count += 1
+                info = outcome.error or ErrorInfo(type="ReplayedError", message="recorded error")
+                raise replayed_error(info, key)
+        elif state is not None and state.in_doubt:
+            policy = in_doubt if in_doubt is not None else ("retry" if idempotent else "raise")
+            decision = policy(state) if callable(policy) else policy
+            if decision == "raise":
+                raise EffectInDoubtError(
+                    self.run_id, key, idempotency_key(self.run_id, key), str(self.path)
+                )
+            if decision != "retry":
+                raise ValueError(f"in_doubt policy must give 'retry' or 'raise', not {decision!r}")
+            log.warning(
+                "run %s: effect %r was in doubt (started, no outcome); calling it again with "
+                "idempotency key %s",
+                self.run_id, key, idempotency_key(self.run_id, key),
+            )  # fmt: skip
+        return self._execute(key, fn, args, kwargs, call_name, digest, step, enc_hook)
+
+    def _execute(  # noqa: PLR0917 - private; called from one place
+        self,
+        key: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        call_name: str,
+        digest: str,
+        step: int,
+        enc_hook: EncHook | None,
+    ) -> Any:
+        with self._cond:
+            if key in self._in_flight:
+                raise RuntimeError(f"run {self.run_id!r}: effect {key!r} is already running")
+            self._in_flight.add(key)
+        try:
+            idem = idempotency_key(self.run_id, key)
+            self.record_intent(
+                key, name=call_name, input_hash=digest, idempotency_key=idem, step=step
+            )
+            call_kwargs = kwargs
+            if "idempotency_key" not in kwargs and accepts_idempotency_key(fn):
+                call_kwargs = {**kwargs, "idempotency_key": idem}
+            try:
+                result = fn(*args, **call_kwargs)
+            except Exception as exc:
+                self.record_outcome(key, status="error", error=error_info(exc))
+                raise
+            try:
+                self.record_outcome(key, status="ok", result=result, enc_hook=enc_hook)
+            except (TypeError, msgspec.EncodeError, ValueError) as exc:
+                raise TypeError(
+                    f"run {self.run_id!r}: effect {key!r} ran, but its result cannot be "
+                    f"journaled ({exc}); it stays in doubt. Return msgpack-able data or pass "
+                    "enc_hook"
+                ) from exc
+            return result
+        finally:
+            with self._cond:
+                self._in_flight.discard(key)
+
+    # -- lifetime -----------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._closed
+
+    def close(self) -> None:
+        """Close the file once appends in progress are durable (or failed). Idempotent."""
+        with self._cond:
+            while self._syncing:
+                self._cond.wait()
+            if self._closed:
+                return
+            if self._failed is None and self._written_end > self._synced_end:
+                with contextlib.suppress(WriterFailedError):  # kept in _failed; close anyway
+                    self._sync_locked()
+            self._closed = True
+            if self._fd >= 0:
+                os.close(self._fd)
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = "writable" if self.writable else "read-only"
+        return f"Journal(run_id={self.run_id!r}, path={str(self.path)!r}, {mode}, n={self._count})"
+
+
+__all__ = [
+    "EffectState",
+    "InDoubtPolicy",
+    "Journal",
+]

@@ -1,0 +1,140 @@
+"""What a journaled call is and how its recorded outcome comes back on replay.
+
+A call is identified by the input hash of ``(name, args, kwargs)``, hands
+outside services an idempotency key derived from ``(run_id, key)``, and a
+recorded error comes back as a :class:`ReplayedError` of the same type name.
+:meth:`afk_local.journal.journal.Journal.call` applies these rules; docs/journal.md
+("Replay semantics") describes them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import hashlib
+import inspect
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from afk_local.storage.codec import EncHook
+from afk_local.storage.records import ErrorInfo
+
+
+def input_hash(
+    name: str,
+    args: tuple[Any, ...] | list[Any],
+    kwargs: dict[str, Any],
+    *,
+    enc_hook: EncHook | None = None,
+) -> str:
+    """The blake2b (128-bit, hex) digest of the canonical msgpack of ``(name, args, kwargs)``.
+
+    Canonical: map keys and struct fields sorted, tuples and lists both arrays,
+    so equal inputs hash equally across processes and Python versions.
+
+    >>> input_hash("send", ("a@b.c",), {}) == input_hash("send", ["a@b.c"], {})
+    True
+    """
+    data = _canonical_encoder(enc_hook).encode((name, list(args), kwargs))
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def result_hash(result: Any, *, enc_hook: EncHook | None = None) -> str:
+    """The blake2b (128-bit, hex) digest of ``result``'s canonical msgpack (``output_hash``)."""
+    return hashlib.blake2b(_canonical_encoder(enc_hook).encode(result), digest_size=16).hexdigest()
+
+
+def idempotency_key(run_id: str, key: str) -> str:
+    """A stable key derived from ``(run_id, key)``, safe to send to outside services.
+
+    It is ``"afk-"`` and 32 hex digits: the same for every attempt of the same
+    effect, different across runs and keys.
+    """
+    digest = hashlib.blake2b(
+        f"{run_id}\0{key}".encode(), digest_size=16, person=b"afk-idempotency"
+    ).hexdigest()
+    return f"afk-{digest}"
+
+
+@functools.lru_cache(maxsize=64)
+def _canonical_encoder(enc_hook: EncHook | None) -> msgspec.msgpack.Encoder:
+    return msgspec.msgpack.Encoder(enc_hook=enc_hook, order="sorted")
+
+
+class ReplayedError(Exception):
+    """Raised when :meth:`Journal.call` replays an outcome recorded as an error.
+
+    Each replayed error is an instance of a subclass named like the recorded
+    type; when that name is a builtin exception (``ValueError``, ``KeyError``,
+    ``OSError``...) the subclass also derives from the builtin, so ``except
+    ValueError`` still catches it. ``str()`` is the recorded message.
+    """
+
+    def __init__(self, info: ErrorInfo, key: str) -> None:
+        # Set args directly: a mixed-in builtin's __init__ may want other arguments.
+        self.args = (info.message,)
+        self.info = info
+        self.key = key
+
+    def __str__(self) -> str:
+        return self.info.message
+
+
+@functools.lru_cache(maxsize=256)
+def _replayed_type(type_name: str, mix_builtin: bool) -> type[ReplayedError]:
+    builtin = getattr(builtins, type_name, None) if mix_builtin else None
+    if isinstance(builtin, type) and issubclass(builtin, Exception):
+        try:
+            return type(type_name, (ReplayedError, builtin), {"__module__": __name__})
+        except TypeError:  # a builtin whose layout cannot be mixed in
+            pass
+    return type(type_name, (ReplayedError,), {"__module__": __name__})
+
+
+def replayed_error(info: ErrorInfo, key: str) -> ReplayedError:
+    """The exception :meth:`Journal.call` raises for a recorded error outcome."""
+    name = info.type if info.type.isidentifier() else "ReplayedError"
+    try:
+        cls = _replayed_type(name, True)
+        error = cls.__new__(cls, info.message)
+    except TypeError:  # e.g. UnicodeDecodeError, ExceptionGroup: not from a message alone
+        cls = _replayed_type(name, False)
+        error = cls.__new__(cls, info.message)
+    ReplayedError.__init__(error, info, key)
+    return error
+
+
+def error_info(exc: BaseException) -> ErrorInfo:
+    """What an error outcome records about ``exc``: type name, message, traceback text."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return ErrorInfo(type=type(exc).__name__, message=str(exc), traceback=text)
+
+
+def accepts_idempotency_key(fn: Callable[..., Any]) -> bool:
+    """True when ``fn`` has a parameter ``idempotency_key`` that a keyword can fill.
+
+    A bare ``**kwargs`` does not count. Answers are cached per function.
+    """
+    try:
+        return _accepts_cached(fn)
+    except TypeError:  # unhashable callable
+        return _accepts_uncached(fn)
+
+
+@functools.lru_cache(maxsize=1024)
+def _accepts_cached(fn: Callable[..., Any]) -> bool:
+    return _accepts_uncached(fn)
+
+
+def _accepts_uncached(fn: Callable[..., Any]) -> bool:
+    try:
+        param = inspect.signature(fn).parameters.get("idempotency_key")
+    except (TypeError, ValueError):
+        return False
+    return param is not None and param.kind in (
+        inspect.Parameter.KEYWORD_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    )

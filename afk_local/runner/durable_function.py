@@ -1,0 +1,467 @@
+"""Durable jobs: the ``@afk.durable`` decorator and :class:`DurableFunction`.
+
+``job.run(...)`` records a call as a run and drives one attempt of it: create
+or reopen the run under its lock, restore ``ctx.state`` (migrating it when the
+job's version changed), call the function with a fresh
+:class:`~afk_local.RunContext`, and record the outcome (completed, failed,
+paused, or stopped by a signal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, overload
+
+import msgspec
+
+from afk_local.errors import RunCancelledError, RunExistsError, RunPaused, WriterFailedError
+from afk_local.runner.run_context import NO_INPUT, RunContext
+from afk_local.runner.stopping import sigterm_exits
+from afk_local.runner.versions import OnCodeChange, check_code, code_fingerprint, migrate_state
+from afk_local.runner.writer import DurableWriter, validate_durability
+from afk_local.storage.records import Phase, RunMeta, RunStatus
+from afk_local.storage.run import RunWriter
+from afk_local.storage.store import Store, StoreLike, as_store
+
+log = logging.getLogger("afk_local")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_REGISTRY: dict[str, DurableFunction[Any]] = {}
+
+
+def registered(entrypoint: str) -> DurableFunction[Any] | None:
+    """The ``@afk.durable`` job this process defined as ``module:qualname``, if any."""
+    return _REGISTRY.get(entrypoint)
+
+
+@dataclass
+class _Attempt:
+    writer: DurableWriter
+    ctx: RunContext
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+
+class DurableFunction(Generic[R]):
+    """A function made durable by :func:`durable`. Call :meth:`run` (or :meth:`arun`)."""
+
+    def __init__(
+        self,
+        fn: Callable[..., R],
+        *,
+        store: StoreLike = None,
+        durability: str = "sync",
+        version: str | None = None,
+        on_code_change: OnCodeChange = "resume",
+        flush_timeout_s: float = 30.0,
+        in_doubt: Any = None,
+    ) -> None:
+        if on_code_change not in ("resume", "refuse"):
+            raise ValueError("on_code_change must be 'resume' or 'refuse'")
+        self.fn = fn
+        self.store = store
+        self.durability = validate_durability(durability)
+        self.version = None if version is None else str(version)
+        self.on_code_change = on_code_change
+        self.flush_timeout_s = flush_timeout_s
+        self.in_doubt = in_doubt
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.entrypoint = f"{fn.__module__}:{fn.__qualname__}"
+        self.fingerprint = code_fingerprint(fn)
+        functools.update_wrapper(self, fn)
+        _REGISTRY[self.entrypoint] = self
+
+    def __repr__(self) -> str:
+        return f"<durable {self.entrypoint} durability={self.durability!r}>"
+
+    def with_store(self, store: StoreLike) -> DurableFunction[R]:
+        """The same job writing to another store (the registry keeps the original)."""
+        clone = object.__new__(DurableFunction)
+        clone.__dict__.update(self.__dict__)
+        clone.store = store
+        return clone
+
+    # -- entry points ---------------------------------------------------------------
+
+    def run(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> R:
+        """Start a run, resume it (``run_id`` of an unfinished run) or return its stored result.
+
+        A completed run returns its stored result without running anything; a
+        failed one is retried (attempt + 1, finished steps replayed); a paused
+        one raises :class:`~afk_local.RunPaused` (give the input with
+        :func:`~afk_local.resume`); a cancelled one raises
+        :class:`~afk_local.errors.RunCancelledError`. For ``async def`` jobs
+        this runs the event loop (use :meth:`arun` inside one).
+        """
+        if self.is_async:
+            return run_coroutine(self.arun(*args, run_id=run_id, **kwargs))
+        return self._sync(
+            as_store(self.store), run_id, args, kwargs, input_value=NO_INPUT, in_doubt=None
+        )
+
+    __call__ = run
+
+    async def arun(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> R:
+        """The async form of :meth:`run` (works for sync jobs too)."""
+        return await self._async(
+            as_store(self.store), run_id, args, kwargs, input_value=NO_INPUT, in_doubt=None
+        )
+
+    def _sync(
+        self,
+        store: Store,
+        run_id: str | None,
+        args: Any,
+        kwargs: Any,
+        *,
+        input_value: Any,
+        in_doubt: Any,
+    ) -> R:
+        begun = self._begin(store, run_id, args, kwargs, input_value=input_value, in_doubt=in_doubt)
+        if not isinstance(begun, _Attempt):
+            return begun.result  # type: ignore[no-any-return]
+        if self.is_async:
+            return run_coroutine(self._drive_async(begun))
+        with sigterm_exits():
+            try:
+                result = self.fn(begun.ctx, *begun.args, **begun.kwargs)
+            except BaseException as exc:
+                self._abort(begun, exc)
+                raise
+        return self._complete(begun, result)
+
+    async def _async(
+        self,
+        store: Store,
+        run_id: str | None,
+        args: Any,
+        kwargs: Any,
+        *,
+        input_value: Any,
+        in_doubt: Any,
+    ) -> R:
+        begun = self._begin(store, run_id, args, kwargs, input_value=input_value, in_doubt=in_doubt)
+        if not isinstance(begun, _Attempt):
+            return begun.result  # type: ignore[no-any-return]
+        return await self._drive_async(begun)
+
+    async def _drive_async(self, begun: _Attempt) -> R:
+        try:
+            result = self.fn(begun.ctx, *begun.args, **begun.kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+        except BaseException as exc:
+            self._abort(begun, exc)
+            raise
+        return self._complete(begun, result)
+
+    # -- one attempt --------------------------------------------------------------------
+
+    def _params(self, store: Store, args: Any, kwargs: Any) -> dict[str, Any]:
+        try:
+            data = store.codec.encode({"args": list(args), "kwargs": dict(kwargs)})
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise TypeError(
+                f"the arguments of durable job {self.entrypoint} must be msgpack-able (dict, "
+                f"list, str, int, float, bool, None, bytes, datetime): they are stored in "
+                f"run.meta so the run can resume in another process. Pass a path or an id "
+                f"instead. ({exc})"
+            ) from None
+        params: dict[str, Any] = msgspec.msgpack.decode(data)
+        return params
+
+    def _begin(
+        self,
+        store: Store,
+        run_id: str | None,
+        args: Any,
+        kwargs: Any,
+        *,
+        input_value: Any,
+        in_doubt: Any,
+    ) -> _Attempt | Settled:
+        params = self._params(store, args, kwargs) if (args or kwargs) else None
+        if run_id is not None and store.exists(run_id):
+            return self._reopen(store, run_id, params, input_value, in_doubt)
+        if input_value is not NO_INPUT:
+            raise ValueError(f"run {run_id!r} does not exist: there is no pause to answer")
+        params = params or {"args": [], "kwargs": {}}
+        try:
+            run = store.create(
+                run_id,
+                entrypoint=self.entrypoint,
+                params=params,
+                code_fingerprint=self.fingerprint,
+                version=self.version,
+            )
+        except RunExistsError:  # another process created it just now
+            assert run_id is not None
+            return self._reopen(store, run_id, params, input_value, in_doubt)
+        return self._attempt(store, run, params, None, input_value=NO_INPUT, in_doubt=in_doubt)
+
+    def _reopen(
+        self,
+        store: Store,
+        run_id: str,
+        params: dict[str, Any] | None,
+        input_value: Any,
+        in_doubt: Any,
+    ) -> _Attempt | Settled:
+        meta = store.read_meta(run_id)
+        if meta.entrypoint is not None and meta.entrypoint != self.entrypoint:
+            raise ValueError(
+                f"run {run_id!r} belongs to {meta.entrypoint}, not {self.entrypoint}: "
+                "choose another run_id, or resume it with afk.resume(run_id)"
+            )
+        if params is not None and meta.params is not None and params != meta.params:
+            raise ValueError(
+                f"run {run_id!r} was started with other arguments ({_short(meta.params)}); "
+                "call job.run(run_id=...) without arguments to continue it, or use a new run_id"
+            )
+        done = settled(store, meta, input_value)
+        if done is not None:
+            return done
+        check_code(
+            run_id,
+            meta,
+            entrypoint=self.entrypoint,
+            fingerprint=self.fingerprint,
+            on_code_change=self.on_code_change,
+        )
+        run = store.resume_writer(run_id)
+        try:
+            meta = run.meta  # re-read under the lock: another process may have finished it
+            done = settled(store, meta, input_value)
+        except BaseException:
+            run.close()
+            raise
+        if done is not None:
+            run.close()
+            return done
+        return self._attempt(
+            store, run, meta.params, meta, input_value=input_value, in_doubt=in_doubt
+        )
+
+    def _attempt(
+        self,
+        store: Store,
+        run: RunWriter,
+        params: Any,
+        meta: RunMeta | None,
+        *,
+        input_value: Any,
+        in_doubt: Any,
+    ) -> _Attempt:
+        writer = DurableWriter(run, self.durability, flush_timeout_s=self.flush_timeout_s)  # type: ignore[arg-type]
+        try:
+            state: dict[str, Any] = {}
+            cursors: dict[str, Any] = {}
+            migrated = False
+            if meta is not None:
+                snapshot = run.reader().resume_state(on_corrupt="fallback").state
+                if isinstance(snapshot, dict):
+                    state = dict(snapshot.get("state") or {})
+                    cursors = dict(snapshot.get("cursors") or {})
+                    # The state's version travels with the state, so a crash between a
+                    # migration and its checkpoint can never apply the migration twice.
+                    state_version = snapshot.get("version", meta.version)
+                    if state_version != self.version:
+                        state = migrate_state(
+                            run.run_id,
+                            state,
+                            state_version,
+                            self.version,
+                            entrypoint=self.entrypoint,
+                            on_code_change=self.on_code_change,
+                        )
+                        migrated = True
+            writer.update_meta(
+                status=RunStatus.RUNNING,
+                pause=None,
+                error=None,
+                code_fingerprint=self.fingerprint,
+                version=self.version,
+            )
+            ctx = RunContext(
+                writer,
+                store,
+                state=state,
+                cursors=cursors,
+                version=self.version,
+                attempt=run.meta.attempt,
+                resumed=meta is not None,
+                input_value=input_value,
+                in_doubt=in_doubt if in_doubt is not None else self.in_doubt,
+            )
+            writer.checkpoint(
+                Phase.RUN_STARTED,
+                {"agent_name": self.entrypoint, "resumed": meta is not None},
+                step=0,
+            )
+            if migrated:
+                ctx.checkpoint()
+                writer.flush()
+            p = params if isinstance(params, dict) else {}
+            return _Attempt(writer, ctx, list(p.get("args") or []), dict(p.get("kwargs") or {}))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                writer.close()
+            raise
+
+    def _complete(self, begun: _Attempt, result: R) -> R:
+        writer = begun.writer
+        try:
+            try:
+                writer.finish(result)
+            except (TypeError, msgspec.EncodeError) as exc:
+                raise TypeError(
+                    f"run {writer.run_id!r}: the job returned a value that cannot be stored "
+                    f"({exc}); return msgpack-able data"
+                ) from exc
+        except BaseException as exc:
+            self._abort(begun, exc)
+            raise
+        writer.close()
+        return result
+
+    def _abort(self, begun: _Attempt, exc: BaseException) -> None:
+        writer = begun.writer
+        try:
+            if isinstance(exc, RunPaused):
+                pass  # already durably paused by ctx.pause
+            elif (
+                isinstance(exc, Exception)
+                and not isinstance(exc, WriterFailedError)
+                and writer.failed is None
+            ):
+                writer.fail(exc)
+            # BaseExceptions (KeyboardInterrupt, SystemExit from SIGTERM): the run is
+            # stopped, not failed; close() below persists what is queued.
+        except Exception as write_error:
+            log.error("run %s: could not record the failure: %s", writer.run_id, write_error)
+        try:
+            writer.close()
+        except Exception as close_error:
+            log.error("run %s: closing the writer failed: %s", writer.run_id, close_error)
+
+
+@dataclass
+class Settled:
+    """The outcome of a run that needs no attempt: its stored result."""
+
+    result: Any
+
+
+def settled(store: Store, meta: RunMeta, input_value: Any) -> Settled | None:
+    """The outcome when a run needs no attempt (completed), or raise for cancelled/paused."""
+    if meta.status is RunStatus.COMPLETED:
+        state = store.open(meta.run_id).resume_state()
+        return Settled(state.result)
+    if meta.status is RunStatus.CANCELLED:
+        reason = meta.extra.get("cancel_reason")
+        raise RunCancelledError(meta.run_id, reason if isinstance(reason, str) else None)
+    if meta.status is RunStatus.PAUSED and input_value is NO_INPUT:
+        pause = meta.pause
+        raise RunPaused(
+            meta.run_id, pause.kind if pause else "input", pause.prompt if pause else None
+        )
+    if input_value is not NO_INPUT and meta.status is not RunStatus.PAUSED:
+        raise ValueError(
+            f"run {meta.run_id!r} is {meta.status}, not paused: input is only for paused runs"
+        )
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def run_coroutine(coroutine: Awaitable[T]) -> T:
+    """Run ``coroutine`` to its end in a new event loop; refuse inside a running one."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)  # type: ignore[arg-type]
+    close = getattr(coroutine, "close", None)
+    if close is not None:
+        close()
+    raise RuntimeError(
+        "an event loop is running here: use `await job.arun(...)` / `await afk.aresume(...)`"
+    )
+
+
+@overload
+def durable(fn: Callable[..., R], /) -> DurableFunction[R]: ...
+
+
+@overload
+def durable(
+    *,
+    store: StoreLike = None,
+    durability: str = "sync",
+    version: str | None = None,
+    on_code_change: OnCodeChange = "resume",
+    flush_timeout_s: float = 30.0,
+    in_doubt: Any = None,
+) -> Callable[[Callable[..., R]], DurableFunction[R]]: ...
+
+
+def durable(
+    fn: Callable[..., R] | None = None,
+    /,
+    *,
+    store: StoreLike = None,
+    durability: str = "sync",
+    version: str | None = None,
+    on_code_change: OnCodeChange = "resume",
+    flush_timeout_s: float = 30.0,
+    in_doubt: Any = None,
+) -> DurableFunction[R] | Callable[[Callable[..., R]], DurableFunction[R]]:
+    """Make ``fn(ctx, *args, **kwargs)`` a durable job; use bare or with options.
+
+    Args:
+        store: a :class:`~afk_local.Store` or its root (default ``$AFK_LOCAL_ROOT``
+            else ``./.afk``, looked up at each run).
+        durability: ``"sync"`` (every checkpoint durable on return), ``"async"``
+            (write-behind, a crash loses at most queued checkpoints) or ``"exit"``
+            (checkpoints written at pause, end, error and exit). Effects are
+            journaled synchronously in every mode.
+        version: your version of the job's state; with :func:`migration`, old states upgrade.
+        on_code_change: ``"resume"`` (warn and continue) or ``"refuse"``
+            (:class:`~afk_local.errors.CodeChangedError`) when the job's source
+            changed since the run started.
+        flush_timeout_s: bound on waiting for queued checkpoints before pause/end.
+        in_doubt: default policy for steps a crash left in doubt (``"retry"``,
+            ``"raise"`` or a callable); None means retry only ``idempotent=True`` steps.
+
+    Example:
+        >>> @afk.durable(durability="async")  # doctest: +SKIP
+        ... def crawl(ctx, urls): ...
+    """
+    options = {
+        "store": store,
+        "durability": durability,
+        "version": version,
+        "on_code_change": on_code_change,
+        "flush_timeout_s": flush_timeout_s,
+        "in_doubt": in_doubt,
+    }
+    if fn is not None:
+        return DurableFunction(fn, **options)
+
+    def decorate(func: Callable[..., R]) -> DurableFunction[R]:
+        return DurableFunction(func, **options)
+
+    return decorate
+
+
+__all__ = ["DurableFunction", "durable"]

@@ -1,0 +1,389 @@
+"""What a durable job runs with: :class:`RunContext` (``step``, ``state``, ``iterate``, ``pause``).
+
+``ctx.step`` routes a call through the run's effect journal (replayed on
+resume), ``ctx.state`` is checkpointed with the loop positions of
+``ctx.iterate``, and ``ctx.pause`` waits for a person. The job function
+re-runs from the top on every attempt; these make that cheap and safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+)
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import msgspec
+
+from afk_local.errors import RunPaused
+from afk_local.journal.journal import Journal
+from afk_local.journal.replay import idempotency_key
+from afk_local.runner.progress import Progress
+from afk_local.runner.stopping import defer_stop
+from afk_local.runner.writer import DurableWriter
+from afk_local.storage.records import Phase
+from afk_local.storage.store import Store
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+StepHook = Callable[[str, str], None]
+
+NO_INPUT: Any = object()
+"""The ``input_value`` of an attempt that answers no pause."""
+_PAUSE = "@pause"
+_ITERATE = "@iterate"
+
+_step_hook: StepHook | None = None
+
+
+def set_step_hook(hook: StepHook | None) -> StepHook | None:
+    """Install ``hook("step", key)``, called before each ``ctx.step``; returns the previous one.
+
+    For fault-injection tests (see :mod:`afk_local.testing`); never needed in normal use.
+    """
+    global _step_hook
+    previous, _step_hook = _step_hook, hook
+    return previous
+
+
+@dataclass
+class _Scope:
+    prefix: str
+    counters: dict[str, int]
+
+
+@dataclass
+class _Loop:
+    """One ``iterate`` loop of this attempt: its checkpointed cursor and what it skips."""
+
+    name: str
+    cursor: dict[str, Any]
+    key: Callable[[Any], Any] | None
+    done_keys: set[str]
+    skip: int
+
+    @classmethod
+    def resume(cls, name: str, cursor: dict[str, Any], key: Callable[[Any], Any] | None) -> _Loop:
+        """The loop named ``name`` continuing from ``cursor`` (positions, or done keys)."""
+        done_keys = set(cursor.get("done", ())) if key is not None else set()
+        skip = int(cursor.get("n", 0)) if key is None else 0
+        return cls(name, cursor, key, done_keys, skip)
+
+    def pending(self, index: int, item: Any) -> str | None:
+        """The item's identity in the cursor, or None when an earlier attempt finished it."""
+        if self.key is None:
+            return None if index < self.skip else str(index)
+        ident = str(self.key(item))
+        return None if ident in self.done_keys else ident
+
+
+class RunContext:
+    """What a durable function gets as its first argument.
+
+    Attributes:
+        run_id: the run's id.
+        attempt: 1 for the first process that ran it, +1 for every resume.
+        resumed: True when this call continues an earlier attempt.
+        state: a dict of msgpack-able data saved with every checkpoint and
+            restored on resume (initialise it with ``setdefault``: the function
+            re-runs from the top).
+        store: the store the run lives in.
+    """
+
+    def __init__(
+        self,
+        writer: DurableWriter,
+        store: Store,
+        *,
+        state: dict[str, Any],
+        cursors: dict[str, Any],
+        version: str | None,
+        attempt: int,
+        resumed: bool,
+        input_value: Any = NO_INPUT,
+        in_doubt: Any = None,
+    ) -> None:
+        self.run_id = writer.run_id
+        self.attempt = attempt
+        self.resumed = resumed
+        self.state = state
+        self.store = store
+        self._writer = writer
+        self._cursors = cursors
+        self._version = version
+        self._input = input_value
+        self._in_doubt = in_doubt
+        self._scopes = [_Scope("", {})]
+        self._steps = 0
+
+    def __repr__(self) -> str:
+        return f"RunContext(run_id={self.run_id!r}, attempt={self.attempt}, steps={self._steps})"
+
+    @property
+    def effects(self) -> Journal:
+        """The run's effect journal (for custom replay logic)."""
+        return self._writer.effects
+
+    @property
+    def writer(self) -> DurableWriter:
+        """The run's writer (durability mode, flush)."""
+        return self._writer
+
+    @property
+    def steps(self) -> int:
+        """How many ``step`` calls this attempt made so far (replayed ones included)."""
+        return self._steps
+
+    def _key(self, name: str) -> str:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a step name must be a non-empty string, not {name!r}")
+        scope = self._scopes[-1]
+        count = scope.counters.get(name, 0) + 1
+        scope.counters[name] = count
+        return f"{scope.prefix}{name}#{count}"
+
+    def idempotency_key(self, name: str) -> str:
+        """A stable key for an outside call named ``name`` here: equal across attempts."""
+        return idempotency_key(self.run_id, f"{self._scopes[-1].prefix}{name}")
+
+    # -- steps --------------------------------------------------------------------
+
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., R],
+        /,
+        *args: Any,
+        idempotent: bool = False,
+        **kwargs: Any,
+    ) -> R:
+        """Call ``fn(*args, **kwargs)`` through the effect journal and return its result.
+
+        The n-th call of ``name`` (within the current ``iterate`` item) has the
+        stable key ``name#n``. A finished call is replayed on resume; a call a
+        crash cut short is *in doubt*: retried when ``idempotent=True`` (``fn``
+        gets ``idempotency_key=`` if it takes it), else
+        :class:`~afk_local.EffectInDoubtError` (resume with ``in_doubt="retry"``
+        once you checked). A call that raised is run again on a later attempt.
+        Arguments and result must be msgpack-able.
+        """
+        key = self._key(name)
+        self._steps += 1
+        if _step_hook is not None:
+            _step_hook("step", key)
+        with defer_stop():  # SIGTERM waits for the outcome: a stopped step is not in doubt
+            result: R = self._writer.effects.call(
+                key,
+                fn,
+                args,
+                kwargs,
+                name=name,
+                step=self._steps,
+                idempotent=idempotent,
+                in_doubt=self._in_doubt,
+                retry_errors=True,
+            )
+        return result
+
+    async def astep(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[R]] | Callable[..., R],
+        /,
+        *args: Any,
+        idempotent: bool = False,
+        **kwargs: Any,
+    ) -> R:
+        """The async twin of :meth:`step`: ``fn`` may be a coroutine function.
+
+        The journal's fsyncs run in a worker thread, so the event loop keeps going.
+        """
+        loop = asyncio.get_running_loop()
+        if inspect.iscoroutinefunction(fn):
+            coroutine_fn = fn
+
+            @functools.wraps(fn)
+            def call_sync(*a: Any, **kw: Any) -> Any:
+                return asyncio.run_coroutine_threadsafe(coroutine_fn(*a, **kw), loop).result()
+
+            target: Callable[..., Any] = call_sync
+        else:
+            target = fn
+        return await asyncio.to_thread(
+            self.step, name, target, *args, idempotent=idempotent, **kwargs
+        )
+
+    # -- checkpoints and loops ------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Persist ``ctx.state`` (and the loop positions) now, per the durability mode."""
+        payload = {"state": self.state, "cursors": self._cursors, "version": self._version}
+        try:
+            self._writer.checkpoint(Phase.RUNTIME_STATE, payload, step=self._steps)
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise TypeError(
+                f"run {self.run_id!r}: ctx.state must hold msgpack-able data (dict, list, str, "
+                f"int, float, bool, None, bytes, datetime, msgspec Structs): {exc}"
+            ) from exc
+
+    def iterate(
+        self,
+        items: Iterable[T],
+        key: Callable[[T], str | int] | None = None,
+        *,
+        name: str | None = None,
+        progress: bool = True,
+    ) -> Iterator[T]:
+        """Yield the items not done yet; after the loop body for one returns, checkpoint.
+
+        Args:
+            items: any iterable; it must yield the same items in the same order
+                on resume when ``key`` is None (positions identify items).
+            key: ``key(item)`` identifies items instead of positions (use it when
+                the order may change between attempts).
+            name: the loop's name in the checkpoint (default ``iterate#n``).
+            progress: a progress bar (tqdm.auto when installed, else one stderr
+                line); ``False`` for none.
+
+        An item whose body raised or did ``break`` is not done. Steps inside the
+        body get keys scoped to the item, so skipped items do not shift them.
+        """
+        full, cursor, done = self._open_loop(items, key, name)
+        total = len(items) if hasattr(items, "__len__") else None  # type: ignore[arg-type]
+        bar = Progress(total, done, desc=full, enabled=progress)
+        return self._loop(items, key, full, cursor, bar)
+
+    def _open_loop(
+        self, items: Iterable[Any], key: Callable[[Any], Any] | None, name: str | None
+    ) -> tuple[str, dict[str, Any], int]:
+        if isinstance(items, (str, bytes)):
+            raise TypeError("iterate() over a str or bytes is almost surely a mistake")
+        scope = self._scopes[-1]
+        if name is None:
+            count = scope.counters.get(_ITERATE, 0) + 1
+            scope.counters[_ITERATE] = count
+            name = f"iterate#{count}"
+        loop_name = scope.prefix + name
+        fresh: dict[str, Any] = {"n": 0} if key is None else {"done": []}
+        cursor: dict[str, Any] = self._cursors.setdefault(loop_name, fresh)
+        done = cursor.get("n", 0) if key is None else len(cursor.get("done", []))
+        return loop_name, cursor, done
+
+    def _loop(
+        self,
+        items: Iterable[T],
+        key: Callable[[T], Any] | None,
+        full: str,
+        cursor: dict[str, Any],
+        bar: Progress,
+    ) -> Iterator[T]:
+        loop = _Loop.resume(full, cursor, key)
+        try:
+            for index, item in enumerate(items):
+                ident = loop.pending(index, item)
+                if ident is None:
+                    continue
+                with self._item_scope(loop, ident):
+                    yield item
+                self._item_done(loop, index, ident)
+                bar.update()
+        finally:
+            bar.close()
+
+    async def aiterate(
+        self,
+        items: Iterable[T] | AsyncIterable[T],
+        key: Callable[[T], str | int] | None = None,
+        *,
+        name: str | None = None,
+        progress: bool = True,
+    ) -> AsyncIterator[T]:
+        """The async twin of :meth:`iterate`: ``async for item in ctx.aiterate(items)``."""
+        full, cursor, done = self._open_loop(items, key, name)  # type: ignore[arg-type]
+        total = len(items) if hasattr(items, "__len__") else None  # type: ignore[arg-type]
+        bar = Progress(total, done, desc=full, enabled=progress)
+        loop = _Loop.resume(full, cursor, key)
+        source: AsyncIterator[T] = (
+            aiter(items) if isinstance(items, AsyncIterable) else _as_async(iter(items))
+        )
+        try:
+            index = -1
+            async for item in source:
+                index += 1
+                ident = loop.pending(index, item)
+                if ident is None:
+                    continue
+                with self._item_scope(loop, ident):
+                    yield item
+                await asyncio.to_thread(self._item_done, loop, index, ident)
+                bar.update()
+        finally:
+            bar.close()
+
+    @contextlib.contextmanager
+    def _item_scope(self, loop: _Loop, ident: str) -> Iterator[None]:
+        """Scope the steps of the loop body to this item, so skipped items do not shift keys."""
+        scope = _Scope(f"{loop.name}[{ident}]/", {})
+        self._scopes.append(scope)
+        try:
+            yield
+        finally:
+            self._drop_scope(scope)
+
+    def _item_done(self, loop: _Loop, index: int, ident: str) -> None:
+        if "n" in loop.cursor:
+            loop.cursor["n"] = index + 1
+        else:
+            loop.cursor["done"].append(ident)
+            loop.done_keys.add(ident)
+        inner = f"{loop.name}[{ident}]/"
+        for name in [n for n in self._cursors if n.startswith(inner)]:
+            del self._cursors[name]  # loops nested in a finished item are never re-entered
+        self.checkpoint()
+
+    def _drop_scope(self, scope: _Scope) -> None:
+        for i in range(len(self._scopes) - 1, 0, -1):
+            if self._scopes[i] is scope:
+                del self._scopes[i]
+                return
+
+    # -- human in the loop ----------------------------------------------------------
+
+    def pause(self, prompt: Any = None, *, kind: str = "input") -> Any:
+        """Wait for a person: the run becomes ``paused``; :class:`~afk_local.RunPaused` propagates.
+
+        ``afk.resume(run_id, input=value)`` re-runs the job; this call then
+        returns ``value`` (journaled, so later resumes return it too). The
+        prompt and the input must be msgpack-able.
+        """
+        key = self._key(_PAUSE)
+        journal = self._writer.effects
+        answered = journal.lookup(key)
+        if answered is not None and answered.status == "ok" and answered.outcome is not None:
+            journal.replayed_count += 1
+            return answered.outcome.result
+        if self._input is not NO_INPUT:
+            value, self._input = self._input, NO_INPUT
+            return journal.call(key, lambda: value, name=_PAUSE, step=self._steps, idempotent=True)
+        self.checkpoint()
+        self._writer.pause(kind, prompt, key=key)
+        raise RunPaused(self.run_id, kind, prompt)
+
+
+async def _as_async(items: Iterator[T]) -> AsyncIterator[T]:
+    for item in items:
+        yield item
+
+
+__all__ = ["NO_INPUT", "RunContext", "set_step_hook"]

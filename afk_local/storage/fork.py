@@ -1,0 +1,183 @@
+"""Time travel: fork a run at one of its checkpoints into a new run.
+
+The fork's history is the source's up to ``at_seq``, shared through hard links
+(checkpoint files are immutable, so sharing is safe; a compaction that rewrites
+a file replaces the name, never the inode's bytes) or copied where the
+filesystem refuses links. Its effect journal holds the source's effect records
+up to that checkpoint, so resuming the fork replays those calls and executes
+the rest anew.
+
+In a keyed store the shared files keep their signatures (made for the source's
+run id): the fork's ``run.meta`` lists up to which seq it holds each ancestor's
+checkpoints (``extra["history_until_seq"]``), so a later checkpoint of the source
+copied into the fork is still refused. Its journal is re-signed for the fork.
+
+The fork is built in a temporary directory and renamed into place, so a crash
+leaves either no fork or a complete one. It starts with status ``created`` and
+a free lock: resume it with ``afk.resume(new_id)`` or ``afk-local resume NEW_ID``.
+
+Example:
+    >>> import afk_local as afk
+    >>> store = afk.Store("/tmp/afk-doc-fork")
+    >>> with store.create("fork-doc-src") as run:
+    ...     _ = run.checkpoint("runtime_state", {"i": 1}, step=1)
+    ...     _ = run.checkpoint("runtime_state", {"i": 2}, step=2)
+    >>> info = store.fork("fork-doc-src", 1, "fork-doc-copy")
+    >>> store.open("fork-doc-copy").latest().payload
+    {'i': 1}
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+from typing import Any
+
+from afk_local.errors import RunExistsError
+from afk_local.storage import codec, fsio
+from afk_local.storage.integrity import (
+    HISTORY_KEY,
+    HISTORY_UNTIL_KEY,
+    chain_links,
+    history_run_ids,
+    history_until,
+    with_chain_links,
+)
+from afk_local.storage.journal_format import write_journal_file
+from afk_local.storage.layout import RunPaths
+from afk_local.storage.reader import CheckpointNotFoundError, RunReader
+from afk_local.storage.records import Checkpoint, Effect, RunMeta, RunStatus, now_ms
+
+log = logging.getLogger("afk_local")
+
+
+_LINK_REFUSED = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP)
+
+
+def fork_run(source: RunReader, at_seq: int, target: RunPaths) -> None:
+    """Create run ``target`` whose history is ``source``'s up to checkpoint ``at_seq``.
+
+    The fork is built in a temp directory next to ``target.dir`` and published
+    by one rename, so a crash leaves either no fork or a whole one
+    (:meth:`afk_local.Store.fork` is the public form).
+
+    Args:
+        source: the source run (left untouched); the fork shares its codec.
+        at_seq: the checkpoint the fork continues from; it must exist.
+        target: where the fork goes (its run id and directory).
+
+    Raises:
+        RunNotFoundError: no source run.
+        CheckpointNotFoundError: the source has no checkpoint ``at_seq``.
+        CheckpointCorruptionError: the checkpoint at ``at_seq`` is damaged.
+        RunExistsError: ``target`` is taken.
+    """
+    run_id, record_codec = source.run_id, source.record_codec
+    meta = source.meta
+    files = [f for f in source.checkpoint_files() if f.seq <= at_seq]
+    if not files or files[-1].seq != at_seq:
+        raise CheckpointNotFoundError(run_id, at_seq)
+    at = source.load(files[-1])  # the fork point must be readable (raises naming the file)
+    target_id = target.run_id
+    if target.dir.exists():
+        raise RunExistsError(target_id, str(target.dir))
+    effects = _effects_until(source, at)
+
+    runs_dir = target.dir.parent
+    fsio.make_dirs(runs_dir)
+    tmp_dir = fsio.temp_path(runs_dir, f"fork-{target_id}")
+    fsio.make_dir(tmp_dir)
+    try:
+        tmp = RunPaths(target_id, tmp_dir)
+        for f in files:
+            _link_or_copy(source.paths.dir / f.name, tmp_dir / f.name)
+        if effects:
+            write_journal_file(tmp.journal, effects, record_codec, run_id=target_id)
+        fsio.atomic_symlink(files[-1].name, tmp.latest, sync_dir=False)
+        stamp = at.timestamp_ms
+        now = max(stamp, now_ms())
+        extra: dict[str, Any] = dict(meta.extra) if isinstance(meta.extra, dict) else {}
+        extra.update(
+            {
+                "forked_from": run_id,
+                "at_seq": at_seq,
+                HISTORY_KEY: [*history_run_ids(meta), run_id],
+            }
+        )
+        if record_codec.signer is not None:
+            extra = _signed_history(extra, run_id, at_seq)
+        new_meta = RunMeta(
+            run_id=target_id,
+            thread_id=meta.thread_id,
+            status=RunStatus.CREATED,
+            created_ms=now,
+            updated_ms=now,
+            entrypoint=meta.entrypoint,
+            params=meta.params,
+            parent_run_id=run_id,
+            code_fingerprint=meta.code_fingerprint,
+            version=meta.version,
+            extra=extra,
+        )
+        fsio.atomic_write(tmp.meta, codec.encode_meta(record_codec, new_meta), sync_dir=False)
+        try:
+            fsio.publish_dir(tmp_dir, target.dir)
+        except FileExistsError:
+            raise RunExistsError(target_id, str(target.dir)) from None
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+    log.info("forked run %s at seq %d into %s", run_id, at_seq, target_id)
+
+
+def _link_or_copy(src: os.PathLike[str], dst: os.PathLike[str]) -> None:
+    try:
+        os.link(src, dst, follow_symlinks=False)
+        return
+    except OSError as exc:
+        if exc.errno not in _LINK_REFUSED:
+            raise
+    data = fsio.read_bounded(src, codec.DEFAULT_MAX_RECORD_BYTES * 2)
+    fsio.write_new_file(dst, data)
+
+
+def _effects_until(source: RunReader, at: Checkpoint) -> list[Effect]:
+    """Journal records written no later than the fork checkpoint ``at``.
+
+    Timestamps order records and checkpoints; within the checkpoint's own
+    millisecond, an intent's ``step`` (the runner's step counter, also stored in
+    the checkpoint) decides. An intent whose outcome came after the checkpoint is
+    left out with its outcome: in the fork that call has not started yet. An
+    intent that never got an outcome stays (in doubt in the fork as in the source).
+    """
+    if not source.paths.journal.exists():
+        return []
+    records: list[Effect] = list(source.effects())
+    included: dict[str, bool] = {}  # key -> was its newest intent before the checkpoint
+    early: list[Effect] = []
+    for r in records:
+        if r.kind == "intent":
+            before = r.timestamp_ms < at.timestamp_ms or (
+                r.timestamp_ms == at.timestamp_ms and r.step <= at.step
+            )
+            included[r.key] = before
+        else:
+            before = included.get(r.key, r.timestamp_ms <= at.timestamp_ms)
+            before = before and r.timestamp_ms <= at.timestamp_ms
+        if before:
+            early.append(r)
+    finished_late = {
+        r.key for r in records if r.kind == "outcome" and r.timestamp_ms > at.timestamp_ms
+    }
+    return [r for r in early if not (r.kind == "intent" and r.key in finished_late)]
+
+
+def _signed_history(extra: dict[str, Any], source_id: str, at_seq: int) -> dict[str, Any]:
+    """A keyed fork's extra: which ancestor owns its checkpoints up to which seq, and the
+    chain links (from compactions of the source) that its shared files still need."""
+    until = {rid: min(seq, at_seq) for rid, seq in history_until(extra).items()}
+    until[source_id] = at_seq
+    links = {seq: mac for seq, mac in chain_links(extra).items() if seq <= at_seq}
+    return {**with_chain_links(extra, links), HISTORY_UNTIL_KEY: until}

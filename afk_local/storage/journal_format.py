@@ -1,0 +1,388 @@
+"""The on-disk format of ``effects.log``: frames, their signatures, and reading them back.
+
+Each record is one frame::
+
+    length (u32 LE) | crc32 (u32 LE) | msgpack(Effect)
+
+``length`` is the number of msgpack bytes (1 .. ``max_frame_bytes``); the
+crc32 covers exactly those msgpack bytes, not the length field (a damaged
+length is caught because the crc then runs over the wrong bytes). In a keyed
+store (``integrity.py``) bit 31 of ``length`` is set and a 32-byte HMAC-SHA256,
+chained on the previous record's, follows the msgpack bytes; the crc then
+covers the msgpack bytes and the MAC.
+
+This module knows the bytes: it frames records, scans a file frame by frame,
+checks the signature chain and decides whether a bad frame is a torn tail or
+corruption, and reads a whole journal for the storage tools that only look
+(:func:`read_journal`: the reader, verify, gc, fork, export). The index, group
+commit and replay live in :mod:`afk_local.journal.journal`, the writer's side;
+docs/journal.md describes the format.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from afk_local.errors import EffectLogCorruptionError
+from afk_local.storage import fsio
+from afk_local.storage.codec import RecordCodec
+from afk_local.storage.integrity import MAC_SIZE, NO_MAC, Signer, record_digest
+from afk_local.storage.records import Effect
+
+_FRAME_HEADER = struct.Struct("<II")
+FRAME_HEADER_SIZE = _FRAME_HEADER.size
+DEFAULT_MAX_FRAME_BYTES = 64 << 20
+SIGNED_FRAME = 0x8000_0000
+"""Bit 31 of a frame's length field: a MAC follows the msgpack bytes (a keyed store)."""
+MAX_FRAME_BYTES = SIGNED_FRAME - 1
+"""The largest record a journal can hold: bit 31 of the length field marks signed frames."""
+_READ_CHUNK = 1 << 20
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+# Every Effect frame body starts with a msgpack map header and then the first
+# field name, "kind": the resync search after a bad frame looks for this.
+_FIELD_KIND = b"\xa4kind"
+
+
+@dataclass(frozen=True)
+class TornTail:
+    """A damaged last frame found on open: a write a crash cut short."""
+
+    offset: int
+    """Where the damaged frame starts (the file is valid up to here)."""
+    dropped_bytes: int
+    reason: str
+
+
+class EffectHead(msgspec.Struct):
+    """The fields of an Effect the index needs; msgspec skips the rest (results) cheaply."""
+
+    kind: str
+    key: str
+    input_hash: str = ""
+    status: str | None = None
+
+
+class BadFrame(Exception):
+    """A frame that is short, oversized or fails its crc, at byte ``offset``."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(reason)
+        self.offset = offset
+        self.reason = reason
+
+
+def iter_frames(
+    fd: int, start: int, end: int, max_frame: int
+) -> Iterator[tuple[int, memoryview, memoryview | None]]:
+    """Yield ``(offset, body, mac)`` for each crc-checked frame in ``[start, end)``.
+
+    ``mac`` is the signed trailer (not checked here), None for an unsigned frame.
+    Raises BadFrame at the first frame that is short, oversized or fails its crc.
+    """
+    buf = b""
+    base = start  # file offset of buf[0]
+    pos = start
+    while pos < end:
+        rel = pos - base
+        if len(buf) - rel < FRAME_HEADER_SIZE:
+            buf = buf[rel:] + os.pread(fd, _READ_CHUNK, base + len(buf))
+            base, rel = pos, 0
+            if len(buf) < FRAME_HEADER_SIZE:
+                raise BadFrame(pos, f"{end - pos} byte(s) left, shorter than a frame header")
+        length, crc = _FRAME_HEADER.unpack_from(buf, rel)
+        trailer = 0
+        if length == 0 or length > max_frame:  # out of bounds, or a signed frame
+            if length & SIGNED_FRAME and 0 < length & MAX_FRAME_BYTES <= max_frame:
+                length &= MAX_FRAME_BYTES
+                trailer = MAC_SIZE
+            else:
+                length &= MAX_FRAME_BYTES
+                raise BadFrame(pos, f"frame length {length} outside 1..{max_frame}")
+        size = FRAME_HEADER_SIZE + length + trailer
+        frame_end = pos + size
+        if frame_end > end:
+            raise BadFrame(
+                pos, f"frame of {length} bytes runs {frame_end - end} byte(s) past the end"
+            )
+        if len(buf) - rel < size:
+            missing = size - (len(buf) - rel)
+            buf = buf[rel:] + os.pread(fd, max(_READ_CHUNK, missing), base + len(buf))
+            base, rel = pos, 0
+            if len(buf) < size:
+                raise BadFrame(pos, "file shrank while reading")
+        view = memoryview(buf)[rel + FRAME_HEADER_SIZE : rel + size]
+        if zlib.crc32(view) != crc:
+            raise BadFrame(pos, "crc32 mismatch")
+        if trailer:
+            yield pos, view[:length], view[length:]
+        else:
+            yield pos, view, None
+        pos = frame_end
+
+
+def encode_frame(body: bytes, mac: bytes | None = None) -> bytes:
+    """One journal frame: ``length | crc32 | body`` (plus ``mac``, signed, in a keyed store)."""
+    if mac is None:
+        return _FRAME_HEADER.pack(len(body), zlib.crc32(body)) + body
+    return _FRAME_HEADER.pack(len(body) | SIGNED_FRAME, zlib.crc32(mac, zlib.crc32(body))) + (
+        body + mac
+    )
+
+
+def encode_journal(records: Iterable[Effect], record_codec: RecordCodec, run_id: str) -> bytes:
+    """The bytes of a whole journal holding ``records`` (signed and chained when keyed)."""
+    signer = record_codec.signer
+    prev = NO_MAC
+    chunks = []
+    for record in records:
+        body = record_codec.encode(record)
+        mac = None
+        if signer is not None:
+            mac = prev = signer.effect_mac(run_id, prev, record_digest(body))
+        chunks.append(encode_frame(body, mac))
+    return b"".join(chunks)
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What reading a journal file from its start found."""
+
+    end: int
+    """Where the valid frames end: the file's size, or where a torn tail starts."""
+    last_mac: bytes
+    """The chain value the next signed record links to."""
+    signed_count: int
+    torn_tail: TornTail | None
+
+
+class FrameReader:
+    """Reads and checks the frames of one open ``effects.log`` descriptor.
+
+    Args:
+        fd: the open file (read with ``pread``; the caller closes it).
+        path: the file, for messages.
+        run_id: the run it belongs to (messages and signatures).
+        max_frame: the largest msgpack body accepted.
+        signer: checks the signature chain in a keyed store (None: unkeyed).
+    """
+
+    def __init__(
+        self, fd: int, path: Path, run_id: str, max_frame: int, signer: Signer | None
+    ) -> None:
+        self._fd = fd
+        self._path = path
+        self._run_id = run_id
+        self._max_frame = max_frame
+        self._signer = signer
+        self._head_decoder = msgspec.msgpack.Decoder(EffectHead)
+        self._decoder = msgspec.msgpack.Decoder(Effect)
+
+    def scan(self, size: int, apply: Callable[[int, int, EffectHead], None]) -> Scan:
+        """Check every frame in ``[0, size)`` and hand each to ``apply(offset, length, head)``.
+
+        ``length`` is the frame's size after its header (msgpack bytes and any MAC).
+        A bad frame with no valid frame after it is a torn tail (returned, not
+        repaired); one with a valid frame after it is corruption.
+
+        Raises:
+            EffectLogCorruptionError: a bad frame before good ones, a record that
+                does not decode, or (keyed) a signature that does not verify.
+        """
+        last_mac = NO_MAC
+        signed = 0
+        try:
+            keyed = self._signer is not None
+            for pos, body, mac in iter_frames(self._fd, 0, size, self._max_frame):
+                if mac is None and not keyed:  # the unkeyed path stays as lean as before
+                    apply(pos, len(body), self._decode_head(pos, body))
+                    continue
+                last_mac = self._check_mac(pos, body, mac, last_mac)
+                head = self._decode_head(pos, body)
+                if mac is not None:
+                    signed += 1
+                apply(pos, len(body) + (0 if mac is None else MAC_SIZE), head)
+        except BadFrame as bad:
+            after = self._valid_frame_after(bad.offset + 1, size)
+            if after is not None:
+                raise EffectLogCorruptionError(
+                    str(self._path),
+                    bad.offset,
+                    f"{bad.reason} (a valid record follows at byte {after})",
+                    self._run_id,
+                ) from None
+            torn = TornTail(bad.offset, size - bad.offset, bad.reason)
+            return Scan(bad.offset, last_mac, signed, torn)
+        return Scan(size, last_mac, signed, None)
+
+    def records(self, end: int) -> Iterator[Effect]:
+        """Every record in ``[0, end)`` in file order, decoded in full (signatures re-checked).
+
+        Raises:
+            EffectLogCorruptionError: the file changed since it was scanned.
+        """
+        prev = NO_MAC
+        keyed = self._signer is not None
+        try:
+            for offset, body, mac in iter_frames(self._fd, 0, end, self._max_frame):
+                if keyed:
+                    prev = self._check_mac(offset, body, mac, prev)
+                yield self._decode(offset, body)
+        except BadFrame as bad:
+            raise EffectLogCorruptionError(
+                str(self._path), bad.offset, f"{bad.reason} (changed since open)", self._run_id
+            ) from None
+
+    def read_record(self, offset: int, length: int) -> Effect:
+        """The record of the frame at ``offset`` (``length``: its size after the header).
+
+        Signatures are not checked here: :meth:`scan` checked them in chain order.
+        """
+        for _, body, _ in iter_frames(
+            self._fd, offset, offset + FRAME_HEADER_SIZE + length, length
+        ):
+            return self._decode(offset, body)
+        raise EffectLogCorruptionError(str(self._path), offset, "record vanished", self._run_id)
+
+    def _decode(self, offset: int, body: memoryview) -> Effect:
+        try:
+            return self._decoder.decode(body)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise EffectLogCorruptionError(
+                str(self._path), offset, f"record does not decode: {exc}", self._run_id
+            ) from None
+
+    def _check_mac(
+        self, offset: int, body: memoryview, mac: memoryview | None, prev: bytes
+    ) -> bytes:
+        """Check a record's signature in a keyed store; returns the next chain value."""
+        if self._signer is None:
+            return NO_MAC if mac is None else bytes(mac)
+        if mac is None:
+            raise EffectLogCorruptionError(
+                str(self._path),
+                offset,
+                "unsigned record in a keyed store (written without the key, or its "
+                "signature was removed)",
+                self._run_id,
+            )
+        expected = self._signer.effect_mac(self._run_id, prev, record_digest(body))
+        if not self._signer.matches(expected, mac):
+            raise EffectLogCorruptionError(
+                str(self._path),
+                offset,
+                "HMAC mismatch: edited, signed with another key, copied from another run, "
+                "or a record before it was deleted or reordered",
+                self._run_id,
+            )
+        return expected
+
+    def _decode_head(self, offset: int, body: memoryview) -> EffectHead:
+        try:
+            head = self._head_decoder.decode(body)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            # The crc matched, so this is no torn write: the bytes are not an Effect.
+            raise EffectLogCorruptionError(
+                str(self._path), offset, f"record does not decode: {exc}", self._run_id
+            ) from None
+        if head.kind not in ("intent", "outcome"):
+            raise EffectLogCorruptionError(
+                str(self._path), offset, f"unknown record kind {head.kind!r}", self._run_id
+            )
+        return head
+
+    def _valid_frame_after(self, start: int, end: int) -> int | None:
+        """The offset of the first whole, crc-valid Effect frame at or after ``start``."""
+        chunk_start = start
+        while chunk_start < end:
+            chunk = os.pread(self._fd, _READ_CHUNK + 64, chunk_start)
+            hit = chunk.find(_FIELD_KIND)
+            while hit >= 0:
+                candidate = chunk_start + hit - FRAME_HEADER_SIZE - 1
+                if candidate >= start and self._frame_ok(candidate, end):
+                    return candidate
+                hit = chunk.find(_FIELD_KIND, hit + 1)
+            chunk_start += _READ_CHUNK
+        return None
+
+    def _frame_ok(self, offset: int, end: int) -> bool:
+        try:
+            for _, body, _ in iter_frames(self._fd, offset, end, self._max_frame):
+                self._head_decoder.decode(body)
+                return True
+        except (BadFrame, msgspec.DecodeError, msgspec.ValidationError):
+            return False
+        return False
+
+
+def write_journal_file(
+    path: str | os.PathLike[str],
+    records: Iterable[Effect],
+    record_codec: RecordCodec | None = None,
+    *,
+    run_id: str | None = None,
+) -> None:
+    """Write a new effect journal holding ``records`` (one write, one fsync).
+
+    Frames as above: ``length (u32 LE) | crc32 (u32 LE) | msgpack(Effect)``,
+    signed and chained for ``run_id`` when ``record_codec`` has a key (``run_id`` is
+    then required). ``path`` must not exist yet; publish it with a rename.
+    """
+    encoder = record_codec or RecordCodec()
+    if encoder.signer is not None and not run_id:
+        raise ValueError("a keyed journal is signed for its run: pass run_id")
+    fsio.write_new_file(path, encode_journal(records, encoder, run_id or ""))
+
+
+@dataclass(frozen=True)
+class JournalContents:
+    """Everything a read-only look at ``effects.log`` found (see :func:`read_journal`)."""
+
+    records: list[Effect]
+    """Every durable record in file order (a torn tail is left out)."""
+    torn_tail: TornTail | None
+    signed_count: int
+    """How many records carry a signature (checked only in a keyed store)."""
+
+    def in_doubt(self) -> list[str]:
+        """Keys whose newest intent has no outcome: the call may or may not have run."""
+        open_intents: dict[str, bool] = {}
+        for record in self.records:
+            open_intents[record.key] = record.kind == "intent"
+        return [key for key, is_open in open_intents.items() if is_open]
+
+
+def read_journal(
+    path: str | os.PathLike[str],
+    run_id: str,
+    record_codec: RecordCodec | None = None,
+    *,
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+) -> JournalContents:
+    """Read a whole ``effects.log`` without changing it (a missing file reads as empty).
+
+    Every record is decoded in full and, in a keyed store, its signature checked;
+    a torn tail is reported, not repaired (the run's next writer repairs it).
+
+    Raises:
+        EffectLogCorruptionError: a bad frame with good frames after it, a record
+            that does not decode, or (keyed) a signature that does not verify.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+    except FileNotFoundError:
+        return JournalContents([], None, 0)
+    try:
+        signer = (record_codec or RecordCodec()).signer
+        frames = FrameReader(fd, Path(path), run_id, min(max_frame_bytes, MAX_FRAME_BYTES), signer)
+        scan = frames.scan(os.fstat(fd).st_size, lambda _offset, _length, _head: None)
+        return JournalContents(list(frames.records(scan.end)), scan.torn_tail, scan.signed_count)
+    finally:
+        os.close(fd)

@@ -1,0 +1,448 @@
+"""Reading one run directory: checkpoints, their signatures, latest, resume state, verify.
+
+A :class:`RunReader` takes no lock and never writes. ``latest`` is followed
+when it is sound; when it is missing, dangling, outside the run, not a
+checkpoint or corrupt, the reader scans for the newest valid checkpoint and
+records what it skipped in :attr:`RunReader.skipped`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from afk_local.errors import (
+    AfkLocalError,
+    CheckpointCorruptionError,
+    RunNotFoundError,
+)
+from afk_local.storage import codec, fsio
+from afk_local.storage.chain import ChainDecoder, is_signed_file
+from afk_local.storage.codec import RecordCodec
+from afk_local.storage.integrity import (
+    NO_MAC,
+    chain_links,
+    history_run_ids,
+    history_until,
+    record_digest,
+)
+from afk_local.storage.journal_format import read_journal
+from afk_local.storage.layout import (
+    CheckpointFile,
+    RunPaths,
+    parse_checkpoint_name,
+    scan_checkpoints,
+)
+from afk_local.storage.notebook import run_reader_html
+from afk_local.storage.records import Checkpoint, Effect, Phase, RunMeta, RunStatus
+from afk_local.storage.verify import VerifyProblem, VerifyReport, verify_journal
+
+log = logging.getLogger("afk_local")
+
+MAX_META_BYTES = 64 << 20
+
+
+class CheckpointNotFoundError(AfkLocalError, LookupError):
+    """The run has no checkpoint with the requested seq."""
+
+    def __init__(self, run_id: str, seq: int) -> None:
+        self.run_id = run_id
+        self.seq = seq
+        super().__init__(
+            f"run {run_id!r} has no checkpoint {seq}: run `afk-local log {run_id}` to list them"
+        )
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file the reader passed over, and why."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ResumeState:
+    """What a resumed run starts from (DESIGN §6, resume contract)."""
+
+    run_id: str
+    status: RunStatus
+    terminal: bool
+    """True when the run completed: return :attr:`result`, run nothing."""
+    result: Any
+    checkpoint: Checkpoint | None
+    """The newest usable ``runtime_state`` checkpoint (None when there is none yet)."""
+    latest_seq: int
+    skipped: tuple[Skipped, ...] = ()
+
+    @property
+    def state(self) -> Any:
+        """The payload of :attr:`checkpoint`, or None."""
+        return None if self.checkpoint is None else self.checkpoint.payload
+
+
+class RunReader:
+    """A read-only view of one run. Takes no lock; safe while a writer is active."""
+
+    def __init__(
+        self,
+        paths: RunPaths,
+        *,
+        record_codec: RecordCodec | None = None,
+        max_record_bytes: int = codec.DEFAULT_MAX_RECORD_BYTES,
+    ) -> None:
+        self.paths = paths
+        self.run_id = paths.run_id
+        self._codec = record_codec or RecordCodec()
+        self._max_bytes = max_record_bytes
+        self._chain = ChainDecoder(paths, max_record_bytes)
+        self._meta: RunMeta | None = None
+        self.skipped: list[Skipped] = []
+        """Files that :meth:`latest`, :meth:`history` or :meth:`resume_state` passed over."""
+
+    def __repr__(self) -> str:
+        return f"RunReader(run_id={self.run_id!r}, dir={str(self.paths.dir)!r})"
+
+    @property
+    def record_codec(self) -> RecordCodec:
+        """The codec this reader decodes with (and, in a keyed store, checks signatures with)."""
+        return self._codec
+
+    def _repr_html_(self) -> str:
+        """Notebook view: the run and its recent checkpoints."""
+        return run_reader_html(self)
+
+    @property
+    def meta(self) -> RunMeta:
+        """The run's ``run.meta`` (read once; see :meth:`refresh`)."""
+        if self._meta is None:
+            self._meta = read_meta(self.paths, self._codec)
+        return self._meta
+
+    def refresh(self) -> None:
+        """Forget cached meta so the next access re-reads it."""
+        self._meta = None
+
+    def checkpoint_files(self) -> list[CheckpointFile]:
+        """The checkpoint files on disk, in seq order (names only, nothing decoded)."""
+        return scan_checkpoints(self.paths.dir)
+
+    def load(self, file: CheckpointFile) -> Checkpoint:
+        """Decode one checkpoint file; raises :class:`CheckpointCorruptionError` if damaged.
+
+        In a keyed store the file's signature is checked too (before the record is
+        decoded): an unsigned file or an HMAC mismatch counts as damage.
+        """
+        return self._load(file)[0]
+
+    def record_bytes(self, file: CheckpointFile) -> tuple[bytes, bytes | None]:
+        """The decoded record bytes of ``file`` (its delta chain followed) and its MAC.
+
+        The MAC is the file's own trailer (None: unsigned), returned as it is, not
+        checked, and the bytes are not decoded into a record: :meth:`load` does
+        both. Compaction uses this to rewrite a delta as a keyframe with the same
+        bytes and signature.
+
+        Raises:
+            CheckpointCorruptionError: ``file`` or a base in its chain is damaged.
+        """
+        return self._chain.decode(file.seq, file.name)
+
+    def _load(
+        self,
+        file: CheckpointFile,
+        names: dict[int, str] | None = None,
+        macs: dict[int, bytes] | None = None,
+    ) -> tuple[Checkpoint, bytes | None]:
+        path = str(self.paths.dir / file.name)
+        try:
+            raw, mac = self._chain.decode(file.seq, file.name)
+            if self._codec.signer is not None:
+                self._check_signature(file, path, raw, mac, names=names, macs=macs)
+            record = self._codec.decode_checkpoint(raw, path)
+        except CheckpointCorruptionError as exc:
+            if exc.run_id is None:
+                raise CheckpointCorruptionError(exc.path, exc.reason, self.run_id) from None
+            raise
+        if (
+            record.seq != file.seq
+            or record.phase != file.phase
+            or (record.run_id != self.run_id and record.run_id not in self._shared_history())
+        ):
+            raise CheckpointCorruptionError(
+                path,
+                f"record says run {record.run_id!r} seq {record.seq} phase {record.phase!r}, "
+                "which does not match its file name and run",
+                self.run_id,
+            )
+        return record, mac
+
+    def chain_value(self, file: CheckpointFile) -> bytes:
+        """The MAC of the checkpoint before ``file`` that ``file``'s signature verifies with.
+
+        Compaction records it (in ``run.meta``) before deleting that predecessor.
+        Keyed stores only.
+
+        Raises:
+            CheckpointCorruptionError: ``file`` does not verify.
+        """
+        if self._codec.signer is None:
+            raise ValueError("chain values exist in keyed stores only")
+        path = str(self.paths.dir / file.name)
+        raw, mac = self._chain.decode(file.seq, file.name)
+        return self._check_signature(file, path, raw, mac)
+
+    def _check_signature(
+        self,
+        file: CheckpointFile,
+        path: str,
+        raw: bytes,
+        mac: bytes | None,
+        *,
+        names: dict[int, str] | None = None,
+        macs: dict[int, bytes] | None = None,
+    ) -> bytes:
+        """Check ``file``'s MAC; returns the predecessor's chain value it verified with.
+
+        ``names`` (seq -> file name) and ``macs`` (seq -> MAC of a file just read)
+        spare lookups when a caller walks the whole run.
+        """
+        signer = self._codec.signer
+        assert signer is not None
+        if mac is None:
+            raise CheckpointCorruptionError(
+                path,
+                f"{codec.UNSIGNED_REASON} (written without the key, or its signature was removed)",
+                self.run_id,
+            )
+        extra = self._signed_extra()
+        previous: list[bytes] = []
+        if file.seq == 1:
+            previous.append(NO_MAC)
+        else:
+            found = macs.get(file.seq - 1) if macs else None
+            if found is None:
+                found = self._chain.link(file.seq - 1, file.phase, names)
+            if found is not None:
+                previous.append(found)
+            recorded = chain_links(extra).get(file.seq)
+            if recorded is not None:
+                previous.append(recorded)
+            if not previous:
+                raise CheckpointCorruptionError(
+                    path,
+                    f"HMAC mismatch: the chain is broken, checkpoint {file.seq - 1} before it "
+                    "is missing and no compaction recorded deleting it",
+                    self.run_id,
+                )
+        owners = [self.run_id]
+        owners += [o for o, until in history_until(extra).items() if file.seq <= until]
+        digest = record_digest(raw)
+        for owner in owners:
+            for prev in previous:
+                expected = signer.checkpoint_mac(owner, file.seq, file.phase, prev, digest)
+                if signer.matches(expected, mac):
+                    return prev
+        before = f", or checkpoint {file.seq - 1} before it was replaced" if file.seq > 1 else ""
+        raise CheckpointCorruptionError(
+            path,
+            "HMAC mismatch: edited, signed with another key, copied from another run or "
+            f"position{before}",
+            self.run_id,
+        )
+
+    def _signed_extra(self) -> dict[str, Any]:
+        # The chain links and fork limits come from run.meta, whose own signature
+        # read_meta checked; without a readable meta nothing extra is trusted.
+        try:
+            extra = self.meta.extra
+        except AfkLocalError:
+            return {}
+        return extra if isinstance(extra, dict) else {}
+
+    def _shared_history(self) -> tuple[str, ...]:
+        # A fork shares its ancestors' checkpoint files (hard links): their records
+        # carry the ancestor's run id, listed in the fork's meta (see storage/fork.py).
+
+        try:
+            return history_run_ids(self.meta)
+        except AfkLocalError:
+            return ()
+
+    def get(self, seq: int) -> Checkpoint:
+        """The checkpoint with sequence number ``seq``."""
+        for file in self.checkpoint_files():
+            if file.seq == seq:
+                return self.load(file)
+        raise CheckpointNotFoundError(self.run_id, seq)
+
+    def latest_file(self) -> CheckpointFile | None:
+        """The file ``latest`` names, if it is a sound checkpoint name in this run."""
+        target = fsio.read_link(self.paths.latest)
+        if target is None:
+            return None
+        parsed = parse_checkpoint_name(target)  # a bare name: nothing outside the run matches
+        if parsed is None:
+            self._skip("latest", f"points at {target!r}, not a checkpoint of this run")
+        return parsed
+
+    def latest(self) -> Checkpoint | None:
+        """The newest valid checkpoint (O(1) through ``latest``; a scan when that fails)."""
+        file = self.latest_file()
+        if file is not None:
+            try:
+                return self.load(file)
+            except CheckpointCorruptionError as exc:
+                self._skip(file.name, exc.reason)
+        for candidate in reversed(self.checkpoint_files()):
+            if candidate == file:
+                continue
+            try:
+                return self.load(candidate)
+            except CheckpointCorruptionError as exc:
+                self._skip(candidate.name, exc.reason)
+        return None
+
+    def history(self) -> list[Checkpoint]:
+        """Every valid checkpoint in seq order; damaged ones are skipped and recorded."""
+        result = []
+        for file in self.checkpoint_files():
+            try:
+                result.append(self.load(file))
+            except CheckpointCorruptionError as exc:
+                self._skip(file.name, exc.reason)
+        return result
+
+    def resume_state(self, *, on_corrupt: str = "raise") -> ResumeState:
+        """The terminal result of a completed run, or the newest usable ``runtime_state``.
+
+        Args:
+            on_corrupt: ``"raise"`` (a damaged newest snapshot raises
+                :class:`CheckpointCorruptionError` naming it) or ``"fallback"``
+                (use the newest readable one and record the skipped files).
+        """
+        if on_corrupt not in ("raise", "fallback"):
+            raise ValueError("on_corrupt must be 'raise' or 'fallback'")
+        status = self.meta.status
+        wanted = Phase.RUN_TERMINAL.value if status is RunStatus.COMPLETED else None
+        skipped: list[Skipped] = []
+        files = self.checkpoint_files()
+        latest_seq = files[-1].seq if files else 0
+        for file in reversed(files):
+            if file.phase not in (wanted, Phase.RUNTIME_STATE.value):
+                continue
+            try:
+                record = self.load(file)
+            except CheckpointCorruptionError as exc:
+                if on_corrupt == "raise":
+                    raise
+                skipped.append(Skipped(file.name, exc.reason))
+                self._skip(file.name, exc.reason)
+                continue
+            if record.phase == Phase.RUN_TERMINAL.value:
+                payload = record.payload if isinstance(record.payload, dict) else {}
+                return ResumeState(
+                    self.run_id,
+                    status,
+                    True,
+                    payload.get("terminal_result"),
+                    None,
+                    latest_seq,
+                    tuple(skipped),
+                )
+            return ResumeState(self.run_id, status, False, None, record, latest_seq, tuple(skipped))
+        return ResumeState(self.run_id, status, False, None, None, latest_seq, tuple(skipped))
+
+    def verify(self) -> VerifyReport:
+        """Check every file of the run; problems are reported, not raised."""
+        report = VerifyReport(self.run_id)
+        signed = 0
+        try:
+            read_meta(self.paths, self._codec)
+            report.checked_files += 1
+            signed += self._codec.signer is None and is_signed_file(self.paths.meta)
+        except (CheckpointCorruptionError, RunNotFoundError) as exc:
+            report.problems.append(VerifyProblem(str(self.paths.meta), str(exc)))
+        files = self.checkpoint_files()
+        names = {f.seq: f.name for f in files}
+        macs: dict[int, bytes] = {}  # MACs of the files read so far: the next one chains on them
+        for file in files:
+            report.checked_files += 1
+            own = str(self.paths.dir / file.name)
+            try:
+                mac = self._load(file, names, macs)[1]
+                if mac is not None:
+                    signed += 1
+                    macs[file.seq] = mac
+            except CheckpointCorruptionError as exc:
+                reason = exc.reason
+                if exc.path != own:
+                    reason = f"its delta base {os.path.basename(exc.path)} is damaged ({reason})"
+                report.problems.append(VerifyProblem(own, reason))
+        target = fsio.read_link(self.paths.latest)
+        if target is not None:
+            parsed = parse_checkpoint_name(target)
+            if parsed is None:
+                report.problems.append(
+                    VerifyProblem(str(self.paths.latest), f"points at {target!r}, outside the run")
+                )
+            elif not (self.paths.dir / parsed.name).is_file():
+                report.notes.append(f"latest names missing {target} (ignored; a crash can do this)")
+        elif files:
+            report.notes.append("no latest pointer (readers scan instead)")
+        with os.scandir(self.paths.dir) as entries:
+            temps = [e.name for e in entries if e.name.startswith(fsio.TEMP_PREFIX)]
+        if temps:
+            report.notes.append(f"{len(temps)} unpublished temp file(s), removed on next open")
+        signed += verify_journal(self.paths, self._codec, report)
+        if signed and self._codec.signer is None:
+            report.notes.append(
+                f"{signed} signed file(s)/record(s): signatures not checked, this store has no "
+                "key (set AFK_LOCAL_KEY or pass Store(key=...))"
+            )
+        return report
+
+    def effects(self) -> list[Effect]:
+        """Every record of the effect journal in file order (a torn tail is ignored).
+
+        Raises:
+            EffectLogCorruptionError: a damaged record with good records after it.
+        """
+        return read_journal(self.paths.journal, self.run_id, self._codec).records
+
+    def _skip(self, name: str, reason: str) -> None:
+        log.warning("run %s: skipped %s: %s", self.run_id, name, reason)
+        self.skipped.append(Skipped(name, reason))
+
+
+def read_meta(paths: RunPaths, record_codec: RecordCodec) -> RunMeta:
+    """Read and check ``run.meta``; RunNotFoundError when the run has none."""
+    path = str(paths.meta)
+    try:
+        data = fsio.read_bounded(path, MAX_META_BYTES)
+    except FileNotFoundError:
+        raise RunNotFoundError(paths.run_id, str(paths.dir.parent.parent)) from None
+    except ValueError as exc:
+        raise CheckpointCorruptionError(path, str(exc), paths.run_id) from None
+    except OSError as exc:
+        raise CheckpointCorruptionError(
+            path, f"cannot read: {exc.strerror}", paths.run_id
+        ) from None
+    try:
+        return codec.decode_meta(
+            record_codec, data, path, max_bytes=MAX_META_BYTES, run_id=paths.run_id
+        )
+    except CheckpointCorruptionError as exc:
+        raise CheckpointCorruptionError(exc.path, exc.reason, paths.run_id) from None
+
+
+__all__ = [
+    "MAX_META_BYTES",
+    "CheckpointNotFoundError",
+    "ResumeState",
+    "RunReader",
+    "Skipped",
+    "read_meta",
+]

@@ -1,0 +1,145 @@
+"""The records afk_local stores, as msgspec Structs.
+
+These shapes are the on-disk format (DESIGN §3, §6): fields are only ever added
+with defaults, never renamed, so older files keep decoding. ``SCHEMA_VERSION``
+changes when a field's meaning changes; ``migrate.py`` upgrades old records.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import Any
+
+import msgspec
+
+SCHEMA_VERSION = 1
+"""Schema version written into every Checkpoint and RunMeta."""
+
+
+class Phase(str, enum.Enum):
+    """The checkpoint phases of the agent protocol (DESIGN §6)."""
+
+    RUN_STARTED = "run_started"
+    STEP_STARTED = "step_started"
+    PRE_LLM = "pre_llm"
+    POST_LLM = "post_llm"
+    PRE_TOOL_BATCH = "pre_tool_batch"
+    POST_TOOL_BATCH = "post_tool_batch"
+    PRE_SUBAGENT_BATCH = "pre_subagent_batch"
+    POST_SUBAGENT_BATCH = "post_subagent_batch"
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    RUNTIME_STATE = "runtime_state"
+    RUN_TERMINAL = "run_terminal"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RunStatus(str, enum.Enum):
+    """Where a run is in its life, as recorded in ``run.meta``."""
+
+    CREATED = "created"
+    RUNNING = "running"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for statuses after which nothing runs unless a person asks."""
+        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class Checkpoint(msgspec.Struct, kw_only=True, frozen=True):
+    """One immutable checkpoint of a run: ``<seq:012d>.<phase>.ckpt``."""
+
+    schema_version: int
+    run_id: str
+    thread_id: str | None
+    seq: int
+    step: int
+    phase: str
+    timestamp_ms: int
+    payload: Any
+
+
+class OwnerInfo(msgspec.Struct, kw_only=True, frozen=True):
+    """Who owns a run, for display and for filesystems without working locks."""
+
+    pid: int
+    hostname: str
+    boot_id: str
+    process_start: int
+    """Start time of the owning process in clock ticks since boot (0 where unknown)."""
+
+
+class ErrorInfo(msgspec.Struct, kw_only=True, frozen=True):
+    """A structured exception: type name, message, optional traceback text."""
+
+    type: str
+    message: str
+    traceback: str | None = None
+
+
+class PauseInfo(msgspec.Struct, kw_only=True, frozen=True):
+    """Why a run is paused and what it asked for."""
+
+    kind: str
+    prompt: Any = None
+    seq: int = 0
+
+
+class RunMeta(msgspec.Struct, kw_only=True, frozen=True):
+    """The mutable facts about a run (``run.meta``), replaced atomically on change."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    thread_id: str | None = None
+    status: RunStatus = RunStatus.CREATED
+    created_ms: int
+    updated_ms: int
+    entrypoint: str | None = None
+    params: Any = None
+    parent_run_id: str | None = None
+    owner: OwnerInfo | None = None
+    attempt: int = 0
+    """How many times a process has opened the run for writing (1 for the first run)."""
+    watcher_attempts: int = 0
+    """Consecutive automatic resumes by a watcher since the run last made progress."""
+    next_attempt_ms: int = 0
+    """Earliest time a watcher may resume the run again (crash-loop backoff)."""
+    code_fingerprint: str | None = None
+    version: str | None = None
+    error: ErrorInfo | None = None
+    pause: PauseInfo | None = None
+    extra: dict[str, Any] = {}
+
+
+class Effect(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """One record of the effect journal: an ``intent`` or an ``outcome``."""
+
+    kind: str
+    """``"intent"`` (durable before the call) or ``"outcome"`` (durable before use)."""
+    key: str
+    timestamp_ms: int
+    step: int = 0
+    call_id: str | None = None
+    name: str = ""
+    input_hash: str = ""
+    idempotency_key: str = ""
+    status: str | None = None
+    """For outcomes: ``"ok"`` or ``"error"``."""
+    output_hash: str | None = None
+    result: Any = None
+    error: ErrorInfo | None = None
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds, as stored in records."""
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,460 @@
+"""Retention and compaction: which checkpoints and effects a run keeps, and the gc that applies it.
+
+The decisions are pure (:func:`plan_run`, :func:`plan_effects`, :func:`runs_to_delete`):
+they take file names, frame headers and run facts, and say what to keep. The acting
+part (:func:`compact_run`, :func:`gc`) runs while holding the run's ``owner.lock`` and
+never touches a run whose lock another process holds.
+
+Crash safety (kill -9 at any instant leaves every run resumable):
+
+0. in a keyed store, ``run.meta`` first records the MAC of every checkpoint about
+   to be deleted whose successor stays (the chain links of docs/format.md,
+   "Tamper evidence"), so the survivors still verify;
+1. every kept delta whose base would be deleted is first rewritten as a keyframe
+   (decoded bytes unchanged, so its signature stays valid and is kept; temp +
+   fsync + rename + directory fsync), so no kept file ever depends on a deleted one;
+2. only then are files deleted, highest seq first, so a base is never removed
+   before a file that depends on it; the highest seq and ``latest``'s target are
+   never deleted;
+3. the effect journal is replaced atomically (temp + rename), never edited.
+
+A store without a key does not compact runs whose files are signed: it could not
+record the chain links, and the run would no longer verify under its key.
+
+Example:
+    >>> import afk_local as afk
+    >>> from afk_local.storage.retention import RetentionPolicy
+    >>> report = afk.Store("/tmp/afk-doc-gc").gc(RetentionPolicy(keep_runtime_states=2))
+    >>> report.errors
+    []
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from afk_local.errors import AfkLocalError, CheckpointCorruptionError
+from afk_local.storage import codec, fsio
+from afk_local.storage.chain import is_signed_file
+from afk_local.storage.integrity import chain_links, with_chain_links
+from afk_local.storage.journal_format import read_journal, write_journal_file
+from afk_local.storage.layout import CheckpointFile, parse_checkpoint_name, scan_checkpoints
+from afk_local.storage.reader import RunReader
+from afk_local.storage.records import Effect, Phase
+from afk_local.storage.run_info import RunInfo
+
+log = logging.getLogger("afk_local")
+
+STALE_BUILD_SECONDS = 3600.0
+"""Age after which gc removes a half-built fork or import directory (``runs/.tmp-*``)."""
+_HEAD = struct.Struct("<4sBBQ")  # the leading fields of the AFK1 header (codec.py)
+
+DEFAULT_ALWAYS_KEEP = frozenset(
+    {
+        Phase.RUN_STARTED.value,
+        Phase.PAUSED.value,
+        Phase.RESUMED.value,
+        Phase.RUN_TERMINAL.value,
+        # LangGraph threads (integrations/langgraph/): their history, subgraph
+        # namespaces and fork points are the user's data; they shrink through prune().
+        "langgraph",
+    }
+)
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """What a compaction keeps (DESIGN §6, retention).
+
+    Args:
+        keep_runtime_states: newest ``runtime_state`` checkpoints kept per run (at least
+            one is always kept: resume starts from it).
+        always_keep_phases: phases whose checkpoints are never compacted away.
+        keep_latest_step: keep every checkpoint from the last ``step_started`` on (the
+            step in flight).
+        max_effects_per_run: for terminal runs, keep the journal records of at most this
+            many effect keys (the newest). Non-terminal runs keep every effect: a resume
+            may replay any of them.
+        max_runs: keep at most this many runs; the oldest terminal runs are deleted whole.
+        max_age_days: delete terminal runs not updated for this many days.
+        max_bytes: delete the oldest terminal runs while the store is larger than this.
+    """
+
+    keep_runtime_states: int = 3
+    always_keep_phases: frozenset[str] = DEFAULT_ALWAYS_KEEP
+    keep_latest_step: bool = True
+    max_effects_per_run: int | None = None
+    max_runs: int | None = None
+    max_age_days: float | None = None
+    max_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.keep_runtime_states < 0:
+            raise ValueError("keep_runtime_states must be >= 0")
+        for name in ("max_effects_per_run", "max_runs", "max_age_days", "max_bytes"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0 (or None for no limit)")
+        object.__setattr__(
+            self, "always_keep_phases", frozenset(str(p) for p in self.always_keep_phases)
+        )
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """One checkpoint file as compaction sees it: name, delta base (0 = keyframe), size."""
+
+    seq: int
+    phase: str
+    name: str
+    base_seq: int = 0
+    size: int = 0
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What compacting one run does: files kept, deltas rewritten as keyframes, files deleted."""
+
+    run_id: str
+    keep: tuple[FileFacts, ...]
+    rewrite: tuple[FileFacts, ...]
+    delete: tuple[FileFacts, ...]
+
+    @property
+    def bytes_freed(self) -> int:
+        """Sizes of the deleted files (rewrites grow a little; not counted)."""
+        return sum(f.size for f in self.delete)
+
+
+@dataclass
+class RunCompaction:
+    """What :func:`compact_run` did (or, in a dry run, would do) to one run."""
+
+    run_id: str
+    deleted_files: int = 0
+    rewritten_files: int = 0
+    bytes_freed: int = 0
+    effects_dropped: int = 0
+
+
+@dataclass
+class GcReport:
+    """The result of :func:`gc`; nothing in it is raised."""
+
+    dry_run: bool = False
+    compacted: list[RunCompaction] = field(default_factory=list)
+    deleted_runs: list[str] = field(default_factory=list)
+    skipped_locked: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    removed_temp_dirs: int = 0
+
+    @property
+    def bytes_freed(self) -> int:
+        """Bytes freed by compaction (whole-run deletions not included)."""
+        return sum(c.bytes_freed for c in self.compacted)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary."""
+        return {
+            "dry_run": self.dry_run,
+            "compacted": [vars(c) for c in self.compacted],
+            "deleted_runs": list(self.deleted_runs),
+            "skipped_locked": list(self.skipped_locked),
+            "errors": list(self.errors),
+            "removed_temp_dirs": self.removed_temp_dirs,
+            "bytes_freed": self.bytes_freed,
+        }
+
+
+# -- pure decisions -------------------------------------------------------------------
+
+
+def plan_run(
+    run_id: str,
+    files: Sequence[FileFacts],
+    policy: RetentionPolicy,
+    *,
+    latest_name: str | None = None,
+) -> RunPlan:
+    """Decide which checkpoint files of one run to keep, rewrite and delete.
+
+    Kept: the highest seq, ``latest``'s target, the newest ``keep_runtime_states``
+    (at least one) ``runtime_state`` files, every file of ``always_keep_phases``, and
+    with ``keep_latest_step`` everything from the last ``step_started`` on. A kept
+    delta whose base is not kept is rewritten as a keyframe, so every delta that
+    stays has its whole chain among the kept files.
+    """
+    ordered = sorted(files, key=lambda f: f.seq)
+    if not ordered:
+        return RunPlan(run_id, (), (), ())
+    keep: set[int] = {ordered[-1].seq}
+    for f in ordered:
+        if f.phase in policy.always_keep_phases or f.name == latest_name:
+            keep.add(f.seq)
+    states = [f for f in ordered if f.phase == Phase.RUNTIME_STATE.value]
+    keep.update(f.seq for f in states[-max(1, policy.keep_runtime_states) :])
+    if policy.keep_latest_step:
+        starts = [f.seq for f in ordered if f.phase == Phase.STEP_STARTED.value]
+        if starts:
+            keep.update(f.seq for f in ordered if f.seq >= starts[-1])
+    by_seq = {f.seq: f for f in ordered}
+    rewrite = []
+    for f in ordered:
+        if f.seq in keep and f.base_seq and f.base_seq not in keep:
+            rewrite.append(f)
+        elif f.seq in keep and f.base_seq and f.base_seq not in by_seq:
+            rewrite.append(f)  # pragma: no cover - a missing base makes the run skipped earlier
+    delete = [f for f in ordered if f.seq not in keep]
+    kept = [f for f in ordered if f.seq in keep]
+    return RunPlan(run_id, tuple(kept), tuple(rewrite), tuple(delete))
+
+
+def plan_effects(records: Sequence[Effect], max_effects: int | None) -> list[Effect]:
+    """The journal records a terminal run keeps: those of the newest ``max_effects`` keys."""
+    if max_effects is None:
+        return list(records)
+    last_seen: dict[str, int] = {}
+    for index, record in enumerate(records):
+        last_seen[record.key] = index
+    newest = sorted(last_seen, key=last_seen.__getitem__)[-max_effects:] if max_effects else []
+    wanted = set(newest)
+    return [r for r in records if r.key in wanted]
+
+
+def runs_to_delete(infos: Iterable[RunInfo], policy: RetentionPolicy, *, now_ms: int) -> list[str]:
+    """Terminal runs past ``max_age_days``, then the oldest over ``max_runs`` / ``max_bytes``.
+
+    Only terminal runs are ever chosen; live, paused and interrupted runs count
+    towards the limits but are never deleted.
+    """
+    infos = sorted(infos, key=lambda i: i.updated_ms)  # oldest first
+    doomed: list[str] = []
+    if policy.max_age_days is not None:
+        cutoff = now_ms - int(policy.max_age_days * 86_400_000)
+        doomed += [
+            i.run_id
+            for i in infos
+            if i.status.is_terminal and not i.owner_alive and i.updated_ms < cutoff
+        ]
+    count = len(infos) - len(doomed)
+    total = sum(i.bytes for i in infos if i.run_id not in doomed)
+    for info in infos:
+        over_count = policy.max_runs is not None and count > policy.max_runs
+        over_bytes = policy.max_bytes is not None and total > policy.max_bytes
+        if not (over_count or over_bytes):
+            break
+        if info.status.is_terminal and info.run_id not in doomed and not info.owner_alive:
+            doomed.append(info.run_id)
+            count -= 1
+            total -= info.bytes
+    return doomed
+
+
+# -- acting ---------------------------------------------------------------------------
+
+
+def read_file_facts(
+    run_dir: str | os.PathLike[str], files: Sequence[CheckpointFile]
+) -> list[FileFacts]:
+    """Sizes and delta bases of ``files``, from their headers only.
+
+    Raises:
+        CheckpointCorruptionError: a header is unreadable (the run should be verified).
+    """
+    facts = []
+    for f in files:
+        path = os.path.join(run_dir, f.name)
+        try:
+            with open(path, "rb", buffering=0) as fh:
+                head = fh.read(codec.HEADER_SIZE)
+                size = os.fstat(fh.fileno()).st_size
+        except OSError as exc:
+            raise CheckpointCorruptionError(path, f"cannot read: {exc.strerror}") from None
+        if len(head) < _HEAD.size:
+            raise CheckpointCorruptionError(path, f"{len(head)} bytes, shorter than the header")
+        magic, kind, flags, base_seq = _HEAD.unpack_from(head)
+        if magic != codec.MAGIC or kind != codec.KIND_CHECKPOINT:
+            raise CheckpointCorruptionError(path, "bad header")
+        base = base_seq if flags & codec.FLAG_DELTA else 0
+        facts.append(FileFacts(f.seq, f.phase, f.name, base, size))
+    return facts
+
+
+def compact_run(
+    reader: RunReader, policy: RetentionPolicy, *, dry_run: bool = False
+) -> RunCompaction:
+    """Apply ``policy`` to one run. The caller must hold the run's lock.
+
+    Raises:
+        CheckpointCorruptionError: a file could not be read; nothing was deleted.
+    """
+    paths = reader.paths
+    facts = read_file_facts(paths.dir, reader.checkpoint_files())
+    target = fsio.read_link(paths.latest)
+    latest = parse_checkpoint_name(target) if target else None
+    plan = plan_run(paths.run_id, facts, policy, latest_name=latest.name if latest else None)
+    result = RunCompaction(
+        paths.run_id,
+        deleted_files=len(plan.delete),
+        rewritten_files=len(plan.rewrite),
+        bytes_freed=plan.bytes_freed,
+    )
+    status = reader.meta.status
+    effects_keep: list[Effect] | None = None
+    if policy.max_effects_per_run is not None and status.is_terminal:
+        records = _journal_records(reader)
+        if records is not None:
+            kept = plan_effects(records, policy.max_effects_per_run)
+            if len(kept) < len(records):
+                effects_keep = kept
+                result.effects_dropped = len(records) - len(kept)
+    if (plan.delete or effects_keep is not None) and _signed_without_key(reader):
+        raise AfkLocalError(
+            f"run {paths.run_id!r}: not compacted: its files are signed and this store has no "
+            "key, so it cannot re-sign what compaction changes; run gc with AFK_LOCAL_KEY set"
+        )
+    if dry_run:
+        return result
+    # 0. the files a resume starts from must decode before anything older goes away.
+    for f in plan.keep:
+        if f.phase == Phase.RUNTIME_STATE.value or f.seq == plan.keep[-1].seq:
+            reader.load(CheckpointFile(f.seq, f.phase, f.name))
+    # 0b. keyed: record the chain links of the survivors before their predecessors go.
+    extra = chain_links_after_delete(
+        reader,
+        {f.seq for f in plan.delete},
+        [CheckpointFile(f.seq, f.phase, f.name) for f in plan.keep],
+    )
+    if extra is not None:
+        meta = msgspec.structs.replace(reader.meta, extra=extra)
+        fsio.atomic_write(paths.meta, codec.encode_meta(reader.record_codec, meta))
+        reader.refresh()
+    # 1. rewrite kept deltas whose chain would be cut, as keyframes with identical content.
+    for f in plan.rewrite:
+        rewrite_as_keyframe(reader, CheckpointFile(f.seq, f.phase, f.name))
+    # 2. delete, highest seq first: a base never disappears before its dependents.
+    for f in sorted(plan.delete, key=lambda f: f.seq, reverse=True):
+        fsio.unlink(paths.dir / f.name)
+    if plan.delete:
+        fsio.fsync_dir(paths.dir)
+    # 3. replace the journal atomically.
+    if effects_keep is not None:
+        _rewrite_journal(reader, effects_keep)
+    return result
+
+
+def rewrite_as_keyframe(reader: RunReader, file: CheckpointFile) -> None:
+    """Replace a checkpoint file by a keyframe of the same decoded bytes (temp + rename).
+
+    Its signature covers the decoded bytes, so a signed file keeps its MAC unchanged.
+    """
+    reader.load(file)  # checks the record decodes, belongs here and (keyed) is signed
+    raw, mac = reader.record_bytes(file)  # exact bytes: kept deltas use them
+    frame = codec.pack_frame(codec.KIND_CHECKPOINT, codec.compress(raw), mac=mac)
+    fsio.atomic_write(reader.paths.dir / file.name, frame)
+
+
+def chain_links_after_delete(
+    reader: RunReader, doomed: set[int], kept: Sequence[CheckpointFile]
+) -> dict[str, Any] | None:
+    """The ``RunMeta.extra`` a keyed run needs once checkpoints ``doomed`` are deleted.
+
+    Each kept checkpoint whose predecessor is doomed gets that predecessor's MAC
+    as its chain link (checked: the survivor must verify with it); links of doomed
+    checkpoints are dropped. None when nothing changes or the store has no key.
+    Write it to ``run.meta`` before deleting anything.
+
+    Raises:
+        CheckpointCorruptionError: a survivor does not verify.
+    """
+    if reader.record_codec.signer is None or not doomed:
+        return None
+    extra = reader.meta.extra if isinstance(reader.meta.extra, dict) else {}
+    old = chain_links(extra)
+    links = {seq: mac for seq, mac in old.items() if seq not in doomed}
+    for file in kept:
+        if file.seq - 1 in doomed:
+            links[file.seq] = reader.chain_value(file)
+    if links == old:
+        return None
+    return with_chain_links(extra, links)
+
+
+def _signed_without_key(reader: RunReader) -> bool:
+    return reader.record_codec.signer is None and is_signed_file(reader.paths.meta)
+
+
+def _journal_records(reader: RunReader) -> list[Effect] | None:
+    if not reader.paths.journal.is_file():
+        return None
+    return read_journal(reader.paths.journal, reader.run_id, reader.record_codec).records
+
+
+def _rewrite_journal(reader: RunReader, records: Sequence[Effect]) -> None:
+    path = reader.paths.journal
+    tmp = fsio.temp_path(path.parent, path.name)
+    try:
+        write_journal_file(tmp, records, reader.record_codec, run_id=reader.run_id)
+        fsio.rename(tmp, path)
+    except BaseException:
+        fsio.unlink(tmp)
+        raise
+    fsio.fsync_dir(path.parent)
+
+
+def remove_stale_builds(runs_dir: Path) -> int:
+    """Remove temp directories a crash left in ``runs/``.
+
+    ``.tmp-deleted-*`` (a delete cut short) go at once; half-built forks and imports
+    only after :data:`STALE_BUILD_SECONDS`, since one may be being built right now.
+    """
+    removed = 0
+    old = time.time() - STALE_BUILD_SECONDS
+    try:
+        with os.scandir(runs_dir) as entries:
+            stale = [
+                e.path
+                for e in entries
+                if e.name.startswith(fsio.TEMP_PREFIX)
+                and e.is_dir(follow_symlinks=False)
+                and (
+                    e.name.startswith(fsio.TEMP_PREFIX + "deleted-")
+                    or e.stat(follow_symlinks=False).st_mtime < old
+                )
+            ]
+    except FileNotFoundError:
+        return 0
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+        removed += 1
+    return removed
+
+
+def runtime_state_count(run_dir: str | os.PathLike[str]) -> int:
+    """How many ``runtime_state`` checkpoint files a run holds (for checks and tests)."""
+    return sum(1 for f in scan_checkpoints(run_dir) if f.phase == Phase.RUNTIME_STATE.value)
+
+
+__all__ = [
+    "DEFAULT_ALWAYS_KEEP",
+    "FileFacts",
+    "GcReport",
+    "RetentionPolicy",
+    "RunCompaction",
+    "RunPlan",
+    "compact_run",
+    "plan_effects",
+    "plan_run",
+    "remove_stale_builds",
+    "runs_to_delete",
+]

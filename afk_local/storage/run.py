@@ -1,0 +1,403 @@
+"""Writing one run directory: the owner lock and durable checkpoints.
+
+A :class:`RunWriter` holds ``owner.lock`` for its whole life (one writer per
+run, DESIGN §4.7). A ``sync`` checkpoint costs two fsyncs, the floor for a
+durable publish: the temp file, then the run directory once after the rename
+and the ``latest`` swap (DESIGN §4.1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import traceback as traceback_module
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import msgspec
+from filelock import FileLock
+
+from afk_local.errors import KeyRequiredError, WriterFailedError
+from afk_local.journal.journal import Journal
+from afk_local.storage import codec, fsio
+from afk_local.storage.chain import is_signed_file, read_link_value
+from afk_local.storage.codec import RecordCodec
+from afk_local.storage.integrity import NO_MAC, record_digest
+from afk_local.storage.layout import RunPaths, checkpoint_name, scan_checkpoints, validate_phase
+from afk_local.storage.ownership import acquire_lock, current_owner
+from afk_local.storage.reader import RunReader, read_meta
+from afk_local.storage.records import (
+    SCHEMA_VERSION,
+    Checkpoint,
+    ErrorInfo,
+    PauseInfo,
+    Phase,
+    RunMeta,
+    RunStatus,
+    now_ms,
+)
+
+log = logging.getLogger("afk_local")
+
+DEFAULT_MAX_CHAIN = 32
+_MAX_CHAINS = 16
+"""Phases whose newest record a writer keeps as a delta base (oldest used is dropped)."""
+
+DEFAULT_DELTA_FRACTION = 0.5
+"""A delta larger than this fraction of an (estimated) full frame is written as a keyframe."""
+
+
+class _Chain(NamedTuple):
+    """The newest checkpoint of one phase: the base of that phase's next delta."""
+
+    raw: bytes
+    seq: int
+    length: int
+
+
+def error_info(error: BaseException | ErrorInfo | str) -> ErrorInfo:
+    """A structured record of an exception (type, message, traceback text)."""
+    if isinstance(error, ErrorInfo):
+        return error
+    if isinstance(error, str):
+        return ErrorInfo(type="Error", message=error)
+    text = "".join(traceback_module.format_exception(type(error), error, error.__traceback__))
+    return ErrorInfo(type=type(error).__name__, message=str(error), traceback=text)
+
+
+class RunWriter:
+    """The single writer of a run. Use as a context manager, or call :meth:`close`.
+
+    Created by :meth:`afk_local.Store.create` and :meth:`afk_local.Store.resume_writer`.
+    """
+
+    def __init__(
+        self,
+        paths: RunPaths,
+        lock: FileLock,
+        meta: RunMeta,
+        *,
+        record_codec: RecordCodec,
+        max_record_bytes: int = codec.DEFAULT_MAX_RECORD_BYTES,
+        max_chain: int = DEFAULT_MAX_CHAIN,
+        delta_fraction: float = DEFAULT_DELTA_FRACTION,
+        level: int = codec.DEFAULT_LEVEL,
+    ) -> None:
+        self.paths = paths
+        self.run_id = paths.run_id
+        self._lock = lock
+        self._meta = meta
+        self._codec = record_codec
+        self._max_record_bytes = max_record_bytes
+        self._max_chain = max_chain
+        self._delta_fraction = delta_fraction
+        self._level = level
+        self._failed: BaseException | None = None
+        self._closed = False
+        self._close_hooks: list[Callable[[], None]] = []
+        self._journal: Journal | None = None
+        # Delta state per phase: the newest checkpoint of each phase written by this
+        # writer is the base of the next one of that phase. Empty after open, so the
+        # first checkpoint of every attempt is a keyframe.
+        self._chains: OrderedDict[str, _Chain] = OrderedDict()
+        self._key_ratio = 0.3
+        self._dir = str(paths.dir) + os.sep
+        self._latest = str(paths.latest)
+        self._remove_temp_files()
+        files = scan_checkpoints(paths.dir)
+        self._seq = files[-1].seq if files else 0
+        # Keyed store: each checkpoint's MAC chains on the MAC of the one before it.
+        self._signer = record_codec.signer
+        self._prev_mac = NO_MAC
+        if self._signer is not None and files:
+            self._prev_mac = read_link_value(self._dir + files[-1].name) or NO_MAC
+
+    # -- properties ---------------------------------------------------------------
+
+    @property
+    def meta(self) -> RunMeta:
+        """The run's current ``run.meta``."""
+        return self._meta
+
+    @property
+    def seq(self) -> int:
+        """The seq of the last checkpoint on disk (0 when none)."""
+        return self._seq
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._closed
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The I/O error that made this writer refuse further writes, if any."""
+        return self._failed
+
+    @property
+    def record_codec(self) -> RecordCodec:
+        """The codec this writer encodes records with (the store's hooks)."""
+        return self._codec
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The largest encoded record this writer stores."""
+        return self._max_record_bytes
+
+    @property
+    def effects(self) -> Journal:
+        """The run's effect journal (``effects.log``), opened for writing on first use.
+
+        Opening repairs a torn tail left by a crash; the journal closes with the writer.
+        """
+        if self._journal is None:
+            self._check_writable()
+            self._journal = Journal(
+                self.paths.journal, self.run_id, writable=True, record_codec=self._codec
+            )
+            self.on_close(self._journal.close)
+        return self._journal
+
+    def reader(self) -> RunReader:
+        """A reader of this run (sharing the codec)."""
+        return RunReader(
+            self.paths, record_codec=self._codec, max_record_bytes=self._max_record_bytes
+        )
+
+    def __repr__(self) -> str:
+        return f"RunWriter(run_id={self.run_id!r}, seq={self._seq}, status={self._meta.status})"
+
+    # -- writing ------------------------------------------------------------------
+
+    def checkpoint(self, phase: str | Phase, payload: Any, *, step: int) -> Checkpoint:
+        """Durably write the next checkpoint and point ``latest`` at it.
+
+        Returns only after the file and the directory entry are on stable
+        storage. Statuses follow writes: a run that was not ``running`` becomes so.
+        """
+        phase_name = validate_phase(phase)
+        if self._meta.status is not RunStatus.RUNNING and phase_name not in (
+            Phase.PAUSED.value,
+            Phase.RUN_TERMINAL.value,
+        ):
+            self.update_meta(status=RunStatus.RUNNING, pause=None, error=None)
+        return self._write(phase_name, payload, step)
+
+    def _write(self, phase: str, payload: Any, step: int) -> Checkpoint:
+        self._check_writable()
+        record = Checkpoint(
+            schema_version=SCHEMA_VERSION,
+            run_id=self.run_id,
+            thread_id=self._meta.thread_id,
+            seq=self._seq + 1,
+            step=step,
+            phase=phase,
+            timestamp_ms=now_ms(),
+            payload=payload,
+        )
+        raw = self._codec.encode(record)  # user data errors surface here, before any I/O
+        if len(raw) > self._max_record_bytes:
+            raise ValueError(
+                f"checkpoint of {len(raw)} bytes exceeds max_record_bytes={self._max_record_bytes}"
+            )
+        mac = None
+        if self._signer is not None:
+            mac = self._signer.checkpoint_mac(
+                self.run_id, record.seq, phase, self._prev_mac, record_digest(raw)
+            )
+        data = self._frame(record.seq, phase, raw, mac)
+        name = checkpoint_name(record.seq, phase)
+        final = self._dir + name
+        try:
+            fsio.atomic_write(final, data, sync_dir=False)
+            fsio.atomic_symlink(name, self._latest, sync_dir=False)
+            fsio.fsync_dir(self._dir)
+        except BaseException as exc:
+            self._failed = exc
+            self._unpublish(name)
+            raise
+        self._seq = record.seq
+        if mac is not None:
+            self._prev_mac = mac
+        return record
+
+    def _unpublish(self, name: str) -> None:
+        # The failed checkpoint was never acknowledged: take it back out of sight
+        # so the visible run is the last acknowledged state. Best effort only —
+        # the writer is dead either way and readers tolerate what is left.
+        previous = fsio.read_link(self._latest)
+        with contextlib.suppress(OSError):
+            os.unlink(self._dir + name)
+        if previous == name:
+            if self._seq:
+                good = next(
+                    (f.name for f in scan_checkpoints(self.paths.dir) if f.seq == self._seq), None
+                )
+                if good is not None:
+                    with contextlib.suppress(OSError):
+                        tmp = fsio.temp_path(self.paths.dir, "latest")
+                        os.symlink(good, tmp)
+                        os.replace(tmp, self.paths.latest)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.paths.latest)
+
+    def _frame(self, seq: int, phase: str, raw: bytes, mac: bytes | None) -> bytes:
+        # The base is the newest earlier checkpoint of the same phase, not simply the
+        # previous checkpoint: in the agent protocol a large runtime_state follows a
+        # tiny phase payload, and a delta against that is as big as a keyframe.
+        chain = self._chains.pop(phase, None)
+        if (
+            chain is not None
+            and chain.length < self._max_chain
+            and len(chain.raw) <= codec.MAX_DELTA_BASE_BYTES
+        ):
+            body = codec.compress(raw, chain.raw, level=self._level)
+            if len(body) <= self._delta_fraction * self._key_ratio * len(raw) + 64:
+                self._remember_chain(phase, _Chain(raw, seq, chain.length + 1))
+                return codec.pack_frame(
+                    codec.KIND_CHECKPOINT,
+                    body,
+                    flags=codec.FLAG_DELTA,
+                    base_seq=chain.seq,
+                    mac=mac,
+                )
+        body = codec.compress(raw, level=self._level)
+        self._key_ratio = len(body) / max(len(raw), 1)
+        self._remember_chain(phase, _Chain(raw, seq, 0))
+        return codec.pack_frame(codec.KIND_CHECKPOINT, body, mac=mac)
+
+    def _remember_chain(self, phase: str, chain: _Chain) -> None:
+        self._chains[phase] = chain
+        while len(self._chains) > _MAX_CHAINS:
+            self._chains.popitem(last=False)
+
+    def update_meta(self, **changes: Any) -> RunMeta:
+        """Replace ``run.meta`` atomically with ``changes`` applied (and ``updated_ms`` bumped)."""
+        self._check_writable()
+        meta = msgspec.structs.replace(self._meta, updated_ms=now_ms(), **changes)
+        try:
+            fsio.atomic_write(self.paths.meta, codec.encode_meta(self._codec, meta))
+        except BaseException as exc:
+            self._failed = exc
+            raise
+        self._meta = meta
+        return meta
+
+    def finish(self, result: Any = None, *, step: int | None = None, **extra: Any) -> Checkpoint:
+        """Write the ``run_terminal`` checkpoint of a completed run and mark it completed."""
+        payload = {"state": RunStatus.COMPLETED.value, "terminal_result": result, **extra}
+        record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
+        self.update_meta(status=RunStatus.COMPLETED, pause=None, error=None)
+        return record
+
+    def fail(
+        self, error: BaseException | ErrorInfo | str, *, step: int | None = None, **extra: Any
+    ) -> Checkpoint:
+        """Write a ``run_terminal`` checkpoint with state ``failed`` and mark the run failed."""
+        info = error_info(error)
+        payload = {
+            "state": RunStatus.FAILED.value,
+            "message": info.message,
+            "error": msgspec.to_builtins(info),
+            **extra,
+        }
+        record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
+        self.update_meta(status=RunStatus.FAILED, error=info)
+        return record
+
+    def cancel(self, reason: str = "cancelled", *, step: int | None = None) -> Checkpoint:
+        """Make the run terminal with state ``cancelled``."""
+        payload = {"state": RunStatus.CANCELLED.value, "message": reason}
+        record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
+        self.update_meta(status=RunStatus.CANCELLED, pause=None)
+        return record
+
+    def pause(
+        self, kind: str = "input", prompt: Any = None, *, step: int | None = None, **extra: Any
+    ) -> Checkpoint:
+        """Write a ``paused`` checkpoint and mark the run paused, waiting for input."""
+        payload = {"kind": kind, "prompt": prompt, **extra}
+        record = self._write(Phase.PAUSED.value, payload, self._step(step))
+        self.update_meta(
+            status=RunStatus.PAUSED, pause=PauseInfo(kind=kind, prompt=prompt, seq=record.seq)
+        )
+        return record
+
+    def _step(self, step: int | None) -> int:
+        if step is not None:
+            return step
+        latest = self.reader().latest() if self._seq else None
+        return latest.step if latest is not None else 0
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise WriterFailedError(self.run_id, RuntimeError("writer is closed"))
+        if self._failed is not None:
+            raise WriterFailedError(self.run_id, self._failed)
+
+    def _remove_temp_files(self) -> None:
+        with os.scandir(self.paths.dir) as entries:
+            stray = [e.path for e in entries if e.name.startswith(fsio.TEMP_PREFIX)]
+        for path in stray:
+            fsio.unlink(path)
+        if stray:
+            log.info("run %s: removed %d stray temp file(s)", self.run_id, len(stray))
+
+    # -- lifetime -----------------------------------------------------------------
+
+    def on_close(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` when the writer closes, before the lock is released."""
+        self._close_hooks.append(hook)
+
+    def close(self) -> None:
+        """Release the run's lock. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for hook in reversed(self._close_hooks):
+                hook()
+        finally:
+            self._lock.release()
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def open_writer(
+    paths: RunPaths,
+    *,
+    record_codec: RecordCodec,
+    lock_timeout: float,
+    new_meta: RunMeta | None = None,
+    **writer_options: Any,
+) -> RunWriter:
+    """Lock a run directory and return its writer; with ``new_meta``, write it first.
+
+    Raises:
+        KeyRequiredError: the run is signed and ``record_codec`` has no key.
+    """
+    if new_meta is None and record_codec.signer is None and is_signed_file(paths.meta):
+        raise KeyRequiredError(paths.run_id, str(paths.meta))
+    lock = acquire_lock(paths, lock_timeout)
+    try:
+        owner = current_owner()
+        if new_meta is not None:
+            meta = msgspec.structs.replace(new_meta, owner=owner, attempt=1)
+            fsio.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))
+        else:
+            old = read_meta(paths, record_codec)
+            meta = msgspec.structs.replace(
+                old, owner=owner, attempt=old.attempt + 1, updated_ms=now_ms()
+            )
+            fsio.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))
+        return RunWriter(paths, lock, meta, record_codec=record_codec, **writer_options)
+    except BaseException:
+        lock.release()
+        raise

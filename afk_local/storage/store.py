@@ -1,0 +1,346 @@
+"""The root of many runs: create, open, list and delete run directories.
+
+Example:
+    >>> import afk_local as afk
+    >>> store = afk.Store("/tmp/afk-doc-store")
+    >>> with store.create() as run:
+    ...     _ = run.checkpoint("runtime_state", {"done": 1}, step=1)
+    >>> store.open(run.run_id).latest().payload
+    {'done': 1}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from afk_local.errors import (
+    AfkLocalError,
+    RunExistsError,
+    RunLockedError,
+    RunNotFoundError,
+)
+from afk_local.storage import codec, fsio
+from afk_local.storage.codec import DecHook, EncHook, RecordCodec
+from afk_local.storage.fork import fork_run
+from afk_local.storage.integrity import signer_for
+from afk_local.storage.layout import REQUESTS_DIR, RUNS_DIR, RunPaths, validate_run_id
+from afk_local.storage.layout import new_run_id as fresh_run_id
+from afk_local.storage.ownership import acquire_lock, lock_is_held
+from afk_local.storage.reader import RunReader, read_meta
+from afk_local.storage.records import RunMeta, RunStatus, now_ms
+from afk_local.storage.retention import (
+    GcReport,
+    RetentionPolicy,
+    compact_run,
+    remove_stale_builds,
+    runs_to_delete,
+)
+from afk_local.storage.run import RunWriter, open_writer
+from afk_local.storage.run_info import RunInfo
+
+ROOT_ENV = "AFK_LOCAL_ROOT"
+DEFAULT_ROOT = ".afk"
+
+
+def default_root() -> Path:
+    """``$AFK_LOCAL_ROOT`` if set, else ``./.afk``."""
+    return Path(os.environ.get(ROOT_ENV) or DEFAULT_ROOT)
+
+
+class Store:
+    """A directory of runs (``<root>/runs/<run_id>/``).
+
+    Args:
+        root: the store's directory; default ``$AFK_LOCAL_ROOT``, else ``./.afk``.
+        enc_hook / dec_hook: msgspec hooks for custom payload types (never pickle).
+        max_record_bytes: largest decoded record a reader accepts.
+        lock_timeout: seconds a writer waits for a run's lock before RunLockedError.
+        max_chain: deltas after which a new keyframe is written.
+        key: a secret (bytes or text) that turns on tamper evidence: every file and
+            journal record is signed with HMAC-SHA256, and unsigned or wrongly signed
+            ones count as damaged (docs/format.md, "Tamper evidence"). Default:
+            ``$AFK_LOCAL_KEY`` when set, else no key (files are not signed).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        enc_hook: EncHook | None = None,
+        dec_hook: DecHook | None = None,
+        max_record_bytes: int = codec.DEFAULT_MAX_RECORD_BYTES,
+        lock_timeout: float = 0.0,
+        max_chain: int = 32,
+        key: bytes | str | None = None,
+    ) -> None:
+        self.root = Path(root) if root is not None else default_root()
+        self.codec = RecordCodec(enc_hook=enc_hook, dec_hook=dec_hook, signer=signer_for(key))
+        self.max_record_bytes = max_record_bytes
+        self.lock_timeout = lock_timeout
+        self.max_chain = max_chain
+
+    def __repr__(self) -> str:
+        keyed = ", keyed" if self.keyed else ""
+        return f"Store(root={str(self.root)!r}{keyed})"
+
+    @property
+    def keyed(self) -> bool:
+        """True when this store signs and checks its files (a key, or ``$AFK_LOCAL_KEY``)."""
+        return self.codec.signer is not None
+
+    @property
+    def runs_dir(self) -> Path:
+        """``<root>/runs``."""
+        return self.root / RUNS_DIR
+
+    @property
+    def requests_dir(self) -> Path:
+        """``<root>/requests``: resume requests for the watcher."""
+        return self.root / REQUESTS_DIR
+
+    def paths(self, run_id: str) -> RunPaths:
+        """The paths of run ``run_id`` (validated; nothing is created)."""
+        return RunPaths(validate_run_id(run_id), self.runs_dir / run_id)
+
+    def exists(self, run_id: str) -> bool:
+        """True when the run has a ``run.meta``."""
+        return self.paths(run_id).meta.is_file()
+
+    # -- writing ------------------------------------------------------------------
+
+    def create(
+        self,
+        run_id: str | None = None,
+        *,
+        thread_id: str | None = None,
+        entrypoint: str | None = None,
+        params: Any = None,
+        parent_run_id: str | None = None,
+        code_fingerprint: str | None = None,
+        version: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> RunWriter:
+        """Create a new run and return its writer, holding the run's lock."""
+        paths = self.paths(run_id if run_id is not None else fresh_run_id())
+        if parent_run_id is not None:
+            validate_run_id(parent_run_id)
+        fsio.make_dirs(self.runs_dir)
+        try:
+            fsio.make_dir(paths.dir)
+        except FileExistsError:
+            # A crash between mkdir and the first run.meta leaves a directory with no
+            # meta and no owner: adopt it, or that run id could never be used again.
+            if paths.meta.exists() or lock_is_held(paths.lock) or not paths.dir.is_dir():
+                raise RunExistsError(paths.run_id, str(paths.dir)) from None
+        stamp = now_ms()
+        meta = RunMeta(
+            run_id=paths.run_id,
+            thread_id=thread_id,
+            created_ms=stamp,
+            updated_ms=stamp,
+            entrypoint=entrypoint,
+            params=params,
+            parent_run_id=parent_run_id,
+            code_fingerprint=code_fingerprint,
+            version=version,
+            extra=extra or {},
+        )
+        return open_writer(paths, new_meta=meta, **self._writer_options(0.0))
+
+    def resume_writer(self, run_id: str, *, lock_timeout: float | None = None) -> RunWriter:
+        """Take the lock of an existing run and return its writer.
+
+        Raises:
+            RunNotFoundError: no such run.
+            RunLockedError: another writer holds it (after ``lock_timeout``).
+        """
+        paths = self.paths(run_id)
+        if not paths.meta.is_file():
+            raise RunNotFoundError(run_id, str(self.root))
+        timeout = self.lock_timeout if lock_timeout is None else lock_timeout
+        return open_writer(paths, **self._writer_options(timeout))
+
+    def _writer_options(self, lock_timeout: float) -> dict[str, Any]:
+        return {
+            "record_codec": self.codec,
+            "lock_timeout": lock_timeout,
+            "max_record_bytes": self.max_record_bytes,
+            "max_chain": self.max_chain,
+        }
+
+    def delete(self, run_id: str) -> None:
+        """Delete a run whole. Refuses (RunLockedError) while its owner is alive."""
+        paths = self.paths(run_id)
+        if not paths.dir.is_dir():
+            raise RunNotFoundError(run_id, str(self.root))
+        lock = acquire_lock(paths, 0.0)
+        try:
+            # Rename first: the run vanishes from listings at once, and a crash
+            # mid-delete leaves only a temp directory that gc removes.
+            trash = fsio.temp_path(self.runs_dir, f"deleted-{run_id}")
+            fsio.rename(paths.dir, trash)
+            fsio.fsync_dir(self.runs_dir)
+        finally:
+            lock.release()
+        shutil.rmtree(trash, ignore_errors=True)
+
+    # -- reading ------------------------------------------------------------------
+
+    def open(self, run_id: str) -> RunReader:
+        """A read-only view of a run (no lock)."""
+        paths = self.paths(run_id)
+        reader = RunReader(paths, record_codec=self.codec, max_record_bytes=self.max_record_bytes)
+        reader.meta  # noqa: B018 - raises RunNotFoundError now rather than later
+        return reader
+
+    def run_ids(self) -> list[str]:
+        """Ids of every run directory, sorted (unvalidated names are ignored)."""
+        try:
+            with os.scandir(self.runs_dir) as entries:
+                names = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        except FileNotFoundError:
+            return []
+        valid = []
+        for name in names:
+            with contextlib.suppress(AfkLocalError):
+                valid.append(validate_run_id(name))
+        return sorted(valid)
+
+    def read_meta(self, run_id: str) -> RunMeta:
+        """The ``run.meta`` of a run (cheap: one small file)."""
+        return read_meta(self.paths(run_id), self.codec)
+
+    def owner_alive(self, run_id: str) -> bool:
+        """True when a process holds the run's ``owner.lock``."""
+        return lock_is_held(self.paths(run_id).lock)
+
+    def info(self, run_id: str) -> RunInfo:
+        """The :class:`RunInfo` of one run."""
+        reader = self.open(run_id)
+        meta = reader.meta
+        latest = reader.latest()
+        size = 0
+        with os.scandir(reader.paths.dir) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    if entry.is_file(follow_symlinks=False):
+                        size += entry.stat(follow_symlinks=False).st_size
+        return RunInfo(
+            run_id=run_id,
+            status=meta.status,
+            step=latest.step if latest else 0,
+            phase=latest.phase if latest else None,
+            seq=latest.seq if latest else 0,
+            updated_ms=max(meta.updated_ms, latest.timestamp_ms if latest else 0),
+            owner_alive=self.owner_alive(run_id),
+            bytes=size,
+            thread_id=meta.thread_id,
+            parent_run_id=meta.parent_run_id,
+            entrypoint=meta.entrypoint,
+            attempt=meta.attempt,
+        )
+
+    def runs(self, status: RunStatus | str | None = None) -> list[RunInfo]:
+        """Every readable run, newest first, optionally only those with ``status``."""
+        wanted = RunStatus(status) if status is not None else None
+        result = []
+        for run_id in self.run_ids():
+            try:
+                if wanted is not None and self.read_meta(run_id).status is not wanted:
+                    continue
+                result.append(self.info(run_id))
+            except AfkLocalError:
+                continue  # a run being created, or a damaged meta: `verify` reports it
+        result.sort(key=lambda info: info.updated_ms, reverse=True)
+        return result
+
+    def interrupted(self) -> list[str]:
+        """Ids of runs whose status says running (or created) but whose lock is free."""
+        found = []
+        for run_id in self.run_ids():
+            try:
+                meta = self.read_meta(run_id)
+            except AfkLocalError:
+                continue
+            if meta.status in (RunStatus.RUNNING, RunStatus.CREATED) and not self.owner_alive(
+                run_id
+            ):
+                found.append(run_id)
+        return found
+
+    def gc(self, policy: RetentionPolicy | None = None, *, dry_run: bool = False) -> GcReport:
+        """Compact runs and delete old terminal runs per ``policy`` (:mod:`.retention`).
+
+        Runs whose owner is alive are never touched; kill -9 at any instant leaves
+        every run resumable.
+        """
+        policy = policy or RetentionPolicy()
+        report = GcReport(dry_run=dry_run)
+        if not dry_run:
+            report.removed_temp_dirs = remove_stale_builds(self.runs_dir)
+        for run_id in self.run_ids():
+            self._compact(run_id, policy, report)
+        infos = self.runs()
+        if dry_run:  # account for what compaction would have freed
+            freed = {c.run_id: c.bytes_freed for c in report.compacted}
+            infos = [replace(i, bytes=max(0, i.bytes - freed.get(i.run_id, 0))) for i in infos]
+        for run_id in runs_to_delete(infos, policy, now_ms=now_ms()):
+            if dry_run:
+                report.deleted_runs.append(run_id)
+                continue
+            try:
+                self.delete(run_id)
+                report.deleted_runs.append(run_id)
+            except RunLockedError:
+                report.skipped_locked.append(run_id)
+            except (AfkLocalError, OSError) as exc:
+                report.errors.append(f"run {run_id}: not deleted: {exc}")
+        return report
+
+    def _compact(self, run_id: str, policy: RetentionPolicy, report: GcReport) -> None:
+        """Compact one run under its lock; a run whose owner is alive is skipped untouched."""
+        paths = self.paths(run_id)
+        if lock_is_held(paths.lock):
+            report.skipped_locked.append(run_id)
+            return
+        try:
+            lock = acquire_lock(paths, 0.0)
+        except RunLockedError:
+            report.skipped_locked.append(run_id)
+            return
+        except OSError as exc:
+            report.errors.append(f"run {run_id}: cannot lock {paths.lock}: {exc}")
+            return
+        try:
+            reader = self.open(run_id)
+            report.compacted.append(compact_run(reader, policy, dry_run=report.dry_run))
+        except (AfkLocalError, OSError) as exc:
+            report.errors.append(f"run {run_id}: skipped: {exc}")
+        finally:
+            lock.release()
+
+    def fork(self, run_id: str, at_seq: int, new_run_id: str | None = None) -> RunInfo:
+        """A new run whose history is ``run_id``'s up to checkpoint ``at_seq`` (:mod:`.fork`)."""
+        target_id = validate_run_id(new_run_id) if new_run_id is not None else fresh_run_id()
+        fork_run(self.open(run_id), at_seq, self.paths(target_id))
+        return self.info(target_id)
+
+    def ensure_unlocked(self, run_id: str) -> None:
+        """Raise RunLockedError when the run's owner is alive."""
+        paths = self.paths(run_id)
+        if lock_is_held(paths.lock):
+            raise RunLockedError(run_id, str(paths.lock))
+
+
+StoreLike = Store | str | os.PathLike[str] | None
+"""What a ``store=`` argument takes: a :class:`Store`, its root directory, or None (the default)."""
+
+
+def as_store(store: StoreLike) -> Store:
+    """``store`` itself, or a :class:`Store` on the root directory it names."""
+    return store if isinstance(store, Store) else Store(store)

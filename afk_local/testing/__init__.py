@@ -1,0 +1,233 @@
+"""Helpers for testing code that uses afk_local: a temporary store and real crashes.
+
+Use as a pytest plugin (in ``conftest.py``)::
+
+    pytest_plugins = ["afk_local.testing"]
+
+    def test_resumes(afk_store):
+        killed = run_and_kill(my_job, 100, at=20, on="step", store=afk_store)
+        assert killed.killed
+        assert my_job.with_store(afk_store).run(run_id=killed.run_id) == expected
+
+:func:`run_and_kill` runs a durable job in a fresh child process (``python -c``,
+never a fork) and SIGKILLs it at a chosen point, so the crash is as real as an
+OOM kill: no ``finally`` blocks, no atexit, no flushed buffers. The job must be
+importable (``module:qualname``) by the child; the child gets this process's
+``sys.path``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from afk_local.errors import RunPaused
+from afk_local.runner import run_context
+from afk_local.runner.durable_function import DurableFunction
+from afk_local.runner.resume import load_entrypoint
+from afk_local.storage import fsio
+from afk_local.storage.layout import new_run_id
+from afk_local.storage.store import Store
+
+try:
+    import pytest
+except ImportError:  # pragma: no cover - the fixture needs pytest, run_and_kill does not
+    pytest = None  # type: ignore[assignment]
+
+KILL_POINTS = ("io", "step", "open", "write", "fsync", "rename", "symlink", "unlink", "truncate")
+"""What ``run_and_kill(at=N, on=...)`` counts: every durable I/O call (``"io"``), journaled
+steps (``"step"``), or one kind of I/O call."""
+
+_CHILD = "import sys; from afk_local.testing import _child_main; _child_main(sys.argv[1])"
+EXIT_PAUSED = 3
+"""The child's exit code when the job paused."""
+
+
+@dataclass(frozen=True)
+class KillResult:
+    """What happened to the child of :func:`run_and_kill`."""
+
+    run_id: str
+    killed: bool
+    """True when the child was SIGKILLed at the kill point (False: it finished first)."""
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def completed(self) -> bool:
+        """True when the job returned normally in the child."""
+        return self.returncode == 0
+
+    @property
+    def paused(self) -> bool:
+        """True when the job paused (``ctx.pause``) in the child."""
+        return self.returncode == EXIT_PAUSED
+
+
+def run_and_kill(
+    job: DurableFunction[Any],
+    *args: Any,
+    at: int | None,
+    on: str = "io",
+    store: Store | str | os.PathLike[str] | None = None,
+    run_id: str | None = None,
+    timeout: float = 120.0,
+    **kwargs: Any,
+) -> KillResult:
+    """Run ``job.run(*args, run_id=run_id, **kwargs)`` in a child process; SIGKILL it at ``at``.
+
+    Args:
+        job: an ``@afk.durable`` function importable as ``module:qualname``.
+        at: kill right before the ``at``-th event counted by ``on`` (1-based);
+            None runs the job to its end (a plain resume in a child).
+        on: ``"io"`` counts every durable I/O call of :mod:`afk_local.storage.fsio`
+            (open, write, fsync, rename, ...), one of those names counts only
+            that kind, ``"step"`` counts ``ctx.step`` calls (killed before the
+            step's intent is written).
+        store: where the run lives (default: the job's store, else ``$AFK_LOCAL_ROOT``).
+        run_id: the run to start or resume (default: a new id, returned in the result).
+        timeout: seconds before the child is killed regardless (then ``killed`` is False
+            and the returncode is -9).
+
+    Returns:
+        A :class:`KillResult`; read the run with ``Store(root).open(result.run_id)``.
+    """
+    if on not in KILL_POINTS:
+        raise ValueError(f"on must be one of {', '.join(KILL_POINTS)}, not {on!r}")
+    if at is not None and at < 1:
+        raise ValueError("at counts from 1")
+    if job.entrypoint.startswith("__main__:") or "<locals>" in job.entrypoint:
+        raise ValueError(
+            f"{job.entrypoint} cannot be imported by a child process: define the job in a module"
+        )
+    target = store if store is not None else job.store
+    root = str(target.root if isinstance(target, Store) else Store(target).root)
+    run_id = run_id or new_run_id()
+    spec = {
+        "entrypoint": job.entrypoint,
+        "root": root,
+        "run_id": run_id,
+        "params": msgspec.msgpack.encode({"args": list(args), "kwargs": kwargs}).hex(),
+        "at": at,
+        "on": on,
+    }
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+    return KillResult(
+        run_id=run_id,
+        killed=proc.returncode == -signal.SIGKILL and "afk-testing: killing" in proc.stderr,
+        returncode=proc.returncode,
+        stdout=proc.stdout,
+        stderr=proc.stderr,
+    )
+
+
+class IoKillSwitch:
+    """Counts durable I/O calls and SIGKILLs this process at the chosen one.
+
+    Installed by :func:`kill_at_io_call`; :attr:`calls` tells a script that ran to
+    the end how many calls there were (the range of kill points worth sweeping).
+    """
+
+    def __init__(self, at: int | None, operation: str = "io") -> None:
+        self.at = at
+        self.operation = operation
+        self.calls = 0
+
+    def __call__(self, operation: str, path: str) -> None:
+        if self.operation not in ("io", operation):
+            return
+        self.calls += 1
+        if self.calls == self.at:
+            sys.stderr.write(f"afk-testing: killing at {operation} #{self.calls} ({path})\n")
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_at_io_call(at: int | None, operation: str = "io") -> IoKillSwitch:
+    """SIGKILL this process at its ``at``-th durable I/O call (``None``/0: only count).
+
+    For crash tests run in a child process: every write-side call of afk_local
+    (open, write, fsync, rename, symlink, unlink, truncate, mkdir) goes through
+    :mod:`afk_local.storage.fsio`, so sweeping ``at`` over 1..N crashes a scripted run at
+    every durable step it takes. ``operation`` counts only one kind of call.
+
+    Example:
+        >>> switch = kill_at_io_call(None)   # count only
+        >>> switch.calls
+        0
+        >>> _ = fsio.set_io_hook(None)
+    """
+    switch = IoKillSwitch(at or None, operation)
+    fsio.set_io_hook(switch)
+    return switch
+
+
+def _child_main(spec_json: str) -> None:
+    """Entry point of the child process of :func:`run_and_kill`."""
+    spec = json.loads(spec_json)
+    at, on = spec["at"], spec["on"]
+    seen = 0
+
+    def kill(event: str, detail: str) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == at:
+            sys.stderr.write(f"afk-testing: killing at {event} #{seen} ({detail})\n")
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    if at is not None and on == "step":
+        run_context.set_step_hook(kill)
+    elif at is not None:
+        kill_at_io_call(at, on)
+    job = load_entrypoint(spec["entrypoint"], spec["run_id"])
+    store = Store(spec["root"])
+    params = msgspec.msgpack.decode(bytes.fromhex(spec["params"]))
+    try:
+        job.with_store(store).run(*params["args"], run_id=spec["run_id"], **params["kwargs"])
+    except RunPaused:
+        raise SystemExit(EXIT_PAUSED) from None
+
+
+if pytest is not None:
+
+    @pytest.fixture
+    def afk_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+        """A :class:`~afk_local.Store` in a temporary directory, also set as ``$AFK_LOCAL_ROOT``.
+
+        Jobs declared with ``store=None`` write there too during the test.
+        """
+        root = tmp_path / "afk-store"
+        monkeypatch.setenv("AFK_LOCAL_ROOT", str(root))
+        yield Store(root)
+
+
+__all__ = [
+    "EXIT_PAUSED",
+    "KILL_POINTS",
+    "IoKillSwitch",
+    "KillResult",
+    "afk_store",
+    "kill_at_io_call",
+    "run_and_kill",
+]

@@ -1,0 +1,254 @@
+"""Request files: how ``afk-local resume --via-watcher`` and ``afk-local submit`` reach the watcher.
+
+A request is one small JSON file in ``<root>/requests/``, published by atomic
+rename (:func:`afk_local.storage.fsio.atomic_write`), so the watcher never sees half a
+request; temp files start with ``.`` and are ignored. The watcher handles a
+request and deletes it. A request it cannot understand is moved to
+``requests/rejected/`` next to a ``<name>.reason`` file saying why; it never
+stops the watcher. Handling is idempotent, so two watchers reading the same
+request do no harm (the run's lock decides who resumes it; a second submit of
+the same run id finds the run already there).
+
+Format (``kind`` decides the other fields)::
+
+    {"kind": "resume", "run_id": "RUN", "input": <JSON>, "has_input": true}
+    {"kind": "submit", "run_id": "RUN", "entrypoint": "module:function",
+     "args": [...], "kwargs": {...}}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import threading
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+
+from afk_local.errors import AfkLocalError, RunExistsError
+from afk_local.runner.entrypoints import is_entrypoint
+from afk_local.storage import fsio
+from afk_local.storage.layout import new_run_id, validate_run_id
+from afk_local.storage.records import RunStatus, now_ms
+from afk_local.storage.store import Store
+
+MAX_REQUEST_BYTES = 1 << 20
+REJECTED_DIR = "rejected"
+
+
+class Request(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One request file's content."""
+
+    kind: str
+    """``"resume"`` or ``"submit"``."""
+    run_id: str
+    entrypoint: str | None = None
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    input: Any = None
+    has_input: bool = False
+    created_ms: int = 0
+
+
+def validate(request: Request) -> Request:
+    """Raise ValueError naming what is wrong with ``request``."""
+    try:
+        validate_run_id(request.run_id)
+    except AfkLocalError as exc:
+        raise ValueError(str(exc)) from None
+    if request.kind == "resume":
+        if request.entrypoint is not None or request.args or request.kwargs:
+            raise ValueError("a resume request takes no entrypoint, args or kwargs")
+    elif request.kind == "submit":
+        if not is_entrypoint(request.entrypoint):
+            raise ValueError(
+                f"entrypoint {request.entrypoint!r} is not module:function (e.g. mypkg.jobs:crawl)"
+            )
+        if request.has_input:
+            raise ValueError("a submit request takes no input")
+    else:
+        raise ValueError(f"unknown kind {request.kind!r}: use 'resume' or 'submit'")
+    return request
+
+
+def write_request(store: Store, request: Request) -> Path:
+    """Publish ``request`` in ``<root>/requests/`` atomically; returns the file's path."""
+    validate(request)
+    fsio.make_dirs(store.requests_dir)
+    if not request.created_ms:
+        request = msgspec.structs.replace(request, created_ms=now_ms())
+    name = f"{request.created_ms:013d}-{request.kind}-{secrets.token_hex(4)}.json"
+    path = store.requests_dir / name
+    fsio.atomic_write(path, msgspec.json.encode(request))
+    return path
+
+
+def resume_request(
+    store: Store, run_id: str, value: Any = None, *, has_input: bool = False
+) -> Path:
+    """Ask the watcher to resume ``run_id`` (with ``value`` as the answer of a paused run)."""
+    return write_request(
+        store, Request(kind="resume", run_id=run_id, input=value, has_input=has_input)
+    )
+
+
+def submit_request(
+    store: Store,
+    entrypoint: str,
+    args: list[Any] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    run_id: str | None = None,
+) -> tuple[str, Path]:
+    """Ask the watcher to start ``entrypoint(*args, **kwargs)`` as a new run; returns its id."""
+    rid = run_id or new_run_id()
+    path = write_request(
+        store,
+        Request(
+            kind="submit", run_id=rid, entrypoint=entrypoint, args=args or [], kwargs=kwargs or {}
+        ),
+    )
+    return rid, path
+
+
+def read_request(path: Path) -> Request:
+    """Read and validate one request file; ValueError saying why it is unusable."""
+    try:
+        data = fsio.read_bounded(path, MAX_REQUEST_BYTES)
+    except ValueError as exc:
+        raise ValueError(f"too large: {exc}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read: {exc.strerror or exc}") from None
+    try:
+        request = msgspec.json.decode(data, type=Request)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ValueError(f"not a request: {exc}") from None
+    return validate(request)
+
+
+def reject(store: Store, path: Path, reason: str) -> Path | None:
+    """Move a bad request to ``requests/rejected/`` with ``<name>.reason``; None if it vanished."""
+    rejected = store.requests_dir / REJECTED_DIR
+    fsio.make_dir(rejected, exist_ok=True)
+    target = rejected / path.name
+    try:
+        os.replace(path, target)  # another directory of the same store: one rename
+    except FileNotFoundError:
+        return None  # another watcher handled it
+    fsio.fsync_dir(rejected)
+    fsio.atomic_write(
+        rejected / f"{path.name}.reason", (reason.rstrip() + "\n").encode("utf-8", "replace")
+    )
+    return target
+
+
+def pending_requests(store: Store) -> list[Path]:
+    """Request files waiting in ``requests/``, oldest first (temp files and dirs skipped)."""
+    try:
+        with os.scandir(store.requests_dir) as entries:
+            names = [
+                e.name
+                for e in entries
+                if not e.name.startswith(".") and not e.is_dir(follow_symlinks=False)
+            ]
+    except FileNotFoundError:
+        return []
+    return [store.requests_dir / name for name in sorted(names)]
+
+
+class RequestHost(Protocol):
+    """What handling a request needs of the :class:`~afk_local.watcher.watcher.Watcher`."""
+
+    @property
+    def store(self) -> Store:
+        """The store the requests belong to."""
+
+    @property
+    def stop_event(self) -> threading.Event:
+        """Set when the watcher is stopping."""
+
+    @property
+    def pending(self) -> deque[str]:
+        """Run ids waiting for a free slot."""
+
+    @property
+    def children(self) -> Mapping[str, object]:
+        """The runs being resumed right now, by run id."""
+
+    @property
+    def concurrency(self) -> int:
+        """How many runs may be resumed at once."""
+
+    def emit(self, kind: str, run_id: str | None = None, message: str = "", /) -> None:
+        """Report an event."""
+
+    def start(self, run_id: str, *, manual: bool = False, input_json: str | None = None) -> bool:
+        """Start a child resuming ``run_id``; False if its lock is taken."""
+
+
+def process_requests(watcher: RequestHost) -> None:
+    """Handle every pending request; bad ones are rejected, none stops the watcher."""
+    store = watcher.store
+    for path in pending_requests(store):
+        if watcher.stop_event.is_set():
+            return
+        try:
+            request = read_request(path)
+        except ValueError as exc:
+            if path.exists():
+                reject(store, path, str(exc))
+                watcher.emit("rejected", None, f"{path.name}: {exc}")
+            continue
+        try:
+            done = _handle(watcher, request)
+        except (AfkLocalError, ValueError, TypeError, OSError) as exc:
+            reject(store, path, f"{type(exc).__name__}: {exc}")
+            watcher.emit("rejected", request.run_id, f"{path.name}: {exc}")
+            continue
+        if done:
+            fsio.unlink(path)
+
+
+def _handle(watcher: RequestHost, request: Request) -> bool:
+    """Act on one request; False to keep it for later (no room under the concurrency limit)."""
+    store = watcher.store
+    if request.kind == "submit":
+        assert request.entrypoint is not None
+        try:
+            writer = store.create(
+                request.run_id,
+                entrypoint=request.entrypoint,
+                params={"args": list(request.args), "kwargs": dict(request.kwargs)},
+            )
+        except RunExistsError:
+            return True  # submitted already (by this request, read by another watcher)
+        writer.close()  # status "created", lock free: resumed like any interrupted run
+        watcher.emit("submitted", request.run_id, request.entrypoint)
+        if request.run_id not in watcher.pending:
+            watcher.pending.append(request.run_id)
+        return True
+    meta = store.read_meta(request.run_id)  # RunNotFoundError: rejected with the reason
+    if meta.entrypoint is None:
+        raise ValueError(
+            f"run {request.run_id!r} has no entrypoint (not an @afk.durable job nor an agent "
+            "that another process can rebuild); nothing to re-import"
+        )
+    if meta.status is RunStatus.COMPLETED:
+        watcher.emit("request", request.run_id, "already completed; nothing to do")
+        return True
+    if request.run_id in watcher.children:
+        watcher.emit("request", request.run_id, "already being resumed")
+        return True
+    if len(watcher.children) >= watcher.concurrency:
+        return False
+    input_json = json.dumps(request.input) if request.has_input else None
+    if not watcher.start(request.run_id, manual=True, input_json=input_json):
+        with contextlib.suppress(AfkLocalError):
+            if store.owner_alive(request.run_id):
+                watcher.emit("taken", request.run_id, "its owner is alive; left alone")
+    return True

@@ -1,0 +1,484 @@
+"""The watcher: finds interrupted runs and resumes them, also after a reboot (DESIGN §7).
+
+A run is *interrupted* when its status is ``running`` (or ``created``) and nobody
+holds its ``owner.lock``; the lock is the truth, whatever ``run.meta`` says about
+the owner (a run from an earlier boot with a free lock is interrupted, a run
+whose lock is held is never touched). :class:`Watcher` sweeps the store, then
+watches ``runs/`` and ``requests/`` with watchfiles and sweeps again on a timer
+(a dying process makes no filesystem event). Every resume is a child process,
+``python -m afk_local resume RUN``, that takes the lock itself; its output goes
+to ``runs/<id>/logs/attempt-<n>.log``.
+
+Crash loops: every automatic resume is an *attempt*, claimed under the run's lock
+with a lease, backed off after each death without progress and given up past
+``max_attempts`` (see :mod:`afk_local.watcher.attempts`).
+
+Example:
+    >>> from afk_local.watcher.watcher import Watcher  # doctest: +SKIP
+    >>> Watcher(afk.Store("~/.afk")).run_once()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from afk_local.errors import AfkLocalError
+from afk_local.storage import fsio
+from afk_local.storage.layout import LOGS_NAME
+from afk_local.storage.ownership import boot_id, lock_is_held
+from afk_local.storage.reader import read_meta
+from afk_local.storage.records import RunMeta, RunStatus, now_ms
+from afk_local.storage.store import Store
+from afk_local.watcher.attempts import (
+    RESUMABLE,
+    attempt_died,
+    claim,
+    release,
+    update_meta_unowned,
+)
+from afk_local.watcher.requests import process_requests
+
+log = logging.getLogger("afk_local")
+
+LOCKED_EXIT = 75
+"""Exit code of ``afk-local resume`` when another process holds the run (EX_TEMPFAIL)."""
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One thing the watcher did: printed as a line, or as JSON with ``--json``.
+
+    ``kind`` is one of ``started``, ``resumed``, ``completed``, ``paused``,
+    ``failed``, ``backoff``, ``gave_up``, ``stopped``, ``taken`` (another
+    process holds the run), ``submitted``, ``request``, ``rejected``, ``stopping``.
+    """
+
+    kind: str
+    run_id: str | None = None
+    message: str = ""
+    attempt: int = 0
+    delay_s: float | None = None
+    exit_code: int | None = None
+    log: str | None = None
+    ts_ms: int = field(default_factory=now_ms)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as a JSON-able dict (None fields left out)."""
+        out = {
+            "event": self.kind,
+            "run_id": self.run_id,
+            "message": self.message,
+            "attempt": self.attempt,
+            "delay_s": self.delay_s,
+            "exit_code": self.exit_code,
+            "log": self.log,
+            "ts_ms": self.ts_ms,
+        }
+        return {k: v for k, v in out.items() if v is not None}
+
+
+@dataclass
+class _Child:
+    run_id: str
+    proc: subprocess.Popen[bytes]
+    attempt: int
+    seq_at_start: int
+    log_path: Path
+    started: float
+
+
+@dataclass
+class _Cached:
+    key: tuple[int, int, int]
+    meta: RunMeta
+
+
+class Watcher:
+    """Resumes the interrupted runs of one store, each in a child process.
+
+    Args:
+        store: the store to watch.
+        concurrency: at most this many children at once.
+        max_attempts: consecutive automatic resumes without progress before the
+            run is marked ``failed``.
+        interval: seconds between timer sweeps.
+        backoff: seconds before the 2nd attempt; doubles for every further one.
+        max_backoff: the longest wait between two attempts.
+        grace: seconds children get to checkpoint and exit on stop, before SIGKILL.
+        lease: seconds a claim keeps other watchers off a run whose child has not
+            taken the lock yet.
+        on_event: called with every :class:`WatchEvent` (from the watcher's thread).
+        python: the interpreter children run under.
+        env: extra environment for children.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        concurrency: int = 4,
+        max_attempts: int = 5,
+        interval: float = 2.0,
+        backoff: float = 5.0,
+        max_backoff: float = 900.0,
+        grace: float = 10.0,
+        lease: float = 60.0,
+        on_event: Callable[[WatchEvent], None] | None = None,
+        python: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        if interval <= 0:
+            raise ValueError("interval must be > 0 seconds")
+        self.store = store
+        self.concurrency = concurrency
+        self.max_attempts = max_attempts
+        self.interval = interval
+        self.backoff = max(backoff, 0.0)
+        self.max_backoff = max(max_backoff, self.backoff)
+        self.grace = grace
+        self.lease = lease
+        self.on_event = on_event
+        self.python = python or sys.executable
+        self.env = env or {}
+        self.children: dict[str, _Child] = {}
+        self.pending: deque[str] = deque()
+        self.stop_event = threading.Event()
+        self.counts: dict[str, int] = {}
+        self._cache: dict[str, _Cached] = {}
+        self._stopping = False
+
+    def __repr__(self) -> str:
+        return f"Watcher(root={str(self.store.root)!r}, children={len(self.children)})"
+
+    # -- events -------------------------------------------------------------------
+
+    def emit(self, kind: str, run_id: str | None = None, message: str = "", **fields: Any) -> None:
+        """Record an event: count it, log it, hand it to ``on_event``."""
+        event = WatchEvent(kind, run_id, message, **fields)
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        log.info("watcher: %s %s %s", kind, run_id or "", message)
+        if self.on_event is not None:
+            self.on_event(event)
+
+    # -- finding interrupted runs ---------------------------------------------------
+
+    def _meta(self, run_id: str) -> RunMeta | None:
+        """``run.meta`` of a run, decoded only when its file changed since the last sweep."""
+        paths = self.store.paths(run_id)
+        try:
+            st = os.stat(paths.meta, follow_symlinks=False)
+        except OSError:
+            self._cache.pop(run_id, None)
+            return None
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = self._cache.get(run_id)
+        if cached is not None and cached.key == key:
+            return cached.meta
+        try:
+            meta = read_meta(paths, self.store.codec)
+        except AfkLocalError:
+            self._cache.pop(run_id, None)
+            return None
+        self._cache[run_id] = _Cached(key, meta)
+        return meta
+
+    def forget(self, run_id: str) -> None:
+        """Drop the cached ``run.meta`` of ``run_id``: it changed (or is about to)."""
+        self._cache.pop(run_id, None)
+
+    def interrupted(self, now: int | None = None) -> list[str]:
+        """Runs a watcher should resume now: interrupted, resumable, not backing off.
+
+        A run without an entrypoint (not an ``@afk.durable`` job nor an agent run
+        with a rebuildable agent: a StateCheckpoint, a LangGraph thread, a
+        subagent's child run) has nothing to re-import and is left alone; so is
+        every run whose lock is held.
+        """
+        stamp = now_ms() if now is None else now
+        found = []
+        for run_id in self.store.run_ids():
+            if run_id in self.children:
+                continue
+            meta = self._meta(run_id)
+            if meta is None or meta.status not in RESUMABLE or meta.entrypoint is None:
+                continue
+            if meta.next_attempt_ms > stamp:
+                continue
+            if lock_is_held(self.store.paths(run_id).lock):
+                continue
+            found.append(run_id)
+        return found
+
+    def sweep(self) -> list[str]:
+        """Queue every interrupted run (keeping the queue free of duplicates); returns them."""
+        found = self.interrupted()
+        queued = set(self.pending)
+        for run_id in found:
+            if run_id not in queued:
+                self.pending.append(run_id)
+        return found
+
+    # -- claiming and starting ---------------------------------------------------------
+
+    def update_meta_unowned(
+        self, run_id: str, change: Callable[[RunMeta], dict[str, Any] | None]
+    ) -> RunMeta | None:
+        """Change ``run.meta`` of a run nobody owns, holding its lock for a moment.
+
+        See :func:`afk_local.watcher.attempts.update_meta_unowned`.
+        """
+        return update_meta_unowned(self.store, run_id, change)
+
+    def _open_log(self, run_id: str, attempt: int) -> tuple[int, Path]:
+        logs = self.store.paths(run_id).dir / LOGS_NAME
+        fsio.make_dir(logs, exist_ok=True)
+        path = logs / f"attempt-{attempt}.log"
+        fd = fsio.open_append(path)
+        return fd, path
+
+    def child_command(self, run_id: str, input_json: str | None = None) -> list[str]:
+        """The command line of the child that resumes ``run_id``."""
+        cmd = [self.python, "-m", "afk_local", "resume", run_id, "--root", str(self.store.root)]
+        if input_json is not None:
+            cmd += ["--input", input_json]
+        return cmd
+
+    def start(self, run_id: str, *, manual: bool = False, input_json: str | None = None) -> bool:
+        """Claim ``run_id`` and start its child; False when it is not ours to resume."""
+        if run_id in self.children or self._stopping:
+            return False
+        claimed = claim(self, run_id, manual=manual)
+        if claimed is None:
+            return False
+        meta, seq = claimed.meta, claimed.seq_at_start
+        attempt = meta.attempt + 1
+        fd, log_path = self._open_log(run_id, attempt)
+        try:
+            header = (
+                f"# afk-local watcher (pid {os.getpid()}, boot {boot_id()[:8]}) "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S')}: resuming {run_id}, attempt {attempt}, "
+                f"watcher attempt {meta.watcher_attempts}/{self.max_attempts}\n"
+            )
+            fsio.write_all(fd, header.encode(), log_path)
+            env = dict(os.environ)
+            env.update(self.env)
+            env.setdefault("PYTHONUNBUFFERED", "1")
+            proc = subprocess.Popen(
+                self.child_command(run_id, input_json),
+                stdin=subprocess.DEVNULL,
+                stdout=fd,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # signals reach it only through the watcher
+            )
+        except OSError as exc:
+            os.close(fd)
+            self.emit("failed", run_id, f"cannot start the child: {exc}")
+            attempt_died(
+                self, run_id, meta.watcher_attempts, seq_at_start=seq, code=None, log_path=log_path
+            )
+            return False
+        os.close(fd)
+        self.children[run_id] = _Child(
+            run_id, proc, meta.watcher_attempts, seq, log_path, time.monotonic()
+        )
+        self.emit(
+            "resumed",
+            run_id,
+            f"attempt {attempt} (pid {proc.pid})",
+            attempt=meta.watcher_attempts,
+            log=str(log_path),
+        )
+        return True
+
+    def start_pending(self) -> None:
+        """Start queued runs while there is room under ``concurrency``."""
+        while self.pending and len(self.children) < self.concurrency and not self._stopping:
+            self.start(self.pending.popleft())
+
+    # -- children ending -----------------------------------------------------------
+
+    def reap(self) -> None:
+        """Collect children that exited and decide what their exit means."""
+        for run_id, child in list(self.children.items()):
+            code = child.proc.poll()
+            if code is None:
+                continue
+            del self.children[run_id]
+            self._finished(child, code)
+
+    def _finished(self, child: _Child, code: int) -> None:
+        run_id = child.run_id
+        self.forget(run_id)
+        try:
+            meta = self.store.read_meta(run_id)
+        except AfkLocalError as exc:
+            self.emit("failed", run_id, f"cannot read run.meta after the attempt: {exc}")
+            return
+        logged = str(child.log_path)
+        if code == LOCKED_EXIT:
+            self.emit("taken", run_id, "another process holds the run", exit_code=code)
+            return
+        if meta.status is RunStatus.COMPLETED:
+            self.emit("completed", run_id, "", exit_code=code, log=logged, attempt=child.attempt)
+        elif meta.status is RunStatus.PAUSED:
+            kind = meta.pause.kind if meta.pause else "input"
+            self.emit("paused", run_id, f"waiting for {kind}", exit_code=code, log=logged)
+        elif meta.status is RunStatus.FAILED:
+            why = meta.error.message if meta.error else f"exit code {code}"
+            self.emit("failed", run_id, why, exit_code=code, log=logged)
+        elif meta.status is RunStatus.CANCELLED:
+            self.emit("stopped", run_id, "cancelled", exit_code=code, log=logged)
+        elif self._stopping:
+            self.emit("stopped", run_id, "stopped with the watcher", exit_code=code, log=logged)
+            release(self, run_id, child.attempt)
+        else:
+            attempt_died(
+                self,
+                run_id,
+                child.attempt,
+                seq_at_start=child.seq_at_start,
+                code=code,
+                log_path=child.log_path,
+            )
+
+    # -- requests -------------------------------------------------------------------
+
+    def handle_requests(self) -> None:
+        """Run every request file in ``requests/`` (see :mod:`afk_local.watcher.requests`)."""
+        process_requests(self)
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def run_once(self) -> int:
+        """Sweep, run the requests, resume every interrupted run, wait for them; 0 if all ok."""
+        self._prepare()
+        self.handle_requests()
+        self.sweep()
+        while (self.pending or self.children) and not self.stop_event.is_set():
+            self.start_pending()
+            self.reap()
+            if self.children:
+                self.stop_event.wait(0.05)
+        self.shutdown()
+        bad = self.counts.get("failed", 0) + self.counts.get("gave_up", 0)
+        bad += self.counts.get("backoff", 0)
+        return 1 if bad else 0
+
+    def serve(self, on_tick: Callable[[], None] | None = None) -> int:
+        """Sweep, then watch ``runs/`` and ``requests/`` until :meth:`stop`; returns 0."""
+        import watchfiles  # noqa: PLC0415 - only the serving watcher needs it
+
+        self._prepare()
+        self.handle_requests()
+        self.sweep()
+        self.start_pending()
+        last_sweep = time.monotonic()
+        poll_ms = max(int(min(self.interval, 0.5) * 1000), 20)
+        requests_dir = str(self.store.requests_dir.resolve())
+        for changes in watchfiles.watch(
+            self.store.runs_dir,
+            self.store.requests_dir,
+            watch_filter=None,
+            debounce=max(poll_ms, 50),
+            step=20,
+            stop_event=self.stop_event,
+            rust_timeout=poll_ms,
+            yield_on_timeout=True,
+            raise_interrupt=False,
+            recursive=False,
+        ):
+            if self.stop_event.is_set():
+                break
+            self.reap()
+            timer = time.monotonic() - last_sweep >= self.interval
+            if timer or any(path.startswith(requests_dir) for _, path in changes):
+                self.handle_requests()  # on the timer too: a request may have waited for room
+            if changes or timer:
+                self.sweep()
+                last_sweep = time.monotonic()
+            self.start_pending()
+            if on_tick is not None:
+                on_tick()
+        self.shutdown()
+        return 0
+
+    def _prepare(self) -> None:
+        fsio.make_dirs(self.store.runs_dir)
+        fsio.make_dirs(self.store.requests_dir)
+
+    def stop(self) -> None:
+        """Ask :meth:`serve` / :meth:`run_once` to end (safe from a signal handler)."""
+        self.stop_event.set()
+
+    def shutdown(self) -> None:
+        """Tell children to stop (SIGTERM), wait ``grace`` seconds, then SIGKILL the rest."""
+        if not self.children:
+            return
+        self._stopping = True
+        self.emit("stopping", None, f"stopping {len(self.children)} run(s)")
+        for child in self.children.values():
+            with contextlib.suppress(OSError):
+                child.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.grace
+        while self.children and time.monotonic() < deadline:
+            self.reap()
+            time.sleep(0.02)
+        for child in self.children.values():
+            with contextlib.suppress(OSError):
+                child.proc.kill()
+            child.proc.wait()
+        self.reap()
+
+    def install_signal_handlers(self) -> Callable[[], None]:
+        """SIGTERM/SIGINT stop the watcher cleanly; returns a function restoring the old ones."""
+        previous: dict[int, Any] = {}
+
+        def handler(signum: int, frame: object) -> None:
+            self.stop()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, handler)
+
+        def restore() -> None:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+        return restore
+
+    def summary(self) -> str:
+        """One line about what runs now: for the live status on a terminal."""
+        now = time.monotonic()
+        running = ", ".join(
+            f"{c.run_id} ({now - c.started:.0f}s)" for c in list(self.children.values())[:4]
+        )
+        more = len(self.children) - 4
+        text = f"{len(self.children)} running" + (f": {running}" if running else "")
+        if more > 0:
+            text += f" +{more}"
+        if self.pending:
+            text += f"; {len(self.pending)} queued"
+        return text
+
+
+__all__: Sequence[str] = [
+    "LOCKED_EXIT",
+    "WatchEvent",
+    "Watcher",
+]

@@ -1,0 +1,32 @@
+"""``afk-local demo``: the first thing a new user runs must show exactly-once side effects."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from afk_local.cli.demo import DEFAULT_STEPS
+
+
+def test_demo_runs_and_every_side_effect_happens_once() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "afk_local", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    out = result.stdout
+    assert "SIGKILL" in out and "on disk after the crash" in out
+    done = int(re.search(r"steps done before the crash\s+(\d+)", out).group(1))
+    skipped = int(re.search(r"steps skipped on resume \(checkpointed\)\s+(\d+)", out).group(1))
+    replayed = int(re.search(r"steps replayed from the journal\s+(\d+)", out).group(1))
+    executed = int(re.search(r"steps executed after the crash\s+(\d+)", out).group(1))
+    assert 0 < done < DEFAULT_STEPS  # the kill landed partway
+    assert skipped + replayed + executed == DEFAULT_STEPS
+    assert skipped + replayed >= done - 1 and skipped <= done
+    n = DEFAULT_STEPS
+    assert f"{n} lines, {n} distinct of {n}" in out
+    assert "every side effect happened exactly once" in out
+    assert re.search(r"bytes on disk\s+[\d.]+ [kM]?B in \d+ files", out)

@@ -1,0 +1,194 @@
+"""DurableWriter: ordering, coalescing, snapshots, error surfacing, and crashes per mode."""
+
+from __future__ import annotations
+
+import errno
+import random
+import threading
+
+import proc
+import pytest
+
+import afk_local as afk
+from afk_local.runner.writer import DurableWriter, FlushTimeoutError
+from afk_local.storage import fsio
+
+
+@pytest.fixture
+def store(tmp_path):
+    return afk.Store(tmp_path / "s")
+
+
+def _phases_and_payloads(store, run_id):
+    return [(c.phase, c.payload) for c in store.open(run_id).history()]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "exit"])
+def test_checkpoints_land_in_order(store, mode):
+    writer = DurableWriter(store.create("r"), mode)
+    for i in range(20):
+        writer.checkpoint("step_started", {"i": i}, step=i)
+    writer.finish("ok")
+    writer.close()
+    history = _phases_and_payloads(store, "r")
+    assert [p for _, p in history[:-1]] == [{"i": i} for i in range(20)]
+    assert history[-1][0] == "run_terminal"
+    assert store.read_meta("r").status is afk.RunStatus.COMPLETED
+
+
+def test_exit_mode_coalesces_consecutive_runtime_state_only(store):
+    writer = DurableWriter(store.create("r"), "exit")
+    for i in range(5):
+        writer.checkpoint("runtime_state", {"i": i}, step=i)
+    writer.checkpoint("step_started", {"mark": 1}, step=5)
+    for i in range(5, 8):
+        writer.checkpoint("runtime_state", {"i": i}, step=i)
+    assert store.open("r").history() == []  # nothing written before a flush in exit mode
+    writer.flush()
+    assert _phases_and_payloads(store, "r") == [
+        ("runtime_state", {"i": 4}),
+        ("step_started", {"mark": 1}),
+        ("runtime_state", {"i": 7}),
+    ]
+    assert writer.coalesced == 6
+    writer.close()
+
+
+@pytest.mark.parametrize("mode", ["async", "exit"])
+def test_payload_is_snapshotted_at_checkpoint_time(store, mode):
+    writer = DurableWriter(store.create("r"), mode)
+    state = {"items": [1]}
+    writer.checkpoint("runtime_state", state, step=1)
+    state["items"].append(2)  # the caller keeps mutating after checkpoint() returned
+    writer.close()
+    assert store.open("r").latest().payload == {"items": [1]}
+
+
+@pytest.mark.parametrize("mode", ["async", "exit"])
+def test_unencodable_payload_raises_in_the_caller(store, mode):
+    writer = DurableWriter(store.create("r"), mode)
+    with pytest.raises(TypeError):
+        writer.checkpoint("runtime_state", {"x": object()}, step=1)
+    writer.checkpoint("runtime_state", {"x": 1}, step=1)  # the writer is still fine
+    writer.close()
+    assert store.open("r").latest().payload == {"x": 1}
+
+
+def _failing_fsync(after: int):
+    calls = {"n": 0, "after_failure": 0}
+
+    def hook(operation, path):
+        if operation != "fsync":
+            return
+        calls["n"] += 1
+        if calls["n"] > after:
+            calls["after_failure"] += 1
+            raise OSError(errno.EIO, "injected fsync failure", path)
+
+    return hook, calls
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "exit"])
+def test_fsync_failure_is_fatal_and_surfaces(store, mode):
+    writer = DurableWriter(store.create("r"), mode)
+    hook, calls = _failing_fsync(after=0)
+    previous = fsio.set_io_hook(hook)
+    try:
+        with pytest.raises(OSError, match="injected"):
+            writer.checkpoint("runtime_state", {"i": 1}, step=1)
+            writer.flush()
+        failures = calls["after_failure"]
+        # never retried: later calls refuse without touching the disk
+        with pytest.raises(afk.WriterFailedError):
+            writer.checkpoint("runtime_state", {"i": 2}, step=2)
+        with pytest.raises(afk.WriterFailedError):
+            writer.finish("nope")
+        assert calls["after_failure"] == failures == 1
+    finally:
+        fsio.set_io_hook(previous)
+        writer.close()
+    assert store.read_meta("r").status is not afk.RunStatus.COMPLETED
+
+
+def test_async_flush_is_bounded(store):
+    writer = DurableWriter(store.create("r"), "async", flush_timeout_s=0.2)
+    release = threading.Event()
+
+    def hook(operation, path):
+        if operation == "fsync" and threading.current_thread().name.startswith("afk-writer"):
+            release.wait(10)
+
+    previous = fsio.set_io_hook(hook)
+    try:
+        writer.checkpoint("runtime_state", {"i": 1}, step=1)
+        with pytest.raises(FlushTimeoutError, match="not written within"):
+            writer.flush()
+    finally:
+        release.set()
+        fsio.set_io_hook(previous)
+    writer.close()
+    assert store.open("r").latest().payload == {"i": 1}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "exit"])
+def test_effects_are_synchronous_in_every_mode(store, mode):
+    writer = DurableWriter(store.create("r"), mode)
+    assert writer.effects.call("k#1", lambda: 41) == 41
+    # readable by a fresh reader before any flush or close
+    assert [e.kind for e in store.open("r").effects()] == ["intent", "outcome"]
+    writer.close()
+
+
+_CRASH_CHILD = """
+import sys, afk_local as afk
+from afk_local.runner.writer import DurableWriter
+store = afk.Store(sys.argv[1])
+writer = DurableWriter(store.create("r"), sys.argv[2])
+for i in range(400):
+    writer.effects.call(f"e#{i}", lambda i: i, (i,))
+    print(f"effect {i}", flush=True)
+    writer.checkpoint("runtime_state", {"i": i, "pad": "x" * 200}, step=i)
+    if sys.argv[2] == "sync":
+        print(f"ckpt {i}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "exit"])
+def test_sigkill_loses_no_acknowledged_effect(tmp_path, mode, trials):
+    for trial in range(trials(3, 30)):
+        root = tmp_path / f"s{trial}"
+        child = proc.spawn(_CRASH_CHILD, str(root), mode)
+        killed = proc.kill_after(child, acks=random.randint(5, 300))
+        acked = [int(x.split()[1]) for x in killed.lines if x.startswith("effect")]
+        ckpts = [int(x.split()[1]) for x in killed.lines if x.startswith("ckpt")]
+        store = afk.Store(root)
+        reader = store.open("r")
+        outcomes = {e.key for e in reader.effects() if e.kind == "outcome"}
+        assert {f"e#{i}" for i in acked} <= outcomes
+        latest = reader.latest()
+        if ckpts:  # sync: an acknowledged checkpoint survives
+            assert latest is not None and latest.payload["i"] >= ckpts[-1]
+        if latest is not None and latest.phase == "runtime_state":
+            assert latest.payload["pad"] == "x" * 200  # never torn
+        assert reader.verify().ok
+
+
+def test_exit_mode_writes_at_interpreter_exit(tmp_path):
+    script = """
+import sys, afk_local as afk
+from afk_local.runner.writer import DurableWriter
+writer = DurableWriter(afk.Store(sys.argv[1]).create("r"), "exit")
+for i in range(10):
+    writer.checkpoint("runtime_state", {"i": i}, step=i)
+# no close(): the process simply ends
+"""
+    done = proc.run(script, str(tmp_path / "s"))
+    assert done.returncode == 0, done.stderr
+    assert afk.Store(tmp_path / "s").open("r").latest().payload == {"i": 9}
+
+
+def test_invalid_mode(store):
+    run = store.create("r")
+    with pytest.raises(ValueError, match="durability"):
+        DurableWriter(run, "sometimes")
+    run.close()

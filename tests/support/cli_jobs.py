@@ -1,0 +1,53 @@
+"""Durable jobs that CLI, fork and retention tests resume from other processes.
+
+Importable as ``cli_jobs`` (tests/ is on sys.path under pytest; children get it
+through PYTHONPATH), so a run's entrypoint ``cli_jobs:count_job`` resolves anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import afk_local as afk
+from afk_local.runner.durable_function import durable
+
+FAIL_AT: list[int] = []  # item indexes at which count_job raises (one-shot)
+
+
+def append_line(path: str, item: int, *, idempotency_key: str) -> int:
+    """An outside side effect, deduplicated by idempotency key like a real service."""
+    target = Path(path)
+    if target.exists() and idempotency_key in target.read_text("utf-8").split():
+        return item * item
+    with open(target, "a", encoding="utf-8") as fh:
+        fh.write(f"{item} {idempotency_key}\n")  # no fsync: these tests kill processes, not power
+    return item * item
+
+
+@durable
+def count_job(ctx: afk.RunContext, n: int, outside: str) -> int:
+    """Sum of squares over ``n`` items, each item one journaled side effect."""
+    ctx.state.setdefault("total", 0)
+    for item in ctx.iterate(range(n), progress=False):
+        if item in FAIL_AT:
+            FAIL_AT.remove(item)
+            raise RuntimeError(f"planned failure at item {item}")
+        ctx.state["total"] += ctx.step("append", append_line, outside, item, idempotent=True)
+        if os.environ.get("CLI_JOBS_ACK"):  # the crash tests read one line per item
+            sys.stdout.write(f"item {item}\n")
+            sys.stdout.flush()
+    return int(ctx.state["total"])
+
+
+@durable
+def ask_job(ctx: afk.RunContext, question: str) -> dict[str, object]:
+    """Pauses for an answer, then returns it."""
+    answer = ctx.pause({"question": question})
+    return {"question": question, "answer": answer}
+
+
+def expected_total(n: int) -> int:
+    """What count_job returns for ``n`` items."""
+    return sum(i * i for i in range(n))

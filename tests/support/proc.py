@@ -1,0 +1,152 @@
+"""Spawning and killing real child processes for crash tests.
+
+A child is a fresh ``python -c SCRIPT`` (never a fork) that prints one line per
+acknowledged operation; the parent reads those lines and SIGKILLs the child at
+a moment of its choosing, so a crash lands wherever the child happens to be.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def spawn(script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start ``python -c script args...`` with stdout as a text pipe."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+    )
+
+
+def run(script: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120):
+    """Run a child to completion; returns the CompletedProcess (never raises on exit code)."""
+    proc = spawn(script, *args, env=env)
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@dataclass
+class Killed:
+    """What a child said before it was killed."""
+
+    lines: list[str] = field(default_factory=list)
+    returncode: int | None = None
+    stderr: str = ""
+
+
+def kill_after(
+    proc: subprocess.Popen[str], *, acks: int | None = None, seconds: float | None = None
+) -> Killed:
+    """SIGKILL ``proc`` after it printed ``acks`` lines or ``seconds`` passed (first wins).
+
+    Lines printed before the kill are returned; a child that exits on its own
+    is simply collected.
+    """
+    assert proc.stdout is not None
+    result = Killed()
+    deadline = time.monotonic() + (seconds if seconds is not None else 120)
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    buffer = ""
+    fd = proc.stdout.fileno()
+    try:
+        while True:
+            if acks is not None and len(result.lines) >= acks:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if not selector.select(timeout=min(remaining, 0.05)):
+                if proc.poll() is not None:
+                    # drain what is left
+                    rest = os.read(fd, 1 << 20).decode()
+                    buffer += rest
+                    if not rest:
+                        break
+                continue
+            chunk = os.read(fd, 65536).decode()
+            if not chunk:
+                break
+            buffer += chunk
+            *complete, buffer = buffer.split("\n")
+            result.lines.extend(line for line in complete if line)
+    finally:
+        selector.close()
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    # Lines that were fully written before the kill still count as acknowledged.
+    rest = proc.stdout.read()
+    buffer += rest
+    *complete, _partial = buffer.split("\n")
+    result.lines.extend(line for line in complete if line)
+    result.returncode = proc.returncode
+    result.stderr = proc.stderr.read() if proc.stderr else ""
+    return result
+
+
+class JsonLinesChild:
+    """A long-running child (e.g. ``afk-local watch --json``) whose JSON lines are collected.
+
+    Use as a context manager; a child still running at exit is killed.
+    """
+
+    def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
+        self.events: list[dict] = []
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.events.append(json.loads(line))
+
+    def wait_for(self, predicate, timeout: float = 60.0) -> None:
+        """Poll ``predicate()`` until true; fail if the child exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert self.proc.poll() is None, f"child exited: {self.proc.stderr.read()}"
+            assert time.monotonic() < deadline, f"timed out; events: {self.events}"
+            time.sleep(0.05)
+
+    def stop(self) -> int:
+        """SIGTERM the child (if still running) and return its exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=60)
+        self._thread.join(timeout=10)
+        return code
+
+    def __enter__(self) -> JsonLinesChild:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+SUPPORT = Path(__file__).resolve().parent
+"""tests/support: the job modules every child imports (put on its PYTHONPATH)."""
+REPO = SUPPORT.parent.parent
+"""The repository checkout (README, examples/, benchmarks/)."""
