@@ -134,7 +134,7 @@ def fork_run(source: RunReader, at_seq: int, target: RunPaths) -> None:
 
 def _link_or_copy(src: os.PathLike[str], dst: os.PathLike[str]) -> None:
     try:
-        os.link(src, dst, follow_symlinks=False)
+        fsio.hard_link(src, dst)
         return
     except OSError as exc:
         if exc.errno not in _LINK_REFUSED:

@@ -4,7 +4,9 @@ Keeping all durable I/O in one module gives one place to get fsync right
 (``F_FULLFSYNC`` on macOS) and one place where tests can inject faults: an I/O
 hook (:func:`set_io_hook`) is called before each operation with its name and
 path, so a test process can SIGKILL itself at the N-th call or make an fsync
-fail.
+fail. An I/O recorder (:func:`set_io_recorder`) sees every call with what it
+did (the bytes written, the old name of a rename), so the crash-state explorer
+(``afk_local.testing.crashsim``) can replay a run onto a model of the disk.
 """
 
 from __future__ import annotations
@@ -16,10 +18,32 @@ import secrets
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 IoHook = Callable[[str, str], None]
 """``hook(operation, path)``; operation is one of open, write, fsync, rename,
-symlink, unlink, truncate, mkdir."""
+symlink, link, unlink, truncate, mkdir."""
+
+
+class IoCall(NamedTuple):
+    """One durable I/O call as an I/O recorder sees it (see :func:`set_io_recorder`)."""
+
+    operation: str
+    """open, write, fsync, rename, symlink, link, unlink, truncate or mkdir."""
+    path: str
+    """The file or directory acted on; for rename, link and symlink the new name."""
+    source: str = ""
+    """rename and link: the old path; symlink: the link's target text."""
+    data: bytes = b""
+    """write: the bytes written."""
+    offset: int = 0
+    """write: the file offset the bytes went to; truncate: the new length."""
+    append: bool = False
+    """open: the file was opened for appending (a log), not created for one write."""
+
+
+IoRecorder = Callable[[IoCall], None]
+"""``recorder(call)``: called after each durable I/O call succeeded (an fsync: as it starts)."""
 
 TEMP_PREFIX = ".tmp-"
 """Names starting with this are unpublished temporaries, removed when a run is reopened."""
@@ -32,6 +56,7 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 _io_hook: IoHook | None = None
+_io_recorder: IoRecorder | None = None
 
 
 def set_io_hook(hook: IoHook | None) -> IoHook | None:
@@ -44,14 +69,33 @@ def set_io_hook(hook: IoHook | None) -> IoHook | None:
     return previous
 
 
+def set_io_recorder(recorder: IoRecorder | None) -> IoRecorder | None:
+    """Install ``recorder`` to see every durable I/O call with its details; returns the previous.
+
+    A mutating call is reported after it succeeded; an fsync as it starts, so a
+    write that finished before is known to be covered by it even when threads
+    interleave. For the crash-state explorer; never needed in normal use.
+    """
+    global _io_recorder
+    previous, _io_recorder = _io_recorder, recorder
+    return previous
+
+
 def _before(operation: str, path: str | os.PathLike[str]) -> None:
     if _io_hook is not None:
         _io_hook(operation, os.fspath(path))
 
 
+def _record(call: IoCall) -> None:
+    if _io_recorder is not None:
+        _io_recorder(call)
+
+
 def fsync_fd(fd: int, path: str | os.PathLike[str] = "") -> None:
     """Flush ``fd`` to stable storage (``F_FULLFSYNC`` on macOS, where fsync is not enough)."""
     _before("fsync", path)
+    if _io_recorder is not None:
+        _record(IoCall("fsync", os.fspath(path)))
     if sys.platform == "darwin":
         import fcntl  # noqa: PLC0415 - only on macOS
 
@@ -83,12 +127,16 @@ def write_all(fd: int, data: bytes | memoryview, path: str | os.PathLike[str] = 
     while view:
         written = os.write(fd, view)
         view = view[written:]
+    if _io_recorder is not None:
+        end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND descriptors write at the end
+        _record(IoCall("write", os.fspath(path), data=bytes(data), offset=end - len(data)))
 
 
 def write_new_file(path: str | os.PathLike[str], data: bytes, *, sync: bool = True) -> None:
     """Create ``path`` (which must not exist), write ``data``, fsync it, close it."""
     _before("open", path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+    _record(IoCall("open", os.fspath(path)))
     try:
         write_all(fd, data, path)
         if sync:
@@ -106,6 +154,14 @@ def rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
     """Atomically rename ``src`` over ``dst`` (same directory)."""
     _before("rename", dst)
     os.replace(src, dst)
+    _record(IoCall("rename", os.fspath(dst), source=os.fspath(src)))
+
+
+def hard_link(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """Make ``dst`` a new hard link to the file ``src`` (a symlink is linked, not followed)."""
+    _before("link", dst)
+    os.link(src, dst, follow_symlinks=False)
+    _record(IoCall("link", os.fspath(dst), source=os.fspath(src)))
 
 
 def unlink(path: str | os.PathLike[str], *, missing_ok: bool = True) -> None:
@@ -116,6 +172,8 @@ def unlink(path: str | os.PathLike[str], *, missing_ok: bool = True) -> None:
     except FileNotFoundError:
         if not missing_ok:
             raise
+        return
+    _record(IoCall("unlink", os.fspath(path)))
 
 
 def _temp_sibling(path: str) -> str:
@@ -154,6 +212,7 @@ def atomic_symlink(target: str, link: str | os.PathLike[str], *, sync_dir: bool 
     try:
         _before("symlink", tmp)
         os.symlink(target, tmp)
+        _record(IoCall("symlink", tmp, source=target))
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
             raise
@@ -224,6 +283,7 @@ def make_dir(path: str | os.PathLike[str], *, exist_ok: bool = False) -> bool:
         if exist_ok and target.is_dir() and not target.is_symlink():
             return False
         raise
+    _record(IoCall("mkdir", os.fspath(target)))
     fsync_dir(target.parent)
     return True
 
@@ -260,11 +320,14 @@ def publish_dir(tmp_dir: str | os.PathLike[str], target: str | os.PathLike[str])
 def open_append(path: str | os.PathLike[str]) -> int:
     """Open (creating 0600) a file for appending; returns the descriptor."""
     _before("open", path)
-    return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+    _record(IoCall("open", os.fspath(path), append=True))
+    return fd
 
 
 def truncate(fd: int, size: int, path: str | os.PathLike[str] = "") -> None:
     """Cut the file behind ``fd`` to ``size`` bytes and fsync it."""
     _before("truncate", path)
     os.ftruncate(fd, size)
+    _record(IoCall("truncate", os.fspath(path), offset=size))
     fsync_fd(fd, path)

@@ -43,7 +43,19 @@ try:
 except ImportError:  # pragma: no cover - the fixture needs pytest, run_and_kill does not
     pytest = None  # type: ignore[assignment]
 
-KILL_POINTS = ("io", "step", "open", "write", "fsync", "rename", "symlink", "unlink", "truncate")
+KILL_POINTS = (
+    "io",
+    "step",
+    "open",
+    "write",
+    "fsync",
+    "rename",
+    "symlink",
+    "link",
+    "unlink",
+    "truncate",
+    "mkdir",
+)
 """What ``run_and_kill(at=N, on=...)`` counts: every durable I/O call (``"io"``), journaled
 steps (``"step"``), or one kind of I/O call."""
 
@@ -167,7 +179,7 @@ def kill_at_io_call(at: int | None, operation: str = "io") -> IoKillSwitch:
     """SIGKILL this process at its ``at``-th durable I/O call (``None``/0: only count).
 
     For crash tests run in a child process: every write-side call of afk_local
-    (open, write, fsync, rename, symlink, unlink, truncate, mkdir) goes through
+    (open, write, fsync, rename, symlink, link, unlink, truncate, mkdir) goes through
     :mod:`afk_local.storage.fsio`, so sweeping ``at`` over 1..N crashes a scripted run at
     every durable step it takes. ``operation`` counts only one kind of call.
 
