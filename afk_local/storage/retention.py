@@ -13,9 +13,10 @@ Crash safety (kill -9 at any instant leaves every run resumable):
 1. every kept delta whose base would be deleted is first rewritten as a keyframe
    (decoded bytes unchanged, so its signature stays valid and is kept; temp +
    fsync + rename + directory fsync), so no kept file ever depends on a deleted one;
-2. only then are files deleted, highest seq first, so a base is never removed
-   before a file that depends on it; the highest seq and ``latest``'s target are
-   never deleted;
+2. only then are files deleted, in rounds made durable one by one
+   (:func:`deletion_rounds`): a delta before its base, a signed checkpoint before
+   its predecessor, so no crash leaves a file whose base is gone; the highest seq
+   and ``latest``'s target are never deleted;
 3. the effect journal is replaced atomically (temp + rename), never edited.
 
 A store without a key does not compact runs whose files are signed: it could not
@@ -342,15 +343,43 @@ def compact_run(
     # 1. rewrite kept deltas whose chain would be cut, as keyframes with identical content.
     for f in plan.rewrite:
         rewrite_as_keyframe(reader, CheckpointFile(f.seq, f.phase, f.name))
-    # 2. delete, highest seq first: a base never disappears before its dependents.
-    for f in sorted(plan.delete, key=lambda f: f.seq, reverse=True):
-        fsio.unlink(paths.dir / f.name)
-    if plan.delete:
+    # 2. delete dependents before what they depend on, each round made durable before
+    # the next: a crash never leaves a file whose delta base or signed predecessor is gone.
+    for batch in deletion_rounds(plan.delete, keyed=reader.record_codec.signer is not None):
+        for f in batch:
+            fsio.unlink(paths.dir / f.name)
         fsio.fsync_dir(paths.dir)
     # 3. replace the journal atomically.
     if effects_keep is not None:
         _rewrite_journal(reader, effects_keep)
     return result
+
+
+def deletion_rounds(doomed: Sequence[FileFacts], *, keyed: bool) -> list[list[FileFacts]]:
+    """The order compaction deletes ``doomed`` in: rounds, each made durable before the next.
+
+    Unlinks that no directory fsync separates may reach the disk in any order
+    (POSIX promises nothing else), so deleting a delta and its base in one round
+    could leave the delta without its base after a crash: a damaged file to
+    ``verify``. A file therefore goes in a later round than every doomed file that
+    depends on it: the deltas based on it and, in a keyed store, the checkpoint
+    right after it (whose signature chains on its MAC). Within a round, highest seq
+    first. As many rounds as the longest such chain among the doomed files.
+    """
+    seqs = {f.seq for f in doomed}
+    dependents: dict[int, list[int]] = {}
+    for f in doomed:
+        if f.base_seq in seqs:
+            dependents.setdefault(f.base_seq, []).append(f.seq)
+        if keyed and f.seq - 1 in seqs:
+            dependents.setdefault(f.seq - 1, []).append(f.seq)
+    after: dict[int, int] = {}  # seq -> its round; dependents have higher seqs, so go first
+    for f in sorted(doomed, key=lambda f: f.seq, reverse=True):
+        after[f.seq] = max((after[d] + 1 for d in dependents.get(f.seq, ())), default=0)
+    rounds: list[list[FileFacts]] = [[] for _ in range(max(after.values(), default=-1) + 1)]
+    for f in sorted(doomed, key=lambda f: f.seq, reverse=True):
+        rounds[after[f.seq]].append(f)
+    return rounds
 
 
 def rewrite_as_keyframe(reader: RunReader, file: CheckpointFile) -> None:
@@ -453,6 +482,7 @@ __all__ = [
     "RunCompaction",
     "RunPlan",
     "compact_run",
+    "deletion_rounds",
     "plan_effects",
     "plan_run",
     "remove_stale_builds",

@@ -36,6 +36,9 @@ from afk_local.integrations.langgraph import (  # noqa: E402
     AfkLocalSaver,
     thread_run_id,
 )
+from afk_local.storage import fsio  # noqa: E402
+from afk_local.storage.layout import scan_checkpoints  # noqa: E402
+from afk_local.storage.retention import read_file_facts  # noqa: E402
 
 ALL8 = {
     "put",
@@ -283,6 +286,44 @@ def test_growing_thread_is_delta_compressed_and_prune_keeps_a_decodable_latest(t
         assert kept.checkpoint["channel_values"]["messages"] == messages
         assert len(list(run_dir.glob("*.ckpt"))) == 1
     assert afk.Store(tmp_path).open(thread_run_id("chat")).verify().ok
+
+
+@pytest.mark.parametrize("key", [None, "secret"])
+def test_prune_deletes_each_delta_durably_before_its_base(tmp_path, key):
+    """Unlinks under one directory fsync may persist in any order: a crash could keep a
+    delta and lose its base (keyed: its signed predecessor). Same rule as gc's compaction,
+    found by the crash-state explorer (afk_local.testing.crashsim)."""
+    with AfkLocalSaver(afk.Store(tmp_path, key=key)) as saver:
+        parent = None
+        for i in range(12):
+            cid = f"{i:04d}"
+            _put(saver, "chat", cid, parent, messages=[f"message {j} " * 30 for j in range(i)])
+            parent = cid
+        run_dir = afk.Store(tmp_path).paths(thread_run_id("chat")).dir
+        facts = {f.name: f for f in read_file_facts(run_dir, scan_checkpoints(run_dir))}
+        by_seq = {f.seq: f for f in facts.values()}
+        calls: list[tuple[str, str]] = []
+        previous = fsio.set_io_hook(lambda op, path: calls.append((op, path)))
+        try:
+            saver.prune(["chat"])
+        finally:
+            fsio.set_io_hook(previous)
+    unlinked = {os.path.basename(p): i for i, (op, p) in enumerate(calls) if op == "unlink"}
+    syncs = [
+        i
+        for i, (op, p) in enumerate(calls)
+        if op == "fsync" and os.path.normpath(p) == os.path.normpath(run_dir)
+    ]
+    pairs = 0
+    for name, at in unlinked.items():
+        if name not in facts:
+            continue
+        for seq in [facts[name].base_seq] + ([facts[name].seq - 1] if key else []):
+            if seq in by_seq and by_seq[seq].name in unlinked:
+                pairs += 1
+                assert any(at < s < unlinked[by_seq[seq].name] for s in syncs), (name, seq)
+    assert pairs >= 5
+    assert afk.Store(tmp_path, key=key).open(thread_run_id("chat")).verify().ok
 
 
 def test_delete_for_runs_keeps_other_checkpoints_decodable(tmp_path):

@@ -22,6 +22,7 @@ from afk_local.storage.retention import (
     RetentionPolicy,
     plan_effects,
     plan_run,
+    read_file_facts,
     runtime_state_count,
 )
 
@@ -115,6 +116,45 @@ def test_compaction_rewrites_cut_deltas_and_resume_is_unchanged(tmp_path: Path) 
     with store.resume_writer("r") as run:  # the run continues after compaction
         run.checkpoint("runtime_state", {"i": 100}, step=100)
     assert store.open("r").latest().payload == {"i": 100}
+
+
+@pytest.mark.parametrize("key", [None, "secret"])
+def test_compaction_deletes_a_file_durably_before_what_it_depends_on(
+    tmp_path: Path, key: str | None
+) -> None:
+    """Unlinks no directory fsync separates may reach the disk in any order: deleting a
+    delta and its base (keyed: a checkpoint and its signed predecessor) under one fsync
+    lets a crash keep the delta and lose its base, a damaged file to verify. Found by the
+    crash-state explorer (afk_local.testing.crashsim, workloads gc and gc-keyed)."""
+    store = afk.Store(tmp_path, key=key)
+    with store.create("r") as run:
+        for i in range(12):  # two interleaved delta chains: step_started and runtime_state
+            run.checkpoint("step_started", {"state": "running", "message_count": i}, step=i)
+            run.checkpoint("runtime_state", {"i": i, "items": list(range(i))}, step=i)
+    reader = store.open("r")
+    facts = {f.name: f for f in read_file_facts(reader.paths.dir, reader.checkpoint_files())}
+    by_seq = {f.seq: f for f in facts.values()}
+    calls: list[tuple[str, str]] = []
+    previous = fsio.set_io_hook(lambda op, path: calls.append((op, path)))
+    try:
+        report = store.gc(RetentionPolicy(keep_runtime_states=1))
+    finally:
+        fsio.set_io_hook(previous)
+    assert not report.errors
+    unlinked = {os.path.basename(p): i for i, (op, p) in enumerate(calls) if op == "unlink"}
+    run_dir = os.path.normpath(reader.paths.dir)
+    syncs = [
+        i for i, (op, p) in enumerate(calls) if op == "fsync" and os.path.normpath(p) == run_dir
+    ]
+    pairs = 0
+    for name, at in unlinked.items():
+        needs = [facts[name].base_seq] + ([facts[name].seq - 1] if key else [])
+        for seq in needs:
+            if seq in by_seq and by_seq[seq].name in unlinked:
+                pairs += 1
+                assert any(at < s < unlinked[by_seq[seq].name] for s in syncs), (name, seq)
+    assert pairs >= 10
+    assert store.open("r").verify().ok
 
 
 def test_terminal_runs_beyond_limits_are_deleted_whole(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ from afk_local.storage.reader import RunReader
 from afk_local.storage.records import PauseInfo, RunStatus
 from afk_local.storage.retention import (
     chain_links_after_delete,
+    deletion_rounds,
     read_file_facts,
     rewrite_as_keyframe,
 )
@@ -283,7 +284,8 @@ class ThreadFiles:
         Crash-safe in the order of afk_local's compaction: in a keyed store the
         chain links of survivors go into ``run.meta`` first, kept deltas whose base
         goes away are rewritten as keyframes (same decoded bytes), then files are
-        deleted highest seq first, then the writes file is replaced atomically.
+        deleted in durable rounds, a delta before its base (``deletion_rounds``), then
+        the writes file is replaced atomically.
         """
         run_id = thread_run_id(thread_id)
         handle = self.handle(thread_id)  # holds the lock for the whole operation
@@ -307,8 +309,11 @@ class ThreadFiles:
                     rewrite_as_keyframe(
                         index.reader, CheckpointFile(fact.seq, fact.phase, fact.name)
                     )
-            for seq in sorted(doomed_seqs, reverse=True):
-                fsio.unlink(paths.dir / facts[seq].name)
+            keyed = index.reader.record_codec.signer is not None
+            for batch in deletion_rounds([facts[s] for s in doomed_seqs], keyed=keyed):
+                for fact in batch:
+                    fsio.unlink(paths.dir / fact.name)
+                fsio.fsync_dir(paths.dir)
             kept = [f for f in files if f.seq not in doomed_seqs]
             if kept:
                 fsio.atomic_symlink(kept[-1].name, paths.latest, sync_dir=False)
