@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import traceback as traceback_module
 from collections import OrderedDict
 from collections.abc import Callable
@@ -98,6 +99,7 @@ class RunWriter:
         self._closed = False
         self._close_hooks: list[Callable[[], None]] = []
         self._journal: Journal | None = None
+        self._journal_lock = threading.Lock()
         # Delta state per phase: the newest checkpoint of each phase written by this
         # writer is the base of the next one of that phase. Empty after open, so the
         # first checkpoint of every attempt is a keyframe.
@@ -151,14 +153,23 @@ class RunWriter:
         """The run's effect journal (``effects.log``), opened for writing on first use.
 
         Opening repairs a torn tail left by a crash; the journal closes with the writer.
+        Threads that first use it at the same time share one journal.
         """
-        if self._journal is None:
-            self._check_writable()
-            self._journal = Journal(
-                self.paths.journal, self.run_id, writable=True, record_codec=self._codec
-            )
-            self.on_close(self._journal.close)
-        return self._journal
+        journal = self._journal
+        if journal is None:
+            # One journal per run: a second one would append with its own offsets and
+            # signature chain, and skip the directory fsync that the first one (which
+            # created effects.log) may not have made yet.
+            with self._journal_lock:
+                journal = self._journal
+                if journal is None:
+                    self._check_writable()
+                    journal = Journal(
+                        self.paths.journal, self.run_id, writable=True, record_codec=self._codec
+                    )
+                    self.on_close(journal.close)
+                    self._journal = journal
+        return journal
 
     def reader(self) -> RunReader:
         """A reader of this run (sharing the codec)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -303,3 +304,40 @@ def test_delta_base_is_the_newest_checkpoint_of_the_same_phase(store: afk.Store)
     assert reader.latest().payload == snapshot
     assert [c.payload for c in reader.history()][-1] == snapshot
     assert reader.verify().ok
+
+
+@pytest.mark.parametrize("key", [None, "secret"])
+def test_threads_that_first_use_effects_together_share_one_journal(
+    tmp_path: Path, key: str | None
+) -> None:
+    """A second Journal on effects.log skipped the directory fsync its creator had not made
+    yet (an effect could run with its intent in a file a power cut loses: found by the
+    crash-state explorer's async workload) and appended with its own offsets and, keyed,
+    its own signature chain (the journal then read as corrupt)."""
+    store = afk.Store(tmp_path, key=key)
+    for attempt in range(3):
+        run_id = f"r{attempt}"
+        with store.create(run_id) as run:
+            barrier = threading.Barrier(8)
+            journals: list[object] = []
+            results: dict[int, object] = {}
+
+            def call(
+                i: int, run: afk.RunWriter = run, barrier: threading.Barrier = barrier
+            ) -> None:
+                barrier.wait()
+                journals.append(run.effects)
+                results[i] = run.effects.call(f"k{i}", lambda i=i: {"v": i})
+
+            threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert len({id(j) for j in journals}) == 1
+            assert results == {i: {"v": i} for i in range(8)}
+        reader = store.open(run_id)
+        assert reader.verify().ok, reader.verify().problems
+        assert sorted(e.key for e in reader.effects() if e.kind == "outcome") == [
+            f"k{i}" for i in range(8)
+        ]
