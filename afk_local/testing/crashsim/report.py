@@ -1,0 +1,58 @@
+"""The explorer's report: one line per workload, and the counterexample spelled out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from afk_local.testing.crashsim.explorer import Counterexample, Exploration
+
+_SHOWN = 12
+"""Lines of one list shown before "... and N more"."""
+
+
+def _listed(title: str, lines: Sequence[str]) -> list[str]:
+    if not lines:
+        return []
+    shown = [f"    {line}" for line in lines[:_SHOWN]]
+    if len(lines) > _SHOWN:
+        shown.append(f"    ... and {len(lines) - _SHOWN} more")
+    return [f"  {title}:", *shown]
+
+
+def counterexample_text(found: Counterexample) -> str:
+    """A counterexample as a person reads it: where the crash was, what it lost, what broke."""
+    mutant = f", mutant {found.mutant}" if found.mutant else ""
+    lines = [
+        f"COUNTEREXAMPLE in workload {found.workload}{mutant}",
+        f"  crash right after call {found.op}",
+    ]
+    lines += _listed("the crash lost", found.lost or ("nothing: every call persisted",))
+    lines += _listed("the mutant removed", found.ignored)
+    lines += _listed("a new process found", found.problems)
+    return "\n".join(lines)
+
+
+def summary_line(result: Exploration) -> str:
+    """One line: what was recorded, how many states exist and were checked, the verdict."""
+    if result.ok and result.mutant is not None and result.removed == 0:
+        verdict = "nothing to remove (no such fsync in this workload)"
+    elif result.ok:
+        verdict = "every state recovers" if result.mutant is None else "NOT CAUGHT"
+    else:
+        verdict = f"counterexample after call #{result.counterexample.call}"  # type: ignore[union-attr]
+    name = result.workload + (f" [{result.mutant}]" if result.mutant else "")
+    return (
+        f"{name:<28} {result.calls:>4} calls {result.crash_points:>4} crash points "
+        f"{result.combinations:>6} states allowed {result.states:>5} checked "
+        f"{result.seconds:>6.1f} s  {verdict}"
+    )
+
+
+def json_report(results: Sequence[Exploration]) -> str:
+    """The report as JSON: ``ok`` and every exploration in full."""
+    doc = {"ok": all(r.ok for r in results), "explorations": [r.to_dict() for r in results]}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+__all__ = ["counterexample_text", "json_report", "summary_line"]

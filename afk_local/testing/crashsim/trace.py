@@ -1,0 +1,233 @@
+"""Recording a workload: every durable I/O call in order, and what the workload was promised.
+
+A :class:`Recorder` is installed as the I/O recorder of :mod:`afk_local.storage.fsio`
+while a workload runs; it turns each call into an :class:`Op` with paths relative
+to the recording's base directory. The workload reports, through its
+:class:`Session`, what it was promised and when: a checkpoint or an effect
+outcome is *acknowledged* once the call that wrote it returned, and from then on
+every crash state must hold it. Calls of side-effecting functions are noted too,
+so a resume that repeats one can be told apart from a documented in-doubt retry.
+
+Positions count recorded calls: an acknowledgement made when ``n`` calls were
+recorded binds every crash after call ``n``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from afk_local.storage import fsio
+from afk_local.storage.journal_format import read_journal
+from afk_local.storage.store import Store
+
+
+class RecordingError(RuntimeError):
+    """The recording cannot be trusted (a call outside the base, or a write fsio did not see)."""
+
+
+@dataclass(frozen=True)
+class Op:
+    """One recorded durable I/O call; paths are relative to the base, ``/``-separated."""
+
+    index: int
+    """1-based position in the trace."""
+    operation: str
+    path: str
+    source: str = ""
+    """rename and link: the old path; symlink: the link's target text."""
+    data: bytes = b""
+    offset: int = 0
+    append: bool = False
+
+    def describe(self) -> str:
+        """``#12 rename a -> b``: the call as a person reads it."""
+        if self.operation in ("rename", "link"):
+            return f"#{self.index} {self.operation} {self.source} -> {self.path}"
+        if self.operation == "symlink":
+            return f"#{self.index} symlink {self.path} -> {self.source}"
+        if self.operation == "write":
+            return f"#{self.index} write {self.path} ({len(self.data)} bytes at {self.offset})"
+        if self.operation == "truncate":
+            return f"#{self.index} truncate {self.path} to {self.offset} bytes"
+        return f"#{self.index} {self.operation} {self.path}"
+
+
+@dataclass(frozen=True)
+class CheckpointAck:
+    """Checkpoint ``seq`` of ``run_id`` was acknowledged with this payload."""
+
+    at: int
+    run_id: str
+    seq: int
+    payload: Any
+
+
+@dataclass(frozen=True)
+class OutcomeAck:
+    """The outcome of effect ``key`` of ``run_id`` was acknowledged (durable before use)."""
+
+    at: int
+    run_id: str
+    key: str
+    status: str
+    result: Any
+
+
+@dataclass(frozen=True)
+class StatusAck:
+    """``run.meta`` of ``run_id`` was acknowledged with ``status``, and it stays so."""
+
+    at: int
+    run_id: str
+    status: str
+
+
+@dataclass(frozen=True)
+class EffectCall:
+    """A side-effecting function ran, identified by the idempotency key it was handed."""
+
+    at: int
+    idempotency_key: str
+    label: str
+
+
+Ack = CheckpointAck | OutcomeAck | StatusAck
+
+
+class Recorder:
+    """The I/O recorder installed while a workload runs (thread-safe)."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = os.path.abspath(base)
+        self.ops: list[Op] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, call: fsio.IoCall) -> None:
+        with self._lock:
+            source = call.source
+            if call.operation in ("rename", "link"):
+                source = self.relative(source)
+            self.ops.append(
+                Op(
+                    index=len(self.ops) + 1,
+                    operation=call.operation,
+                    path=self.relative(call.path),
+                    source=source,
+                    data=call.data,
+                    offset=call.offset,
+                    append=call.append,
+                )
+            )
+
+    def relative(self, path: str) -> str:
+        """``path`` relative to the base; RecordingError for anything outside it."""
+        if not path:
+            raise RecordingError("a durable I/O call without a path cannot be placed on the model")
+        full = os.path.normpath(os.path.abspath(path))
+        if full == self.base:
+            return "."
+        if not full.startswith(self.base + os.sep):
+            raise RecordingError(f"durable I/O outside the recording's base directory: {full}")
+        return full[len(self.base) + 1 :].replace(os.sep, "/")
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self.ops)
+
+
+@dataclass
+class Session:
+    """What a workload sees while it is recorded: the store, and where to report promises."""
+
+    base: Path
+    store: Store
+    recorder: Recorder
+    acks: list[Ack] = field(default_factory=list)
+    calls: list[EffectCall] = field(default_factory=list)
+    _acked: set[tuple[str, str, object]] = field(default_factory=set)
+
+    @property
+    def position(self) -> int:
+        """How many calls are recorded so far."""
+        return len(self.recorder)
+
+    def checkpoints_acked(
+        self, run_id: str, upto: int | None = None, *, since: int | None = None
+    ) -> None:
+        """Checkpoints of ``run_id`` up to seq ``upto`` (default: all on disk) are acknowledged.
+
+        Payloads are read back from the live store, so the check compares with what
+        was really written. ``since`` backdates the promise (0: it held before the
+        recording started, as for a run that setup wrote).
+        """
+        at = self.position if since is None else since
+        reader = self.store.open(run_id)
+        for file in reader.checkpoint_files():
+            if (upto is not None and file.seq > upto) or (run_id, "ckpt", file.seq) in self._acked:
+                continue
+            self._acked.add((run_id, "ckpt", file.seq))
+            self.acks.append(CheckpointAck(at, run_id, file.seq, reader.load(file).payload))
+
+    def outcomes_acked(
+        self, run_id: str, keys: list[str] | None = None, *, since: int | None = None
+    ) -> None:
+        """The outcomes of ``keys`` (default: every outcome on disk) of ``run_id`` are acknowledged.
+
+        Pass ``keys`` while other threads may be appending: their records may be
+        written but not yet durable.
+        """
+        at = self.position if since is None else since
+        records = read_journal(self.store.paths(run_id).journal, run_id, self.store.codec).records
+        newest = {r.key: r for r in records if r.kind == "outcome"}
+        for key in keys if keys is not None else list(newest):
+            if (run_id, "outcome", key) in self._acked:
+                continue
+            record = newest.get(key)
+            if record is None or record.status is None:
+                raise RecordingError(f"run {run_id}: no outcome of {key!r} to acknowledge")
+            self._acked.add((run_id, "outcome", key))
+            self.acks.append(OutcomeAck(at, run_id, key, record.status, record.result))
+
+    def status_acked(self, run_id: str, *, since: int | None = None) -> None:
+        """``run_id``'s status in ``run.meta`` now is acknowledged (and final for the recording)."""
+        at = self.position if since is None else since
+        self.acks.append(StatusAck(at, run_id, self.store.read_meta(run_id).status.value))
+
+    def effect_called(self, idempotency_key: str, label: str) -> None:
+        """A side-effecting function of the workload ran (noted at the current position)."""
+        self.calls.append(EffectCall(self.position, idempotency_key, label))
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A finished recording: the calls, the promises and the side effects, in order."""
+
+    ops: tuple[Op, ...]
+    acks: tuple[Ack, ...]
+    calls: tuple[EffectCall, ...]
+
+    def acks_at(self, position: int) -> tuple[Ack, ...]:
+        """The acknowledgements that bind a crash after call ``position``."""
+        return tuple(a for a in self.acks if a.at <= position)
+
+    def calls_at(self, position: int) -> tuple[EffectCall, ...]:
+        """The side effects that may have happened before a crash after call ``position``."""
+        return tuple(c for c in self.calls if c.at <= position)
+
+
+__all__ = [
+    "Ack",
+    "CheckpointAck",
+    "EffectCall",
+    "Op",
+    "OutcomeAck",
+    "Recorder",
+    "RecordingError",
+    "Session",
+    "StatusAck",
+    "Trace",
+]

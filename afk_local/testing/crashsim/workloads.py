@@ -1,0 +1,267 @@
+"""The workloads the explorer records, and how each continues after a crash.
+
+A :class:`Workload` has three parts:
+
+- ``setup(store, scratch)``: runs before the recording; what it leaves in the
+  store counts as durable (it stands for work done long before). It returns
+  anything ``record`` needs (an export's text, say).
+- ``record(session, prepared)``: the recorded part. It runs real afk_local code
+  against ``session.store`` and reports every promise it got (see
+  :class:`~afk_local.testing.crashsim.trace.Session`): the explorer holds every
+  crash state to those.
+- ``resume(store)``: in a crash state, continue as a new process would (run the
+  job again, or reopen each run for writing and checkpoint once) and return
+  ``{run_id: outcome}`` for the runs it found; ``expected`` says what each
+  outcome must be.
+
+Adding one (packing, say): write the three functions, give the expected
+outcomes, add the :class:`Workload` to :data:`WORKLOADS`. The explorer, the
+command line and the tests pick it up by name; docs/guarantees.md lists the
+state counts per workload.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from afk_local.errors import EffectInDoubtError
+from afk_local.runner.durable_function import DurableFunction
+from afk_local.storage.export import export_records, import_run, to_jsonable
+from afk_local.storage.retention import RetentionPolicy
+from afk_local.storage.store import Store
+from afk_local.testing.crashsim.jobs import PADDING, batch_job, count_job, ledger_job
+from afk_local.testing.crashsim.trace import Session
+
+
+class ResumeFailed(AssertionError):
+    """A run could be reopened but did not continue as it should."""
+
+
+@dataclass(frozen=True)
+class InDoubt:
+    """The outcome of a resume that stopped at an effect in doubt (``EffectInDoubtError``)."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One scenario to record and crash; see the module docstring."""
+
+    name: str
+    summary: str
+    record: Callable[[Session, Any], None]
+    resume: Callable[[Store], dict[str, Any]]
+    expected: dict[str, Any]
+    setup: Callable[[Store, Path], Any] = field(default=lambda store, scratch: None)
+    key: str | None = None
+    """A store key: the workload runs, and is checked, in a keyed (signed) store."""
+
+    def store(self, root: Path) -> Store:
+        """The workload's store at ``root``."""
+        return Store(root, key=self.key)
+
+
+def _job_workload(
+    name: str, summary: str, job: DurableFunction[Any], args: tuple[Any, ...], result: Any
+) -> Workload:
+    run_id = name
+
+    def record(session: Session, _prepared: Any) -> None:
+        done = job.with_store(session.store).run(*args, run_id=run_id)
+        session.checkpoints_acked(run_id)  # the terminal checkpoint too
+        session.status_acked(run_id)  # completed: a resume must not run it again
+        if done != result:
+            raise ResumeFailed(f"the recorded run returned {done!r}, not {result!r}")
+
+    def resume(store: Store) -> dict[str, Any]:
+        try:
+            return {run_id: job.with_store(store).run(*args, run_id=run_id)}
+        except EffectInDoubtError as exc:
+            return {run_id: InDoubt(exc.key)}
+
+    return Workload(name, summary, record, resume, {run_id: result})
+
+
+def continue_run(store: Store, run_id: str) -> Any:
+    """Resume a run as a new writer would: a completed run gives its result; any other is
+    reopened (stray temps removed, the journal's torn tail repaired) and checkpointed once."""
+    state = store.open(run_id).resume_state()
+    if state.terminal:
+        return {"completed": state.result}
+    with store.resume_writer(run_id) as run:
+        len(run.effects)  # opening the journal for writing repairs a torn tail
+        written = run.checkpoint("runtime_state", {"resumed_after": state.latest_seq}, step=0)
+    latest = store.open(run_id).latest()
+    if latest is None or latest.seq != written.seq:
+        raise ResumeFailed(
+            f"run {run_id}: wrote checkpoint {written.seq}, latest is "
+            f"{None if latest is None else latest.seq}"
+        )
+    return "resumed"
+
+
+def _continue_runs(*run_ids: str) -> Callable[[Store], dict[str, Any]]:
+    def resume(store: Store) -> dict[str, Any]:
+        return {r: continue_run(store, r) for r in run_ids if store.exists(r)}
+
+    return resume
+
+
+def _state_payload(i: int) -> dict[str, Any]:
+    return {"i": i, "log": [f"line {j} " * 12 for j in range(i + 1)]}
+
+
+def _value(i: int) -> dict[str, Any]:
+    return {"i": i, "padding": PADDING}
+
+
+def _write_run(
+    store: Store,
+    run_id: str,
+    checkpoints: int,
+    *,
+    effects: int = 0,
+    finish: Any = None,
+    steps: bool = False,
+) -> None:
+    """A run written before the recording: runtime_state deltas, some journaled calls, and
+    with ``steps`` a ``step_started`` before each (two delta chains, interleaved)."""
+    with store.create(run_id) as run:
+        for i in range(checkpoints):
+            if i < effects:
+                run.effects.call(f"e{i}", _value, (i,))
+            if steps:
+                run.checkpoint("step_started", {"state": "running", "message_count": i}, step=i)
+            run.checkpoint("runtime_state", _state_payload(i), step=i)
+        if finish is not None:
+            run.finish(finish)
+    time.sleep(0.003)  # distinct updated_ms: gc's age order is then deterministic
+
+
+# -- gc ---------------------------------------------------------------------------------
+
+GC_POLICY = RetentionPolicy(keep_runtime_states=2, max_effects_per_run=2, max_runs=2)
+
+
+def _gc_setup(store: Store, _scratch: Path) -> None:
+    _write_run(store, "old", 3, finish="old result")  # the oldest terminal run: deleted
+    _write_run(store, "done", 6, effects=4, finish="done result")  # compacted, journal trimmed
+    _write_run(store, "live", 5, effects=3, steps=True)  # interrupted: compacted, kept deltas
+    # rewritten; its step_started and runtime_state chains interleave
+
+
+def _gc_record(session: Session, _prepared: Any) -> None:
+    report = session.store.gc(GC_POLICY)
+    if report.errors or report.deleted_runs != ["old"]:
+        raise ResumeFailed(f"gc did not do what the workload expects: {report.to_dict()}")
+    for run_id in ("done", "live"):  # what gc keeps was there before it started
+        session.checkpoints_acked(run_id, since=0)
+        session.outcomes_acked(run_id, since=0)
+        session.status_acked(run_id, since=0)
+
+
+# -- fork -------------------------------------------------------------------------------
+
+
+def _fork_setup(store: Store, _scratch: Path) -> None:
+    _write_run(store, "source", 5, effects=4)
+
+
+def _fork_record(session: Session, _prepared: Any) -> None:
+    session.checkpoints_acked("source", since=0)  # a fork leaves its source alone
+    session.outcomes_acked("source", since=0)
+    session.status_acked("source", since=0)
+    session.store.fork("source", 3, "forked")
+    session.checkpoints_acked("forked")
+    session.outcomes_acked("forked")
+    session.status_acked("forked")
+
+
+# -- import -----------------------------------------------------------------------------
+
+
+def _import_setup(_store: Store, scratch: Path) -> str:
+    source = Store(scratch / "exporting-store")
+    _write_run(source, "exported", 5, effects=3)
+    records = export_records(source.open("exported"))
+    return "\n".join(json.dumps(to_jsonable(r)) for r in records)
+
+
+def _import_record(session: Session, text: str) -> None:
+    import_run(session.store, text, new_run_id="imported", source="crashsim export")
+    session.checkpoints_acked("imported")
+    session.outcomes_acked("imported")
+    session.status_acked("imported")
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        _job_workload(
+            "sync",
+            "a sync job: 6 checkpoints of a growing state (deltas), then its result",
+            count_job,
+            (6,),
+            {"count": 6},
+        ),
+        _job_workload(
+            "async",
+            "an async job: queued checkpoints while 3 threads journal calls (group commit), "
+            "two flushes, its result",
+            batch_job,
+            (2, 3),
+            {"fetched": [0, 1, 2, 3, 4, 5], "done": 6},
+        ),
+        _job_workload(
+            "journal",
+            "journaled calls: not idempotent, idempotent, one that fails; checkpoints between",
+            ledger_job,
+            (),
+            {"charged": 1, "mailed": 2, "notified": 3},
+        ),
+        Workload(
+            "gc",
+            "gc of three runs: one deleted (max_runs), a finished one compacted and its "
+            "journal trimmed, an interrupted one compacted (deltas rewritten as keyframes)",
+            _gc_record,
+            _continue_runs("done", "live"),
+            {"done": {"completed": "done result"}, "live": "resumed"},
+            setup=_gc_setup,
+        ),
+        Workload(
+            "gc-keyed",
+            "the gc workload in a keyed store (signature chains, chain links in run.meta)",
+            _gc_record,
+            _continue_runs("done", "live"),
+            {"done": {"completed": "done result"}, "live": "resumed"},
+            setup=_gc_setup,
+            key="crashsim key",
+        ),
+        Workload(
+            "fork",
+            "fork of a 5-checkpoint run with 4 effects at checkpoint 3",
+            _fork_record,
+            _continue_runs("source", "forked"),
+            {"source": "resumed", "forked": "resumed"},
+            setup=_fork_setup,
+        ),
+        Workload(
+            "import",
+            "import of an exported 5-checkpoint run with 3 effects",
+            _import_record,
+            _continue_runs("imported"),
+            {"imported": "resumed"},
+            setup=_import_setup,
+        ),
+    )
+}
+"""Every workload by name, in the order the explorer runs them."""
+
+
+__all__ = ["WORKLOADS", "InDoubt", "ResumeFailed", "Workload", "continue_run"]
