@@ -98,6 +98,16 @@ def count_job(ctx: RunContext, n: int) -> dict[str, int]:
     return {"count": len(items)}
 
 
+@durable(durability="exit")
+def count_job_at_exit(ctx: RunContext, n: int) -> dict[str, int]:
+    """The same loop in ``exit`` mode: its checkpoints are written together when it ends."""
+    items: list[str] = ctx.state.setdefault("items", [])
+    while len(items) < n:
+        items.append(f"item {len(items)} " * 30)
+        ctx.checkpoint()
+    return {"count": len(items)}
+
+
 @durable(durability="sync")
 def ledger_job(ctx: RunContext) -> dict[str, Any]:
     """Journaled calls: one not idempotent (in doubt after a crash: raise), idempotent ones
@@ -169,6 +179,7 @@ __all__ = [
     "Probe",
     "batch_job",
     "count_job",
+    "count_job_at_exit",
     "decline",
     "ledger_job",
     "perform",

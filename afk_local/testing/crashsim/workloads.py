@@ -34,7 +34,13 @@ from afk_local.runner.durable_function import DurableFunction
 from afk_local.storage.export import export_records, import_run, to_jsonable
 from afk_local.storage.retention import RetentionPolicy
 from afk_local.storage.store import Store
-from afk_local.testing.crashsim.jobs import PADDING, batch_job, count_job, ledger_job
+from afk_local.testing.crashsim.jobs import (
+    PADDING,
+    batch_job,
+    count_job,
+    count_job_at_exit,
+    ledger_job,
+)
 from afk_local.testing.crashsim.trace import Session
 
 
@@ -217,6 +223,13 @@ WORKLOADS: dict[str, Workload] = {
             batch_job,
             (2, 3),
             {"fetched": [0, 1, 2, 3, 4, 5], "done": 6},
+        ),
+        _job_workload(
+            "exit",
+            "an exit-mode job: 4 checkpoints kept in memory, written with its result",
+            count_job_at_exit,
+            (4,),
+            {"count": 4},
         ),
         _job_workload(
             "journal",
