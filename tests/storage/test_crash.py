@@ -34,6 +34,8 @@ def payload(seq: int) -> dict[str, object]:
 
 
 def _check_run(store: afk.Store, run_id: str, acked: int) -> None:
+    if acked == 0 and not store.exists(run_id):
+        return  # killed before it made the run (a slow start on a loaded machine)
     reader = store.open(run_id)
     latest = reader.latest()
     if acked == 0 and latest is None:
