@@ -211,3 +211,29 @@ class EntrypointError(AfkLocalError):
         self.run_id = run_id
         self.entrypoint = entrypoint
         super().__init__(f"run {run_id!r}: cannot resume entrypoint {entrypoint!r}: {reason}")
+
+
+class UnstorableValueError(AfkLocalError, TypeError):
+    """A value to store (state, a step's result, job arguments) has a type nothing can store.
+
+    ``path`` says where it is (``state.model.weights``), ``type_name`` what it is.
+    """
+
+    def __init__(self, path: str, type_name: str, run_id: str | None = None) -> None:
+        self.path = path
+        self.type_name = type_name
+        self.run_id = run_id
+        run = f"run {run_id!r}: " if run_id else ""
+        super().__init__(
+            f"{run}cannot store {path}: {type_name} is neither msgpack data (dict, list, str, "
+            "int, float, bool, None, bytes) nor a type afk_local stores (datetime, date, time, "
+            "timedelta, UUID, Decimal, Path, set, Enum, dataclass, msgspec Struct, numpy array); "
+            "convert it, or give the Store an enc_hook/dec_hook pair (docs/runner.md, "
+            '"Custom types")'
+        )
+
+    def under(self, prefix: str, run_id: str | None = None) -> UnstorableValueError:
+        """The same error with ``prefix`` put before its path (and the run named)."""
+        inner = "" if self.path == "(the value itself)" else self.path
+        path = f"{prefix}.{inner}" if prefix and inner else (prefix or self.path)
+        return UnstorableValueError(path, self.type_name, run_id or self.run_id)

@@ -37,7 +37,7 @@ from afk_local.journal.replay import (
     replayed_error,
     result_hash,
 )
-from afk_local.storage import fsio
+from afk_local.storage import fsio, values
 from afk_local.storage.codec import EncHook, RecordCodec
 from afk_local.storage.integrity import NO_MAC, Signer, record_digest
 from afk_local.storage.journal_format import (
@@ -169,7 +169,7 @@ class Journal:
         self._last_mac = NO_MAC  # the chain value the next signed record links to
         self.signed_count = 0
         """How many records carry a signature (checked only in a keyed store)."""
-        self._enc_hook: EncHook | None = self._codec.enc_hook
+        self._hash_hook: EncHook = self._codec.hash_hook
         self._max_frame = min(max_frame_bytes, MAX_FRAME_BYTES)
         self._index: dict[str, _Entry] = {}
         self._count = 0
@@ -180,7 +180,14 @@ class Journal:
         self._pending: list[tuple[int, int, EffectHead]] = []  # written, not yet fsynced
         self._in_flight: set[str] = set()
         self._fd = self._open()
-        self._frames = FrameReader(self._fd, self.path, run_id, self._max_frame, self._signer)
+        self._frames = FrameReader(
+            self._fd,
+            self.path,
+            run_id,
+            self._max_frame,
+            self._signer,
+            ext_hook=self._codec.ext_hook,
+        )
         try:
             self._end = self._load()
         except BaseException:
@@ -292,10 +299,7 @@ class Journal:
         """
         if not self.writable:
             raise ValueError(f"journal {self.path} of run {self.run_id!r} is open read-only")
-        if enc_hook is None:
-            body = self._codec.encode(effect)
-        else:
-            body = msgspec.msgpack.Encoder(enc_hook=enc_hook).encode(effect)
+        body = self._codec.encode(effect, enc_hook=enc_hook)
         if len(body) > self._max_frame:
             raise ValueError(
                 f"run {self.run_id!r}: effect {effect.key!r} record is {len(body)} bytes, over "
@@ -403,7 +407,7 @@ class Journal:
         """
         if status not in ("ok", "error"):
             raise ValueError(f"status must be 'ok' or 'error', not {status!r}")
-        hook = enc_hook or self._enc_hook
+        hook = values.hash_hook(enc_hook) if enc_hook is not None else self._hash_hook
         if status == "ok" and output_hash is None:
             output_hash = result_hash(result, enc_hook=hook)
         effect = Effect(
@@ -461,7 +465,8 @@ class Journal:
         kwargs = dict(kwargs or {})
         args = tuple(args)
         call_name = name if name is not None else getattr(fn, "__name__", type(fn).__name__)
-        digest = input_hash(call_name, args, kwargs, enc_hook=enc_hook or self._enc_hook)
+        hook = values.hash_hook(enc_hook) if enc_hook is not None else self._hash_hook
+        digest = input_hash(call_name, args, kwargs, enc_hook=hook)
         state = self.lookup(key)
         if state is not None and state.input_hash and state.input_hash != digest:
             recorded = state.intent
@@ -481,7 +486,7 @@ class Journal:
             if outcome.status == "ok":
                 self.replayed_count += 1
                 if result_type is not None:
-                    return msgspec.convert(outcome.result, result_type)
+                    return msgspec.convert(values.as_data(outcome.result), result_type)
                 return outcome.result
             if not retry_errors:
                 self.replayed_count += 1

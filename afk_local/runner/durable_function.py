@@ -20,7 +20,13 @@ from typing import Any, Generic, TypeVar, overload
 
 import msgspec
 
-from afk_local.errors import RunCancelledError, RunExistsError, RunPaused, WriterFailedError
+from afk_local.errors import (
+    RunCancelledError,
+    RunExistsError,
+    RunPaused,
+    UnstorableValueError,
+    WriterFailedError,
+)
 from afk_local.runner.run_context import NO_INPUT, RunContext
 from afk_local.runner.stopping import sigterm_exits
 from afk_local.runner.versions import OnCodeChange, check_code, code_fingerprint, migrate_state
@@ -168,6 +174,8 @@ class DurableFunction(Generic[R]):
     def _params(self, store: Store, args: Any, kwargs: Any) -> dict[str, Any]:
         try:
             data = store.codec.encode({"args": list(args), "kwargs": dict(kwargs)})
+        except UnstorableValueError:
+            raise  # names the argument (args.0, kwargs.name) and its type
         except (TypeError, msgspec.EncodeError) as exc:
             raise TypeError(
                 f"the arguments of durable job {self.entrypoint} must be msgpack-able (dict, "
@@ -175,7 +183,7 @@ class DurableFunction(Generic[R]):
                 f"run.meta so the run can resume in another process. Pass a path or an id "
                 f"instead. ({exc})"
             ) from None
-        params: dict[str, Any] = msgspec.msgpack.decode(data)
+        params: dict[str, Any] = store.codec.decode_value(data)
         return params
 
     def _begin(

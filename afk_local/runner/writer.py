@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import msgspec
 
-from afk_local.errors import AfkLocalError, WriterFailedError
+from afk_local.errors import AfkLocalError, UnstorableValueError, WriterFailedError
 from afk_local.storage.layout import validate_phase
 from afk_local.storage.records import Checkpoint, ErrorInfo, Phase
 from afk_local.storage.run import RunWriter
@@ -203,7 +203,10 @@ class DurableWriter:
                     raise
                 self.written += 1
             return
-        data = self._encode(payload)
+        try:
+            data = self._encode(payload)
+        except UnstorableValueError as exc:
+            raise exc.under("", self.run_id) from None
         if len(data) > self._max_record_bytes:
             raise ValueError(
                 f"run {self.run_id!r}: checkpoint payload of {len(data)} bytes exceeds "

@@ -21,16 +21,15 @@ import re
 import struct
 import threading
 import zlib
-from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 import zstandard
 
 from afk_local.errors import CheckpointCorruptionError, SchemaVersionError
-from afk_local.storage import migrate
+from afk_local.storage import migrate, values
 from afk_local.storage.integrity import MAC_SIZE, Signer
-from afk_local.storage.records import SCHEMA_VERSION, Checkpoint, RunMeta
+from afk_local.storage.records import SCHEMA_VERSION, Checkpoint, Effect, RunMeta
 
 MAGIC = b"AFK1"
 KIND_CHECKPOINT = 1
@@ -56,8 +55,8 @@ more memory than the delta saves. Such checkpoints are written as keyframes."""
 
 _MAX_WINDOW_SIZE = 1 << 28  # enough for a 64 MiB base plus a record of the same size
 
-EncHook = Callable[[Any], Any]
-DecHook = Callable[[type, Any], Any]
+EncHook = values.EncHook
+DecHook = values.DecHook
 
 _T = TypeVar("_T")
 
@@ -237,7 +236,11 @@ def decompress(body: bytes, path: str, *, base: bytes | None, max_bytes: int) ->
 
 
 class RecordCodec:
-    """msgpack encoding of records, with optional hooks for custom payload types.
+    """msgpack encoding of records, with typed values and optional hooks for custom types.
+
+    User data in a record (a checkpoint's payload, a run's params, an effect's
+    result) may hold the common Python types of :mod:`afk_local.storage.values`;
+    anything else goes through ``enc_hook``/``dec_hook`` (msgspec's convention).
 
     A codec with a ``signer`` belongs to a keyed store: everything that encodes
     or decodes files through it signs them and checks their signatures, so the
@@ -253,18 +256,56 @@ class RecordCodec:
     ):
         self.signer = signer
         """The key of a keyed store (None: unsigned files, signatures not checked)."""
-        self._encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
-        self._checkpoint = msgspec.msgpack.Decoder(Checkpoint, dec_hook=dec_hook)
-        self._meta = msgspec.msgpack.Decoder(RunMeta, dec_hook=dec_hook)
+        self._enc_hook = enc_hook
+        self.ext_hook = values.ext_decoder(
+            dec_hook, hooked_as_data=enc_hook is not None and dec_hook is None
+        )
+        """The decoders' ``ext_hook``: turns stored typed values back into objects."""
+        self.hash_hook = values.hash_hook(enc_hook)
+        """The ``enc_hook`` input and result hashes use (see :func:`values.hash_hook`)."""
+        self._encoder = msgspec.msgpack.Encoder()
+        self._checkpoint = msgspec.msgpack.Decoder(
+            Checkpoint, dec_hook=dec_hook, ext_hook=self.ext_hook
+        )
+        self._meta = msgspec.msgpack.Decoder(RunMeta, dec_hook=dec_hook, ext_hook=self.ext_hook)
+        self._value = msgspec.msgpack.Decoder(ext_hook=self.ext_hook)
 
-    def encode(self, record: Any) -> bytes:
-        """msgpack bytes of a record (or any msgpack-able value)."""
-        return self._encoder.encode(record)
+    def encode(self, record: Any, *, enc_hook: EncHook | None = None) -> bytes:
+        """msgpack bytes of a record (or of a payload value).
+
+        Raises:
+            UnstorableValueError: a value in it has a type nothing can store.
+        """
+        return self._encoder.encode(self.tag(record, enc_hook or self._enc_hook))
+
+    @staticmethod
+    def tag(record: Any, enc_hook: EncHook | None = None) -> Any:
+        """``record`` with the typed values in its user data made storable (see :mod:`.values`)."""
+        if isinstance(record, Checkpoint):
+            payload = values.tag(record.payload, enc_hook)
+            if payload is record.payload:
+                return record
+            return msgspec.structs.replace(record, payload=payload)
+        if isinstance(record, Effect):
+            result = values.tag(record.result, enc_hook, (None, "result"))
+            if result is record.result:
+                return record
+            return msgspec.structs.replace(record, result=result)
+        if isinstance(record, RunMeta):
+            params = values.tag(record.params, enc_hook)
+            if params is record.params:
+                return record
+            return msgspec.structs.replace(record, params=params)
+        return values.tag(record, enc_hook)
+
+    def decode_value(self, raw: bytes) -> Any:
+        """A payload value from msgpack bytes, typed values rebuilt."""
+        return self._value.decode(raw)
 
     @property
     def enc_hook(self) -> EncHook | None:
-        """The hook that encodes custom payload types (None: msgpack types only)."""
-        return self._encoder.enc_hook
+        """The user's hook for custom payload types (None: msgpack and the common types only)."""
+        return self._enc_hook
 
     def decode_checkpoint(self, raw: bytes, path: str) -> Checkpoint:
         """Validate and decode a checkpoint record, migrating older schemas."""

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import msgspec
 from filelock import FileLock
 
-from afk_local.errors import KeyRequiredError, WriterFailedError
+from afk_local.errors import KeyRequiredError, UnstorableValueError, WriterFailedError
 from afk_local.journal.journal import Journal
 from afk_local.storage import codec, fsio
 from afk_local.storage.chain import is_signed_file, read_link_value
@@ -208,7 +208,10 @@ class RunWriter:
             timestamp_ms=now_ms(),
             payload=payload,
         )
-        raw = self._codec.encode(record)  # user data errors surface here, before any I/O
+        try:
+            raw = self._codec.encode(record)  # user data errors surface here, before any I/O
+        except UnstorableValueError as exc:
+            raise exc.under("", self.run_id) from None
         if len(raw) > self._max_record_bytes:
             raise ValueError(
                 f"checkpoint of {len(raw)} bytes exceeds max_record_bytes={self._max_record_bytes}"

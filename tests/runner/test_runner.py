@@ -247,7 +247,7 @@ def test_params_must_be_msgpackable(tmp_path):
     def job(ctx, thing):
         return 1
 
-    with pytest.raises(TypeError, match="msgpack-able"):
+    with pytest.raises(TypeError, match=r"cannot store args\.0: object is neither msgpack data"):
         job.run(object())
 
 
