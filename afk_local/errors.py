@@ -6,6 +6,7 @@ do next, because these errors are usually read long after the run died.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 
@@ -116,11 +117,14 @@ class EffectInDoubtError(AfkLocalError):
         self.key = key
         self.idempotency_key = idempotency_key
         where = f" in {path}" if path else ""
+        quoted = shlex.quote(key)
         super().__init__(
             f"run {run_id!r}: effect {key!r} was started before a crash but has no recorded "
             f"outcome{where}: it may or may not have happened. Check the outside system for "
-            f"idempotency key {idempotency_key!r}, then resume with in_doubt='retry' (or mark "
-            "the call idempotent=True)"
+            f"idempotency key {idempotency_key!r}, then record what happened with "
+            f"`afk-local settle {run_id} {quoted} --done` (or --failed 'it did not happen') "
+            f"and resume, or call it again with `afk-local resume {run_id} --in-doubt retry` "
+            "(in Python: afk.resume(run_id, in_doubt='retry'))"
         )
 
 
@@ -237,3 +241,12 @@ class UnstorableValueError(AfkLocalError, TypeError):
         inner = "" if self.path == "(the value itself)" else self.path
         path = f"{prefix}.{inner}" if prefix and inner else (prefix or self.path)
         return UnstorableValueError(path, self.type_name, run_id or self.run_id)
+
+
+class SettleError(AfkLocalError, ValueError):
+    """An effect cannot be settled: the run has no such effect, or it is not in doubt."""
+
+    def __init__(self, run_id: str, key: str, reason: str) -> None:
+        self.run_id = run_id
+        self.key = key
+        super().__init__(f"run {run_id!r}: cannot settle: {reason}")

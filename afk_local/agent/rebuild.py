@@ -159,14 +159,16 @@ def resume_agent(
     return runner.resume(load_agent(meta), run_id, input=input, on_corrupt=on_corrupt)
 
 
-def resume_agent_run(run_id: str, store: StoreLike = None, input: Any = None) -> Any:
+def resume_agent_run(
+    run_id: str, store: StoreLike = None, input: Any = None, *, in_doubt: Any = None
+) -> Any:
     """``afk-local resume`` of an agent run, in the CLI's terms (what ``resume_run`` calls).
 
     Returns the final text of a completed run; raises
     :class:`~afk_local.RunPaused` for a paused one (exit 0, the prompt printed)
     and :class:`AgentFailedError` for a failed one (exit 1).
     """
-    result = resume_agent(run_id, store=store, input=input)
+    result = resume_agent(run_id, store=store, input=input, in_doubt=in_doubt)
     if result.state == "paused":
         pending = result.pending or {}
         raise RunPaused(run_id, str(pending.get("kind") or APPROVAL), pending.get("prompt"))

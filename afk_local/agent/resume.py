@@ -60,18 +60,28 @@ async def aresume(
     return await aresume_job(the_store, run_id, input=input, in_doubt=in_doubt)
 
 
-def resume_run(run_id: str, store: StoreLike = None, input: Any = None) -> Any:
-    """What ``python -m afk_local resume RUN`` calls: :func:`resume` with positional store.
+def resume_run(
+    run_id: str,
+    store: StoreLike = None,
+    input: Any = None,
+    *,
+    in_doubt: Any = None,
+    reenter: bool = False,
+) -> Any:
+    """What ``afk-local resume RUN`` calls: :func:`resume` in the command line's terms.
 
     Dispatches on the run's kind. A durable job's run returns its result (or
     raises what the job raised, or :class:`~afk_local.RunPaused`); an agent run
     goes to :func:`afk_local.agent.rebuild.resume_agent_run`, which speaks the same
     terms: the final text, ``RunPaused``, or ``AgentFailedError`` for a failed run.
+    ``reenter``: this process was started to continue this run, so it may go back
+    to the job's recorded working directory, ``sys.path`` and script
+    (:func:`afk_local.runner.resume.load_job`).
     """
     the_store = as_store(store)
     if is_agent_run(the_store.read_meta(run_id)):
-        return resume_agent_run(run_id, the_store, input)
-    return resume_job(the_store, run_id, input=input)
+        return resume_agent_run(run_id, the_store, input, in_doubt=in_doubt)
+    return resume_job(the_store, run_id, input=input, in_doubt=in_doubt, reenter=reenter)
 
 
 __all__ = ["aresume", "resume", "resume_run"]

@@ -42,6 +42,7 @@ from afk_local.cli.write import (
     cmd_gc,
     cmd_import,
     cmd_resume,
+    cmd_settle,
 )
 from afk_local.errors import AfkLocalError, RunLockedError
 from afk_local.storage.records import RunStatus
@@ -146,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", metavar="RUN", nargs="*")
     p.add_argument("--no-repair", action="store_true", help="report torn journal tails only")
 
-    p = add("export", cmd_export, "a run as JSON (meta, checkpoints, effects)", json_flag=False)
+    p = add("export", cmd_export, "a run as JSON (meta, checkpoints, effects)")
     p.add_argument("run", metavar="RUN")
     p.add_argument("--format", choices=("json", "jsonl"), default="json")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
@@ -155,12 +156,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--as", dest="as_id", metavar="NEW_ID", help="import under another run id")
 
-    p = add("resume", cmd_resume, "continue a run (its entrypoint is re-imported)")
+    p = add("resume", cmd_resume, "continue a run (its job is found where it ran)")
     p.add_argument("run", metavar="RUN")
     p.add_argument("--input", metavar="JSON", help="the answer for a paused run, as JSON")
     p.add_argument(
+        "--in-doubt",
+        choices=("retry", "raise"),
+        help="effects a crash left in doubt: call them again (retry) or stop (raise)",
+    )
+    p.add_argument(
         "--via-watcher", action="store_true", help="ask the running watcher to resume it"
     )
+
+    p = add("settle", cmd_settle, "record what happened to an effect left in doubt")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("key", metavar="KEY", help="the effect's key (`afk-local effects RUN`)")
+    outcome = p.add_mutually_exclusive_group(required=True)
+    outcome.add_argument(
+        "--done", action="store_true", help="it happened: a resume replays it, never calls it"
+    )
+    outcome.add_argument(
+        "--failed", metavar="MESSAGE", help="it did not happen: a resume calls it again"
+    )
+    p.add_argument("--result", metavar="JSON", help="with --done: what the call returned")
 
     p = add("fork", cmd_fork, "a new run continuing from checkpoint SEQ of RUN")
     p.add_argument("run", metavar="RUN")
@@ -186,9 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-age-days", type=float, metavar="DAYS")
     p.add_argument("--max-bytes", type=_size, metavar="SIZE", help="e.g. 500M, 2G")
 
-    p = add(
-        "demo", cmd_demo, "crash a job with SIGKILL and resume it (a few seconds)", json_flag=False
-    )
+    p = add("demo", cmd_demo, "crash a job with SIGKILL and resume it (a few seconds)")
     p.add_argument("--steps", type=_positive_int, default=40)
     p.add_argument("--keep", action="store_true", help="keep the temporary store and print it")
 

@@ -14,7 +14,8 @@ import contextlib
 import functools
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
@@ -27,6 +28,7 @@ from afk_local.errors import (
     UnstorableValueError,
     WriterFailedError,
 )
+from afk_local.runner.origin import ORIGIN_KEY, origin_here
 from afk_local.runner.run_context import NO_INPUT, RunContext
 from afk_local.runner.stopping import sigterm_exits
 from afk_local.runner.versions import OnCodeChange, check_code, code_fingerprint, migrate_state
@@ -41,11 +43,35 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _REGISTRY: dict[str, DurableFunction[Any]] = {}
+_stopping = threading.local()
 
 
 def registered(entrypoint: str) -> DurableFunction[Any] | None:
     """The ``@afk.durable`` job this process defined as ``module:qualname``, if any."""
     return _REGISTRY.get(entrypoint)
+
+
+class JobReached(BaseException):
+    """A script run again to re-enter a job reached its first durable run: stop it there.
+
+    A BaseException, so that the script's own ``except Exception`` does not catch it.
+    """
+
+
+@contextlib.contextmanager
+def stop_at_first_run() -> Iterator[None]:
+    """While active (in this thread), starting or resuming any durable run raises JobReached."""
+    _stopping.active = True
+    try:
+        yield
+    finally:
+        _stopping.active = False
+
+
+def _check_not_stopping() -> None:
+    if getattr(_stopping, "active", False):
+        _stopping.active = False
+        raise JobReached
 
 
 @dataclass
@@ -115,6 +141,28 @@ class DurableFunction(Generic[R]):
 
     __call__ = run
 
+    def submit(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> str:
+        """Record a new run of this job without running it (status ``created``); returns its id.
+
+        A watcher (``afk-local watch``) starts it like any interrupted run; so does
+        ``afk-local resume RUN``. ``afk-local submit`` calls this.
+
+        Raises:
+            RunExistsError: ``run_id`` is taken.
+        """
+        store = as_store(self.store)
+        params = self._params(store, args, kwargs)
+        run = store.create(
+            run_id,
+            entrypoint=self.entrypoint,
+            params=params,
+            code_fingerprint=self.fingerprint,
+            version=self.version,
+            extra={ORIGIN_KEY: origin_here(self.fn)},
+        )
+        run.close()
+        return run.run_id
+
     async def arun(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> R:
         """The async form of :meth:`run` (works for sync jobs too)."""
         return await self._async(
@@ -131,6 +179,7 @@ class DurableFunction(Generic[R]):
         input_value: Any,
         in_doubt: Any,
     ) -> R:
+        _check_not_stopping()
         begun = self._begin(store, run_id, args, kwargs, input_value=input_value, in_doubt=in_doubt)
         if not isinstance(begun, _Attempt):
             return begun.result  # type: ignore[no-any-return]
@@ -154,6 +203,7 @@ class DurableFunction(Generic[R]):
         input_value: Any,
         in_doubt: Any,
     ) -> R:
+        _check_not_stopping()
         begun = self._begin(store, run_id, args, kwargs, input_value=input_value, in_doubt=in_doubt)
         if not isinstance(begun, _Attempt):
             return begun.result  # type: ignore[no-any-return]
@@ -209,6 +259,7 @@ class DurableFunction(Generic[R]):
                 params=params,
                 code_fingerprint=self.fingerprint,
                 version=self.version,
+                extra={ORIGIN_KEY: origin_here(self.fn)},
             )
         except RunExistsError:  # another process created it just now
             assert run_id is not None
@@ -297,6 +348,8 @@ class DurableFunction(Generic[R]):
                 error=None,
                 code_fingerprint=self.fingerprint,
                 version=self.version,
+                # where it runs now: the next process to continue it starts from here
+                extra={**run.meta.extra, ORIGIN_KEY: origin_here(self.fn)},
             )
             ctx = RunContext(
                 writer,
@@ -472,4 +525,4 @@ def durable(
     return decorate
 
 
-__all__ = ["DurableFunction", "durable"]
+__all__ = ["DurableFunction", "JobReached", "durable", "stop_at_first_run"]

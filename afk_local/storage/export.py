@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from afk_local.errors import AfkLocalError, RunExistsError
-from afk_local.storage import codec, fsio
+from afk_local.storage import codec, fsio, values
 from afk_local.storage.integrity import (
     HISTORY_UNTIL_KEY,
     LINKS_KEY,
@@ -48,11 +48,12 @@ class ImportFormatError(AfkLocalError, ValueError):
 
 
 def to_jsonable(value: Any) -> Any:
-    """Plain JSON-ready data: records to dicts, bytes to base64, non-str keys to str."""
-    try:
-        return msgspec.to_builtins(value, str_keys=True)
-    except (TypeError, msgspec.EncodeError):
-        return msgspec.to_builtins(value, str_keys=True, enc_hook=repr)
+    """Plain JSON-ready data: records to dicts, bytes to base64, non-str keys to str.
+
+    Typed values become their plain form (a path its text, a dataclass its fields;
+    see :func:`afk_local.storage.values.plain`).
+    """
+    return values.plain(value)
 
 
 def export_records(reader: RunReader) -> list[dict[str, Any]]:

@@ -32,6 +32,7 @@ import msgspec
 
 from afk_local.errors import AfkLocalError, RunExistsError
 from afk_local.runner.entrypoints import is_entrypoint
+from afk_local.runner.origin import cannot_resume
 from afk_local.storage import fsio
 from afk_local.storage.layout import new_run_id, validate_run_id
 from afk_local.storage.records import RunStatus, now_ms
@@ -233,14 +234,12 @@ def _handle(watcher: RequestHost, request: Request) -> bool:
             watcher.pending.append(request.run_id)
         return True
     meta = store.read_meta(request.run_id)  # RunNotFoundError: rejected with the reason
-    if meta.entrypoint is None:
-        raise ValueError(
-            f"run {request.run_id!r} has no entrypoint (not an @afk.durable job nor an agent "
-            "that another process can rebuild); nothing to re-import"
-        )
     if meta.status is RunStatus.COMPLETED:
         watcher.emit("request", request.run_id, "already completed; nothing to do")
         return True
+    reason = cannot_resume(meta)
+    if reason is not None:
+        raise ValueError(f"run {request.run_id!r} cannot be resumed: {reason}")
     if request.run_id in watcher.children:
         watcher.emit("request", request.run_id, "already being resumed")
         return True

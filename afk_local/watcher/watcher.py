@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from afk_local.errors import AfkLocalError
+from afk_local.runner.origin import cannot_resume, reentry_plan
 from afk_local.storage import fsio
-from afk_local.storage.layout import LOGS_NAME
 from afk_local.storage.ownership import boot_id, lock_is_held
 from afk_local.storage.reader import read_meta
 from afk_local.storage.records import RunMeta, RunStatus, now_ms
@@ -44,6 +44,7 @@ from afk_local.storage.store import Store
 from afk_local.watcher.attempts import (
     RESUMABLE,
     attempt_died,
+    attempt_log,
     claim,
     release,
     update_meta_unowned,
@@ -62,7 +63,8 @@ class WatchEvent:
 
     ``kind`` is one of ``started``, ``resumed``, ``completed``, ``paused``,
     ``failed``, ``backoff``, ``gave_up``, ``stopped``, ``taken`` (another
-    process holds the run), ``submitted``, ``request``, ``rejected``, ``stopping``.
+    process holds the run), ``skipped`` (an interrupted run no process can resume,
+    said once), ``submitted``, ``request``, ``rejected``, ``stopping``.
     """
 
     kind: str
@@ -161,6 +163,7 @@ class Watcher:
         self.stop_event = threading.Event()
         self.counts: dict[str, int] = {}
         self._cache: dict[str, _Cached] = {}
+        self._skipped: dict[str, str] = {}  # run id -> why it cannot be resumed (said once)
         self._stopping = False
 
     def __repr__(self) -> str:
@@ -222,6 +225,13 @@ class Watcher:
                 continue
             if lock_is_held(self.store.paths(run_id).lock):
                 continue
+            reason = cannot_resume(meta)
+            if reason is not None:  # knowable now: no doomed attempts, never marked failed
+                if self._skipped.get(run_id) != reason:
+                    self._skipped[run_id] = reason
+                    self.emit("skipped", run_id, f"cannot be resumed: {reason}")
+                continue
+            self._skipped.pop(run_id, None)
             found.append(run_id)
         return found
 
@@ -246,15 +256,17 @@ class Watcher:
         return update_meta_unowned(self.store, run_id, change)
 
     def _open_log(self, run_id: str, attempt: int) -> tuple[int, Path]:
-        logs = self.store.paths(run_id).dir / LOGS_NAME
-        fsio.make_dir(logs, exist_ok=True)
-        path = logs / f"attempt-{attempt}.log"
+        path = attempt_log(self.store.paths(run_id).dir, attempt)
+        fsio.make_dir(path.parent, exist_ok=True)
         fd = fsio.open_append(path)
         return fd, path
 
-    def child_command(self, run_id: str, input_json: str | None = None) -> list[str]:
-        """The command line of the child that resumes ``run_id``."""
-        cmd = [self.python, "-m", "afk_local", "resume", run_id, "--root", str(self.store.root)]
+    def child_command(
+        self, run_id: str, input_json: str | None = None, *, python: str | None = None
+    ) -> list[str]:
+        """The command line of the child that resumes ``run_id`` (under ``python``, if given)."""
+        cmd = [python or self.python, "-m", "afk_local", "resume", run_id]
+        cmd += ["--root", str(self.store.root.absolute())]
         if input_json is not None:
             cmd += ["--input", input_json]
         return cmd
@@ -276,15 +288,20 @@ class Watcher:
                 f"watcher attempt {meta.watcher_attempts}/{self.max_attempts}\n"
             )
             fsio.write_all(fd, header.encode(), log_path)
+            # The run's own interpreter and working directory (where it was started),
+            # else the watcher's: the child finds the job where it ran (runner.origin).
+            plan = reentry_plan(meta)
             env = dict(os.environ)
             env.update(self.env)
+            env.update(plan.env)
             env.setdefault("PYTHONUNBUFFERED", "1")
             proc = subprocess.Popen(
-                self.child_command(run_id, input_json),
+                self.child_command(run_id, input_json, python=plan.python),
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=subprocess.STDOUT,
                 env=env,
+                cwd=plan.cwd,
                 start_new_session=True,  # signals reach it only through the watcher
             )
         except OSError as exc:
