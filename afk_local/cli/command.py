@@ -65,6 +65,12 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
             f"cannot use {path}: a file is in the way (not a directory); choose a store "
             f"directory with --root or {ROOT_ENV}"
         )
+    for parent in path.absolute().parents:
+        if parent.exists() and not parent.is_dir():
+            raise CliError(
+                f"cannot use {path}: a file is in the way ({parent} is not a directory); "
+                f"choose a store directory with --root or {ROOT_ENV}"
+            )
     if create:
         fsio.make_dirs(path)
         return Store(path)

@@ -100,8 +100,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
             f"run {args.run!r} is {meta.status.value}, not paused: --input answers a paused "
             f"run's question; {_without_input(args, meta.status)}"
         )
-    if meta.status is RunStatus.COMPLETED:
-        result = store.open(args.run).resume_state().result
+    if meta.status is RunStatus.COMPLETED:  # its stored result; nothing is imported or run
+        result = resume_run(args.run, store)
         return _report(args, {"run_id": args.run, "status": "completed", "result": result})
     if meta.status is RunStatus.PAUSED and not has_input and not args.via_watcher:
         prompt = meta.pause.prompt if meta.pause else None
