@@ -151,13 +151,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
     """
     if getattr(args, "uninstall", None):
         root = getattr(args, "root", None)
-        the_root = (Path(root) if root else default_root()).absolute()
+        the_root = (Path(root) if root else default_root()).resolve()
         return watcher_service.main_uninstall(args.uninstall, sys.stdout, the_root)
     once = bool(getattr(args, "once", False))
     store = open_store(args, create=not once)
     if getattr(args, "install", None):
         try:
-            return watcher_service.main_install(args.install, store.root.absolute(), sys.stdout)
+            return watcher_service.main_install(args.install, store.root.resolve(), sys.stdout)
         except ValueError as exc:
             raise CliError(str(exc)) from None
     printer = EventPrinter(as_json=bool(getattr(args, "json", False)))

@@ -9,6 +9,7 @@ Each changes the store: a new run (import, fork), an attempt of a run
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -117,8 +118,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     plan = reentry_plan(meta)
     if plan.other_interpreter and not os.environ.get(REENTERED_ENV):
         return _hand_over(args, store, plan)
+    # With --json, stdout holds only the JSON: what the job prints goes to stderr.
+    job_output = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     try:
-        result = resume_run(args.run, store, value, in_doubt=args.in_doubt, reenter=True)
+        with job_output:
+            result = resume_run(args.run, store, value, in_doubt=args.in_doubt, reenter=True)
     except RunLockedError as exc:  # another process is resuming it: the watcher's "taken"
         sys.stderr.write(f"afk-local: {exc}\n")
         return EXIT_LOCKED
