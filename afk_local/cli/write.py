@@ -132,7 +132,16 @@ def cmd_resume(args: argparse.Namespace) -> int:
             {"run_id": args.run, "status": "paused", "kind": paused.kind, "prompt": paused.prompt},
         )
     except EffectInDoubtError as exc:  # the run is now recorded as failed
-        return _failed(args, f"{exc}", exc)
+        settle_it = suggest(args, "settle", args.run, exc.key, "--done")
+        retry = suggest(args, "resume", args.run, "--in-doubt", "retry")
+        message = (
+            f"run {args.run!r}: effect {exc.key!r} was started before a crash but has no "
+            "recorded outcome: it may or may not have happened. Check the outside system for "
+            f"idempotency key {exc.idempotency_key!r}, then record what happened with "
+            f"`{settle_it}` (or --failed 'it did not happen') and resume, or call it again "
+            f"with `{retry}`"
+        )
+        return _failed(args, message, exc)
     except (AfkLocalError, CliError):
         raise
     except Exception as exc:  # the job itself raised: the run is recorded as failed

@@ -238,9 +238,10 @@ def test_main_agent_cannot_be_resumed_elsewhere_and_runs_without_entrypoint_are_
     assert code == 0, events
     assert not of(events, "resumed") and not of(events, "gave_up")
     assert [e["run_id"] for e in of(events, "skipped")] == ["main-run"]
-    assert "cannot be resumed: its agent was defined in a script" in of(events, "skipped")[0][
-        "message"
-    ]
+    assert (
+        "cannot be resumed: its agent was defined in a script"
+        in of(events, "skipped")[0]["message"]
+    )
     for rid, data in before.items():  # never resumed, never marked failed
         assert store.paths(rid).meta.read_bytes() == data
         assert not (store.paths(rid).dir / "logs").exists()
