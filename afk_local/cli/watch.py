@@ -154,6 +154,14 @@ def cmd_watch(args: argparse.Namespace) -> int:
         the_root = (Path(root) if root else default_root()).resolve()
         return watcher_service.main_uninstall(args.uninstall, sys.stdout, the_root)
     once = bool(getattr(args, "once", False))
+    if getattr(args, "install", None):
+        root = getattr(args, "root", None)
+        try:  # before the store is created: a path no service file can hold is refused whole
+            watcher_service.check_text(
+                "store directory", str((Path(root) if root else default_root()).absolute())
+            )
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
     store = open_store(args, create=not once)
     if getattr(args, "install", None):
         try:
