@@ -16,7 +16,7 @@ EXAMPLES_DIR = REPO / "examples"
 # Adding an example is one line here.
 EXAMPLES: dict[str, tuple[list[list[str]], str]] = {
     "batch_resume.py": ([["--items", "60", "--delay", "0"]], "'sum': 70210"),
-    "notebook_loop.py": ([[]], "done:"),
+    "notebook_loop.py": ([[], []], "already done: {'final_loss': 0.05, 'epochs': 20}"),
     "human_approval.py": ([[], ["--answer", "yes"]], "'sent': True"),
     "agent_resume.py": ([["--delay", "0"]], "completed: Researched 6 topics"),
 }
@@ -41,6 +41,7 @@ def test_example_runs_to_completion(script, tmp_path):
         done = run_example(script, args, tmp_path / "store")
         assert done.returncode == 0, done.stderr
     assert expect in done.stdout, done.stdout
+    assert "starting at epoch" not in done.stdout  # a finished loop is not run again
 
 
 def test_batch_resume_after_kill(tmp_path):
