@@ -1,4 +1,4 @@
-"""The agent loop with the checkpoint phase protocol (DESIGN §6): :class:`AgentRunner`.
+"""The agent loop with the checkpoint phase protocol (docs/agent.md): :class:`AgentRunner`.
 
 Each step writes ``step_started``, ``pre_llm``, ``post_llm``, then (when the
 model asked for tools) ``pre_subagent_batch``/``post_subagent_batch`` and
@@ -160,7 +160,7 @@ class AgentRunner:
         *,
         on_corrupt: str = "raise",
     ) -> AgentResult:
-        """Continue run ``run_id`` (DESIGN §6 resume contract).
+        """Continue run ``run_id`` (the resume contract of docs/agent.md).
 
         A completed run returns its stored result, calling nothing. A paused run
         needs ``input`` (``True``/``False`` or ``{"decision": "approve"|"deny",

@@ -1,4 +1,4 @@
-"""Durability modes on top of a :class:`~afk_local.storage.run.RunWriter` (DESIGN §4).
+"""Durability modes on top of a :class:`~afk_local.storage.run.RunWriter` (docs/runner.md).
 
 ``sync``
     :meth:`DurableWriter.checkpoint` returns once the checkpoint is on stable

@@ -1,4 +1,4 @@
-"""Bytes <-> records: the ``.ckpt`` / ``run.meta`` file format of DESIGN §3.
+"""Bytes <-> records: the ``.ckpt`` / ``run.meta`` file format of docs/format.md.
 
 A file is a 26-byte header and a body::
 
@@ -80,7 +80,7 @@ class FrameHeader(NamedTuple):
 def pack_frame(
     kind: int, body: bytes, *, flags: int = 0, base_seq: int = 0, mac: bytes | None = None
 ) -> bytes:
-    """Frame ``body`` with the header and crc of DESIGN §3, and ``mac`` as a signed trailer."""
+    """Frame ``body`` with the header and crc of docs/format.md, and ``mac`` as a signed trailer."""
     if mac is not None:
         if len(mac) != MAC_SIZE:
             raise ValueError(f"a MAC is {MAC_SIZE} bytes, not {len(mac)}")

@@ -1,4 +1,4 @@
-"""Names and paths inside a store (DESIGN §3), and the validation that guards them.
+"""Names and paths inside a store (docs/format.md), and the validation that guards them.
 
 Nothing here touches the disk except :func:`scan_checkpoints`. Every run id is
 validated before a path is built from it.

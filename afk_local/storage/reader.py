@@ -65,7 +65,7 @@ class Skipped:
 
 @dataclass(frozen=True)
 class ResumeState:
-    """What a resumed run starts from (DESIGN §6, resume contract)."""
+    """What a resumed run starts from (the resume contract of docs/agent.md)."""
 
     run_id: str
     status: RunStatus

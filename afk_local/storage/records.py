@@ -1,6 +1,6 @@
 """The records afk_local stores, as msgspec Structs.
 
-These shapes are the on-disk format (DESIGN §3, §6): fields are only ever added
+These shapes are the on-disk format (docs/format.md, docs/agent.md): fields are only ever added
 with defaults, never renamed, so older files keep decoding. ``SCHEMA_VERSION``
 changes when a field's meaning changes; ``migrate.py`` upgrades old records.
 """
@@ -18,7 +18,7 @@ SCHEMA_VERSION = 1
 
 
 class Phase(str, enum.Enum):
-    """The checkpoint phases of the agent protocol (DESIGN §6)."""
+    """The checkpoint phases of the agent protocol (docs/agent.md)."""
 
     RUN_STARTED = "run_started"
     STEP_STARTED = "step_started"

@@ -75,7 +75,7 @@ DEFAULT_ALWAYS_KEEP = frozenset(
 
 @dataclass(frozen=True)
 class RetentionPolicy:
-    """What a compaction keeps (DESIGN §6, retention).
+    """What a compaction keeps (docs/cli.md, gc).
 
     Args:
         keep_runtime_states: newest ``runtime_state`` checkpoints kept per run (at least

@@ -1,9 +1,9 @@
 """Writing one run directory: the owner lock and durable checkpoints.
 
 A :class:`RunWriter` holds ``owner.lock`` for its whole life (one writer per
-run, DESIGN §4.7). A ``sync`` checkpoint costs two fsyncs, the floor for a
+run, docs/guarantees.md, 7). A ``sync`` checkpoint costs two fsyncs, the floor for a
 durable publish: the temp file, then the run directory once after the rename
-and the ``latest`` swap (DESIGN §4.1).
+and the ``latest`` swap (docs/guarantees.md, 1).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A watcher's automatic attempts: claims, crash-loop backoff and giving up (DESIGN §7).
+"""A watcher's automatic attempts: claims, crash-loop backoff and giving up (docs/watcher.md).
 
 Before it starts a child the watcher *claims* the run under its lock (held for a
 few milliseconds): ``watcher_attempts`` + 1 and a lease in ``next_attempt_ms``,

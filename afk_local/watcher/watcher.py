@@ -1,4 +1,4 @@
-"""The watcher: finds interrupted runs and resumes them, also after a reboot (DESIGN §7).
+"""The watcher: finds interrupted runs and resumes them, also after a reboot (docs/watcher.md).
 
 A run is *interrupted* when its status is ``running`` (or ``created``) and nobody
 holds its ``owner.lock``; the lock is the truth, whatever ``run.meta`` says about
