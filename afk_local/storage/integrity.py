@@ -1,4 +1,4 @@
-"""Optional tamper evidence (docs/format.md, "Tamper evidence"): HMAC-SHA256 over every record, chained.
+"""Optional tamper evidence: HMAC-SHA256 over every record, chained (docs/format.md).
 
 With a key (``Store(key=...)`` or ``$AFK_LOCAL_KEY``) every checkpoint file,
 ``run.meta`` and every ``effects.log`` record carries a 32-byte HMAC-SHA256.
