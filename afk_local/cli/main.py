@@ -1,8 +1,9 @@
 """The ``afk-local`` command line (argparse); ``python -m afk_local`` is the same.
 
-Every command takes ``--root`` (else ``$AFK_LOCAL_ROOT``, else ``./.afk``); read
-commands take ``--json`` for scripts. Exit codes: 0 ok, 1 problems found (``verify``,
-a resumed job that failed), 2 usage errors, unknown runs or checkpoints, bad input.
+Every command takes ``--root`` (else ``$AFK_LOCAL_ROOT``, else ``./.afk``; it must
+exist, except for the commands that create a store) and ``--json`` for scripts. Exit
+codes: 0 ok, 1 problems found (``verify``, a resumed job that failed), 2 usage errors,
+a missing store, unknown runs or checkpoints, bad input, a run that cannot be resumed.
 Errors are one line on stderr saying what to do; user errors never print a traceback.
 docs/cli.md shows every command with its output.
 """

@@ -23,8 +23,8 @@ from afk_local.cli.command import (
     short,
     suggest,
 )
+from afk_local.cli.describe import describe_run
 from afk_local.cli.render import (
-    describe_run,
     effect_rows,
     log_rows,
     payload_at,

@@ -51,8 +51,11 @@ class StateCheckpoint:
         durability: ``"sync"`` (default: ``save`` is durable when it returns),
             ``"async"`` or ``"exit"`` (see :mod:`afk_local.runner.writer`).
 
-    The state must be msgpack-able (dicts, lists, str, numbers, bool, None,
-    bytes, datetime). The first :meth:`save` takes the run's lock and holds it
+    The state holds storable values: msgpack data and the types of
+    :mod:`afk_local.storage.values` (paths, datetimes, UUIDs, decimals, sets, enums,
+    dataclasses, numpy arrays...); anything else raises
+    :class:`~afk_local.errors.UnstorableValueError` naming where it is
+    (``state.model.weights``). The first :meth:`save` takes the run's lock and holds it
     until :meth:`mark_complete`, :meth:`clear`, :meth:`close` or process exit.
     """
 
