@@ -122,7 +122,9 @@ class Watcher:
         lease: seconds a claim keeps other watchers off a run whose child has not
             taken the lock yet.
         on_event: called with every :class:`WatchEvent` (from the watcher's thread).
-        python: the interpreter children run under.
+        python: the interpreter children run under when the run records none (or the
+            recorded one is gone); a run's own interpreter, recorded where its job
+            ran, comes first (:func:`afk_local.runner.origin.reentry_plan`).
         env: extra environment for children.
     """
 

@@ -209,3 +209,51 @@ def test_a_script_that_is_gone_is_said_in_one_line_and_left_alone(tmp_path: Path
     (project / "my_job.py.bak").rename(script)  # put back: it resumes
     assert afk_local(tmp_path, "resume", "script-job").returncode == 0
     assert items_done(project) == list(range(N))
+
+
+PREFIX_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import afk_local as afk
+
+    @afk.durable(store="./.afk")
+    def where(ctx):
+        ctx.state["seen"] = ctx.state.get("seen", 0) + 1
+        ctx.checkpoint()
+        if ctx.attempt == 1:
+            print("ready", flush=True)
+            import time; time.sleep(60)  # killed here
+        return {"prefix": sys.prefix, "attempt": ctx.attempt}
+
+    where.run(run_id="venv-job")
+    """
+)
+
+
+def test_resume_hands_over_to_the_interpreter_that_ran_the_job(tmp_path: Path) -> None:
+    """A job started in another virtualenv is continued by that virtualenv's interpreter."""
+    other = tmp_path / "other-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(other)], check=True)
+    [site] = list((other / "lib").glob("python*/site-packages"))
+    # the other environment sees the same packages (and this afk_local), nothing more
+    here = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    lines = [f"import site; site.addsitedir({p!r})" for p in here]  # their .pth files too
+    (site / "same_packages.pth").write_text("\n".join(lines) + "\n")
+    python = str(other / "bin" / "python")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "where.py").write_text(PREFIX_SCRIPT)
+    (tmp_path / "elsewhere").mkdir()
+    child = subprocess.Popen(
+        [python, "where.py"], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=no_pythonpath(),
+    )  # fmt: skip
+    killed = proc.kill_after(child, acks=1)
+    assert killed.returncode == -9 and killed.lines == ["ready"], killed.stderr
+
+    done = afk_local(tmp_path, "resume", "venv-job", "--json")
+
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)["result"]
+    assert result == {"prefix": str(other), "attempt": 2}  # not this process's sys.prefix
+    assert str(other) != sys.prefix
