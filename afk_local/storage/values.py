@@ -337,15 +337,39 @@ def _instance(code: int, inner: Any, dec_hook: DecHook | None) -> tuple[Any] | N
     if code == EXT_ENUM and issubclass(cls, enum.Enum):
         return (cls(data),)
     if code == EXT_DATACLASS and dataclasses.is_dataclass(cls):
-        obj = cls.__new__(cls)
-        for field, item in data.items():  # as pickle and copy do: no __init__
-            object.__setattr__(obj, field, item)
-        return (obj,)
+        return _dataclass(cls, data)
     if code == EXT_STRUCT and issubclass(cls, msgspec.Struct):
         return (cls(**data),)
     if code == EXT_HOOKED and dec_hook is not None:
         return (dec_hook(cls, data),)
     return None
+
+
+def _dataclass(cls: type, data: Any) -> tuple[Any] | None:
+    """A dataclass rebuilt from its stored fields, as pickle and copy do: no ``__init__``.
+
+    Only the fields the class declares are set: a stored name that is not one of
+    them (``__dict__``, ``__class__``, or a field the class has since lost) keeps
+    the value in its stored form rather than letting a file choose attributes. A
+    field missing from the file takes its default, or keeps the value as stored.
+    """
+    if not isinstance(data, dict):
+        return None
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if not fields.keys() >= data.keys():
+        return None
+    obj = object.__new__(cls)
+    for name, field in fields.items():
+        if name in data:
+            item = data[name]
+        elif field.default is not dataclasses.MISSING:
+            item = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            item = field.default_factory()
+        else:
+            return None
+        object.__setattr__(obj, name, item)
+    return (obj,)
 
 
 def _numpy_value(code: int, inner: Any) -> tuple[Any] | None:

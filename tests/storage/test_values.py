@@ -242,3 +242,35 @@ def test_classes_are_found_only_among_loaded_modules(tmp_path: Path) -> None:
 def test_plain_data_is_not_copied(tmp_path: Path) -> None:
     state = {"a": [1, "x", {"b": None}], "c": b"bytes"}
     assert values.tag(state) is state
+
+
+class Other:
+    """Not a dataclass: a hostile file must never turn a stored value into one of these."""
+
+
+def test_a_stored_dataclass_sets_only_its_declared_fields(tmp_path: Path) -> None:
+    # Crafted the way an attacker with write access would: the project's own encoder,
+    # a valid frame, field names chosen to reach attributes a dataclass never declares.
+    hostile = msgspec.msgpack.Ext(
+        values.EXT_DATACLASS,
+        msgspec.msgpack.encode(
+            [
+                values.type_name(Point),
+                {"x": 1, "where": "p", "__class__": values.type_name(Other), "extra": 2},
+            ]
+        ),
+    )
+    stored = msgspec.msgpack.Ext(
+        values.EXT_DATACLASS,
+        msgspec.msgpack.encode([values.type_name(Point), {"x": 1, "__dict__": {"evil": True}}]),
+    )
+    ckpt = afk.StateCheckpoint(tmp_path / "ckpt")
+    ckpt.save({"a": hostile, "b": stored})
+    ckpt.close()
+    got = afk.StateCheckpoint(tmp_path / "ckpt").load()
+    for key in ("a", "b"):
+        value = got[key]
+        assert type(value) is not Other
+        assert not hasattr(value, "extra") and not hasattr(value, "evil")
+        # a value naming fields its class does not declare is kept as stored, not rebuilt
+        assert isinstance(value, msgspec.msgpack.Ext)
