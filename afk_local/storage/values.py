@@ -358,7 +358,7 @@ def _dataclass(cls: type, data: Any) -> tuple[Any] | None:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     if not fields.keys() >= data.keys():
         return None
-    obj = object.__new__(cls)
+    obj: Any = object.__new__(cls)
     for name, field in fields.items():
         if name in data:
             item = data[name]
