@@ -1,24 +1,44 @@
 """Notebook display: compact HTML tables for runs (``_repr_html_``) and shared formatting.
 
 Jupyter calls ``_repr_html_`` on the last value of a cell: a :class:`~afk_local.RunReader`
-shows the run and its recent checkpoints (:func:`run_reader_html`), a
-:class:`~afk_local.RunInfo` one row. Nothing here writes, and nothing here imports
-the classes it draws: they call in.
+shows the run, a chart of its metrics (inline SVG) and its recent checkpoints
+(:func:`run_reader_html`); a :class:`~afk_local.RunInfo`, a ``store.runs()`` list and a
+:class:`~afk_local.Store` show a table of runs with status colours and progress bars
+(:func:`runs_table_html`). Every stored string (run ids, tags, metric names,
+errors) is escaped. Nothing here writes, and nothing here imports the classes it
+draws: they call in.
 """
 
 from __future__ import annotations
 
 import html
+import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from afk_local.errors import AfkLocalError
+from afk_local.storage.codec import RecordCodec
 from afk_local.storage.layout import CheckpointFile, RunPaths
+from afk_local.storage.metrics import read_metrics
 from afk_local.storage.records import Checkpoint, RunMeta
+from afk_local.storage.run_progress import format_duration, format_progress, progress_of
 
 RECENT_CHECKPOINTS = 8
+MAX_CHART_POINTS = 400
+"""Points drawn per metric; longer series are thinned evenly (the last point always stays)."""
+
+STATUS_COLOURS = {
+    "completed": "#1a7f37",
+    "failed": "#cf222e",
+    "cancelled": "#6e7781",
+    "paused": "#9a6700",
+    "running": "#0969da",
+    "created": "#8250df",
+}
+_SPARKS = "▁▂▃▄▅▆▇█"
 
 
 def format_ms(ms: int | None) -> str:
@@ -50,6 +70,110 @@ def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], caption: s
     return "".join(parts)
 
 
+def sparkline(values: Sequence[float], width: int = 32) -> str:
+    """``values`` as a line of block characters (``▁▂▃▄▅▆▇█``), thinned to ``width``."""
+    finite = [v for v in _thin(values, width) if math.isfinite(v)]
+    if not finite:
+        return ""
+    low, high = min(finite), max(finite)
+    span = high - low
+    top = len(_SPARKS) - 1
+    return "".join(_SPARKS[round((v - low) / span * top) if span else top // 2] for v in finite)
+
+
+def _thin(values: Sequence[float], limit: int) -> list[float]:
+    if len(values) <= limit:
+        return list(values)
+    step = (len(values) - 1) / (limit - 1)
+    return [values[round(i * step)] for i in range(limit)]
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run as the runs table shows it (already formatted, not yet escaped)."""
+
+    run_id: str
+    status: str
+    label: str
+    fraction: float | None
+    progress: str
+    step: int
+    attempt: int
+    elapsed: str
+    eta: str
+    updated: str
+    size: str
+    tags: str
+
+
+def runs_table_html(rows: Sequence[RunRow], caption: str = "") -> str:
+    """Runs as an HTML table: status in its colour, progress as a ``<progress>`` bar."""
+    headers = ("run", "status", "progress", "step", "attempts", "elapsed", "ETA", "updated")
+    parts = ['<table class="afk-local afk-local-runs">']
+    if caption:
+        parts.append(f"<caption>{html.escape(caption)}</caption>")
+    parts.append("<tr>" + "".join(f"<th>{h}</th>" for h in (*headers, "size", "tags")) + "</tr>")
+    for row in rows:
+        colour = STATUS_COLOURS.get(row.status, "inherit")
+        bar = ""
+        if row.fraction is not None:
+            bar = f'<progress max="100" value="{row.fraction * 100:.1f}"></progress> '
+        cells = [
+            f"<td>{html.escape(row.run_id)}</td>",
+            f'<td><span style="color:{colour};font-weight:600">'
+            f"{html.escape(row.label)}</span></td>",
+            f"<td>{bar}{html.escape(row.progress)}</td>",
+            *(
+                f"<td>{html.escape(str(v))}</td>"
+                for v in (
+                    row.step,
+                    row.attempt,
+                    row.elapsed,
+                    row.eta,
+                    row.updated,
+                    row.size,
+                    row.tags,
+                )
+            ),
+        ]
+        parts.append("<tr>" + "".join(cells) + "</tr>")
+    if not rows:
+        parts.append(f'<tr><td colspan="{len(headers) + 2}">no runs</td></tr>')
+    parts.append("</table>")
+    return "".join(parts)
+
+
+def metrics_svg(
+    series: Mapping[str, Sequence[float]], *, width: int = 300, height: int = 60
+) -> str:
+    """One small inline SVG line chart per metric, labelled with its last, min and max value."""
+    charts = []
+    for name, values in series.items():
+        points = [v for v in _thin(values, MAX_CHART_POINTS) if math.isfinite(v)]
+        if not points:
+            continue
+        low, high = min(points), max(points)
+        span = (high - low) or 1.0
+        n = len(points)
+        coords = " ".join(
+            f"{(i / (n - 1) if n > 1 else 0.5) * (width - 4) + 2:.1f},"
+            f"{height - 2 - (v - low) / span * (height - 4):.1f}"
+            for i, v in enumerate(points)
+        )
+        label = (
+            f"{name}: last {values[-1]:.4g} (min {low:.4g}, max {high:.4g}, {len(values)} points)"
+        )
+        charts.append(
+            '<figure class="afk-local-metric" style="display:inline-block;margin:4px 12px 4px 0">'
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img"><title>{html.escape(name)}</title>'
+            f'<rect width="{width}" height="{height}" fill="none" stroke="#d0d7de"/>'
+            f'<polyline fill="none" stroke="#0969da" stroke-width="1.5" points="{coords}"/>'
+            f"</svg><figcaption>{html.escape(label)}</figcaption></figure>"
+        )
+    return f'<div class="afk-local-metrics">{"".join(charts)}</div>' if charts else ""
+
+
 class RunView(Protocol):
     """What the notebook view of a run reads (a :class:`~afk_local.RunReader` is one)."""
 
@@ -65,6 +189,10 @@ class RunView(Protocol):
     def meta(self) -> RunMeta:
         """The run's ``run.meta``."""
 
+    @property
+    def record_codec(self) -> RecordCodec:
+        """The codec the run's files decode with."""
+
     def checkpoint_files(self) -> list[CheckpointFile]:
         """The run's checkpoint files, by seq."""
 
@@ -73,35 +201,52 @@ class RunView(Protocol):
 
 
 def run_reader_html(reader: RunView, limit: int = RECENT_CHECKPOINTS) -> str:
-    """The notebook view of a run: its meta, then its newest ``limit`` checkpoints."""
+    """The notebook view of a run: its meta and progress, its metrics, its newest checkpoints."""
     try:
         meta = reader.meta
     except AfkLocalError as exc:
         return html_table(("run", "problem"), [(reader.run_id, str(exc))])
+    files = reader.checkpoint_files()
+    rows: list[tuple[Any, ...]] = []
+    newest: Checkpoint | None = None
+    for file in files[-limit:]:
+        size = _size(reader.paths.dir / file.name)
+        try:
+            record = reader.load(file)
+            newest = record
+            rows.append((file.seq, record.step, file.phase, format_ms(record.timestamp_ms), size))
+        except AfkLocalError as exc:
+            rows.append((file.seq, "?", file.phase, f"damaged: {exc}", size))
+    progress = progress_of(newest.payload) if newest is not None else None
+    tags = meta.extra.get("tags") if isinstance(meta.extra, dict) else None
     head = html_table(
-        ("run", "status", "attempt", "entrypoint", "created", "updated"),
+        ("run", "status", "attempt", "progress", "elapsed", "entrypoint", "created", "updated"),
         [
             (
                 reader.run_id,
                 meta.status.value,
                 meta.attempt,
+                format_progress(progress),
+                format_duration(progress.active_ms / 1000) if progress else "-",
                 meta.entrypoint or "-",
                 format_ms(meta.created_ms),
                 format_ms(meta.updated_ms),
             )
         ],
     )
-    files = reader.checkpoint_files()
-    rows: list[tuple[Any, ...]] = []
-    for file in files[-limit:]:
-        size = _size(reader.paths.dir / file.name)
-        try:
-            record = reader.load(file)
-            rows.append((file.seq, record.step, file.phase, format_ms(record.timestamp_ms), size))
-        except AfkLocalError as exc:
-            rows.append((file.seq, "?", file.phase, f"damaged: {exc}", size))
+    if isinstance(tags, dict) and tags:
+        head += html_table(("tag", "value"), sorted((str(k), str(v)) for k, v in tags.items()))
+    if meta.error is not None:
+        head += html_table(("error", "message"), [(meta.error.type, meta.error.message)])
+    try:
+        metrics = read_metrics(reader)
+    except (AfkLocalError, OSError):
+        metrics = None
+    chart = ""
+    if metrics:
+        chart = metrics_svg({n: [p.value for p in metrics.series(n)] for n in metrics.names()})
     shown = f"last {len(rows)} of {len(files)} checkpoints" if files else "no checkpoints yet"
-    return head + html_table(("seq", "step", "phase", "time", "bytes"), rows, caption=shown)
+    return head + chart + html_table(("seq", "step", "phase", "time", "bytes"), rows, caption=shown)
 
 
 def _size(path: os.PathLike[str]) -> int:

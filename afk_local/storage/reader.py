@@ -35,6 +35,7 @@ from afk_local.storage.layout import (
     parse_checkpoint_name,
     scan_checkpoints,
 )
+from afk_local.storage.metrics import MetricLog, read_metrics
 from afk_local.storage.notebook import run_reader_html
 from afk_local.storage.records import Checkpoint, Effect, Phase, RunMeta, RunStatus
 from afk_local.storage.verify import VerifyProblem, VerifyReport, verify_journal
@@ -411,6 +412,10 @@ class RunReader:
             EffectLogCorruptionError: a damaged record with good records after it.
         """
         return read_journal(self.paths.journal, self.run_id, self._codec).records
+
+    def metrics(self) -> MetricLog:
+        """Every ``ctx.metric`` point of the run, in order, those gc archived included."""
+        return read_metrics(self)
 
     def _skip(self, name: str, reason: str) -> None:
         log.warning("run %s: skipped %s: %s", self.run_id, name, reason)

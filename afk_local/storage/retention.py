@@ -16,7 +16,8 @@ Crash safety (kill -9 at any instant leaves every run resumable):
 2. only then are files deleted, in rounds made durable one by one
    (:func:`deletion_rounds`): a delta before its base, a signed checkpoint before
    its predecessor, so no crash leaves a file whose base is gone; the highest seq
-   and ``latest``'s target are never deleted;
+   and ``latest``'s target are never deleted (before any round, the metrics of the
+   doomed checkpoints are copied into ``metrics.archive``, :mod:`.metrics`);
 3. the effect journal is replaced atomically (temp + rename), never edited.
 
 A store without a key does not compact runs whose files are signed: it could not
@@ -50,6 +51,7 @@ from afk_local.storage.chain import is_signed_file
 from afk_local.storage.integrity import chain_links, with_chain_links
 from afk_local.storage.journal_format import read_journal, write_journal_file
 from afk_local.storage.layout import CheckpointFile, parse_checkpoint_name, scan_checkpoints
+from afk_local.storage.metrics import archive_metrics
 from afk_local.storage.reader import RunReader
 from afk_local.storage.records import Effect, Phase
 from afk_local.storage.run_info import RunInfo
@@ -340,6 +342,8 @@ def compact_run(
         meta = msgspec.structs.replace(reader.meta, extra=extra)
         fsio.atomic_write(paths.meta, codec.encode_meta(reader.record_codec, meta))
         reader.refresh()
+    # 0c. the metrics the doomed checkpoints carry go to the run's metrics.archive (durably).
+    archive_metrics(reader, [CheckpointFile(f.seq, f.phase, f.name) for f in plan.delete])
     # 1. rewrite kept deltas whose chain would be cut, as keyframes with identical content.
     for f in plan.rewrite:
         rewrite_as_keyframe(reader, CheckpointFile(f.seq, f.phase, f.name))
