@@ -33,7 +33,10 @@ import errno
 import logging
 import os
 import shutil
+from collections.abc import Mapping
 from typing import Any
+
+import msgspec
 
 from afk_local.errors import RunExistsError
 from afk_local.storage import codec, fsio
@@ -43,12 +46,23 @@ from afk_local.storage.integrity import (
     chain_links,
     history_run_ids,
     history_until,
+    record_digest,
     with_chain_links,
 )
 from afk_local.storage.journal_format import write_journal_file
-from afk_local.storage.layout import RunPaths
+from afk_local.storage.layout import CheckpointFile, RunPaths, checkpoint_name
+from afk_local.storage.metrics import METRICS_KEY, copy_archive
 from afk_local.storage.reader import CheckpointNotFoundError, RunReader
-from afk_local.storage.records import Checkpoint, Effect, RunMeta, RunStatus, now_ms
+from afk_local.storage.records import (
+    SCHEMA_VERSION,
+    Checkpoint,
+    Effect,
+    Phase,
+    RunMeta,
+    RunStatus,
+    now_ms,
+)
+from afk_local.storage.state_edit import apply_updates
 
 log = logging.getLogger("afk_local")
 
@@ -56,7 +70,13 @@ log = logging.getLogger("afk_local")
 _LINK_REFUSED = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP)
 
 
-def fork_run(source: RunReader, at_seq: int, target: RunPaths) -> None:
+def fork_run(
+    source: RunReader,
+    at_seq: int,
+    target: RunPaths,
+    *,
+    updates: Mapping[str, Any] | None = None,
+) -> None:
     """Create run ``target`` whose history is ``source``'s up to checkpoint ``at_seq``.
 
     The fork is built in a temp directory next to ``target.dir`` and published
@@ -67,12 +87,18 @@ def fork_run(source: RunReader, at_seq: int, target: RunPaths) -> None:
         source: the source run (left untouched); the fork shares its codec.
         at_seq: the checkpoint the fork continues from; it must exist.
         target: where the fork goes (its run id and directory).
+        updates: ``{"state.total": 5, ...}``: the fork gets one more checkpoint, a
+            ``runtime_state`` at ``at_seq + 1``: the newest ``runtime_state`` at or before
+            ``at_seq`` with these payload paths set (:mod:`.state_edit`), so resuming the
+            fork continues from the edited state (LangGraph's ``update_state``).
 
     Raises:
         RunNotFoundError: no source run.
         CheckpointNotFoundError: the source has no checkpoint ``at_seq``.
         CheckpointCorruptionError: the checkpoint at ``at_seq`` is damaged.
         RunExistsError: ``target`` is taken.
+        StateEditError: ``updates`` name a path the state does not have, or there is
+            no ``runtime_state`` at or before ``at_seq`` to edit.
     """
     run_id, record_codec = source.run_id, source.record_codec
     meta = source.meta
@@ -84,6 +110,7 @@ def fork_run(source: RunReader, at_seq: int, target: RunPaths) -> None:
     if target.dir.exists():
         raise RunExistsError(target_id, str(target.dir))
     effects = _effects_until(source, at)
+    edited = _edited_state(source, files, updates) if updates else None
 
     runs_dir = target.dir.parent
     fsio.make_dirs(runs_dir)
@@ -95,7 +122,11 @@ def fork_run(source: RunReader, at_seq: int, target: RunPaths) -> None:
             _link_or_copy(source.paths.dir / f.name, tmp_dir / f.name)
         if effects:
             write_journal_file(tmp.journal, effects, record_codec, run_id=target_id)
-        fsio.atomic_symlink(files[-1].name, tmp.latest, sync_dir=False)
+        copy_archive(source, tmp, at_seq)
+        newest = files[-1].name
+        if edited is not None:
+            newest = _write_edited(source, tmp, at_seq, edited)
+        fsio.atomic_symlink(newest, tmp.latest, sync_dir=False)
         stamp = at.timestamp_ms
         now = max(stamp, now_ms())
         extra: dict[str, Any] = dict(meta.extra) if isinstance(meta.extra, dict) else {}
@@ -106,6 +137,8 @@ def fork_run(source: RunReader, at_seq: int, target: RunPaths) -> None:
                 HISTORY_KEY: [*history_run_ids(meta), run_id],
             }
         )
+        if updates:
+            extra["updated_paths"] = sorted(updates)
         if record_codec.signer is not None:
             extra = _signed_history(extra, run_id, at_seq)
         new_meta = RunMeta(
@@ -130,6 +163,50 @@ def fork_run(source: RunReader, at_seq: int, target: RunPaths) -> None:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
     log.info("forked run %s at seq %d into %s", run_id, at_seq, target_id)
+
+
+def _edited_state(
+    source: RunReader, files: list[CheckpointFile], updates: Mapping[str, Any]
+) -> Checkpoint:
+    """The newest ``runtime_state`` among ``files``, its payload edited (metrics dropped)."""
+    base = None
+    for f in reversed(files):
+        if f.phase == Phase.RUNTIME_STATE.value:
+            base = source.load(f)
+            break
+    payload = apply_updates(base.payload if base is not None else None, updates, source.run_id)
+    if isinstance(payload, dict):
+        payload.pop(METRICS_KEY, None)  # they belong to the checkpoint that first carried them
+    assert base is not None  # apply_updates refused a missing state
+    return msgspec.structs.replace(base, payload=payload)
+
+
+def _write_edited(source: RunReader, tmp: RunPaths, at_seq: int, edited: Checkpoint) -> str:
+    """Write ``edited`` as the fork's checkpoint ``at_seq + 1``; returns its file name."""
+    record = Checkpoint(
+        schema_version=SCHEMA_VERSION,
+        run_id=tmp.run_id,
+        thread_id=edited.thread_id,
+        seq=at_seq + 1,
+        step=edited.step,
+        phase=Phase.RUNTIME_STATE.value,
+        timestamp_ms=now_ms(),
+        payload=edited.payload,
+    )
+    record_codec = source.record_codec
+    raw = record_codec.encode(record)
+    mac = None
+    if record_codec.signer is not None:  # chained on the fork point, under the fork's own id
+        at_file = next(f for f in source.checkpoint_files() if f.seq == at_seq)
+        prev = source.record_bytes(at_file)[1]
+        assert prev is not None  # a keyed reader refused an unsigned fork point already
+        mac = record_codec.signer.checkpoint_mac(
+            tmp.run_id, record.seq, record.phase, prev, record_digest(raw)
+        )
+    name = checkpoint_name(record.seq, record.phase)
+    frame = codec.pack_frame(codec.KIND_CHECKPOINT, codec.compress(raw), mac=mac)
+    fsio.write_new_file(tmp.dir / name, frame)
+    return name
 
 
 def _link_or_copy(src: os.PathLike[str], dst: os.PathLike[str]) -> None:

@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import html
 import os
 import shutil
 from dataclasses import replace
@@ -33,6 +34,7 @@ from afk_local.storage.layout import new_run_id as fresh_run_id
 from afk_local.storage.ownership import acquire_lock, lock_is_held
 from afk_local.storage.reader import RunReader, read_meta
 from afk_local.storage.records import RunMeta, RunStatus, now_ms
+from afk_local.storage.removal import keep_journal
 from afk_local.storage.retention import (
     GcReport,
     RetentionPolicy,
@@ -41,7 +43,9 @@ from afk_local.storage.retention import (
     runs_to_delete,
 )
 from afk_local.storage.run import RunWriter, open_writer
-from afk_local.storage.run_info import RunInfo
+from afk_local.storage.run_filter import RunFilter
+from afk_local.storage.run_info import RunInfo, RunList, tags_of
+from afk_local.storage.run_progress import progress_of
 
 ROOT_ENV = "AFK_LOCAL_ROOT"
 DEFAULT_ROOT = ".afk"
@@ -87,6 +91,16 @@ class Store:
     def __repr__(self) -> str:
         keyed = ", keyed" if self.keyed else ""
         return f"Store(root={str(self.root)!r}{keyed})"
+
+    def _repr_html_(self) -> str:
+        """Notebook view: every run as a table (status colours, progress bars)."""
+        runs = self.runs()
+        return runs._repr_html_().replace(
+            '<table class="afk-local afk-local-runs">',
+            '<table class="afk-local afk-local-runs">'
+            f"<caption>{html.escape(str(self.root))}: {len(runs)} run(s)</caption>",
+            1,
+        )
 
     @property
     def keyed(self) -> bool:
@@ -173,13 +187,20 @@ class Store:
             "max_chain": self.max_chain,
         }
 
-    def delete(self, run_id: str) -> None:
-        """Delete a run whole. Refuses (RunLockedError) while its owner is alive."""
+    def delete(self, run_id: str, *, keep_effects: bool = False) -> Path | None:
+        """Delete a run whole. Refuses (RunLockedError) while its owner is alive.
+
+        With ``keep_effects``, the run's effect journal (and meta) is first kept under
+        ``<root>/removed/`` (:mod:`.removal`); returns that directory (None otherwise).
+        """
         paths = self.paths(run_id)
         if not paths.dir.is_dir():
             raise RunNotFoundError(run_id, str(self.root))
         lock = acquire_lock(paths, 0.0)
+        kept = None
         try:
+            if keep_effects:
+                kept = keep_journal(paths, self.root)
             # Rename first: the run vanishes from listings at once, and a crash
             # mid-delete leaves only a temp directory that gc removes.
             trash = fsio.temp_path(self.runs_dir, f"deleted-{run_id}")
@@ -188,6 +209,7 @@ class Store:
         finally:
             lock.release()
         shutil.rmtree(trash, ignore_errors=True)
+        return kept
 
     # -- reading ------------------------------------------------------------------
 
@@ -243,20 +265,45 @@ class Store:
             parent_run_id=meta.parent_run_id,
             entrypoint=meta.entrypoint,
             attempt=meta.attempt,
+            created_ms=meta.created_ms,
+            tags=tags_of(meta.extra),
+            progress=progress_of(latest.payload) if latest else None,
         )
 
-    def runs(self, status: RunStatus | str | None = None) -> list[RunInfo]:
-        """Every readable run, newest first, optionally only those with ``status``."""
-        wanted = RunStatus(status) if status is not None else None
-        result = []
+    def runs(
+        self,
+        status: RunStatus | str | None = None,
+        *,
+        since_ms: int | None = None,
+        name: str | None = None,
+        tags: dict[str, str | None] | None = None,
+        limit: int | None = None,
+    ) -> RunList:
+        """The readable runs, newest first, filtered (:class:`~.run_filter.RunFilter`).
+
+        Args:
+            status: a status, or ``"interrupted"`` / ``"live"``.
+            since_ms: only runs updated at or after this wall-clock millisecond stamp.
+            name: a glob matched against the run id and the job's name.
+            tags: ``{key: value}`` each run must be tagged with (value None: any value).
+            limit: at most this many (the newest).
+
+        A notebook shows the result as a table; ``.to_pandas()`` makes a DataFrame.
+        """
+        wanted = RunFilter(status=status, since_ms=since_ms, name=name, tags=tags or {})
+        result = RunList()
         for run_id in self.run_ids():
             try:
-                if wanted is not None and self.read_meta(run_id).status is not wanted:
+                if not wanted.admits_meta(self.read_meta(run_id)):
                     continue
-                result.append(self.info(run_id))
+                info = self.info(run_id)
             except AfkLocalError:
                 continue  # a run being created, or a damaged meta: `verify` reports it
+            if wanted.admits(info):
+                result.append(info)
         result.sort(key=lambda info: info.updated_ms, reverse=True)
+        if limit is not None:
+            del result[limit:]
         return result
 
     def interrupted(self) -> list[str]:
@@ -285,7 +332,7 @@ class Store:
             report.removed_temp_dirs = remove_stale_builds(self.runs_dir)
         for run_id in self.run_ids():
             self._compact(run_id, policy, report)
-        infos = self.runs()
+        infos: list[RunInfo] = self.runs()
         if dry_run:  # account for what compaction would have freed
             freed = {c.run_id: c.bytes_freed for c in report.compacted}
             infos = [replace(i, bytes=max(0, i.bytes - freed.get(i.run_id, 0))) for i in infos]
@@ -324,10 +371,20 @@ class Store:
         finally:
             lock.release()
 
-    def fork(self, run_id: str, at_seq: int, new_run_id: str | None = None) -> RunInfo:
-        """A new run whose history is ``run_id``'s up to checkpoint ``at_seq`` (:mod:`.fork`)."""
+    def fork(
+        self,
+        run_id: str,
+        at_seq: int,
+        new_run_id: str | None = None,
+        *,
+        updates: dict[str, Any] | None = None,
+    ) -> RunInfo:
+        """A new run whose history is ``run_id``'s up to checkpoint ``at_seq`` (:mod:`.fork`).
+
+        ``updates`` (``{"state.total": 5}``) edits the state the fork continues from.
+        """
         target_id = validate_run_id(new_run_id) if new_run_id is not None else fresh_run_id()
-        fork_run(self.open(run_id), at_seq, self.paths(target_id))
+        fork_run(self.open(run_id), at_seq, self.paths(target_id), updates=updates)
         return self.info(target_id)
 
     def ensure_unlocked(self, run_id: str) -> None:

@@ -1,0 +1,60 @@
+"""What a deleted run leaves behind: its effect journal, unless asked otherwise.
+
+``afk-local rm RUN`` deletes a run but keeps the record of the side effects it had
+(which calls ran, with which idempotency keys and results): that is what an
+outside system may need to be reconciled with later. :func:`keep_journal` puts the
+run's ``effects.log`` and ``run.meta`` into ``<root>/removed/<run_id>.<UTC time>/``
+(hard links where the filesystem allows, copies otherwise), durably, before the
+run directory goes (docs/format.md, "Removed runs").
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+from pathlib import Path
+
+from afk_local.storage import fsio
+from afk_local.storage.layout import RunPaths
+
+REMOVED_DIR = "removed"
+"""``<root>/removed``: the journals of runs deleted with ``afk-local rm``."""
+
+_LINK_REFUSED = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP)
+_MAX_COPY_BYTES = 1 << 40
+
+
+def keep_journal(paths: RunPaths, root: Path) -> Path | None:
+    """Keep the run's journal and meta under ``root/removed/``; returns where (None: none).
+
+    Call it holding the run's lock, before the run directory is deleted: when it
+    returns, the kept files and their directory entries are durable.
+    """
+    if not paths.journal.is_file():
+        return None
+    removed = root / REMOVED_DIR
+    fsio.make_dirs(removed)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = removed / f"{paths.run_id}.{stamp}"
+    suffix = 1
+    while not fsio.make_dir(target, exist_ok=True):  # durable in removed/ once made
+        suffix += 1
+        target = removed / f"{paths.run_id}.{stamp}.{suffix}"
+    for source in (paths.journal, paths.meta):
+        if source.is_file():
+            _link_or_copy(source, target / source.name)
+    fsio.fsync_dir(target)
+    return target
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        fsio.hard_link(src, dst)
+        return
+    except OSError as exc:
+        if exc.errno not in _LINK_REFUSED:
+            raise
+    fsio.write_new_file(dst, fsio.read_bounded(src, _MAX_COPY_BYTES))
+
+
+__all__ = ["REMOVED_DIR", "keep_journal"]
