@@ -15,7 +15,7 @@ import functools
 import inspect
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
@@ -28,13 +28,24 @@ from afk_local.errors import (
     UnstorableValueError,
     WriterFailedError,
 )
+from afk_local.runner.attempt import (
+    attempt_ended,
+    attempt_extra,
+    observe_attempt,
+    start_report,
+    terminal_extras,
+)
+from afk_local.runner.observe import AttemptObservation
 from afk_local.runner.origin import ORIGIN_KEY, origin_here
 from afk_local.runner.run_context import NO_INPUT, RunContext
 from afk_local.runner.stopping import sigterm_exits
+from afk_local.runner.tags import checked_tags
 from afk_local.runner.versions import OnCodeChange, check_code, code_fingerprint, migrate_state
 from afk_local.runner.writer import DurableWriter, validate_durability
 from afk_local.storage.records import Phase, RunMeta, RunStatus
 from afk_local.storage.run import RunWriter
+from afk_local.storage.run_info import TAGS_KEY
+from afk_local.storage.run_progress import PROGRESS_KEY
 from afk_local.storage.store import Store, StoreLike, as_store
 
 log = logging.getLogger("afk_local")
@@ -80,6 +91,7 @@ class _Attempt:
     ctx: RunContext
     args: list[Any]
     kwargs: dict[str, Any]
+    observations: tuple[AttemptObservation, ...] = ()
 
 
 class DurableFunction(Generic[R]):
@@ -123,7 +135,13 @@ class DurableFunction(Generic[R]):
 
     # -- entry points ---------------------------------------------------------------
 
-    def run(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> R:
+    def run(
+        self,
+        *args: Any,
+        run_id: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> R:
         """Start a run, resume it (``run_id`` of an unfinished run) or return its stored result.
 
         A completed run returns its stored result without running anything; a
@@ -132,16 +150,31 @@ class DurableFunction(Generic[R]):
         :func:`~afk_local.resume`); a cancelled one raises
         :class:`~afk_local.errors.RunCancelledError`. For ``async def`` jobs
         this runs the event loop (use :meth:`arun` inside one).
+
+        ``run_id`` and ``tags`` are afk_local's (``tags={"model": "small"}``: strings
+        to filter runs by, see ``ctx.tags``); every other argument goes to the job.
         """
         if self.is_async:
-            return run_coroutine(self.arun(*args, run_id=run_id, **kwargs))
+            return run_coroutine(self.arun(*args, run_id=run_id, tags=tags, **kwargs))
         return self._sync(
-            as_store(self.store), run_id, args, kwargs, input_value=NO_INPUT, in_doubt=None
+            as_store(self.store),
+            run_id,
+            args,
+            kwargs,
+            input_value=NO_INPUT,
+            in_doubt=None,
+            tags=tags,
         )
 
     __call__ = run
 
-    def submit(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> str:
+    def submit(
+        self,
+        *args: Any,
+        run_id: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> str:
         """Record a new run of this job without running it (status ``created``); returns its id.
 
         A watcher (``afk-local watch``) starts it like any interrupted run; so does
@@ -158,16 +191,34 @@ class DurableFunction(Generic[R]):
             params=params,
             code_fingerprint=self.fingerprint,
             version=self.version,
-            extra={ORIGIN_KEY: origin_here(self.fn)},
+            extra=self._new_extra(tags),
         )
         run.close()
         return run.run_id
 
-    async def arun(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> R:
+    async def arun(
+        self,
+        *args: Any,
+        run_id: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> R:
         """The async form of :meth:`run` (works for sync jobs too)."""
         return await self._async(
-            as_store(self.store), run_id, args, kwargs, input_value=NO_INPUT, in_doubt=None
+            as_store(self.store),
+            run_id,
+            args,
+            kwargs,
+            input_value=NO_INPUT,
+            in_doubt=None,
+            tags=tags,
         )
+
+    def _new_extra(self, tags: Mapping[str, str] | None) -> dict[str, Any]:
+        extra: dict[str, Any] = {ORIGIN_KEY: origin_here(self.fn)}
+        if tags:
+            extra[TAGS_KEY] = checked_tags(tags)
+        return extra
 
     def _sync(
         self,
@@ -178,9 +229,12 @@ class DurableFunction(Generic[R]):
         *,
         input_value: Any,
         in_doubt: Any,
+        tags: Mapping[str, str] | None = None,
     ) -> R:
         _check_not_stopping()
-        begun = self._begin(store, run_id, args, kwargs, input_value=input_value, in_doubt=in_doubt)
+        begun = self._begin(
+            store, run_id, args, kwargs, input_value=input_value, in_doubt=in_doubt, tags=tags
+        )
         if not isinstance(begun, _Attempt):
             return begun.result  # type: ignore[no-any-return]
         if self.is_async:
@@ -202,9 +256,12 @@ class DurableFunction(Generic[R]):
         *,
         input_value: Any,
         in_doubt: Any,
+        tags: Mapping[str, str] | None = None,
     ) -> R:
         _check_not_stopping()
-        begun = self._begin(store, run_id, args, kwargs, input_value=input_value, in_doubt=in_doubt)
+        begun = self._begin(
+            store, run_id, args, kwargs, input_value=input_value, in_doubt=in_doubt, tags=tags
+        )
         if not isinstance(begun, _Attempt):
             return begun.result  # type: ignore[no-any-return]
         return await self._drive_async(begun)
@@ -245,10 +302,12 @@ class DurableFunction(Generic[R]):
         *,
         input_value: Any,
         in_doubt: Any,
+        tags: Mapping[str, str] | None = None,
     ) -> _Attempt | Settled:
         params = self._params(store, args, kwargs) if (args or kwargs) else None
+        tags = checked_tags(tags) if tags else None
         if run_id is not None and store.exists(run_id):
-            return self._reopen(store, run_id, params, input_value, in_doubt)
+            return self._reopen(store, run_id, params, input_value, in_doubt, tags=tags)
         if input_value is not NO_INPUT:
             raise ValueError(f"run {run_id!r} does not exist: there is no pause to answer")
         params = params or {"args": [], "kwargs": {}}
@@ -259,11 +318,11 @@ class DurableFunction(Generic[R]):
                 params=params,
                 code_fingerprint=self.fingerprint,
                 version=self.version,
-                extra={ORIGIN_KEY: origin_here(self.fn)},
+                extra=self._new_extra(tags),
             )
         except RunExistsError:  # another process created it just now
             assert run_id is not None
-            return self._reopen(store, run_id, params, input_value, in_doubt)
+            return self._reopen(store, run_id, params, input_value, in_doubt, tags=tags)
         return self._attempt(store, run, params, None, input_value=NO_INPUT, in_doubt=in_doubt)
 
     def _reopen(
@@ -273,6 +332,8 @@ class DurableFunction(Generic[R]):
         params: dict[str, Any] | None,
         input_value: Any,
         in_doubt: Any,
+        *,
+        tags: dict[str, str] | None = None,
     ) -> _Attempt | Settled:
         meta = store.read_meta(run_id)
         if meta.entrypoint is not None and meta.entrypoint != self.entrypoint:
@@ -306,7 +367,7 @@ class DurableFunction(Generic[R]):
             run.close()
             return done
         return self._attempt(
-            store, run, meta.params, meta, input_value=input_value, in_doubt=in_doubt
+            store, run, meta.params, meta, input_value=input_value, in_doubt=in_doubt, tags=tags
         )
 
     def _attempt(
@@ -318,12 +379,15 @@ class DurableFunction(Generic[R]):
         *,
         input_value: Any,
         in_doubt: Any,
+        tags: dict[str, str] | None = None,
     ) -> _Attempt:
         writer = DurableWriter(run, self.durability, flush_timeout_s=self.flush_timeout_s)  # type: ignore[arg-type]
+        observations: tuple[AttemptObservation, ...] = ()
         try:
             state: dict[str, Any] = {}
             cursors: dict[str, Any] = {}
             migrated = False
+            snapshot: Any = None
             if meta is not None:
                 snapshot = run.reader().resume_state(on_corrupt="fallback").state
                 if isinstance(snapshot, dict):
@@ -342,6 +406,8 @@ class DurableFunction(Generic[R]):
                             on_code_change=self.on_code_change,
                         )
                         migrated = True
+            report = start_report(run, snapshot, resumed=meta is not None)
+            observations = observe_attempt(run, self.entrypoint, resumed=meta is not None)
             writer.update_meta(
                 status=RunStatus.RUNNING,
                 pause=None,
@@ -349,7 +415,7 @@ class DurableFunction(Generic[R]):
                 code_fingerprint=self.fingerprint,
                 version=self.version,
                 # where it runs now: the next process to continue it starts from here
-                extra={**run.meta.extra, ORIGIN_KEY: origin_here(self.fn)},
+                extra=attempt_extra(run.meta.extra, origin_here(self.fn), tags, observations),
             )
             ctx = RunContext(
                 writer,
@@ -361,18 +427,26 @@ class DurableFunction(Generic[R]):
                 resumed=meta is not None,
                 input_value=input_value,
                 in_doubt=in_doubt if in_doubt is not None else self.in_doubt,
+                report=report,
+                observations=observations,
             )
             writer.checkpoint(
                 Phase.RUN_STARTED,
-                {"agent_name": self.entrypoint, "resumed": meta is not None},
-                step=0,
+                {
+                    "agent_name": self.entrypoint,
+                    "resumed": meta is not None,
+                    PROGRESS_KEY: report.progress_payload(),
+                },
+                step=report.steps,
             )
             if migrated:
                 ctx.checkpoint()
                 writer.flush()
             p = params if isinstance(params, dict) else {}
-            return _Attempt(writer, ctx, list(p.get("args") or []), dict(p.get("kwargs") or {}))
-        except BaseException:
+            args, kwargs = list(p.get("args") or []), dict(p.get("kwargs") or {})
+            return _Attempt(writer, ctx, args, kwargs, observations)
+        except BaseException as exc:
+            attempt_ended(run.run_id, observations, "stopped", exc)
             with contextlib.suppress(Exception):
                 writer.close()
             raise
@@ -380,9 +454,11 @@ class DurableFunction(Generic[R]):
     def _complete(self, begun: _Attempt, result: R) -> R:
         writer = begun.writer
         try:
+            extras = terminal_extras(begun.ctx)
             try:
-                writer.finish(result)
+                writer.finish(result, **extras)
             except (TypeError, msgspec.EncodeError) as exc:
+                begun.ctx.report.put_back(extras.get("metrics"))
                 raise TypeError(
                     f"run {writer.run_id!r}: the job returned a value that cannot be stored "
                     f"({exc}); return msgpack-able data"
@@ -390,24 +466,28 @@ class DurableFunction(Generic[R]):
         except BaseException as exc:
             self._abort(begun, exc)
             raise
+        attempt_ended(writer.run_id, begun.observations, "completed", None)
         writer.close()
         return result
 
     def _abort(self, begun: _Attempt, exc: BaseException) -> None:
         writer = begun.writer
+        ended = "stopped"
         try:
             if isinstance(exc, RunPaused):
-                pass  # already durably paused by ctx.pause
+                ended = "paused"  # already durably paused by ctx.pause
             elif (
                 isinstance(exc, Exception)
                 and not isinstance(exc, WriterFailedError)
                 and writer.failed is None
             ):
-                writer.fail(exc)
+                ended = "failed"
+                writer.fail(exc, **terminal_extras(begun.ctx, exc))
             # BaseExceptions (KeyboardInterrupt, SystemExit from SIGTERM): the run is
             # stopped, not failed; close() below persists what is queued.
         except Exception as write_error:
             log.error("run %s: could not record the failure: %s", writer.run_id, write_error)
+        attempt_ended(writer.run_id, begun.observations, ended, exc)
         try:
             writer.close()
         except Exception as close_error:

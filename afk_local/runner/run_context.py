@@ -4,6 +4,8 @@
 resume), ``ctx.state`` is checkpointed with the loop positions of
 ``ctx.iterate``, and ``ctx.pause`` waits for a person. The job function
 re-runs from the top on every attempt; these make that cheap and safe.
+``ctx.metric``, ``ctx.progress`` and ``ctx.tags`` say how the run is doing
+(:mod:`.run_report`, :mod:`.tags`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from collections.abc import (
     Iterable,
     Iterator,
 )
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
@@ -28,10 +29,15 @@ import msgspec
 from afk_local.errors import RunPaused, UnstorableValueError
 from afk_local.journal.journal import Journal
 from afk_local.journal.replay import idempotency_key
+from afk_local.runner.loops import Loop, Scope, as_async, total_of
+from afk_local.runner.observe import AttemptObservation, StepInfo
 from afk_local.runner.progress import Progress
+from afk_local.runner.run_report import Reporting, RunReport
 from afk_local.runner.stopping import defer_stop
+from afk_local.runner.tags import RunTags
 from afk_local.runner.writer import DurableWriter
 from afk_local.storage.records import Phase
+from afk_local.storage.run_progress import PROGRESS_KEY
 from afk_local.storage.store import Store
 
 T = TypeVar("T")
@@ -42,7 +48,6 @@ StepHook = Callable[[str, str], None]
 NO_INPUT: Any = object()
 """The ``input_value`` of an attempt that answers no pause."""
 _PAUSE = "@pause"
-_ITERATE = "@iterate"
 
 _step_hook: StepHook | None = None
 
@@ -57,38 +62,7 @@ def set_step_hook(hook: StepHook | None) -> StepHook | None:
     return previous
 
 
-@dataclass
-class _Scope:
-    prefix: str
-    counters: dict[str, int]
-
-
-@dataclass
-class _Loop:
-    """One ``iterate`` loop of this attempt: its checkpointed cursor and what it skips."""
-
-    name: str
-    cursor: dict[str, Any]
-    key: Callable[[Any], Any] | None
-    done_keys: set[str]
-    skip: int
-
-    @classmethod
-    def resume(cls, name: str, cursor: dict[str, Any], key: Callable[[Any], Any] | None) -> _Loop:
-        """The loop named ``name`` continuing from ``cursor`` (positions, or done keys)."""
-        done_keys = set(cursor.get("done", ())) if key is not None else set()
-        skip = int(cursor.get("n", 0)) if key is None else 0
-        return cls(name, cursor, key, done_keys, skip)
-
-    def pending(self, index: int, item: Any) -> str | None:
-        """The item's identity in the cursor, or None when an earlier attempt finished it."""
-        if self.key is None:
-            return None if index < self.skip else str(index)
-        ident = str(self.key(item))
-        return None if ident in self.done_keys else ident
-
-
-class RunContext:
+class RunContext(Reporting):
     """What a durable function gets as its first argument.
 
     Attributes:
@@ -113,6 +87,8 @@ class RunContext:
         resumed: bool,
         input_value: Any = NO_INPUT,
         in_doubt: Any = None,
+        report: RunReport | None = None,
+        observations: tuple[AttemptObservation, ...] = (),
     ) -> None:
         self.run_id = writer.run_id
         self.attempt = attempt
@@ -124,8 +100,12 @@ class RunContext:
         self._version = version
         self._input = input_value
         self._in_doubt = in_doubt
-        self._scopes = [_Scope("", {})]
+        self._scopes = [Scope("", {})]
         self._steps = 0
+        self._report = report if report is not None else RunReport()
+        self._observations = observations
+        self._tags: RunTags | None = None
+        self._step_error: tuple[str, BaseException] | None = None
 
     def __repr__(self) -> str:
         return f"RunContext(run_id={self.run_id!r}, attempt={self.attempt}, steps={self._steps})"
@@ -144,6 +124,27 @@ class RunContext:
     def steps(self) -> int:
         """How many ``step`` calls this attempt made so far (replayed ones included)."""
         return self._steps
+
+    @property
+    def tags(self) -> RunTags:
+        """The run's tags (``{str: str}``); setting one rewrites ``run.meta`` at once."""
+        if self._tags is None:
+            self._tags = RunTags(self._writer)
+        return self._tags
+
+    def failed_step(self, error: BaseException) -> str | None:
+        """The key of the ``ctx.step`` whose exception ``error`` is (or was raised from)."""
+        if self._step_error is None:
+            return None
+        key, raised = self._step_error
+        seen: BaseException | None = error
+        for _ in range(16):  # the __cause__/__context__ chain, bounded
+            if seen is None:
+                return None
+            if seen is raised:
+                return key
+            seen = seen.__cause__ or seen.__context__
+        return None
 
     def _key(self, name: str) -> str:
         if not isinstance(name, str) or not name:
@@ -180,20 +181,35 @@ class RunContext:
         """
         key = self._key(name)
         self._steps += 1
+        journal = self._writer.effects
+        known = journal.lookup(key)
+        number = self._report.step_started(known is not None)
         if _step_hook is not None:
             _step_hook("step", key)
-        with defer_stop():  # SIGTERM waits for the outcome: a stopped step is not in doubt
-            result: R = self._writer.effects.call(
-                key,
-                fn,
-                args,
-                kwargs,
-                name=name,
-                step=self._steps,
-                idempotent=idempotent,
-                in_doubt=self._in_doubt,
-                retry_errors=True,
-            )
+        try:
+            with contextlib.ExitStack() as observed:
+                if self._observations:
+                    replayed = known is not None and known.status == "ok"
+                    info = StepInfo(
+                        self.run_id, self.attempt, key, name, number, self._writer.run.seq, replayed
+                    )
+                    for observation in self._observations:
+                        observed.enter_context(observation.step(info))
+                with defer_stop():  # SIGTERM waits for the outcome: a stopped step is not in doubt
+                    result: R = journal.call(
+                        key,
+                        fn,
+                        args,
+                        kwargs,
+                        name=name,
+                        step=number,
+                        idempotent=idempotent,
+                        in_doubt=self._in_doubt,
+                        retry_errors=True,
+                    )
+        except BaseException as exc:
+            self._step_error = (key, exc)
+            raise
         return result
 
     async def astep(
@@ -227,13 +243,28 @@ class RunContext:
     # -- checkpoints and loops ------------------------------------------------------
 
     def checkpoint(self) -> None:
-        """Persist ``ctx.state`` (and the loop positions) now, per the durability mode."""
-        payload = {"state": self.state, "cursors": self._cursors, "version": self._version}
+        """Persist ``ctx.state`` (and the loop positions) now, per the durability mode.
+
+        The checkpoint also carries the run's progress and the metric points
+        recorded since the previous one.
+        """
+        report = self._report
+        payload = {
+            "state": self.state,
+            "cursors": self._cursors,
+            "version": self._version,
+            PROGRESS_KEY: report.progress_payload(),
+        }
+        metrics = report.take_metrics()
         try:
-            self._writer.checkpoint(Phase.RUNTIME_STATE, payload, step=self._steps)
+            self._writer.checkpoint(
+                Phase.RUNTIME_STATE, payload, step=report.steps, metrics=metrics
+            )
         except UnstorableValueError:
+            report.put_back(metrics)  # nothing was written: they go with the next one
             raise  # it names the value's path (state.model.weights) and type
         except (TypeError, msgspec.EncodeError) as exc:
+            report.put_back(metrics)
             raise TypeError(
                 f"run {self.run_id!r}: ctx.state must hold msgpack-able data (dict, list, str, "
                 f"int, float, bool, None, bytes, datetime, msgspec Structs): {exc}"
@@ -255,42 +286,30 @@ class RunContext:
             key: ``key(item)`` identifies items instead of positions (use it when
                 the order may change between attempts).
             name: the loop's name in the checkpoint (default ``iterate#n``).
-            progress: a progress bar (tqdm.auto when installed, else one stderr
-                line); ``False`` for none.
+            progress: show progress on stderr (tqdm when installed, rich or one
+                line on a terminal, periodic lines in a log; see :mod:`.progress`);
+                ``False`` for none.
 
         An item whose body raised or did ``break`` is not done. Steps inside the
-        body get keys scoped to the item, so skipped items do not shift them.
+        body get keys scoped to the item, so skipped items do not shift them. The
+        items of a loop not nested in another loop's item are the run's progress
+        (n/N in ``afk-local runs``), unless :meth:`progress` declared another.
         """
-        full, cursor, done = self._open_loop(items, key, name)
-        total = len(items) if hasattr(items, "__len__") else None  # type: ignore[arg-type]
-        bar = Progress(total, done, desc=full, enabled=progress)
-        return self._loop(items, key, full, cursor, bar)
+        loop, total = self._open_loop(items, key, name)
+        bar = Progress(total, loop.done_count(), desc=loop.name, enabled=progress)
+        return self._loop(items, loop, bar)
 
     def _open_loop(
         self, items: Iterable[Any], key: Callable[[Any], Any] | None, name: str | None
-    ) -> tuple[str, dict[str, Any], int]:
-        if isinstance(items, (str, bytes)):
-            raise TypeError("iterate() over a str or bytes is almost surely a mistake")
-        scope = self._scopes[-1]
-        if name is None:
-            count = scope.counters.get(_ITERATE, 0) + 1
-            scope.counters[_ITERATE] = count
-            name = f"iterate#{count}"
-        loop_name = scope.prefix + name
-        fresh: dict[str, Any] = {"n": 0} if key is None else {"done": []}
-        cursor: dict[str, Any] = self._cursors.setdefault(loop_name, fresh)
-        done = cursor.get("n", 0) if key is None else len(cursor.get("done", []))
-        return loop_name, cursor, done
+    ) -> tuple[Loop, int | None]:
+        outer = len(self._scopes) == 1
+        loop = Loop.open(self._cursors, self._scopes[-1], items, key, name, outer=outer)
+        total = total_of(items)
+        if outer:
+            self._report.loop_opened(total, loop.done_count())
+        return loop, total
 
-    def _loop(
-        self,
-        items: Iterable[T],
-        key: Callable[[T], Any] | None,
-        full: str,
-        cursor: dict[str, Any],
-        bar: Progress,
-    ) -> Iterator[T]:
-        loop = _Loop.resume(full, cursor, key)
+    def _loop(self, items: Iterable[T], loop: Loop, bar: Progress) -> Iterator[T]:
         try:
             for index, item in enumerate(items):
                 ident = loop.pending(index, item)
@@ -312,12 +331,10 @@ class RunContext:
         progress: bool = True,
     ) -> AsyncIterator[T]:
         """The async twin of :meth:`iterate`: ``async for item in ctx.aiterate(items)``."""
-        full, cursor, done = self._open_loop(items, key, name)  # type: ignore[arg-type]
-        total = len(items) if hasattr(items, "__len__") else None  # type: ignore[arg-type]
-        bar = Progress(total, done, desc=full, enabled=progress)
-        loop = _Loop.resume(full, cursor, key)
+        loop, total = self._open_loop(items, key, name)  # type: ignore[arg-type]
+        bar = Progress(total, loop.done_count(), desc=loop.name, enabled=progress)
         source: AsyncIterator[T] = (
-            aiter(items) if isinstance(items, AsyncIterable) else _as_async(iter(items))
+            aiter(items) if isinstance(items, AsyncIterable) else as_async(iter(items))
         )
         try:
             index = -1
@@ -334,27 +351,22 @@ class RunContext:
             bar.close()
 
     @contextlib.contextmanager
-    def _item_scope(self, loop: _Loop, ident: str) -> Iterator[None]:
+    def _item_scope(self, loop: Loop, ident: str) -> Iterator[None]:
         """Scope the steps of the loop body to this item, so skipped items do not shift keys."""
-        scope = _Scope(f"{loop.name}[{ident}]/", {})
+        scope = loop.item_scope(ident)
         self._scopes.append(scope)
         try:
             yield
         finally:
             self._drop_scope(scope)
 
-    def _item_done(self, loop: _Loop, index: int, ident: str) -> None:
-        if "n" in loop.cursor:
-            loop.cursor["n"] = index + 1
-        else:
-            loop.cursor["done"].append(ident)
-            loop.done_keys.add(ident)
-        inner = f"{loop.name}[{ident}]/"
-        for name in [n for n in self._cursors if n.startswith(inner)]:
-            del self._cursors[name]  # loops nested in a finished item are never re-entered
+    def _item_done(self, loop: Loop, index: int, ident: str) -> None:
+        loop.mark_done(index, ident, self._cursors)
+        if loop.outer:
+            self._report.item_done(loop.done_count())
         self.checkpoint()
 
-    def _drop_scope(self, scope: _Scope) -> None:
+    def _drop_scope(self, scope: Scope) -> None:
         for i in range(len(self._scopes) - 1, 0, -1):
             if self._scopes[i] is scope:
                 del self._scopes[i]
@@ -377,15 +389,12 @@ class RunContext:
             return answered.outcome.result
         if self._input is not NO_INPUT:
             value, self._input = self._input, NO_INPUT
-            return journal.call(key, lambda: value, name=_PAUSE, step=self._steps, idempotent=True)
+            return journal.call(
+                key, lambda: value, name=_PAUSE, step=self._report.steps, idempotent=True
+            )
         self.checkpoint()
-        self._writer.pause(kind, prompt, key=key)
+        self._writer.pause(kind, prompt, key=key, **self._report.extras())
         raise RunPaused(self.run_id, kind, prompt)
-
-
-async def _as_async(items: Iterator[T]) -> AsyncIterator[T]:
-    for item in items:
-        yield item
 
 
 __all__ = ["NO_INPUT", "RunContext", "set_step_hook"]

@@ -41,6 +41,7 @@ import msgspec
 
 from afk_local.errors import AfkLocalError, UnstorableValueError, WriterFailedError
 from afk_local.storage.layout import validate_phase
+from afk_local.storage.metrics import METRICS_KEY, Batch, add_batch, merge_batches
 from afk_local.storage.records import Checkpoint, ErrorInfo, Phase
 from afk_local.storage.run import RunWriter
 
@@ -74,6 +75,14 @@ class _Pending(NamedTuple):
     phase: str
     payload: msgspec.Raw
     step: int
+    metrics: Batch | None = None
+    """Kept apart from the encoded payload, so a coalesced checkpoint hands its points on."""
+
+    def record_payload(self) -> msgspec.Raw:
+        """The payload as written: with its metrics entry, when it has one."""
+        if not self.metrics:
+            return self.payload
+        return msgspec.Raw(add_batch(bytes(self.payload), self.metrics))
 
 
 def validate_durability(durability: str) -> str:
@@ -177,13 +186,17 @@ class DurableWriter:
 
     # -- checkpoints --------------------------------------------------------------
 
-    def checkpoint(self, phase: str | Phase, payload: Any, *, step: int) -> None:
+    def checkpoint(
+        self, phase: str | Phase, payload: Any, *, step: int, metrics: Batch | None = None
+    ) -> None:
         """Persist a checkpoint according to the durability mode.
 
         ``sync``: durable on return. ``async``: snapshotted and queued.
         ``exit``: snapshotted and kept in memory. The payload is encoded here in
         every mode, so later changes to it are not seen and a payload that
-        cannot be stored raises here, in the caller.
+        cannot be stored raises here, in the caller. ``metrics`` (a dict payload
+        only) are written as its ``metrics`` entry; a queued checkpoint replaced by
+        a newer one hands its metrics on to it.
 
         Raises:
             WriterFailedError: an earlier write failed (the first time, the
@@ -191,8 +204,12 @@ class DurableWriter:
         """
         self._check_usable()
         phase_name = validate_phase(phase)
+        if metrics and not isinstance(payload, dict):
+            raise ValueError("a checkpoint that carries metrics needs a dict payload")
         self._last_step = step
         if self.durability == "sync":
+            if metrics:
+                payload = {**payload, METRICS_KEY: metrics}
             with self._io_lock:
                 try:
                     self.run.checkpoint(phase_name, payload, step=step)
@@ -212,7 +229,7 @@ class DurableWriter:
                 f"run {self.run_id!r}: checkpoint payload of {len(data)} bytes exceeds "
                 f"max_record_bytes={self._max_record_bytes}"
             )
-        item = _Pending(phase_name, msgspec.Raw(data), step)
+        item = _Pending(phase_name, msgspec.Raw(data), step, metrics or None)
         with self._cond:
             if self.durability == "async":
                 while len(self._queue) >= self._max_queue and self._error is None:
@@ -224,7 +241,8 @@ class DurableWriter:
                 and self._queue
                 and self._queue[-1].phase == _RUNTIME_STATE
             ):
-                self._queue[-1] = item
+                replaced = self._queue[-1]
+                self._queue[-1] = item._replace(metrics=merge_batches(replaced.metrics, metrics))
                 self.coalesced += 1
             else:
                 self._queue.append(item)
@@ -260,7 +278,7 @@ class DurableWriter:
                         return
                     item = self._queue.popleft()
                 try:
-                    self.run.checkpoint(item.phase, item.payload, step=item.step)
+                    self.run.checkpoint(item.phase, item.record_payload(), step=item.step)
                 except BaseException as exc:
                     self._set_error(exc)
                     self._error_surfaced = True
@@ -357,7 +375,7 @@ class DurableWriter:
                 self._cond.notify_all()
             try:
                 with self._io_lock:
-                    self.run.checkpoint(item.phase, item.payload, step=item.step)
+                    self.run.checkpoint(item.phase, item.record_payload(), step=item.step)
             except BaseException as exc:
                 log.error(
                     "run %s: background checkpoint write failed, writer stopped: %s",
