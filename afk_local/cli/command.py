@@ -103,22 +103,12 @@ def require_run(store: Store, run_id: str) -> None:
 
 
 def info_dict(info: RunInfo) -> dict[str, Any]:
-    """One run's summary as the JSON object ``runs``, ``import`` and ``fork`` print."""
-    return {
-        "run_id": info.run_id,
-        "status": info.status.value,
-        "interrupted": info.interrupted,
-        "owner_alive": info.owner_alive,
-        "step": info.step,
-        "seq": info.seq,
-        "phase": info.phase,
-        "updated_ms": info.updated_ms,
-        "bytes": info.bytes,
-        "thread_id": info.thread_id,
-        "parent_run_id": info.parent_run_id,
-        "entrypoint": info.entrypoint,
-        "attempt": info.attempt,
-    }
+    """One run's summary as the JSON object ``runs``, ``import`` and ``fork`` print.
+
+    :meth:`RunInfo.to_record`: the run's place, owner and size, its tags and its
+    progress (``done``, ``total``, ``fraction``, ``active_ms``, ``eta_s``).
+    """
+    return info.to_record()
 
 
 def short(value: Any, limit: int = 80) -> str:

@@ -1,12 +1,15 @@
 """What ``afk-local show`` says about a run, and the next thing a person can do with it.
 
-:func:`describe_run` gathers the facts (meta, position, owner, effects, where a
-script job's code is, why it cannot be resumed); the ``next`` fact is always a
-command that works as printed (or says why there is none).
+:func:`describe_run` gathers the facts (meta, position, progress, owner, effects,
+metrics, where a failed run failed, where a script job's code is, why it cannot be
+resumed); the ``next`` fact is always a command that works as printed (or says why
+there is none).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -16,8 +19,11 @@ from afk_local.errors import AfkLocalError
 from afk_local.runner.origin import cannot_resume, origin_of
 from afk_local.storage.export import to_jsonable
 from afk_local.storage.notebook import format_bytes
+from afk_local.storage.reader import RunReader
 from afk_local.storage.records import RunMeta, RunStatus
 from afk_local.storage.store import Store
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)', re.M)
 
 
 def _plain_hint(*words: object) -> str:
@@ -36,6 +42,7 @@ def describe_run(
     meta = reader.meta
     active = meta.status in (RunStatus.RUNNING, RunStatus.CREATED, RunStatus.FAILED)
     reason = cannot_resume(meta) if active or meta.status is RunStatus.PAUSED else None
+    progress = info.progress
     facts: dict[str, Any] = {
         "run_id": run_id,
         "status": meta.status.value,
@@ -43,6 +50,11 @@ def describe_run(
         "owner_alive": info.owner_alive,
         "owner": to_jsonable(meta.owner) if meta.owner else None,
         "attempt": meta.attempt,
+        "progress": ({**progress.to_dict(), "fraction": progress.fraction} if progress else None),
+        "elapsed_ms": progress.active_ms if progress else None,
+        "eta_s": info.eta_s,
+        "tags": info.tags,
+        "failure": _failure(reader, meta),
         "step": info.step,
         "seq": info.seq,
         "phase": info.phase,
@@ -74,6 +86,10 @@ def describe_run(
         facts["effects_in_doubt"] = in_doubt
     except AfkLocalError as exc:
         facts["effects"] = f"unreadable: {exc}"
+    try:
+        facts["metrics"] = reader.metrics().summary()
+    except (AfkLocalError, OSError) as exc:
+        facts["metrics"] = f"unreadable: {exc}"
     facts["next"] = _next_action(
         meta,
         interrupted=info.interrupted,
@@ -83,6 +99,54 @@ def describe_run(
         hint=hint,
     )
     return facts
+
+
+def _failure(reader: RunReader, meta: RunMeta) -> dict[str, Any] | None:
+    """Where a failed run failed: the seq and step of its failure, the step that raised, the error.
+
+    ``where`` is the innermost ``file:line in function`` of the recorded traceback.
+    """
+    if meta.status is not RunStatus.FAILED:
+        return None
+    error = meta.error
+    found: dict[str, Any] = {
+        "seq": None,
+        "step": None,
+        "step_key": None,
+        "type": error.type if error else None,
+        "message": error.message if error else None,
+        "where": None,
+    }
+    try:
+        latest = reader.latest()
+    except AfkLocalError:
+        latest = None
+    payload = latest.payload if latest is not None else None
+    if isinstance(payload, dict) and payload.get("state") == RunStatus.FAILED.value:
+        assert latest is not None
+        found["seq"], found["step"] = latest.seq, latest.step
+        key = payload.get("failed_step")
+        found["step_key"] = key if isinstance(key, str) else None
+    frames = list(_FRAME.finditer(error.traceback or "")) if error else []
+    if frames:
+        last = frames[-1]
+        found["where"] = f"{os.path.basename(last['file'])}:{last['line']} in {last['func']}"
+    return found
+
+
+def describe_failure(failure: dict[str, Any]) -> str:
+    """``seq 6, step 3, in step iterate#1[3]/fetch#1: ValueError: boom (jobs.py:12 in fetch)``."""
+    place = []
+    if failure.get("seq") is not None:
+        place.append(f"seq {failure['seq']}, step {failure['step']}")
+    if failure.get("step_key"):
+        place.append(f"in step {failure['step_key']}")
+    text = ", ".join(place) or "(no failure checkpoint)"
+    if failure.get("type"):
+        text += f": {failure['type']}: {failure.get('message') or ''}".rstrip()
+    if failure.get("where"):
+        text += f" ({failure['where']})"
+    return text
 
 
 def _script(meta: RunMeta) -> str | None:
@@ -136,4 +200,4 @@ def _next_action(
     return "nothing to do"
 
 
-__all__ = ["describe_run"]
+__all__ = ["describe_failure", "describe_run"]

@@ -25,6 +25,9 @@ from afk_local.cli.command import (
     CliError,
     out,
 )
+from afk_local.cli.listing import add_filter_arguments
+from afk_local.cli.manage import cmd_restart, cmd_rm
+from afk_local.cli.metrics import cmd_metrics
 from afk_local.cli.read import (
     cmd_diff,
     cmd_effects,
@@ -46,7 +49,6 @@ from afk_local.cli.write import (
     cmd_settle,
 )
 from afk_local.errors import AfkLocalError, RunLockedError
-from afk_local.storage.records import RunStatus
 from afk_local.storage.store import ROOT_ENV, default_root
 
 
@@ -119,10 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = add("runs", cmd_runs, "list runs, newest first")
-    p.add_argument(
-        "--status", choices=[s.value for s in RunStatus], help="only runs with this status"
-    )
-    p.add_argument("--limit", type=_positive_int, help="at most N runs")
+    add_filter_arguments(p)
 
     p = add("show", cmd_show, "everything about one run")
     p.add_argument("run", metavar="RUN")
@@ -185,6 +184,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", metavar="RUN")
     p.add_argument("--at", type=_seq, required=True, metavar="SEQ")
     p.add_argument("--as", dest="as_id", metavar="NEW_ID", help="the new run's id")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="PATH=JSON",
+        help="set a value in the state the fork continues from (state.total=0); repeatable",
+    )
+
+    p = add("restart", cmd_restart, "a new run of RUN's job with the same inputs, started now")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--as", dest="as_id", metavar="NEW_ID", help="the new run's id")
+    p.add_argument(
+        "--no-start", action="store_true", help="only create it (status created), run nothing"
+    )
+
+    p = add("rm", cmd_rm, "delete runs (their effect journals are kept)")
+    p.add_argument("runs", metavar="RUN", nargs="+")
+    p.add_argument("--force", action="store_true", help="also failed and cancelled runs")
+    p.add_argument(
+        "--with-effects",
+        action="store_true",
+        help="delete the effect journal too (default: kept under <root>/removed/)",
+    )
+
+    p = add("metrics", cmd_metrics, "the metrics a run recorded (ctx.metric)")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--name", metavar="NAME", help="only this metric")
 
     p = add("cancel", cmd_cancel, "mark a run cancelled so nothing resumes it")
     p.add_argument("run", metavar="RUN")

@@ -23,7 +23,9 @@ from afk_local.cli.command import (
     short,
     suggest,
 )
-from afk_local.cli.describe import describe_run
+from afk_local.cli.describe import describe_failure, describe_run
+from afk_local.cli.listing import describe_filters, list_runs
+from afk_local.cli.metrics import metric_lines, on_terminal
 from afk_local.cli.render import (
     effect_rows,
     log_rows,
@@ -39,6 +41,7 @@ from afk_local.storage.export import export_records, to_jsonable
 from afk_local.storage.notebook import format_bytes, format_ms
 from afk_local.storage.records import RunStatus
 from afk_local.storage.run_info import RunInfo
+from afk_local.storage.run_progress import format_duration, format_progress, progress_of
 from afk_local.storage.store import Store
 
 
@@ -69,33 +72,33 @@ def _reasons(store: Store, infos: list[RunInfo]) -> dict[str, str]:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    """``runs``: one line per run, newest first."""
+    """``runs``: one line per run, newest first (filters: :mod:`afk_local.cli.listing`)."""
     store = open_store(args)
-    infos = store.runs(args.status)
-    if args.limit is not None:
-        infos = infos[: args.limit]
+    infos = list_runs(store, args)
     reasons = _reasons(store, infos)
     if args.json:
         emit_json([{**info_dict(i), "cannot_resume": reasons.get(i.run_id)} for i in infos])
         return EXIT_OK
     if not infos:
-        which = f" with status {args.status}" if args.status else ""
-        out(f"no runs{which} under {store.root}")
+        out(f"no runs{describe_filters(args)} under {store.root}")
         return EXIT_OK
     print_table(
-        ("RUN", "STATUS", "STEP", "SEQ", "PHASE", "UPDATED", "SIZE"),
+        ("RUN", "STATUS", "STEP", "PROGRESS", "ELAPSED", "ATTEMPTS", "ETA", "UPDATED", "SIZE"),
         [
             (
                 i.run_id,
                 _state_label(i, reasons.get(i.run_id)),
                 i.step,
-                i.seq,
-                i.phase or "-",
+                format_progress(i.progress),
+                format_duration(i.progress.active_ms / 1000) if i.progress else "-",
+                i.attempt,
+                format_duration(i.eta_s),
                 format_ms(i.updated_ms),
                 format_bytes(i.bytes),
             )
             for i in infos
         ],
+        align_right=(2, 5),
     )
     for run_id, reason in reasons.items():
         out(f"{run_id}: cannot be resumed: {reason}")
@@ -114,9 +117,29 @@ def cmd_show(args: argparse.Namespace) -> int:
     for key, value in facts.items():
         if value is None or value in ({}, []) or key in ("extra", "cannot_resume"):
             continue
-        text = json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value
-        out(f"{key:<{width}}  {text}")
+        lines = _show_lines(store, args.run, key, value)
+        for index, line in enumerate(lines):
+            out(f"{key if index == 0 else '':<{width}}  {line}")
     return EXIT_OK
+
+
+def _show_lines(store: Store, run_id: str, key: str, value: Any) -> list[str]:
+    """How ``show`` prints one fact (dicts as JSON, except those with a form of their own)."""
+    if key == "progress":
+        progress = progress_of({"progress": value})
+        steps = f" ({progress.steps} steps)" if progress and progress.done is not None else ""
+        return [format_progress(progress) + steps]
+    if key == "elapsed_ms":
+        return [f"{format_duration(value / 1000)} active (all attempts)"]
+    if key == "eta_s":
+        return [f"{format_duration(value)} at this attempt's rate"]
+    if key == "tags":
+        return [" ".join(f"{k}={v}" for k, v in value.items())]
+    if key == "failure":
+        return [describe_failure(value)]
+    if key == "metrics" and isinstance(value, dict):
+        return metric_lines(value, store.open(run_id).metrics() if on_terminal() else None)
+    return [json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value]
 
 
 def cmd_log(args: argparse.Namespace) -> int:

@@ -72,16 +72,40 @@ def cmd_import(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _updates(pairs: list[str]) -> dict[str, Any]:
+    """``--set PATH=JSON`` options as ``{path: value}``."""
+    updates: dict[str, Any] = {}
+    for pair in pairs:
+        path, sep, text = pair.partition("=")
+        if not sep or not path:
+            raise CliError(
+                f"--set takes PATH=JSON, e.g. --set state.total=0 or --set 'state.name=\"x\"', "
+                f"not {pair!r}"
+            )
+        updates[path] = parse_json_option(f"--set {path}", text)
+    return updates
+
+
 def cmd_fork(args: argparse.Namespace) -> int:
-    """``fork RUN --at SEQ [--as NEW_ID]``: time travel into a new run."""
+    """``fork RUN --at SEQ [--as NEW_ID] [--set PATH=JSON ...]``: time travel into a new run."""
+    updates = _updates(args.set or [])
     store = open_store(args)
     require_run(store, args.run)
-    info = store.fork(args.run, args.at, args.as_id)
+    info = store.fork(args.run, args.at, args.as_id, updates=updates or None)
     reason = cannot_resume(store.read_meta(info.run_id))
     if args.json:
-        emit_json({**info_dict(info), "forked_from": args.run, "at_seq": args.at})
+        emit_json(
+            {
+                **info_dict(info),
+                "forked_from": args.run,
+                "at_seq": args.at,
+                "updated": sorted(updates),
+            }
+        )
         return EXIT_OK
     out(f"forked {args.run} at seq {args.at} into {info.run_id} (step {info.step})")
+    if updates:
+        out(f"set {', '.join(sorted(updates))} in its state (checkpoint {info.seq})")
     if reason is None:
         out(f"continue it with: {suggest(args, 'resume', info.run_id)}")
     else:
@@ -160,7 +184,7 @@ def _without_input(args: argparse.Namespace, status: RunStatus) -> str:
 def _report(args: argparse.Namespace, outcome: dict[str, Any]) -> int:
     """Print how a resume ended (a table line, or JSON); exit 0."""
     if args.json:
-        emit_json(outcome)
+        emit_json({**outcome, **getattr(args, "report_extra", {})})
         return EXIT_OK
     run_id = outcome["run_id"]
     if outcome["status"] == "completed":
@@ -180,6 +204,7 @@ def _failed(args: argparse.Namespace, message: str, exc: BaseException) -> int:
                 "run_id": args.run,
                 "status": "failed",
                 "error": {"type": type(exc).__name__, "message": str(exc)},
+                **getattr(args, "report_extra", {}),
             }
         )
     else:
