@@ -51,7 +51,7 @@ def describe_run(
         "owner": to_jsonable(meta.owner) if meta.owner else None,
         "attempt": meta.attempt,
         "progress": ({**progress.to_dict(), "fraction": progress.fraction} if progress else None),
-        "elapsed_ms": progress.active_ms if progress else None,
+        "active_ms": progress.active_ms if progress else None,
         "eta_s": info.eta_s,
         "tags": info.tags,
         "failure": _failure(reader, meta),

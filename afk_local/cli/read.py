@@ -118,9 +118,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         if value is None or value in ({}, []) or key in ("extra", "cannot_resume"):
             continue
         lines = _show_lines(store, args.run, key, value)
+        label = _SHOW_LABELS.get(key, key)
         for index, line in enumerate(lines):
-            out(f"{key if index == 0 else '':<{width}}  {line}")
+            out(f"{label if index == 0 else '':<{width}}  {line}")
     return EXIT_OK
+
+
+_SHOW_LABELS = {"active_ms": "elapsed", "eta_s": "eta", "failure": "failed at"}
 
 
 def _show_lines(store: Store, run_id: str, key: str, value: Any) -> list[str]:
@@ -129,7 +133,7 @@ def _show_lines(store: Store, run_id: str, key: str, value: Any) -> list[str]:
         progress = progress_of({"progress": value})
         steps = f" ({progress.steps} steps)" if progress and progress.done is not None else ""
         return [format_progress(progress) + steps]
-    if key == "elapsed_ms":
+    if key == "active_ms":
         return [f"{format_duration(value / 1000)} active (all attempts)"]
     if key == "eta_s":
         return [f"{format_duration(value)} at this attempt's rate"]

@@ -73,8 +73,9 @@ def attempt_extra(
 
 
 def terminal_extras(ctx: RunContext, error: BaseException | None = None) -> dict[str, Any]:
-    """``progress``, pending ``metrics`` and, for a failure, the ``failed_step`` key (or None)."""
-    extras = ctx.report.extras()
+    """``progress``, pending ``metrics``, for a failure the ``failed_step`` key (or None), and
+    the ``step`` (the logical count) the terminal checkpoint records."""
+    extras = {"step": ctx.report.steps, **ctx.report.extras()}
     if error is not None:
         extras["failed_step"] = ctx.failed_step(error)
     return extras

@@ -393,7 +393,7 @@ class RunContext(Reporting):
                 key, lambda: value, name=_PAUSE, step=self._report.steps, idempotent=True
             )
         self.checkpoint()
-        self._writer.pause(kind, prompt, key=key, **self._report.extras())
+        self._writer.pause(kind, prompt, key=key, step=self._report.steps, **self._report.extras())
         raise RunPaused(self.run_id, kind, prompt)
 
 

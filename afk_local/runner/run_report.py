@@ -20,11 +20,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from afk_local.storage.metrics import Batch
+from afk_local.storage.metrics import Batch, merge_batches
 from afk_local.storage.run_progress import PROGRESS_KEY, progress_of
-
-MetricRow = tuple[str, float, int, int]
-"""One pending ``ctx.metric`` call: name, value, step, timestamp (ms)."""
 
 
 class RunReport:
@@ -48,7 +45,8 @@ class RunReport:
         self._started = time.monotonic()
         self._since = self._started
         self._since_done = self.done or 0
-        self.metrics: list[MetricRow] = []
+        self.metrics: Batch = {}
+        """Metric points not yet in a checkpoint, by name (grouped as recorded: cheap to take)."""
 
     # -- steps ------------------------------------------------------------------------
 
@@ -117,25 +115,16 @@ class RunReport:
     # -- metrics ----------------------------------------------------------------------
 
     def take_metrics(self) -> Batch | None:
-        """The pending metric points as one batch (``{name: [[step, value, ms], ...]}``)."""
-        pending = self.metrics
-        if not pending:
+        """The pending metric points as one batch (``{name: [(step, value), ...]}``)."""
+        batch = self.metrics
+        if not batch:
             return None
-        self.metrics = []
-        batch: Batch = {}
-        for name, value, step, stamp in pending:
-            rows = batch.get(name)
-            if rows is None:
-                rows = batch[name] = []
-            rows.append([step, value, stamp])
+        self.metrics = {}
         return batch
 
     def put_back(self, batch: Batch | None) -> None:
         """Return points a failed checkpoint did not store, ahead of newer ones."""
-        if not batch:
-            return
-        rows = [(n, v, s, t) for n, points in batch.items() for s, v, t in points]
-        self.metrics[:0] = rows
+        self.metrics = merge_batches(batch, self.metrics) or {}
 
 
 class Reporting:
@@ -174,17 +163,14 @@ class Reporting:
             value: a number (anything ``float()`` takes: numpy and torch scalars too).
             step: the x position (default: :attr:`step_count`).
         """
-        if type(name) is not str or not name:
-            raise ValueError(f"a metric name is a non-empty string, not {name!r}")
+        number = float(value)
         report = self._report
-        report.metrics.append(
-            (
-                name,
-                float(value),
-                report.steps if step is None else int(step),
-                time.time_ns() // 1_000_000,
-            )
-        )
+        rows = report.metrics.get(name)
+        if rows is None:
+            if type(name) is not str or not name:
+                raise ValueError(f"a metric name is a non-empty string, not {name!r}")
+            rows = report.metrics[name] = []
+        rows.append((report.steps if step is None else int(step), number))
 
     def progress(self, total: int | None = None, *, done: int | None = None) -> None:
         """Declare the run's progress: ``total`` units of work, ``done`` of them done.
@@ -208,4 +194,4 @@ def journal_step_count(keys: list[str]) -> int:
     return sum(1 for key in keys if not key.rpartition("/")[2].startswith("@"))
 
 
-__all__ = ["MetricRow", "Reporting", "RunReport", "journal_step_count"]
+__all__ = ["Reporting", "RunReport", "journal_step_count"]

@@ -208,8 +208,8 @@ class DurableWriter:
             raise ValueError("a checkpoint that carries metrics needs a dict payload")
         self._last_step = step
         if self.durability == "sync":
-            if metrics:
-                payload = {**payload, METRICS_KEY: metrics}
+            if metrics:  # plain numbers: encoded here in C, not walked for typed values
+                payload = {**payload, METRICS_KEY: msgspec.Raw(msgspec.msgpack.encode(metrics))}
             with self._io_lock:
                 try:
                     self.run.checkpoint(phase_name, payload, step=step)

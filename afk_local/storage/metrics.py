@@ -1,13 +1,14 @@
 """Metrics a run recorded (``ctx.metric``): reading them back, and keeping them through gc.
 
 A durable job's ``ctx.metric(name, value)`` calls are batched into the next
-checkpoint's payload under ``metrics`` (``{name: [[step, value, timestamp_ms],
-...]}``, docs/format.md, "Progress and metrics"): no write of their own. Compaction
-deletes old checkpoints, so before it deletes any that carry metrics it copies them
-into the run's ``metrics.archive`` (:func:`archive_metrics`), one immutable record
-replaced atomically. Reading (:func:`read_metrics`) takes the archive and every
-checkpoint it does not cover, by seq, so nothing is counted twice and a crash
-between archiving and deleting loses nothing.
+checkpoint's payload under ``metrics`` (``{name: [[step, value], ...]}``; the
+checkpoint's timestamp stands for when they were recorded; docs/format.md,
+"Progress and metrics"): no write of their own. Compaction deletes old
+checkpoints, so before it deletes any that carry metrics it copies them into the
+run's ``metrics.archive`` (:func:`archive_metrics`), one immutable record replaced
+atomically. Reading (:func:`read_metrics`) takes the archive and every checkpoint
+it does not cover, by seq, so nothing is counted twice and a crash between
+archiving and deleting loses nothing.
 
 Example:
     >>> import afk_local as afk
@@ -29,7 +30,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import msgspec
 
@@ -53,8 +54,15 @@ MAX_ARCHIVE_BYTES = 256 << 20
 # Phases whose payloads a durable job gives metrics (the others are never decoded for them).
 _CARRIERS = frozenset({Phase.RUNTIME_STATE.value, Phase.PAUSED.value, Phase.RUN_TERMINAL.value})
 
-Batch = dict[str, list[list[Any]]]
-"""One checkpoint's metrics: ``{name: [[step, value, timestamp_ms], ...]}``."""
+Batch = dict[str, list[Any]]
+"""One checkpoint's metrics: ``{name: [[step, value], ...]}``."""
+
+
+class Stamped(NamedTuple):
+    """The metrics of one checkpoint and the checkpoint's time."""
+
+    timestamp_ms: int
+    batch: Batch
 
 
 class RunFiles(Protocol):
@@ -87,6 +95,7 @@ class MetricPoint:
     value: float
     step: int
     timestamp_ms: int
+    """When the checkpoint that carried it was written (points wait for the next one)."""
     seq: int
     """The checkpoint that carried it."""
 
@@ -196,14 +205,14 @@ def add_batch(payload: bytes, batch: Batch) -> bytes:
     return head + payload[start:] + entry
 
 
-def _points(seq: int, batch: Batch) -> Iterable[MetricPoint]:
-    for name, rows in batch.items():
+def _points(seq: int, stamped: Stamped) -> Iterable[MetricPoint]:
+    for name, rows in stamped.batch.items():
         for row in rows:
-            if not isinstance(row, (list, tuple)) or len(row) < 3:
+            if not isinstance(row, (list, tuple)) or len(row) < 2:
                 continue
-            step, value, stamp = row[0], row[1], row[2]
+            step, value = row[0], row[1]
             if isinstance(value, (int, float)) and isinstance(step, int):
-                yield MetricPoint(name, float(value), step, int(stamp or 0), seq)
+                yield MetricPoint(name, float(value), step, stamped.timestamp_ms, seq)
 
 
 def read_metrics(run: RunFiles) -> MetricLog:
@@ -216,12 +225,13 @@ def read_metrics(run: RunFiles) -> MetricLog:
         if file.seq in batches or file.phase not in _CARRIERS:
             continue
         try:
-            batch = batch_of(run.load(file).payload)
+            record = run.load(file)
         except CheckpointCorruptionError as exc:
             log.warning("run %s: metrics of %s unreadable: %s", run.run_id, file.name, exc.reason)
             continue
+        batch = batch_of(record.payload)
         if batch:
-            batches[file.seq] = batch
+            batches[file.seq] = Stamped(record.timestamp_ms, batch)
     log_ = MetricLog()
     for seq in sorted(batches):
         log_.extend(_points(seq, batches[seq]))
@@ -236,7 +246,7 @@ def archive_path(paths: RunPaths) -> Path:
     return paths.dir / ARCHIVE_NAME
 
 
-def read_archive(run: RunFiles) -> dict[int, Batch]:
+def read_archive(run: RunFiles) -> dict[int, Stamped]:
     """The batches in ``run``'s ``metrics.archive``, by seq (empty when there is none).
 
     A damaged archive, or in a keyed store one whose signature does not match, is
@@ -255,11 +265,16 @@ def read_archive(run: RunFiles) -> dict[int, Batch]:
     except AfkLocalError as exc:
         log.warning("run %s: %s ignored: %s", run.run_id, path, exc)
         return {}
-    result: dict[int, Batch] = {}
+    result: dict[int, Stamped] = {}
     batches = record.payload.get("batches") if isinstance(record.payload, dict) else None
     for entry in batches if isinstance(batches, list) else []:
-        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int):
-            result[entry[0]] = batch_of({METRICS_KEY: entry[1]})
+        if (
+            isinstance(entry, list)
+            and len(entry) == 3
+            and isinstance(entry[0], int)
+            and isinstance(entry[1], int)
+        ):
+            result[entry[0]] = Stamped(entry[1], batch_of({METRICS_KEY: entry[2]}))
     return result
 
 
@@ -280,7 +295,11 @@ def _decode_archive(record_codec: RecordCodec, data: bytes, path: str, run_id: s
 
 
 def write_archive(
-    record_codec: RecordCodec, paths: RunPaths, batches: dict[int, Batch], *, sync_dir: bool = True
+    record_codec: RecordCodec,
+    paths: RunPaths,
+    batches: dict[int, Stamped],
+    *,
+    sync_dir: bool = True,
 ) -> None:
     """Replace ``paths``' archive by one holding ``batches`` (temp + fsync + rename)."""
     record = Checkpoint(
@@ -291,7 +310,7 @@ def write_archive(
         step=0,
         phase=ARCHIVE_PHASE,
         timestamp_ms=now_ms(),
-        payload={"batches": [[seq, batches[seq]] for seq in sorted(batches)]},
+        payload={"batches": [[seq, *batches[seq]] for seq in sorted(batches)]},
     )
     raw = record_codec.encode(record)
     mac = None
@@ -308,16 +327,17 @@ def archive_metrics(run: RunFiles, doomed: Sequence[CheckpointFile]) -> int:
     Call it holding the run's lock, before deleting anything: the archive is durable
     when it returns. Nothing is written when none of ``doomed`` carries metrics.
     """
-    found: dict[int, Batch] = {}
+    found: dict[int, Stamped] = {}
     for file in doomed:
         if file.phase not in _CARRIERS:
             continue
         try:
-            batch = batch_of(run.load(file).payload)
+            record = run.load(file)
         except CheckpointCorruptionError:
             continue  # damaged: nothing to save
+        batch = batch_of(record.payload)
         if batch:
-            found[file.seq] = batch
+            found[file.seq] = Stamped(record.timestamp_ms, batch)
     if not found:
         return 0
     batches = read_archive(run)
@@ -343,6 +363,7 @@ __all__ = [
     "Batch",
     "MetricLog",
     "MetricPoint",
+    "Stamped",
     "add_batch",
     "archive_metrics",
     "batch_of",

@@ -16,7 +16,7 @@ from afk_local.storage.run_filter import parse_since, parse_tag
 @pytest.mark.parametrize("entries", [0, 1, 14, 15, 16, 70_000])
 def test_add_batch_appends_one_map_entry(entries: int) -> None:
     payload = {f"k{i}": i for i in range(entries)}
-    batch = {"loss": [[1, 0.5, 7]]}
+    batch = {"loss": [[1, 0.5]]}
     raw = add_batch(msgspec.msgpack.encode(payload), batch)
     assert msgspec.msgpack.decode(raw) == {**payload, "metrics": batch}
     with pytest.raises(ValueError):
@@ -24,9 +24,9 @@ def test_add_batch_appends_one_map_entry(entries: int) -> None:
 
 
 def test_merge_batches_keeps_order() -> None:
-    assert merge_batches(None, {"a": [[1, 1.0, 0]]}) == {"a": [[1, 1.0, 0]]}
-    merged = merge_batches({"a": [[1, 1.0, 0]]}, {"a": [[2, 2.0, 0]], "b": [[2, 3.0, 0]]})
-    assert merged == {"a": [[1, 1.0, 0], [2, 2.0, 0]], "b": [[2, 3.0, 0]]}
+    assert merge_batches(None, {"a": [[1, 1.0]]}) == {"a": [[1, 1.0]]}
+    merged = merge_batches({"a": [[1, 1.0]]}, {"a": [[2, 2.0]], "b": [[2, 3.0]]})
+    assert merged == {"a": [[1, 1.0], [2, 2.0]], "b": [[2, 3.0]]}
 
 
 def test_keyed_archive_is_signed_and_a_forged_one_is_ignored(tmp_path) -> None:
@@ -39,7 +39,8 @@ def test_keyed_archive_is_signed_and_a_forged_one_is_ignored(tmp_path) -> None:
     assert store.open("r").verify().ok
     # an archive written with another key (or copied from another run) is not believed
     other = afk.Store(tmp_path / "s", key="k2")
-    metrics_module.write_archive(other.codec, store.paths("r"), {1: {"fake": [[1, 9.0, 0]]}})
+    forged = {1: metrics_module.Stamped(0, {"fake": [[1, 9.0]]})}
+    metrics_module.write_archive(other.codec, store.paths("r"), forged)
     assert "fake" not in store.open("r").metrics().names()
 
 
