@@ -16,6 +16,7 @@ as a raw-content dictionary. With flag bit 1 set (a keyed store, see
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import struct
@@ -171,20 +172,48 @@ def compress(raw: bytes, base: bytes | None = None, *, level: int = DEFAULT_LEVE
     """
     if base is None:
         return _keyframe_compressor(level).compress(raw)
-    window_log = max(10, min(30, math.ceil(math.log2(len(base) + len(raw) + 1))))
-    table_log = max(6, min(28, math.ceil(math.log2(max(len(base), 64) / 8))))
-    params = zstandard.ZstdCompressionParameters.from_level(
+    return zstandard.ZstdCompressor(
+        dict_data=_dictionary(base), compression_params=delta_parameters(level, len(base), len(raw))
+    ).compress(raw)
+
+
+def _size_tier(size: int) -> int:
+    # zstd picks a level's search parameters from one of four source-size tables
+    # (<= 16 KiB, <= 128 KiB, <= 256 KiB, larger): any size of a tier gives the same ones.
+    for bound in (16 << 10, 128 << 10, 256 << 10):
+        if size <= bound:
+            return bound
+    return 1 << 30
+
+
+@functools.lru_cache(maxsize=256)
+def _tier_parameters(
+    level: int, tier: int, window_log: int, table_log: int
+) -> zstandard.ZstdCompressionParameters:
+    return zstandard.ZstdCompressionParameters.from_level(
         level,
-        source_size=len(raw),
+        source_size=tier,
         window_log=window_log,
         hash_log=table_log,
         chain_log=table_log,
         write_content_size=1,
         write_checksum=1,
     )
-    return zstandard.ZstdCompressor(
-        dict_data=_dictionary(base), compression_params=params
-    ).compress(raw)
+
+
+def delta_parameters(
+    level: int, base_size: int, raw_size: int
+) -> zstandard.ZstdCompressionParameters:
+    """The zstd parameters :func:`compress` uses for a delta of ``raw_size`` bytes against
+    a base of ``base_size`` bytes.
+
+    Cached (the same object for the same sizes' window, table and size tier), since
+    building them costs as much as compressing a small delta, and the checkpoints
+    of one run repeat a handful of them.
+    """
+    window_log = max(10, min(30, (base_size + raw_size).bit_length()))
+    table_log = max(6, min(28, math.ceil(math.log2(max(base_size, 64) / 8))))
+    return _tier_parameters(level, _size_tier(raw_size), window_log, table_log)
 
 
 def check_content_size(body: bytes, path: str, max_bytes: int) -> int:

@@ -38,11 +38,18 @@ def validate_run_id(run_id: object) -> str:
     return run_id
 
 
+_valid_phases: set[str] = set()  # phase names already checked (a run uses a handful)
+
+
 def validate_phase(phase: object) -> str:
     """Return ``phase`` if it can be part of a checkpoint file name, else raise ValueError."""
+    if type(phase) is str and phase in _valid_phases:
+        return phase
     text = str(phase.value if hasattr(phase, "value") else phase)
     if _PHASE.fullmatch(text) is None:
         raise ValueError(f"invalid phase {phase!r}: use 1-32 of a-z 0-9 _, starting with a letter")
+    if len(_valid_phases) < 1024:
+        _valid_phases.add(text)
     return text
 
 

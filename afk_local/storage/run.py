@@ -25,8 +25,15 @@ from afk_local.journal.journal import Journal
 from afk_local.storage import codec, fsio
 from afk_local.storage.chain import is_signed_file, read_link_value
 from afk_local.storage.codec import RecordCodec
+from afk_local.storage.delta_prefetch import DeltaPrefetch
 from afk_local.storage.integrity import NO_MAC, record_digest
-from afk_local.storage.layout import RunPaths, checkpoint_name, scan_checkpoints, validate_phase
+from afk_local.storage.layout import (
+    LATEST_NAME,
+    RunPaths,
+    checkpoint_name,
+    scan_checkpoints,
+    validate_phase,
+)
 from afk_local.storage.ownership import acquire_lock, current_owner
 from afk_local.storage.reader import RunReader, read_meta
 from afk_local.storage.records import (
@@ -104,8 +111,12 @@ class RunWriter:
         # writer is the base of the next one of that phase. Empty after open, so the
         # first checkpoint of every attempt is a keyframe.
         self._chains: OrderedDict[str, _Chain] = OrderedDict()
+        # The checkpoint just written is its phase's next delta base: its compressor is
+        # prepared in the background while this writer waits for the disk.
+        self._prefetch = DeltaPrefetch(level)
         self._key_ratio = 0.3
         self._dir = str(paths.dir) + os.sep
+        self._dir_fd: int | None = None  # the run directory, opened once for its fsyncs
         self._latest = str(paths.latest)
         self._remove_temp_files()
         files = scan_checkpoints(paths.dir)
@@ -220,11 +231,10 @@ class RunWriter:
             )
         data = self._frame(record.seq, phase, raw, mac)
         name = checkpoint_name(record.seq, phase)
-        final = self._dir + name
         try:
-            fsio.atomic_write(final, data, sync_dir=False)
-            fsio.atomic_symlink(name, self._latest, sync_dir=False)
-            fsio.fsync_dir(self._dir)
+            if self._dir_fd is None:
+                self._dir_fd = fsio.open_dir(self._dir)
+            fsio.publish_with_link(self._dir, name, data, LATEST_NAME, dir_fd=self._dir_fd)
         except BaseException as exc:
             self._failed = exc
             self._unpublish(name)
@@ -265,7 +275,7 @@ class RunWriter:
             and chain.length < self._max_chain
             and len(chain.raw) <= codec.MAX_DELTA_BASE_BYTES
         ):
-            body = codec.compress(raw, chain.raw, level=self._level)
+            body = self._prefetch.compress(phase, chain.raw, raw)
             if len(body) <= self._delta_fraction * self._key_ratio * len(raw) + 64:
                 self._remember_chain(phase, _Chain(raw, seq, chain.length + 1))
                 return codec.pack_frame(
@@ -282,8 +292,12 @@ class RunWriter:
 
     def _remember_chain(self, phase: str, chain: _Chain) -> None:
         self._chains[phase] = chain
+        if chain.length < self._max_chain and len(chain.raw) <= codec.MAX_DELTA_BASE_BYTES:
+            self._prefetch.submit(phase, chain.raw)
+        else:
+            self._prefetch.forget(phase)
         while len(self._chains) > _MAX_CHAINS:
-            self._chains.popitem(last=False)
+            self._prefetch.forget(self._chains.popitem(last=False)[0])
 
     def update_meta(self, **changes: Any) -> RunMeta:
         """Replace ``run.meta`` atomically with ``changes`` applied (and ``updated_ms`` bumped)."""
@@ -372,6 +386,10 @@ class RunWriter:
             for hook in reversed(self._close_hooks):
                 hook()
         finally:
+            if self._dir_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._dir_fd)
+                self._dir_fd = None
             self._lock.release()
 
     def __enter__(self) -> RunWriter:
