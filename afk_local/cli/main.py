@@ -41,6 +41,7 @@ from afk_local.cli.write import (
     cmd_fork,
     cmd_gc,
     cmd_import,
+    cmd_pack,
     cmd_resume,
 )
 from afk_local.errors import AfkLocalError, RunLockedError
@@ -55,6 +56,13 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _at_least_one(text: str) -> int:
+    value = _positive_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
     return value
 
 
@@ -185,6 +193,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-runs", type=_positive_int, metavar="N")
     p.add_argument("--max-age-days", type=float, metavar="DAYS")
     p.add_argument("--max-bytes", type=_size, metavar="SIZE", help="e.g. 500M, 2G")
+
+    p = add("pack", cmd_pack, "fold older checkpoint files into pack files (fewer files)")
+    p.add_argument("runs", metavar="RUN", nargs="*", help="default: every run")
+    p.add_argument(
+        "--keep-loose",
+        type=_at_least_one,
+        default=1,
+        metavar="N",
+        help="the newest N checkpoint files of each run stay loose (default 1)",
+    )
+    p.add_argument(
+        "--no-merge", action="store_true", help="add a pack, leave the existing packs alone"
+    )
+    p.add_argument("--dry-run", action="store_true", help="say what would be packed, do nothing")
 
     p = add(
         "demo", cmd_demo, "crash a job with SIGKILL and resume it (a few seconds)", json_flag=False

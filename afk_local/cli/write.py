@@ -1,7 +1,7 @@
-"""The write commands of ``afk-local``: import, fork, resume, cancel, gc, demo.
+"""The write commands of ``afk-local``: import, fork, resume, cancel, gc, pack, demo.
 
 Each changes the store: a new run (import, fork), an attempt of a run
-(resume), a terminal status (cancel), compaction (gc); ``resume --via-watcher``
+(resume), a terminal status (cancel), compaction (gc), fewer files (pack); ``resume --via-watcher``
 hands over to the watcher (:mod:`afk_local.cli.watch`).
 """
 
@@ -181,6 +181,44 @@ def cmd_gc(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if report.errors else EXIT_OK
 
 
+def cmd_pack(args: argparse.Namespace) -> int:
+    """``pack [RUN ...]``: fold older checkpoint files into pack files."""
+    store = open_store(args)
+    for run_id in args.runs:
+        require_run(store, run_id)
+    reports = store.pack(
+        args.runs or None, full=not args.no_merge, keep_loose=args.keep_loose, dry_run=args.dry_run
+    )
+    if args.json:
+        emit_json([r.to_dict() for r in reports])
+        return EXIT_PROBLEMS if any(r.errors for r in reports) else EXIT_OK
+    rows = [
+        (
+            r.run_id,
+            r.packed_files,
+            r.packs_merged,
+            f"{r.files_before} -> {r.files_after}",
+            f"{format_bytes(r.bytes_before)} -> {format_bytes(r.bytes_after)}",
+        )
+        for r in reports
+        if not r.skipped and not r.errors
+    ]
+    if rows:
+        print_table(
+            ("RUN", "FILES PACKED", "PACKS MERGED", "FILES", "SIZE"), rows, align_right=(1, 2)
+        )
+    prefix = "dry run: " if args.dry_run else ""
+    packed = sum(r.packed_files for r in reports)
+    out(f"{prefix}{len(reports)} run(s) checked, {packed} checkpoint file(s) packed")
+    skipped = [r.run_id for r in reports if r.skipped]
+    if skipped:
+        out(f"skipped (owner alive, it packs as it writes): {', '.join(skipped)}")
+    for r in reports:
+        for error in r.errors:
+            out(f"error: run {r.run_id}: {error}")
+    return EXIT_PROBLEMS if any(r.errors for r in reports) else EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """``demo``: crash a small job with SIGKILL, resume it, show that nothing ran twice."""
     from afk_local.cli.demo import main as demo_main  # noqa: PLC0415 - imports the runner
@@ -194,5 +232,6 @@ __all__ = [
     "cmd_fork",
     "cmd_gc",
     "cmd_import",
+    "cmd_pack",
     "cmd_resume",
 ]

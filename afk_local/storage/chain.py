@@ -15,8 +15,9 @@ from collections import OrderedDict
 
 from afk_local.errors import CheckpointCorruptionError
 from afk_local.storage import codec, fsio
+from afk_local.storage.catalog import RunCatalog
 from afk_local.storage.integrity import NO_MAC
-from afk_local.storage.layout import RunPaths, scan_checkpoints
+from afk_local.storage.layout import CheckpointFile, RunPaths, scan_checkpoints
 from afk_local.storage.records import Phase
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -30,25 +31,37 @@ _LINK_GUESSES = (Phase.RUNTIME_STATE.value, *_PHASE_GUESSES)
 class ChainDecoder:
     """Decodes checkpoint files to record bytes, following delta chains with a small cache.
 
+    Checkpoints are read loose or, when their file is gone, from the run's packs
+    (through ``catalog``); a chain may cross from one to the other.
+
     Args:
         paths: the run directory.
         max_bytes: the largest decoded record accepted (``max_record_bytes``).
         cache_bytes: how many decoded bytes of bases to keep for later deltas.
+        catalog: the run's loose and packed checkpoints (default: one of its own).
     """
 
-    def __init__(self, paths: RunPaths, max_bytes: int, cache_bytes: int = 64 << 20) -> None:
+    def __init__(
+        self,
+        paths: RunPaths,
+        max_bytes: int,
+        cache_bytes: int = 64 << 20,
+        catalog: RunCatalog | None = None,
+    ) -> None:
         self._paths = paths
+        self.catalog = catalog or RunCatalog(paths)
         self._max_bytes = max_bytes
         self._max_file_bytes = max_bytes + (max_bytes >> 7) + 4096  # zstd worst-case growth
         self._cache: OrderedDict[int, bytes] = OrderedDict()
         self._cache_bytes = 0
         self._cache_limit = cache_bytes
-        self._names: dict[int, str] | None = None
+        self._names: dict[int, CheckpointFile] | None = None
         self._dir = str(paths.dir) + os.sep
 
-    def decode(self, seq: int, name: str) -> tuple[bytes, bytes | None]:
+    def decode(self, seq: int, name: str, pack: str | None = None) -> tuple[bytes, bytes | None]:
         """The decoded record bytes of checkpoint ``seq`` and its file's MAC (None: unsigned).
 
+        ``pack`` names the pack holding it (None: a loose file, or a pack if it is gone).
         The MAC is not checked here; only the file's own MAC is returned, because a
         delta's MAC covers its decoded bytes and so vouches for its bases too.
         """
@@ -56,8 +69,7 @@ class ChainDecoder:
         frames: list[tuple[int, str, bytes]] = []
         base: bytes | None = None
         cur_seq: int = seq
-        path = self._dir + name
-        data = self._read(path)
+        path, data = self._read_checkpoint(seq, name, pack)
         mac: bytes | None = None
         while True:
             header, body = codec.unpack_frame(data, path, expect_kind=codec.KIND_CHECKPOINT)
@@ -103,22 +115,54 @@ class ChainDecoder:
         """
         if names is not None:
             name = names.get(seq)
-            return None if name is None else read_link_value(self._dir + name)
+            if name is None:
+                return None
+            return read_link_value(self._dir + name) or self._packed_link(seq)
         for phase in dict.fromkeys((hint, *_LINK_GUESSES)):
             value = read_link_value(f"{self._dir}{seq:012d}.{phase}.ckpt")
             if value is not None:
                 return value
+        packed = self._packed_link(seq)
+        if packed is not None:
+            return packed
         # Not a usual phase: list (fresh, since a writer may have added it meanwhile).
         for file in scan_checkpoints(self._paths.dir):
             if file.seq == seq:
                 return read_link_value(self._dir + file.name)
         return None
 
+    def _packed_link(self, seq: int) -> bytes | None:
+        try:
+            file = self.catalog.packed(seq)
+        except CheckpointCorruptionError:
+            return NO_MAC  # a damaged pack claims it: nothing to chain on
+        return None if file is None else self.catalog.link_value(file)
+
+    def _read_checkpoint(self, seq: int, name: str, pack: str | None) -> tuple[str, bytes]:
+        """Where checkpoint ``seq`` is and its file's bytes: loose, else from a pack."""
+        if pack is None:
+            path = self._dir + name
+            try:
+                return path, self._read_file(path)
+            except FileNotFoundError:
+                pass  # packed since it was listed, perhaps
+        file = self.catalog.packed(seq)
+        if file is None or file.name != name:
+            raise CheckpointCorruptionError(self._dir + name, "file vanished while reading")
+        return self.catalog.location(file), self.catalog.packed_image(file)
+
     def _read(self, path: str) -> bytes:
+        try:
+            return self._read_file(path)
+        except FileNotFoundError:
+            raise CheckpointCorruptionError(path, "file vanished while reading") from None
+
+    def _read_file(self, path: str) -> bytes:
+        """A loose file's bytes (FileNotFoundError when it does not exist)."""
         try:
             return fsio.read_bounded(path, self._max_file_bytes)
         except FileNotFoundError:
-            raise CheckpointCorruptionError(path, "file vanished while reading") from None
+            raise
         except ValueError as exc:
             raise CheckpointCorruptionError(path, str(exc)) from None
         except OSError as exc:
@@ -134,14 +178,18 @@ class ChainDecoder:
                 try:
                     return path, fsio.read_bounded(path, self._max_file_bytes)
                 except FileNotFoundError:
+                    if phase == hint:  # not loose under its likely name: packed?
+                        packed = self.catalog.packed(seq)
+                        if packed is not None:
+                            return self._read_checkpoint(seq, packed.name, packed.pack)
                     continue
                 except (OSError, ValueError):
                     break
-            self._names = {f.seq: f.name for f in scan_checkpoints(self._paths.dir)}
-        name = self._names.get(seq)
-        if name is None:
+            self._names = {f.seq: f for f in self.catalog.files()}
+        file = self._names.get(seq)
+        if file is None:
             return None
-        return self._dir + name, self._read(self._dir + name)
+        return self._read_checkpoint(seq, file.name, file.pack)
 
     def _remember(self, seq: int, raw: bytes) -> None:
         if len(raw) > self._cache_limit:

@@ -1,9 +1,10 @@
 """Time travel: fork a run at one of its checkpoints into a new run.
 
 The fork's history is the source's up to ``at_seq``, shared through hard links
-(checkpoint files are immutable, so sharing is safe; a compaction that rewrites
-a file replaces the name, never the inode's bytes) or copied where the
-filesystem refuses links. Its effect journal holds the source's effect records
+(checkpoint and pack files are immutable, so sharing is safe; a compaction that
+rewrites a file replaces the name, never the inode's bytes) or copied where the
+filesystem refuses links. A pack that reaches past ``at_seq`` is written anew
+with the entries the fork shares. Its effect journal holds the source's effect records
 up to that checkpoint, so resuming the fork replays those calls and executes
 the rest anew.
 
@@ -46,7 +47,8 @@ from afk_local.storage.integrity import (
     with_chain_links,
 )
 from afk_local.storage.journal_format import write_journal_file
-from afk_local.storage.layout import RunPaths
+from afk_local.storage.layout import CheckpointFile, RunPaths, parse_pack_name
+from afk_local.storage.pack import MAX_PACK_BYTES, PackEntry, encode_pack
 from afk_local.storage.reader import CheckpointNotFoundError, RunReader
 from afk_local.storage.records import Checkpoint, Effect, RunMeta, RunStatus, now_ms
 
@@ -91,8 +93,7 @@ def fork_run(source: RunReader, at_seq: int, target: RunPaths) -> None:
     fsio.make_dir(tmp_dir)
     try:
         tmp = RunPaths(target_id, tmp_dir)
-        for f in files:
-            _link_or_copy(source.paths.dir / f.name, tmp_dir / f.name)
+        _share_history(source, files, at_seq, tmp)
         if effects:
             write_journal_file(tmp.journal, effects, record_codec, run_id=target_id)
         fsio.atomic_symlink(files[-1].name, tmp.latest, sync_dir=False)
@@ -132,6 +133,40 @@ def fork_run(source: RunReader, at_seq: int, target: RunPaths) -> None:
     log.info("forked run %s at seq %d into %s", run_id, at_seq, target_id)
 
 
+def _share_history(
+    source: RunReader, files: list[CheckpointFile], at_seq: int, tmp: RunPaths
+) -> None:
+    """Put the source's checkpoints up to ``at_seq`` into the fork's directory ``tmp``.
+
+    Loose files and packs wholly before ``at_seq`` are hard-linked; a pack reaching
+    past it is written anew for the fork with its entries up to ``at_seq`` (signed for
+    the fork in a keyed store). The fork point itself is always a loose file, so the
+    fork's ``latest`` names a file of its own.
+    """
+    record_codec = source.record_codec
+    for f in files:
+        if f.pack is None:
+            _link_or_copy(source.paths.dir / f.name, tmp.dir / f.name)
+    for name in sorted({f.pack for f in files if f.pack is not None}):
+        pack = parse_pack_name(name)
+        if pack is not None and pack.last <= at_seq:
+            _link_or_copy(source.paths.dir / name, tmp.dir / name)
+            continue
+        reader = source.catalog.pack_reader(name)
+        index = reader.index
+        entries = [
+            PackEntry(seq, index.phase(i), reader.image(i))
+            for i, seq in enumerate(index.seqs)
+            if seq < at_seq
+        ]
+        if entries:
+            pack_file, data = encode_pack(entries, run_id=tmp.run_id, signer=record_codec.signer)
+            fsio.write_new_file(tmp.dir / pack_file, data)
+    at = files[-1]
+    if at.pack is not None:
+        fsio.write_new_file(tmp.dir / at.name, source.stored_bytes(at))
+
+
 def _link_or_copy(src: os.PathLike[str], dst: os.PathLike[str]) -> None:
     try:
         fsio.hard_link(src, dst)
@@ -139,7 +174,7 @@ def _link_or_copy(src: os.PathLike[str], dst: os.PathLike[str]) -> None:
     except OSError as exc:
         if exc.errno not in _LINK_REFUSED:
             raise
-    data = fsio.read_bounded(src, codec.DEFAULT_MAX_RECORD_BYTES * 2)
+    data = fsio.read_bounded(src, max(codec.DEFAULT_MAX_RECORD_BYTES * 2, MAX_PACK_BYTES))
     fsio.write_new_file(dst, data)
 
 

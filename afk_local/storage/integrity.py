@@ -52,6 +52,7 @@ checkpoints of each ancestor the fork shares (a fork made without a key has none
 _CHECKPOINT_TAG = b"afk-local/checkpoint/v1\x00"
 _META_TAG = b"afk-local/meta/v1\x00"
 _EFFECT_TAG = b"afk-local/effect/v1\x00"
+_PACK_TAG = b"afk-local/pack/v1\x00"
 _U64 = struct.Struct("<Q")
 _U16 = struct.Struct("<H")
 
@@ -108,6 +109,11 @@ class Signer:
         ``digest`` is :func:`record_digest` of the record's msgpack bytes.
         """
         message = b"".join((_EFFECT_TAG, _field(run_id), prev, digest))
+        return hmac.digest(self._key, message, "sha256")
+
+    def pack_mac(self, run_id: str, digest: bytes) -> bytes:
+        """MAC of a pack file of ``run_id``; ``digest`` is the SHA-256 of its header and index."""
+        message = b"".join((_PACK_TAG, _field(run_id), digest))
         return hmac.digest(self._key, message, "sha256")
 
     @staticmethod

@@ -19,6 +19,7 @@ from afk_local.errors import (
     RunNotFoundError,
 )
 from afk_local.storage import codec, fsio
+from afk_local.storage.catalog import RunCatalog
 from afk_local.storage.chain import ChainDecoder, is_signed_file
 from afk_local.storage.codec import RecordCodec
 from afk_local.storage.integrity import (
@@ -33,9 +34,9 @@ from afk_local.storage.layout import (
     CheckpointFile,
     RunPaths,
     parse_checkpoint_name,
-    scan_checkpoints,
 )
 from afk_local.storage.notebook import run_reader_html
+from afk_local.storage.pack import verify_pack
 from afk_local.storage.records import Checkpoint, Effect, Phase, RunMeta, RunStatus
 from afk_local.storage.verify import VerifyProblem, VerifyReport, verify_journal
 
@@ -97,7 +98,12 @@ class RunReader:
         self.run_id = paths.run_id
         self._codec = record_codec or RecordCodec()
         self._max_bytes = max_record_bytes
-        self._chain = ChainDecoder(paths, max_record_bytes)
+        self._catalog = RunCatalog(
+            paths,
+            signer=self._codec.signer,
+            owners=lambda: (self.run_id, *self._shared_history()),
+        )
+        self._chain = ChainDecoder(paths, max_record_bytes, catalog=self._catalog)
         self._meta: RunMeta | None = None
         self.skipped: list[Skipped] = []
         """Files that :meth:`latest`, :meth:`history` or :meth:`resume_state` passed over."""
@@ -126,8 +132,17 @@ class RunReader:
         self._meta = None
 
     def checkpoint_files(self) -> list[CheckpointFile]:
-        """The checkpoint files on disk, in seq order (names only, nothing decoded)."""
-        return scan_checkpoints(self.paths.dir)
+        """Every checkpoint on disk, loose or packed, in seq order (nothing decoded)."""
+        return self._catalog.files()
+
+    @property
+    def catalog(self) -> RunCatalog:
+        """The run's loose and packed checkpoints (where each one's bytes are)."""
+        return self._catalog
+
+    def location(self, file: CheckpointFile) -> str:
+        """Where ``file``'s bytes are: its path, or ``<pack path>#<name>`` when packed."""
+        return self._catalog.location(file)
 
     def load(self, file: CheckpointFile) -> Checkpoint:
         """Decode one checkpoint file; raises :class:`CheckpointCorruptionError` if damaged.
@@ -148,7 +163,15 @@ class RunReader:
         Raises:
             CheckpointCorruptionError: ``file`` or a base in its chain is damaged.
         """
-        return self._chain.decode(file.seq, file.name)
+        return self._chain.decode(file.seq, file.name, file.pack)
+
+    def stored_bytes(self, file: CheckpointFile) -> bytes:
+        """The exact bytes stored for ``file``: its AFK1 frame, from its file or its pack.
+
+        Raises:
+            CheckpointCorruptionError: it cannot be read.
+        """
+        return self._catalog.stored_bytes(file, self._max_bytes + (self._max_bytes >> 7) + 4096)
 
     def _load(
         self,
@@ -156,9 +179,9 @@ class RunReader:
         names: dict[int, str] | None = None,
         macs: dict[int, bytes] | None = None,
     ) -> tuple[Checkpoint, bytes | None]:
-        path = str(self.paths.dir / file.name)
+        path = self._catalog.location(file)
         try:
-            raw, mac = self._chain.decode(file.seq, file.name)
+            raw, mac = self._chain.decode(file.seq, file.name, file.pack)
             if self._codec.signer is not None:
                 self._check_signature(file, path, raw, mac, names=names, macs=macs)
             record = self._codec.decode_checkpoint(raw, path)
@@ -190,8 +213,8 @@ class RunReader:
         """
         if self._codec.signer is None:
             raise ValueError("chain values exist in keyed stores only")
-        path = str(self.paths.dir / file.name)
-        raw, mac = self._chain.decode(file.seq, file.name)
+        path = self._catalog.location(file)
+        raw, mac = self._chain.decode(file.seq, file.name, file.pack)
         return self._check_signature(file, path, raw, mac)
 
     def _check_signature(
@@ -272,11 +295,11 @@ class RunReader:
             return ()
 
     def get(self, seq: int) -> Checkpoint:
-        """The checkpoint with sequence number ``seq``."""
-        for file in self.checkpoint_files():
-            if file.seq == seq:
-                return self.load(file)
-        raise CheckpointNotFoundError(self.run_id, seq)
+        """The checkpoint with sequence number ``seq`` (loose or packed)."""
+        file = self._catalog.find(seq)
+        if file is None:
+            raise CheckpointNotFoundError(self.run_id, seq)
+        return self.load(file)
 
     def latest_file(self) -> CheckpointFile | None:
         """The file ``latest`` names, if it is a sound checkpoint name in this run."""
@@ -370,7 +393,7 @@ class RunReader:
         macs: dict[int, bytes] = {}  # MACs of the files read so far: the next one chains on them
         for file in files:
             report.checked_files += 1
-            own = str(self.paths.dir / file.name)
+            own = self._catalog.location(file)
             try:
                 mac = self._load(file, names, macs)[1]
                 if mac is not None:
@@ -388,10 +411,11 @@ class RunReader:
                 report.problems.append(
                     VerifyProblem(str(self.paths.latest), f"points at {target!r}, outside the run")
                 )
-            elif not (self.paths.dir / parsed.name).is_file():
+            elif not (self.paths.dir / parsed.name).is_file() and not self._is_packed(parsed):
                 report.notes.append(f"latest names missing {target} (ignored; a crash can do this)")
         elif files:
             report.notes.append("no latest pointer (readers scan instead)")
+        self._verify_packs(report)
         with os.scandir(self.paths.dir) as entries:
             temps = [e.name for e in entries if e.name.startswith(fsio.TEMP_PREFIX)]
         if temps:
@@ -403,6 +427,25 @@ class RunReader:
                 "key (set AFK_LOCAL_KEY or pass Store(key=...))"
             )
         return report
+
+    def _verify_packs(self, report: VerifyReport) -> None:
+        """Every pack file: header, index, MAC and every block (its entries were loaded)."""
+        for pack in self._catalog.packs():
+            report.checked_files += 1
+            path = str(self.paths.dir / pack.name)
+            try:
+                problems = verify_pack(self._catalog.pack_reader(pack).index)
+            except FileNotFoundError:
+                continue  # merged into another pack meanwhile
+            except CheckpointCorruptionError as exc:
+                problems = [exc.reason]
+            report.problems += [VerifyProblem(path, reason) for reason in problems]
+
+    def _is_packed(self, file: CheckpointFile) -> bool:
+        try:
+            return self._catalog.packed(file.seq) is not None
+        except CheckpointCorruptionError:
+            return False
 
     def effects(self) -> list[Effect]:
         """Every record of the effect journal in file order (a torn tail is ignored).

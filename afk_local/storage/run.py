@@ -23,6 +23,7 @@ from filelock import FileLock
 from afk_local.errors import KeyRequiredError, WriterFailedError
 from afk_local.journal.journal import Journal
 from afk_local.storage import codec, fsio
+from afk_local.storage.catalog import RunCatalog
 from afk_local.storage.chain import is_signed_file, read_link_value
 from afk_local.storage.codec import RecordCodec
 from afk_local.storage.delta_prefetch import DeltaPrefetch
@@ -32,9 +33,11 @@ from afk_local.storage.layout import (
     RunPaths,
     checkpoint_name,
     scan_checkpoints,
+    scan_run_files,
     validate_phase,
 )
 from afk_local.storage.ownership import acquire_lock, current_owner
+from afk_local.storage.packing import DEFAULT_LOOSE_LIMIT, PackReport, pack_run
 from afk_local.storage.reader import RunReader, read_meta
 from afk_local.storage.records import (
     SCHEMA_VERSION,
@@ -63,6 +66,8 @@ class _Chain(NamedTuple):
     raw: bytes
     seq: int
     length: int
+    keyframe: int
+    """The seq of the chain's keyframe."""
 
 
 def error_info(error: BaseException | ErrorInfo | str) -> ErrorInfo:
@@ -92,6 +97,7 @@ class RunWriter:
         max_chain: int = DEFAULT_MAX_CHAIN,
         delta_fraction: float = DEFAULT_DELTA_FRACTION,
         level: int = codec.DEFAULT_LEVEL,
+        pack_loose_limit: int | None = DEFAULT_LOOSE_LIMIT,
     ) -> None:
         self.paths = paths
         self.run_id = paths.run_id
@@ -119,13 +125,24 @@ class RunWriter:
         self._dir_fd: int | None = None  # the run directory, opened once for its fsyncs
         self._latest = str(paths.latest)
         self._remove_temp_files()
-        files = scan_checkpoints(paths.dir)
-        self._seq = files[-1].seq if files else 0
+        loose, packs = scan_run_files(paths.dir)
+        newest = loose[-1] if loose else None
+        catalog = RunCatalog(paths, signer=record_codec.signer)
+        if packs and max(p.last for p in packs) > (newest.seq if newest else 0):
+            every = catalog.files()  # the newest checkpoint is packed (rare): ask the packs
+            newest = every[-1] if every else newest
+        self._seq = newest.seq if newest else 0
+        # Packing: past pack_loose_limit loose files, the older ones go into a pack.
+        self._pack_limit = pack_loose_limit or 0
+        self._loose = len(loose)
         # Keyed store: each checkpoint's MAC chains on the MAC of the one before it.
         self._signer = record_codec.signer
         self._prev_mac = NO_MAC
-        if self._signer is not None and files:
-            self._prev_mac = read_link_value(self._dir + files[-1].name) or NO_MAC
+        if self._signer is not None and newest is not None:
+            if newest.pack is None:
+                self._prev_mac = read_link_value(self._dir + newest.name) or NO_MAC
+            else:
+                self._prev_mac = catalog.link_value(newest)
 
     # -- properties ---------------------------------------------------------------
 
@@ -242,7 +259,46 @@ class RunWriter:
         self._seq = record.seq
         if mac is not None:
             self._prev_mac = mac
+        self._loose += 1
+        if self._pack_limit and self._loose >= self._pack_limit:
+            keyframe = self._chains[phase].keyframe == record.seq
+            if keyframe or self._loose >= 2 * self._pack_limit:
+                self._pack_older()
         return record
+
+    def _pack_older(self) -> None:
+        """Fold the older loose files into a pack, at a keyframe (DESIGN: storage at scale).
+
+        The delta chains still being extended stay loose (back to their keyframes), but
+        never more than half the limit: so the newest checkpoints decode from loose
+        files. Called after a checkpoint was acknowledged: a failure cannot take it
+        back, so it is logged and makes the writer refuse further writes.
+        """
+        half = max(1, self._pack_limit // 2)
+        recent = self._seq - half
+        active = [c.keyframe for c in self._chains.values() if c.seq > recent]
+        keep_from = max(min(active, default=self._seq), recent + 1)
+        try:
+            report = pack_run(self.paths, self._codec, keep_from=keep_from, sync_removals=False)
+        except Exception as exc:
+            log.error("run %s: packing older checkpoints failed: %s", self.run_id, exc)
+            self._failed = exc
+            return
+        self._loose = report.loose_left
+
+    def pack(self, *, full: bool = True) -> PackReport:
+        """Fold every loose checkpoint file but the newest into packs, now.
+
+        With ``full``, merge the run's packs too (into as few as the size bounds allow).
+        """
+        self._check_writable()
+        try:
+            report = pack_run(self.paths, self._codec, full=full)
+        except BaseException as exc:
+            self._failed = exc
+            raise
+        self._loose = report.loose_left
+        return report
 
     def _unpublish(self, name: str) -> None:
         # The failed checkpoint was never acknowledged: take it back out of sight
@@ -277,7 +333,7 @@ class RunWriter:
         ):
             body = self._prefetch.compress(phase, chain.raw, raw)
             if len(body) <= self._delta_fraction * self._key_ratio * len(raw) + 64:
-                self._remember_chain(phase, _Chain(raw, seq, chain.length + 1))
+                self._remember_chain(phase, _Chain(raw, seq, chain.length + 1, chain.keyframe))
                 return codec.pack_frame(
                     codec.KIND_CHECKPOINT,
                     body,
@@ -287,7 +343,7 @@ class RunWriter:
                 )
         body = codec.compress(raw, level=self._level)
         self._key_ratio = len(body) / max(len(raw), 1)
-        self._remember_chain(phase, _Chain(raw, seq, 0))
+        self._remember_chain(phase, _Chain(raw, seq, 0, seq))
         return codec.pack_frame(codec.KIND_CHECKPOINT, body, mac=mac)
 
     def _remember_chain(self, phase: str, chain: _Chain) -> None:

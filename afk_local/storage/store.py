@@ -31,6 +31,7 @@ from afk_local.storage.integrity import signer_for
 from afk_local.storage.layout import REQUESTS_DIR, RUNS_DIR, RunPaths, validate_run_id
 from afk_local.storage.layout import new_run_id as fresh_run_id
 from afk_local.storage.ownership import acquire_lock, lock_is_held
+from afk_local.storage.packing import DEFAULT_LOOSE_LIMIT, PackReport, pack_run
 from afk_local.storage.reader import RunReader, read_meta
 from afk_local.storage.records import RunMeta, RunStatus, now_ms
 from afk_local.storage.retention import (
@@ -65,6 +66,9 @@ class Store:
             journal record is signed with HMAC-SHA256, and unsigned or wrongly signed
             ones count as damaged (docs/format.md, "Tamper evidence"). Default:
             ``$AFK_LOCAL_KEY`` when set, else no key (files are not signed).
+        pack_loose_limit: loose checkpoint files a writer lets accumulate before it
+            folds the older ones into a pack (docs/format.md, "Packs"); None or 0:
+            never (``Store.pack`` and ``afk-local pack`` still pack on request).
     """
 
     def __init__(
@@ -77,12 +81,14 @@ class Store:
         lock_timeout: float = 0.0,
         max_chain: int = 32,
         key: bytes | str | None = None,
+        pack_loose_limit: int | None = DEFAULT_LOOSE_LIMIT,
     ) -> None:
         self.root = Path(root) if root is not None else default_root()
         self.codec = RecordCodec(enc_hook=enc_hook, dec_hook=dec_hook, signer=signer_for(key))
         self.max_record_bytes = max_record_bytes
         self.lock_timeout = lock_timeout
         self.max_chain = max_chain
+        self.pack_loose_limit = pack_loose_limit
 
     def __repr__(self) -> str:
         keyed = ", keyed" if self.keyed else ""
@@ -171,6 +177,7 @@ class Store:
             "lock_timeout": lock_timeout,
             "max_record_bytes": self.max_record_bytes,
             "max_chain": self.max_chain,
+            "pack_loose_limit": self.pack_loose_limit,
         }
 
     def delete(self, run_id: str) -> None:
@@ -323,6 +330,51 @@ class Store:
             report.errors.append(f"run {run_id}: skipped: {exc}")
         finally:
             lock.release()
+
+    def pack(
+        self,
+        run_ids: list[str] | None = None,
+        *,
+        full: bool = True,
+        keep_loose: int = 1,
+        dry_run: bool = False,
+    ) -> list[PackReport]:
+        """Fold the loose checkpoint files of runs into pack files (docs/format.md, "Packs").
+
+        Every checkpoint stays readable by seq, through every reader, and a crash at
+        any instant loses nothing. A run whose owner is alive is skipped (its writer
+        packs as it goes); a run that cannot be packed is reported, never raised.
+
+        Args:
+            run_ids: the runs (default: every run of the store).
+            full: merge each run's packs into as few as the size bounds allow.
+            keep_loose: the newest loose files of each run that stay loose (>= 1).
+            dry_run: say what would happen, change nothing.
+        """
+        reports = []
+        for run_id in run_ids if run_ids is not None else self.run_ids():
+            paths = self.paths(run_id)
+            report = PackReport(run_id)
+            if not paths.meta.is_file():
+                report.errors.append(f"run {run_id!r} not found under {self.root}")
+                reports.append(report)
+                continue
+            try:
+                lock = acquire_lock(paths, 0.0)
+            except RunLockedError:
+                report.skipped = "its owner is alive (a writer packs as it writes)"
+                reports.append(report)
+                continue
+            try:
+                report = pack_run(
+                    paths, self.codec, full=full, keep_loose=keep_loose, dry_run=dry_run
+                )
+            except (AfkLocalError, OSError) as exc:
+                report.errors.append(f"not packed: {exc}")
+            finally:
+                lock.release()
+            reports.append(report)
+        return reports
 
     def fork(self, run_id: str, at_seq: int, new_run_id: str | None = None) -> RunInfo:
         """A new run whose history is ``run_id``'s up to checkpoint ``at_seq`` (:mod:`.fork`)."""

@@ -25,7 +25,7 @@ import msgspec
 
 from afk_local.errors import AfkLocalError, RunLockedError
 from afk_local.storage import codec, fsio
-from afk_local.storage.layout import scan_checkpoints
+from afk_local.storage.catalog import RunCatalog
 from afk_local.storage.ownership import acquire_lock
 from afk_local.storage.reader import read_meta
 from afk_local.storage.records import Phase, RunMeta, RunStatus, now_ms
@@ -117,7 +117,7 @@ def claim(host: AttemptHost, run_id: str, *, manual: bool) -> Claim | None:
         return {"watcher_attempts": meta.watcher_attempts + 1, "next_attempt_ms": lease}
 
     paths = host.store.paths(run_id)
-    files = scan_checkpoints(paths.dir) if paths.dir.is_dir() else []
+    files = RunCatalog(paths).files() if paths.dir.is_dir() else []
     seq = files[-1].seq if files else 0
     meta = update_meta_unowned(host.store, run_id, decide)
     if meta is None:
@@ -150,7 +150,7 @@ def attempt_died(
     paths = host.store.paths(run_id)
     progressed = any(
         f.seq > seq_at_start and f.phase == Phase.RUNTIME_STATE.value
-        for f in scan_checkpoints(paths.dir)
+        for f in RunCatalog(paths).files()
     )
     if progressed:
         attempts = 0

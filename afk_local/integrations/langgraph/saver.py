@@ -80,7 +80,6 @@ from afk_local.integrations.langgraph.threads import (
     thread_run_id,
 )
 from afk_local.integrations.langgraph.writes import WRITES_NAME, Typed, WriteFrame, encode_writes
-from afk_local.storage.layout import CheckpointFile
 from afk_local.storage.store import Store
 
 
@@ -350,7 +349,7 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
             handle = self._threads.handle(target)
             chunks = []
             for entry in sorted(index.by_key.values(), key=lambda e: e.seq):
-                record = index.reader.load(CheckpointFile(entry.seq, PHASE, entry.name))
+                record = index.reader.load(entry.file)
                 payload = index.payload(record.payload, entry)
                 copied = msgspec.structs.replace(payload, thread_id=target)
                 self._threads.write_checkpoint(handle, copied, record.step)
@@ -470,7 +469,7 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
         return self.serde.loads_typed(typed)
 
     def _tuple(self, thread_id: str, index: ThreadIndex, entry: IndexEntry) -> CheckpointTuple:
-        record = index.reader.load(CheckpointFile(entry.seq, PHASE, entry.name))
+        record = index.reader.load(entry.file)
         payload = index.payload(record.payload, entry)
         writes = self._threads.load_writes(index.reader.run_id).get(
             (entry.ns, entry.checkpoint_id), {}

@@ -22,11 +22,13 @@ from dataclasses import dataclass
 
 from afk_local.errors import AfkLocalError, RunExistsError
 from afk_local.integrations.langgraph.index import (
+    INDEX_NAME,
     PHASE,
     IndexEntry,
     Payload,
     ThreadIndex,
     append_to_index_file,
+    record_deletions,
     scan_thread_files,
 )
 from afk_local.integrations.langgraph.writes import (
@@ -39,14 +41,14 @@ from afk_local.integrations.langgraph.writes import (
     rewrite_writes,
 )
 from afk_local.storage import fsio
-from afk_local.storage.layout import CheckpointFile, validate_run_id
+from afk_local.storage.layout import CheckpointFile, RunPaths, validate_run_id
 from afk_local.storage.reader import RunReader
 from afk_local.storage.records import PauseInfo, RunStatus
 from afk_local.storage.retention import (
+    RunPlan,
     chain_links_after_delete,
-    deletion_rounds,
     read_file_facts,
-    rewrite_as_keyframe,
+    remove_checkpoints,
 )
 from afk_local.storage.run import RunWriter
 from afk_local.storage.store import Store
@@ -138,23 +140,23 @@ class ThreadFiles:
         """The index of ``thread_id``'s checkpoint files (None when it has no run directory)."""
         run_id = thread_run_id(thread_id)
         paths = self.store.paths(run_id)
-        found = scan_thread_files(paths.dir)
+        index = self._indexes.get(run_id)
+        reader = index.reader if index is not None else self._reader(paths)
+        found = scan_thread_files(paths.dir, reader.catalog)
         if found is None:
             self._indexes.pop(run_id, None)
             return None
-        index = self._indexes.get(run_id)
         if index is None or index.is_stale(found):
             # A file vanished or was replaced: start over (appends keep the cache).
-            index = ThreadIndex(
-                RunReader(
-                    paths,
-                    record_codec=self.store.codec,
-                    max_record_bytes=self.store.max_record_bytes,
-                )
-            )
+            index = ThreadIndex(reader if index is None else self._reader(paths))
             self._indexes[run_id] = index
         index.update(found, thread_id)
         return index
+
+    def _reader(self, paths: RunPaths) -> RunReader:
+        return RunReader(
+            paths, record_codec=self.store.codec, max_record_bytes=self.store.max_record_bytes
+        )
 
     def load_writes(self, run_id: str) -> dict[tuple[str, str], TaskWrites]:
         """The pending writes of a thread's run by ``(ns, checkpoint_id)``."""
@@ -193,7 +195,12 @@ class ThreadFiles:
 
     def _open_writer(self, run_id: str, thread_id: str) -> RunWriter:
         paths = self.store.paths(run_id)
-        if paths.dir.is_dir() and not paths.meta.is_file() and not any(paths.dir.glob("*.ckpt")):
+        if (
+            paths.dir.is_dir()
+            and not paths.meta.is_file()
+            and not any(paths.dir.glob("*.ckpt"))
+            and not any(paths.dir.glob("*.pack"))
+        ):
             # A crash between mkdir and the first run.meta: nothing was stored yet.
             log.info("run %s: removing a run directory left half-created by a crash", run_id)
             self.store.delete(run_id)
@@ -279,13 +286,15 @@ class ThreadFiles:
     # -- deleting single checkpoints ----------------------------------------------
 
     def delete_files(self, thread_id: str, doomed: set[str]) -> None:
-        """Delete checkpoint files ``doomed`` of a thread, and the writes of checkpoints gone.
+        """Delete checkpoints ``doomed`` (by name) of a thread, and the writes of those gone.
 
-        Crash-safe in the order of afk_local's compaction: in a keyed store the
-        chain links of survivors go into ``run.meta`` first, kept deltas whose base
-        goes away are rewritten as keyframes (same decoded bytes), then files are
-        deleted in durable rounds, a delta before its base (``deletion_rounds``), then
-        the writes file is replaced atomically.
+        Crash-safe in the order of afk_local's compaction: in a keyed store the chain
+        links of survivors go into ``run.meta`` first; the index cache gets a durable
+        tombstone per doomed name (a later checkpoint may reuse it); then
+        :func:`~afk_local.storage.retention.remove_checkpoints` rewrites kept deltas
+        whose base goes as keyframes (same decoded bytes), republishes packs without
+        the doomed entries and deletes in durable rounds; then ``latest`` moves and the
+        writes file is replaced atomically.
         """
         run_id = thread_run_id(thread_id)
         handle = self.handle(thread_id)  # holds the lock for the whole operation
@@ -294,26 +303,35 @@ class ThreadFiles:
             if index is None:
                 return
             paths = handle.writer.paths
-            files = sorted(CheckpointFile(e.seq, PHASE, e.name) for e in index.entries.values())
-            facts = {f.seq: f for f in read_file_facts(paths.dir, files)}
+            files = sorted(e.file for e in index.entries.values())
+            facts = read_file_facts(paths.dir, files, index.reader.catalog)
             doomed_seqs = {f.seq for f in files if f.name in doomed}
             index.reader.refresh()
             survivors = [f for f in files if f.seq not in doomed_seqs]
             extra = chain_links_after_delete(index.reader, doomed_seqs, survivors)
             if extra is not None:
                 handle.writer.update_meta(extra=extra)
-            for fact in facts.values():
-                if fact.seq in doomed_seqs or not fact.base_seq:
-                    continue
-                if fact.base_seq in doomed_seqs or fact.base_seq not in facts:
-                    rewrite_as_keyframe(
-                        index.reader, CheckpointFile(fact.seq, fact.phase, fact.name)
-                    )
-            keyed = index.reader.record_codec.signer is not None
-            for batch in deletion_rounds([facts[s] for s in doomed_seqs], keyed=keyed):
-                for fact in batch:
-                    fsio.unlink(paths.dir / fact.name)
-                fsio.fsync_dir(paths.dir)
+            by_seq = {f.seq: f for f in facts}
+            keep = [f for f in facts if f.seq not in doomed_seqs]
+            rewrite = [
+                f
+                for f in keep
+                if f.base_seq and (f.base_seq in doomed_seqs or f.base_seq not in by_seq)
+            ]
+            handle.index_fd = record_deletions(
+                handle.index_fd,
+                paths.dir / INDEX_NAME,
+                sorted(f.name for f in files if f.name in doomed),
+            )
+            remove_checkpoints(
+                index.reader,
+                RunPlan(
+                    run_id,
+                    tuple(keep),
+                    tuple(rewrite),
+                    tuple(f for f in facts if f.seq in doomed_seqs),
+                ),
+            )
             kept = [f for f in files if f.seq not in doomed_seqs]
             if kept:
                 fsio.atomic_symlink(kept[-1].name, paths.latest, sync_dir=False)
