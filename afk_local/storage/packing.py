@@ -126,6 +126,8 @@ def pack_run(
             f"run {paths.run_id!r}: not packed: its files are signed and this store has no "
             "key to sign a pack with; pack it with AFK_LOCAL_KEY set"
         )
+    if not dry_run:
+        _remove_temp_files(paths)
     catalog = RunCatalog(paths, signer=record_codec.signer)
     loose, packs = catalog.scan()
     report.files_before = len(loose) + len(packs)
@@ -147,7 +149,11 @@ def pack_run(
         return report
     written = _write_packs(paths, record_codec, catalog, plan) if plan.loose or plan.merge else []
     report.packs_written = len(written)
-    # Everything below only drops second copies: the new packs are durable already.
+    # Everything below only drops second copies: the new packs are durable already. A
+    # merge may produce a pack that exists (a crash came before its inputs were
+    # removed): same name, same bytes; it is kept, of course.
+    doomed_names -= set(written)
+    report.packs_merged = sum(1 for p in plan.merge if p.name not in written)
     for name in sorted(doomed_names):
         fsio.unlink(paths.dir / name)
     if sync_removals:
@@ -321,6 +327,14 @@ def _chunks(entries: list[PackEntry]) -> list[list[PackEntry]]:
         chunks[-1].append(entry)
         size += len(entry.image)
     return [c for c in chunks if c]
+
+
+def _remove_temp_files(paths: RunPaths) -> None:
+    """Remove what a killed writer or packer left unpublished (the caller holds the lock)."""
+    with os.scandir(paths.dir) as entries:
+        stray = [e.path for e in entries if e.name.startswith(fsio.TEMP_PREFIX) and e.is_file()]
+    for path in stray:
+        fsio.unlink(path)
 
 
 def _size(paths: RunPaths, name: str) -> int:
