@@ -8,7 +8,6 @@ the classes it draws: they call in.
 
 from __future__ import annotations
 
-import html
 import os
 import time
 from collections.abc import Sequence
@@ -40,6 +39,8 @@ def format_bytes(size: int) -> str:
 
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], caption: str = "") -> str:
     """A small escaped HTML table."""
+    import html  # noqa: PLC0415 - only notebooks render HTML; html.entities is large
+
     parts = ['<table class="afk-local">']
     if caption:
         parts.append(f"<caption>{html.escape(caption)}</caption>")

@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from afk_local.errors import AfkLocalError, CheckpointCorruptionError
-from afk_local.integrations.langgraph.frames import bad_frame, encode_frame, frame_body
+from afk_local.integrations.langgraph.frames import FRAME_HEADER, encode_frame
 from afk_local.storage import codec, fsio
 from afk_local.storage.catalog import RunCatalog
 from afk_local.storage.layout import CheckpointFile, parse_checkpoint_name
@@ -321,11 +321,21 @@ def _index_frames(path: Path) -> tuple[list[_IndexFrame], int]:
     except (OSError, ValueError):
         return [], 0
     frames: list[_IndexFrame] = []
-    pos = 0
-    while pos < len(data) and bad_frame(data, pos, _MAX_INDEX_BYTES) is None:
-        body, end = frame_body(data, pos)
+    view = memoryview(data)
+    unpack, crc32, decode = FRAME_HEADER.unpack_from, zlib.crc32, _INDEX_DECODER.decode
+    pos, size = 0, len(data)
+    # The checks of frames.bad_frame, inlined: a new process reads every frame here.
+    while size - pos >= FRAME_HEADER.size:
+        length, crc = unpack(data, pos)
+        start = pos + FRAME_HEADER.size
+        end = start + length
+        if length == 0 or length > _MAX_INDEX_BYTES or end > size:
+            break
+        body = view[start:end]
+        if crc32(body) != crc:
+            break
         try:
-            frames.append(_INDEX_DECODER.decode(body))
+            frames.append(decode(body))
         except msgspec.DecodeError:
             break
         pos = end
@@ -346,6 +356,40 @@ class IndexCache:
         return None if frame is None or frame[1] == _TOMBSTONE else frame
 
 
+def newest_in_cache(cache: IndexCache, latest: CheckpointFile, ns: str) -> IndexEntry | None:
+    """The newest checkpoint of namespace ``ns`` by the cache alone, or None when the
+    cache cannot tell (not trusted, or it does not reach ``latest``, the newest file).
+
+    The cache is appended in seq order after each checkpoint is durable, and a crash
+    only ever loses its tail: when it holds an entry for the newest file, it holds one
+    for every checkpoint before it (deleted ones carry tombstones).
+    """
+    if not cache.trusted or cache.get(latest.name) is None:
+        return None
+    best: _IndexFrame | None = None
+    best_id, best_seq, newest = "", 0, 0
+    for name, frame in cache.frames.items():
+        if frame[1] == _TOMBSTONE or name == _MARKER:
+            continue
+        digits = name[:12]
+        if not digits.isdigit():
+            return None
+        seq = int(digits)
+        newest = max(newest, seq)
+        if frame[2] == ns:
+            checkpoint_id = frame[3]
+            if (
+                best is None
+                or checkpoint_id > best_id
+                or (checkpoint_id == best_id and seq > best_seq)
+            ):
+                best, best_id, best_seq = frame, checkpoint_id, seq
+    if best is None or newest != latest.seq:
+        return None
+    name, _crc, ns, checkpoint_id, parent, run_id, metadata = best
+    return IndexEntry(best_seq, name, -1, ns, checkpoint_id, parent, metadata, run_id)
+
+
 def read_index_cache(path: Path) -> IndexCache:
     """A run's index cache (empty when missing or unreadable)."""
     frames = _index_frames(path)[0]
@@ -363,6 +407,7 @@ __all__: Sequence[str] = [
     "ThreadIndex",
     "append_to_index_file",
     "header_crc",
+    "newest_in_cache",
     "open_index_cache",
     "read_index_cache",
     "record_deletions",

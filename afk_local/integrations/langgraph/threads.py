@@ -28,20 +28,30 @@ from afk_local.integrations.langgraph.index import (
     Payload,
     ThreadIndex,
     append_to_index_file,
+    newest_in_cache,
+    read_index_cache,
     record_deletions,
     scan_thread_files,
 )
 from afk_local.integrations.langgraph.writes import (
     WRITES_NAME,
+    CheckpointWrites,
     PendingWrites,
     TaskWrites,
     append_writes,
     open_writes,
+    read_checkpoint_writes,
     read_writes,
     rewrite_writes,
 )
 from afk_local.storage import fsio
-from afk_local.storage.layout import CheckpointFile, RunPaths, validate_run_id
+from afk_local.storage.layout import (
+    CheckpointFile,
+    RunPaths,
+    checkpoint_name,
+    parse_checkpoint_name,
+    validate_run_id,
+)
 from afk_local.storage.reader import RunReader
 from afk_local.storage.records import PauseInfo, RunStatus
 from afk_local.storage.retention import (
@@ -153,14 +163,49 @@ class ThreadFiles:
         index.update(found, thread_id)
         return index
 
+    def newest_cold(self, thread_id: str, ns: str) -> tuple[ThreadIndex, IndexEntry] | None:
+        """A new process's first look at a thread's newest checkpoint of ``ns``: from
+        ``latest`` and the index cache, without listing the directory or building the
+        index. None when that cannot be trusted (a keyed store, the thread already
+        indexed, an old or incomplete cache, ``latest`` not the newest file); the caller
+        then builds the index. The entry is checked against its file when loaded.
+        """
+        run_id = thread_run_id(thread_id)
+        if run_id in self._indexes or self.store.codec.signer is not None:
+            return None
+        paths = self.store.paths(run_id)
+        target = fsio.read_link(paths.latest)
+        latest = parse_checkpoint_name(target) if target else None
+        if latest is None or latest.phase != PHASE:
+            return None
+        after = paths.dir / checkpoint_name(latest.seq + 1, PHASE)
+        if os.path.lexists(after):  # latest lags behind a newer file (a crash): list
+            return None
+        entry = newest_in_cache(read_index_cache(paths.dir / INDEX_NAME), latest, ns)
+        if entry is None:
+            return None
+        return ThreadIndex(self._reader(paths)), entry
+
     def _reader(self, paths: RunPaths) -> RunReader:
         return RunReader(
             paths, record_codec=self.store.codec, max_record_bytes=self.store.max_record_bytes
         )
 
-    def load_writes(self, run_id: str) -> dict[tuple[str, str], TaskWrites]:
+    def load_writes(self, run_id: str) -> CheckpointWrites:
         """The pending writes of a thread's run by ``(ns, checkpoint_id)``."""
         return self._writes_state(run_id).by_checkpoint
+
+    def checkpoint_writes(self, run_id: str, ns: str, checkpoint_id: str) -> TaskWrites:
+        """The pending writes of one checkpoint: from the parsed writes file when this
+        process has read it, else by reading only that checkpoint's frames."""
+        if run_id not in self._writes:
+            path = self.store.paths(run_id).dir / WRITES_NAME
+            found = read_checkpoint_writes(
+                path, ns, checkpoint_id, max_bytes=self.store.max_record_bytes
+            )
+            if found is not None:
+                return found
+        return self.load_writes(run_id).get((ns, checkpoint_id), {})
 
     def _writes_state(self, run_id: str) -> PendingWrites:
         """The parsed writes file of a run, reading only what was appended since last time."""
