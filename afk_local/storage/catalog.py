@@ -14,7 +14,7 @@ into a bigger one) is forgotten and the directory listed again.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from afk_local.errors import CheckpointCorruptionError
 from afk_local.storage import codec, fsio
@@ -156,9 +156,12 @@ class RunCatalog:
             raise damage
         return None
 
-    def _preferred(self, packs: Sequence[PackFile] | object) -> list[PackFile]:
+    def _preferred(self, packs: Iterable[PackFile]) -> list[PackFile]:
         # Wider packs first: after a crash in a merge, the merged pack is the one kept.
-        return sorted(packs, key=lambda p: (p.first - p.last, p.first))  # type: ignore[arg-type]
+        found = list(packs)
+        if len(found) > 1:
+            found.sort(key=lambda p: (p.first - p.last, p.first))
+        return found
 
     def _reader(self, pack: PackFile) -> PackReader | None:
         try:

@@ -15,7 +15,7 @@ from collections import OrderedDict
 
 from afk_local.errors import CheckpointCorruptionError
 from afk_local.storage import codec, fsio
-from afk_local.storage.catalog import RunCatalog
+from afk_local.storage.catalog import PACK_SEPARATOR, RunCatalog
 from afk_local.storage.integrity import NO_MAC
 from afk_local.storage.layout import CheckpointFile, RunPaths, scan_checkpoints
 from afk_local.storage.records import Phase
@@ -171,6 +171,10 @@ class ChainDecoder:
     def _read_base(self, seq: int, dependent: str) -> tuple[str, bytes] | None:
         """The path and bytes of checkpoint ``seq`` (a delta's base), or None if missing."""
         if self._names is None:
+            if PACK_SEPARATOR in dependent:  # a packed delta's base is packed too
+                packed = self.catalog.packed(seq)
+                if packed is not None:
+                    return self._read_checkpoint(seq, packed.name, packed.pack)
             # Guess the base's phase first: an open per guess beats listing a huge directory.
             hint = dependent.rsplit(".", 2)[-2]
             for phase in (hint, *_PHASE_GUESSES):

@@ -226,8 +226,8 @@ class PackIndex:
 
     def block_of(self, entry: int) -> tuple[_Block, int]:
         """The block holding entry ``entry`` and the entry's offset in its raw bytes."""
-        starts = [b.first_entry for b in self.blocks]
-        block = self.blocks[bisect.bisect_right(starts, entry) - 1]
+        number = bisect.bisect_right(self.blocks, entry, key=lambda b: b.first_entry) - 1
+        block = self.blocks[number]
         return block, sum(self.lengths[block.first_entry : entry])
 
 
@@ -369,23 +369,21 @@ def _parse_index(
     if first_entry != count:
         raise _bad(path, f"blocks hold {first_entry} entries, the header says {count}")
     at += _BLOCK.size * block_count
-    seqs = array.array("Q", raw[at : at + 8 * count])
+    view = memoryview(raw)
+    seqs, lengths = array.array("Q"), array.array("I")
+    seqs.frombytes(view[at : at + 8 * count])
     at += 8 * count
-    lengths = array.array("I", raw[at : at + 4 * count])
+    lengths.frombytes(view[at : at + 4 * count])
     at += 4 * count
     phase_ids = raw[at : at + count]
     if _BIG_ENDIAN:  # pragma: no cover
         seqs.byteswap()
         lengths.byteswap()
     # Cheap checks only (a read opens the pack): a lookup never trusts more than
-    # these, since the entry it finds is itself a crc'd record naming its own seq.
-    # verify_pack checks the order of every seq and the size of every entry.
+    # these, since the entry it finds is itself a crc'd record naming its own seq and
+    # length. verify_pack checks the order of every seq and that entries fill blocks.
     if phase_ids.translate(None, bytes(range(phase_count))):
         raise _bad(path, "an entry names a phase the index does not have")
-    for block in blocks:
-        start = block.first_entry
-        if sum(lengths[start : start + block.entry_count]) != block.raw_size:
-            raise _bad(path, f"block at byte {block.offset}: entries do not fill it exactly")
     return tuple(phases), tuple(blocks), seqs, lengths, phase_ids
 
 
@@ -401,6 +399,8 @@ class PackReader:
         self.index = index
         self._blocks: OrderedDict[int, bytes] = OrderedDict()
         self._cache_blocks = cache_blocks
+        self._starts = [b.first_entry for b in index.blocks]
+        self._offsets: dict[int, list[int]] = {}
 
     def image(self, entry: int) -> bytes:
         """The exact file bytes of entry number ``entry``.
@@ -409,9 +409,17 @@ class PackReader:
             CheckpointCorruptionError: its block is damaged.
             FileNotFoundError: the pack is gone (a concurrent repack removed it).
         """
-        block, offset = self.index.block_of(entry)
+        index = self.index
+        number = bisect.bisect_right(self._starts, entry) - 1
+        block = index.blocks[number]
+        offsets = self._offsets.get(number)
+        if offsets is None:  # where each entry of the block starts: summed once per block
+            first = block.first_entry
+            lengths = index.lengths[first : first + block.entry_count]
+            offsets = self._offsets[number] = list(itertools.accumulate(lengths, initial=0))
+        at = offsets[entry - block.first_entry]
         raw = self._block(block)
-        return raw[offset : offset + self.index.lengths[entry]]
+        return raw[at : at + index.lengths[entry]]
 
     def _block(self, block: _Block) -> bytes:
         raw = self._blocks.get(block.offset)
@@ -471,6 +479,10 @@ def verify_pack(index: PackIndex) -> list[str]:
         problems.append("index seqs do not rise strictly")
     if min(index.lengths) < codec.HEADER_SIZE or max(index.lengths) > MAX_ENTRY_BYTES:
         problems.append("an entry's length is out of bounds")
+    for block in index.blocks:
+        start = block.first_entry
+        if sum(index.lengths[start : start + block.entry_count]) != block.raw_size:
+            problems.append(f"block at byte {block.offset}: its entries do not fill it exactly")
     for block in index.blocks:
         try:
             read_block(index.path, block)
