@@ -55,7 +55,7 @@ def _frames_of(states: list[dict[str, object]]) -> list[bytes]:
             for i, state in enumerate(states):
                 run.checkpoint("runtime_state", state, step=i + 1)
         reader = store.open("frames")
-        return [(reader.paths.dir / f.name).read_bytes() for f in reader.checkpoint_files()]
+        return [reader.stored_bytes(f) for f in reader.checkpoint_files()]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
