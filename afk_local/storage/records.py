@@ -55,6 +55,15 @@ class RunStatus(str, enum.Enum):
         """True for statuses after which nothing runs unless a person asks."""
         return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 
+    @property
+    def is_final(self) -> bool:
+        """True for statuses no resume ever continues: ``completed`` and ``cancelled``.
+
+        A ``failed`` run is terminal but not final: a retry resumes it and replays
+        its effect journal, so nothing it needs may be thrown away.
+        """
+        return self in (RunStatus.COMPLETED, RunStatus.CANCELLED)
+
 
 class Checkpoint(msgspec.Struct, kw_only=True, frozen=True):
     """One immutable checkpoint of a run: ``<seq:012d>.<phase>.ckpt``."""

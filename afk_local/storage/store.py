@@ -175,11 +175,20 @@ class Store:
 
     def delete(self, run_id: str) -> None:
         """Delete a run whole. Refuses (RunLockedError) while its owner is alive."""
+        self._delete(run_id, only_final=False)
+
+    def _delete(self, run_id: str, *, only_final: bool) -> bool:
+        """Delete a run under its lock; with ``only_final``, only if it is still final then.
+
+        Returns False when ``only_final`` spared it (a resume reopened it since gc listed it).
+        """
         paths = self.paths(run_id)
         if not paths.dir.is_dir():
             raise RunNotFoundError(run_id, str(self.root))
         lock = acquire_lock(paths, 0.0)
         try:
+            if only_final and not read_meta(paths, self.codec).status.is_final:
+                return False
             # Rename first: the run vanishes from listings at once, and a crash
             # mid-delete leaves only a temp directory that gc removes.
             trash = fsio.temp_path(self.runs_dir, f"deleted-{run_id}")
@@ -188,6 +197,7 @@ class Store:
         finally:
             lock.release()
         shutil.rmtree(trash, ignore_errors=True)
+        return True
 
     # -- reading ------------------------------------------------------------------
 
@@ -274,10 +284,11 @@ class Store:
         return found
 
     def gc(self, policy: RetentionPolicy | None = None, *, dry_run: bool = False) -> GcReport:
-        """Compact runs and delete old terminal runs per ``policy`` (:mod:`.retention`).
+        """Compact runs and delete old final runs per ``policy`` (:mod:`.retention`).
 
-        Runs whose owner is alive are never touched; kill -9 at any instant leaves
-        every run resumable.
+        Runs whose owner is alive are never touched; only final runs (completed,
+        cancelled) lose effects or are deleted, decided under each run's lock; kill -9
+        at any instant leaves every run resumable.
         """
         policy = policy or RetentionPolicy()
         report = GcReport(dry_run=dry_run)
@@ -294,8 +305,8 @@ class Store:
                 report.deleted_runs.append(run_id)
                 continue
             try:
-                self.delete(run_id)
-                report.deleted_runs.append(run_id)
+                if self._delete(run_id, only_final=True):
+                    report.deleted_runs.append(run_id)
             except RunLockedError:
                 report.skipped_locked.append(run_id)
             except (AfkLocalError, OSError) as exc:
