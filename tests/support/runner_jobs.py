@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import afk_local as afk
@@ -86,3 +87,13 @@ def flaky(ctx: afk.RunContext, log_path: str, fail_at: int = 7) -> list[str]:
 @afk.durable
 def pid_job(ctx: afk.RunContext) -> int:
     return os.getpid()
+
+
+@afk.durable
+def gated(ctx: afk.RunContext, gate: str) -> str:
+    """Checkpoints, prints ``waiting``, then holds the run until the file ``gate`` exists."""
+    ctx.checkpoint()
+    print("waiting", flush=True)
+    while not os.path.exists(gate):
+        time.sleep(0.005)
+    return "opened"
