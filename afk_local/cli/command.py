@@ -109,6 +109,7 @@ def info_dict(info: RunInfo) -> dict[str, Any]:
         "status": info.status.value,
         "interrupted": info.interrupted,
         "owner_alive": info.owner_alive,
+        "lock_problem": info.lock_problem,
         "step": info.step,
         "seq": info.seq,
         "phase": info.phase,

@@ -43,6 +43,8 @@ from afk_local.storage.store import Store
 
 
 def _state_label(info: RunInfo, reason: str | None) -> str:
+    if info.lock_problem is not None:
+        return f"{info.status.value} (owner.lock damaged)"
     if info.interrupted:
         blocked = ", cannot resume" if reason else ""
         return f"{info.status.value} (interrupted{blocked})"

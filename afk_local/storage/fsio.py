@@ -15,6 +15,7 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -54,6 +55,7 @@ DIR_MODE = 0o700
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 _io_hook: IoHook | None = None
 _io_recorder: IoRecorder | None = None
@@ -268,6 +270,52 @@ def read_bounded(path: str | os.PathLike[str], max_bytes: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def regular_file_problem(path: str | os.PathLike[str]) -> str | None:
+    """What is wrong with ``path`` where afk_local expects a regular file of its own, or None.
+
+    None also when nothing is there. Never blocks and never follows a symlink: a
+    symlink, a FIFO, a socket, a device or a directory is named as such, and a
+    file that cannot be opened for reading says why (permission denied).
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be examined: {exc.strerror or exc}"
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"is a symlink (to {target!r}), which afk_local never makes"
+    if not stat.S_ISREG(st.st_mode):
+        return f"is a {_file_kind(st.st_mode)}, not a regular file"
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be opened: {exc.strerror or exc}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the lstat
+            return "is not a regular file"
+    finally:
+        os.close(fd)
+    return None
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    )
+    return next((name for test, name in kinds if test(mode)), "special file")
 
 
 def make_dir(path: str | os.PathLike[str], *, exist_ok: bool = False) -> bool:

@@ -392,6 +392,14 @@ class RunReader:
                 report.notes.append(f"latest names missing {target} (ignored; a crash can do this)")
         elif files:
             report.notes.append("no latest pointer (readers scan instead)")
+        lock_problem = fsio.regular_file_problem(self.paths.lock)
+        if lock_problem is not None:
+            report.problems.append(
+                VerifyProblem(
+                    str(self.paths.lock),
+                    f"{lock_problem}: nobody can own the run; remove it once no process uses it",
+                )
+            )
         with os.scandir(self.paths.dir) as entries:
             temps = [e.name for e in entries if e.name.startswith(fsio.TEMP_PREFIX)]
         if temps:

@@ -30,7 +30,7 @@ from afk_local.storage.fork import fork_run
 from afk_local.storage.integrity import signer_for
 from afk_local.storage.layout import REQUESTS_DIR, RUNS_DIR, RunPaths, validate_run_id
 from afk_local.storage.layout import new_run_id as fresh_run_id
-from afk_local.storage.ownership import acquire_lock, lock_is_held
+from afk_local.storage.ownership import acquire_lock, lock_is_held, probe_owner
 from afk_local.storage.reader import RunReader, read_meta
 from afk_local.storage.records import RunMeta, RunStatus, now_ms
 from afk_local.storage.retention import (
@@ -234,6 +234,7 @@ class Store:
         reader = self.open(run_id)
         meta = reader.meta
         latest = reader.latest()
+        owner = probe_owner(reader.paths.lock)
         size = 0
         with os.scandir(reader.paths.dir) as entries:
             for entry in entries:
@@ -247,12 +248,13 @@ class Store:
             phase=latest.phase if latest else None,
             seq=latest.seq if latest else 0,
             updated_ms=max(meta.updated_ms, latest.timestamp_ms if latest else 0),
-            owner_alive=self.owner_alive(run_id),
+            owner_alive=owner.held,
             bytes=size,
             thread_id=meta.thread_id,
             parent_run_id=meta.parent_run_id,
             entrypoint=meta.entrypoint,
             attempt=meta.attempt,
+            lock_problem=owner.problem,
         )
 
     def runs(self, status: RunStatus | str | None = None) -> list[RunInfo]:
@@ -270,17 +272,21 @@ class Store:
         return result
 
     def interrupted(self) -> list[str]:
-        """Ids of runs whose status says running (or created) but whose lock is free."""
+        """Ids of runs whose status says running (or created) but whose lock is free.
+
+        A run whose ``owner.lock`` is damaged is not listed: nobody can take it over
+        until a person repairs it (:attr:`RunInfo.lock_problem`).
+        """
         found = []
         for run_id in self.run_ids():
             try:
                 meta = self.read_meta(run_id)
             except AfkLocalError:
                 continue
-            if meta.status in (RunStatus.RUNNING, RunStatus.CREATED) and not self.owner_alive(
-                run_id
-            ):
-                found.append(run_id)
+            if meta.status in (RunStatus.RUNNING, RunStatus.CREATED):
+                owner = probe_owner(self.paths(run_id).lock)
+                if not owner.held and owner.problem is None:
+                    found.append(run_id)
         return found
 
     def gc(self, policy: RetentionPolicy | None = None, *, dry_run: bool = False) -> GcReport:
@@ -324,7 +330,7 @@ class Store:
         except RunLockedError:
             report.skipped_locked.append(run_id)
             return
-        except OSError as exc:
+        except (AfkLocalError, OSError) as exc:
             report.errors.append(f"run {run_id}: cannot lock {paths.lock}: {exc}")
             return
         try:

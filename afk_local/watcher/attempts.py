@@ -77,7 +77,7 @@ def update_meta_unowned(
     paths = store.paths(run_id)
     try:
         lock = acquire_lock(paths, 0.0)
-    except (RunLockedError, OSError):
+    except (AfkLocalError, OSError):  # locked, or owner.lock damaged (the sweep reports that)
         return None
     try:
         try:

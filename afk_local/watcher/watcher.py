@@ -37,7 +37,7 @@ from typing import Any
 from afk_local.errors import AfkLocalError
 from afk_local.runner.origin import cannot_resume, reentry_plan
 from afk_local.storage import fsio
-from afk_local.storage.ownership import boot_id, lock_is_held
+from afk_local.storage.ownership import boot_id, probe_owner
 from afk_local.storage.reader import read_meta
 from afk_local.storage.records import RunMeta, RunStatus, now_ms
 from afk_local.storage.store import Store
@@ -64,7 +64,8 @@ class WatchEvent:
     ``kind`` is one of ``started``, ``resumed``, ``completed``, ``paused``,
     ``failed``, ``backoff``, ``gave_up``, ``stopped``, ``taken`` (another
     process holds the run), ``skipped`` (an interrupted run no process can resume,
-    said once), ``submitted``, ``request``, ``rejected``, ``stopping``.
+    said once), ``damaged`` (its ``owner.lock`` is not a lock: left for a person),
+    ``submitted``, ``request``, ``rejected``, ``stopping``.
     """
 
     kind: str
@@ -166,6 +167,7 @@ class Watcher:
         self.counts: dict[str, int] = {}
         self._cache: dict[str, _Cached] = {}
         self._skipped: dict[str, str] = {}  # run id -> why it cannot be resumed (said once)
+        self._damaged: dict[str, str] = {}  # run id -> the lock problem already reported
         self._stopping = False
 
     def __repr__(self) -> str:
@@ -213,7 +215,8 @@ class Watcher:
         A run without an entrypoint (not an ``@afk.durable`` job nor an agent run
         with a rebuildable agent: a StateCheckpoint, a LangGraph thread, a
         subagent's child run) has nothing to re-import and is left alone; so is
-        every run whose lock is held.
+        every run whose lock is held, and every run whose ``owner.lock`` is damaged
+        (reported once as a ``damaged`` event; the sweep goes on with the others).
         """
         stamp = now_ms() if now is None else now
         found = []
@@ -225,7 +228,12 @@ class Watcher:
                 continue
             if meta.next_attempt_ms > stamp:
                 continue
-            if lock_is_held(self.store.paths(run_id).lock):
+            owner = probe_owner(self.store.paths(run_id).lock)
+            if owner.problem is not None:
+                self._report_damage(run_id, owner.problem)
+                continue
+            self._damaged.pop(run_id, None)
+            if owner.held:
                 continue
             reason = cannot_resume(meta)
             if reason is not None:  # knowable now: no doomed attempts, never marked failed
@@ -236,6 +244,17 @@ class Watcher:
             self._skipped.pop(run_id, None)
             found.append(run_id)
         return found
+
+    def _report_damage(self, run_id: str, problem: str) -> None:
+        if self._damaged.get(run_id) == problem:
+            return  # said already; a person has to act
+        self._damaged[run_id] = problem
+        self.emit(
+            "damaged",
+            run_id,
+            f"{problem}: not resumed; remove it once no process uses the run "
+            f"(`afk-local verify {run_id}`)",
+        )
 
     def sweep(self) -> list[str]:
         """Queue every interrupted run (keeping the queue free of duplicates); returns them."""
@@ -397,7 +416,7 @@ class Watcher:
                 self.stop_event.wait(0.05)
         self.shutdown()
         bad = self.counts.get("failed", 0) + self.counts.get("gave_up", 0)
-        bad += self.counts.get("backoff", 0)
+        bad += self.counts.get("backoff", 0) + self.counts.get("damaged", 0)
         return 1 if bad else 0
 
     def serve(self, on_tick: Callable[[], None] | None = None) -> int:

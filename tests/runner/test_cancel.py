@@ -1,4 +1,5 @@
-"""Cancelling a run (afk_local/runner/cancel.py): decided under the run's lock, never racing completion."""
+"""Cancelling a run (afk_local/runner/cancel.py): decided under the run's lock, never racing
+completion."""
 
 from __future__ import annotations
 

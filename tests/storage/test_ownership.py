@@ -103,5 +103,5 @@ def test_planted_owner_lock_is_reported_as_damage_never_as_a_live_owner(
     seen = json.loads(out)
     assert seen["alive"] is False, seen
     assert seen["problem"] and seen["verify"], seen
-    with pytest.raises(afk.AfkLocalError, match="owner.lock"):
+    with pytest.raises(afk.AfkLocalError, match=r"owner\.lock"):
         store.resume_writer("r")  # a planted lock file is refused, never followed or used

@@ -17,7 +17,6 @@ from proc import SUPPORT
 import afk_local as afk
 from afk_local.storage import fsio
 from afk_local.storage.records import Effect
-from afk_local.testing import run_and_kill
 from afk_local.storage.retention import (
     FileFacts,
     RetentionPolicy,
@@ -26,6 +25,7 @@ from afk_local.storage.retention import (
     read_file_facts,
     runtime_state_count,
 )
+from afk_local.testing import run_and_kill
 
 TESTS = str(SUPPORT)
 
@@ -336,7 +336,7 @@ def _afk_cli(root: Path, *args: str) -> None:
     ids=["trim-journal", "max-runs", "max-age"],
 )
 def test_gc_never_takes_a_failed_runs_retry_away(tmp_path: Path, policy: list[str]) -> None:
-    """A failed run is resumable: gc keeps its journal and the run, so a retry charges nothing twice."""
+    """A failed run is resumable: gc keeps its journal and the run, its retry repeats nothing."""
     store = afk.Store(tmp_path / "store")
     charges, flag = tmp_path / "charges.txt", tmp_path / "down"
     job = cli_jobs.charges_then_failure
