@@ -178,7 +178,7 @@ class Journal:
         self._closed = False
         self._syncing = False
         self._pending: list[tuple[int, int, EffectHead]] = []  # written, not yet fsynced
-        self._in_flight: set[str] = set()
+        self._in_flight: dict[str, int] = {}  # key -> the thread running its call
         self._fd = self._open()
         self._frames = FrameReader(
             self._fd,
@@ -322,6 +322,7 @@ class Journal:
             except BaseException as exc:
                 self._failed = exc
                 self._cond.notify_all()
+                self._discard_unsynced_locked()
                 raise WriterFailedError(self.run_id, exc) from exc
             if mac is not None:
                 self._last_mac = mac
@@ -354,11 +355,39 @@ class Journal:
         if error is not None:
             self._failed = error  # never retried: the kernel may have dropped the dirty pages
             self._cond.notify_all()
+            self._discard_unsynced_locked()
             raise WriterFailedError(self.run_id, error) from error
         self._synced_end = target
         for offset, length, head in batch:  # the index only ever shows durable records
             self._apply(offset, length, head)
         self._cond.notify_all()
+
+    def _discard_unsynced_locked(self) -> None:
+        """After a failed write or fsync: cut the file back to its last durable byte.
+
+        The bytes after it are still in the page cache, readable and crc-valid, but
+        the disk may never get them (fsyncgate: after an fsync error the kernel may
+        mark the lost pages clean, and a later fsync succeeds without writing them).
+        Left in place, the next process to open the journal would take them as
+        recorded: an outcome that may vanish would be replayed as done. Cut, a call
+        whose outcome was lost is in doubt, as it is. Called with the lock held.
+        """
+        while self._syncing:  # an fsync in flight may still acknowledge what it covers
+            self._cond.wait()
+        try:
+            fsio.truncate(self._fd, self._synced_end, self.path)
+        except OSError as exc:
+            log.error(
+                "run %s: %s: could not cut the unacknowledged tail at offset %d: %s",
+                self.run_id, self.path, self._synced_end, exc,
+            )  # fmt: skip
+        self._written_end = self._synced_end
+        self._pending = []
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The write or fsync error that made this journal refuse appends, if any."""
+        return self._failed
 
     def _check_writable(self) -> None:
         if self._closed:
@@ -467,6 +496,51 @@ class Journal:
         call_name = name if name is not None else getattr(fn, "__name__", type(fn).__name__)
         hook = values.hash_hook(enc_hook) if enc_hook is not None else self._hash_hook
         digest = input_hash(call_name, args, kwargs, enc_hook=hook)
+        with self._calling(key):
+            return self._call_claimed(
+                key, fn, args, kwargs, call_name, digest, step, idempotent, in_doubt,
+                retry_errors, enc_hook, result_type,
+            )  # fmt: skip
+
+    @contextlib.contextmanager
+    def _calling(self, key: str) -> Iterator[None]:
+        """Hold ``key`` for one call: a second thread calling the same key waits, then replays.
+
+        Deciding (lookup) and executing happen under the claim, so two threads can
+        never both find no record and both run the effect.
+        """
+        me = threading.get_ident()
+        with self._cond:
+            while key in self._in_flight:
+                if self._in_flight[key] == me:
+                    raise RuntimeError(
+                        f"run {self.run_id!r}: effect {key!r} is already running in this thread "
+                        "(a journaled call calls itself)"
+                    )
+                self._cond.wait()
+            self._in_flight[key] = me
+        try:
+            yield
+        finally:
+            with self._cond:
+                del self._in_flight[key]
+                self._cond.notify_all()
+
+    def _call_claimed(  # noqa: PLR0917 - private; the arguments of call()
+        self,
+        key: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        call_name: str,
+        digest: str,
+        step: int,
+        idempotent: bool,
+        in_doubt: InDoubtPolicy | None,
+        retry_errors: bool,
+        enc_hook: EncHook | None,
+        result_type: Any,
+    ) -> Any:
         state = self.lookup(key)
         if state is not None and state.input_hash and state.input_hash != digest:
             recorded = state.intent
@@ -519,35 +593,25 @@ class Journal:
         step: int,
         enc_hook: EncHook | None,
     ) -> Any:
-        with self._cond:
-            if key in self._in_flight:
-                raise RuntimeError(f"run {self.run_id!r}: effect {key!r} is already running")
-            self._in_flight.add(key)
+        idem = idempotency_key(self.run_id, key)
+        self.record_intent(key, name=call_name, input_hash=digest, idempotency_key=idem, step=step)
+        call_kwargs = kwargs
+        if "idempotency_key" not in kwargs and accepts_idempotency_key(fn):
+            call_kwargs = {**kwargs, "idempotency_key": idem}
         try:
-            idem = idempotency_key(self.run_id, key)
-            self.record_intent(
-                key, name=call_name, input_hash=digest, idempotency_key=idem, step=step
-            )
-            call_kwargs = kwargs
-            if "idempotency_key" not in kwargs and accepts_idempotency_key(fn):
-                call_kwargs = {**kwargs, "idempotency_key": idem}
-            try:
-                result = fn(*args, **call_kwargs)
-            except Exception as exc:
-                self.record_outcome(key, status="error", error=error_info(exc))
-                raise
-            try:
-                self.record_outcome(key, status="ok", result=result, enc_hook=enc_hook)
-            except (TypeError, msgspec.EncodeError, ValueError) as exc:
-                raise TypeError(
-                    f"run {self.run_id!r}: effect {key!r} ran, but its result cannot be "
-                    f"journaled ({exc}); it stays in doubt. Return msgpack-able data or pass "
-                    "enc_hook"
-                ) from exc
-            return result
-        finally:
-            with self._cond:
-                self._in_flight.discard(key)
+            result = fn(*args, **call_kwargs)
+        except Exception as exc:
+            self.record_outcome(key, status="error", error=error_info(exc))
+            raise
+        try:
+            self.record_outcome(key, status="ok", result=result, enc_hook=enc_hook)
+        except (TypeError, msgspec.EncodeError, ValueError) as exc:
+            raise TypeError(
+                f"run {self.run_id!r}: effect {key!r} ran, but its result cannot be "
+                f"journaled ({exc}); it stays in doubt. Return msgpack-able data or pass "
+                "enc_hook"
+            ) from exc
+        return result
 
     # -- lifetime -----------------------------------------------------------------
 

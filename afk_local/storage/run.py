@@ -351,6 +351,10 @@ class RunWriter:
             raise WriterFailedError(self.run_id, RuntimeError("writer is closed"))
         if self._failed is not None:
             raise WriterFailedError(self.run_id, self._failed)
+        if self._journal is not None and self._journal.failed is not None:
+            # The journal lost a record it could not make durable: the run on disk is
+            # the truth now, and only a reopen reads it.
+            raise WriterFailedError(self.run_id, self._journal.failed)
 
     def _remove_temp_files(self) -> None:
         with os.scandir(self.paths.dir) as entries:

@@ -450,12 +450,11 @@ def test_eight_threads_lose_nothing_and_group_commit(tmp_path: Path) -> None:
 def test_failed_fsync_is_never_retried_and_refuses_appends(tmp_path: Path) -> None:
     path = tmp_path / "effects.log"
     journal = Journal(path, "run-f", writable=True)
-    fsyncs = 0
+    ops: list[str] = []
 
     def hook(operation: str, target: str) -> None:
-        nonlocal fsyncs
+        ops.append(operation)
         if operation == "fsync":
-            fsyncs += 1
             raise OSError(5, "Input/output error")
 
     previous = fsio.set_io_hook(hook)
@@ -470,7 +469,9 @@ def test_failed_fsync_is_never_retried_and_refuses_appends(tmp_path: Path) -> No
         assert calls == []  # no intent, no call
     finally:
         fsio.set_io_hook(previous)
-    assert fsyncs == 1
+    # the failed fsync, then only the cut of what it did not make durable: never a retry
+    assert ops == ["write", "fsync", "truncate", "fsync"]
+    assert path.stat().st_size == 0
     assert journal.lookup("a") is None  # never acknowledged, never indexed
     journal.close()
 
@@ -617,7 +618,7 @@ def test_an_outcome_whose_fsync_failed_is_never_seen_as_recorded(tmp_path: Path)
         state = run.effects.lookup("charge")
         assert state is not None and state.in_doubt, state
         with pytest.raises(afk.EffectInDoubtError):
-            run.effects.call("charge", lambda: "again")
+            run.effects.call("charge", lambda: "again", name="charge")
     assert [e.kind for e in store.open("r").effects()] == ["intent"]
 
 
