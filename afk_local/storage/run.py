@@ -20,7 +20,12 @@ from typing import Any, NamedTuple
 import msgspec
 from filelock import FileLock
 
-from afk_local.errors import KeyRequiredError, UnstorableValueError, WriterFailedError
+from afk_local.errors import (
+    KeyRequiredError,
+    RunExistsError,
+    UnstorableValueError,
+    WriterFailedError,
+)
 from afk_local.journal.journal import Journal
 from afk_local.storage import codec, fsio
 from afk_local.storage.chain import is_signed_file, read_link_value
@@ -398,14 +403,21 @@ def open_writer(
 ) -> RunWriter:
     """Lock a run directory and return its writer; with ``new_meta``, write it first.
 
+    With ``new_meta`` the run must still be new once the lock is held: a creator
+    that found the directory without a meta may have lost the race to one that
+    has since written it and let go of the lock.
+
     Raises:
         KeyRequiredError: the run is signed and ``record_codec`` has no key.
+        RunExistsError: ``new_meta`` was given but the run has a ``run.meta`` by now.
     """
     if new_meta is None and record_codec.signer is None and is_signed_file(paths.meta):
         raise KeyRequiredError(paths.run_id, str(paths.meta))
     lock = acquire_lock(paths, lock_timeout)
     try:
         owner = current_owner()
+        if new_meta is not None and os.path.lexists(paths.meta):
+            raise RunExistsError(paths.run_id, str(paths.dir))
         if new_meta is not None:
             meta = msgspec.structs.replace(new_meta, owner=owner, attempt=1)
             fsio.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))

@@ -135,8 +135,11 @@ class Store:
         except FileExistsError:
             # A crash between mkdir and the first run.meta leaves a directory with no
             # meta and no owner: adopt it, or that run id could never be used again.
+            # (open_writer checks again under the lock: another creator may be just
+            # ahead of us.) The crash may also have come before mkdir's parent fsync.
             if paths.meta.exists() or lock_is_held(paths.lock) or not paths.dir.is_dir():
                 raise RunExistsError(paths.run_id, str(paths.dir)) from None
+            fsio.fsync_dir(self.runs_dir)
         stamp = now_ms()
         meta = RunMeta(
             run_id=paths.run_id,
