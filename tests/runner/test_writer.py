@@ -192,3 +192,64 @@ def test_invalid_mode(store):
     with pytest.raises(ValueError, match="durability"):
         DurableWriter(run, "sometimes")
     run.close()
+
+
+# An async writer on a stuck disk: close() gives up waiting (flush timeout), while the
+# background thread is still inside its write. The process lives on (a notebook, a server).
+STUCK_OWNER = """
+import sys, threading, time, afk_local as afk
+from afk_local.runner.writer import DurableWriter, FlushTimeoutError
+from afk_local.storage import fsio
+store, stall = afk.Store(sys.argv[1]), float(sys.argv[2])
+writer = DurableWriter(store.create("r"), "async", flush_timeout_s=0.2)
+writer.checkpoint("runtime_state", {"by": "first owner", "n": 1}, step=1)
+writer.flush()
+def stuck_disk(operation, path):
+    if operation == "fsync" and threading.current_thread().name.startswith("afk-writer"):
+        time.sleep(stall)
+fsio.set_io_hook(stuck_disk)
+writer.checkpoint("runtime_state", {"by": "first owner", "n": 2}, step=2)
+try:
+    writer.close()
+except FlushTimeoutError:
+    print("closed", flush=True)
+time.sleep(stall + 1)
+"""
+
+# Takes the run over as soon as its lock is free and acknowledges one checkpoint.
+NEXT_OWNER = """
+import sys, time, afk_local as afk
+store = afk.Store(sys.argv[1])
+deadline = time.monotonic() + 60
+while True:
+    try:
+        run = store.resume_writer("r")
+        break
+    except afk.RunLockedError:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+record = run.checkpoint("runtime_state", {"by": "next owner"}, step=9)
+print(record.seq, flush=True)
+run.close()
+"""
+
+
+def test_close_after_a_flush_timeout_keeps_the_lock_until_the_last_write_ends(tmp_path, trials):
+    """A new owner never has its acknowledged checkpoints overwritten by the old one's thread."""
+    for trial in range(trials(1, 5)):
+        root = tmp_path / f"s{trial}"
+        owner = proc.spawn(STUCK_OWNER, str(root), "1.5")
+        try:
+            assert owner.stdout is not None
+            assert owner.stdout.readline().strip() == "closed", owner.stderr
+            taken = proc.run(NEXT_OWNER, str(root))
+            assert taken.returncode == 0, taken.stderr
+            acked = int(taken.stdout)
+            owner.wait(timeout=60)
+        finally:
+            if owner.poll() is None:
+                owner.kill()
+                owner.wait()
+        reader = afk.Store(root).open("r")
+        assert reader.get(acked).payload == {"by": "next owner"}
+        assert reader.verify().ok, reader.verify().problems
