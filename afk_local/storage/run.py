@@ -14,7 +14,7 @@ import os
 import threading
 import traceback as traceback_module
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import msgspec
@@ -102,6 +102,12 @@ class RunWriter:
         self._level = level
         self._failed: BaseException | None = None
         self._closed = False
+        # The lock outlives every write: close() while another thread is inside a write
+        # (an async writer's thread stuck on a slow disk) leaves the release to that
+        # write's end, or a new owner could take the run while this one still renames.
+        self._lifetime = threading.Lock()
+        self._writes_in_flight = 0
+        self._release_pending = False
         self._close_hooks: list[Callable[[], None]] = []
         self._journal: Journal | None = None
         self._journal_lock = threading.Lock()
@@ -202,7 +208,10 @@ class RunWriter:
         return self._write(phase_name, payload, step)
 
     def _write(self, phase: str, payload: Any, step: int) -> Checkpoint:
-        self._check_writable()
+        with self._writing():
+            return self._write_checkpoint(phase, payload, step)
+
+    def _write_checkpoint(self, phase: str, payload: Any, step: int) -> Checkpoint:
         record = Checkpoint(
             schema_version=SCHEMA_VERSION,
             run_id=self.run_id,
@@ -295,15 +304,15 @@ class RunWriter:
 
     def update_meta(self, **changes: Any) -> RunMeta:
         """Replace ``run.meta`` atomically with ``changes`` applied (and ``updated_ms`` bumped)."""
-        self._check_writable()
-        meta = msgspec.structs.replace(self._meta, updated_ms=now_ms(), **changes)
-        try:
-            fsio.atomic_write(self.paths.meta, codec.encode_meta(self._codec, meta))
-        except BaseException as exc:
-            self._failed = exc
-            raise
-        self._meta = meta
-        return meta
+        with self._writing():
+            meta = msgspec.structs.replace(self._meta, updated_ms=now_ms(), **changes)
+            try:
+                fsio.atomic_write(self.paths.meta, codec.encode_meta(self._codec, meta))
+            except BaseException as exc:
+                self._failed = exc
+                raise
+            self._meta = meta
+            return meta
 
     def finish(self, result: Any = None, *, step: int | None = None, **extra: Any) -> Checkpoint:
         """Write the ``run_terminal`` checkpoint of a completed run and mark it completed."""
@@ -351,6 +360,26 @@ class RunWriter:
         latest = self.reader().latest() if self._seq else None
         return latest.step if latest is not None else 0
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One write: refused once closed; a close meanwhile waits for its end to unlock."""
+        with self._lifetime:
+            self._check_writable()
+            self._writes_in_flight += 1
+        try:
+            yield
+        finally:
+            with self._lifetime:
+                self._writes_in_flight -= 1
+                release = self._release_pending and self._writes_in_flight == 0
+                if release:
+                    self._release_pending = False
+            if release:
+                self._lock.release()
+                log.info(
+                    "run %s: lock released after the last write of a closed writer", self.run_id
+                )
+
     def _check_writable(self) -> None:
         if self._closed:
             raise WriterFailedError(self.run_id, RuntimeError("writer is closed"))
@@ -376,15 +405,30 @@ class RunWriter:
         self._close_hooks.append(hook)
 
     def close(self) -> None:
-        """Release the run's lock. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        """Release the run's lock. Idempotent.
+
+        A write that another thread is in the middle of keeps the lock until it ends
+        (the release happens there): the lock outlives every write of this writer.
+        """
+        with self._lifetime:
+            if self._closed:
+                return
+            self._closed = True  # from here on no write starts
         try:
             for hook in reversed(self._close_hooks):
                 hook()
         finally:
-            self._lock.release()
+            with self._lifetime:
+                release = self._writes_in_flight == 0
+                self._release_pending = not release
+            if release:
+                self._lock.release()
+            else:
+                log.warning(
+                    "run %s: closed while a write is in progress; the lock stays held until it "
+                    "ends",
+                    self.run_id,
+                )
 
     def __enter__(self) -> RunWriter:
         return self
