@@ -250,3 +250,19 @@ class SettleError(AfkLocalError, ValueError):
         self.run_id = run_id
         self.key = key
         super().__init__(f"run {run_id!r}: cannot settle: {reason}")
+
+
+class ForkedWriterError(WriterFailedError):
+    """A forked child used a writer it inherited: only the process that opened a run writes it."""
+
+    def __init__(self, run_id: str, owner_pid: int, pid: int) -> None:
+        self.run_id = run_id
+        self.owner_pid = owner_pid
+        self.pid = pid
+        AfkLocalError.__init__(
+            self,
+            f"run {run_id!r}: this writer was opened by process {owner_pid}; process {pid} is a "
+            "fork of it and may not write to the run (the lock, the queue and the journal "
+            "belong to the opening process). Do the work in the parent, or open the run in "
+            "the child only after the parent closed it",
+        )

@@ -27,6 +27,7 @@ import msgspec
 from afk_local.errors import (
     EffectInDoubtError,
     EffectMismatchError,
+    ForkedWriterError,
     WriterFailedError,
 )
 from afk_local.journal.replay import (
@@ -161,6 +162,7 @@ class Journal:
         self.path = Path(path)
         self.run_id = run_id
         self.writable = writable
+        self._pid = os.getpid()  # appends belong to the process that opened it, never a fork
         self.torn_tail: TornTail | None = None
         self.replayed_count = 0
         """How many :meth:`call` invocations this instance replayed instead of executing."""
@@ -299,6 +301,7 @@ class Journal:
         """
         if not self.writable:
             raise ValueError(f"journal {self.path} of run {self.run_id!r} is open read-only")
+        self._check_process()
         body = self._codec.encode(effect, enc_hook=enc_hook)
         if len(body) > self._max_frame:
             raise ValueError(
@@ -388,6 +391,10 @@ class Journal:
     def failed(self) -> BaseException | None:
         """The write or fsync error that made this journal refuse appends, if any."""
         return self._failed
+
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:
+            raise ForkedWriterError(self.run_id, self._pid, os.getpid())
 
     def _check_writable(self) -> None:
         if self._closed:
@@ -491,6 +498,8 @@ class Journal:
 
         >>> journal.call("email:42", send_email, ("a@b.c", "hi"))  # doctest: +SKIP
         """
+        if self.writable:
+            self._check_process()  # before _calling's lock, which a parent's thread may hold
         kwargs = dict(kwargs or {})
         args = tuple(args)
         call_name = name if name is not None else getattr(fn, "__name__", type(fn).__name__)
@@ -621,7 +630,17 @@ class Journal:
         return self._closed
 
     def close(self) -> None:
-        """Close the file once appends in progress are durable (or failed). Idempotent."""
+        """Close the file once appends in progress are durable (or failed). Idempotent.
+
+        In a forked child it only closes the inherited descriptor: no lock (a parent's
+        thread may have held it at the fork), no fsync.
+        """
+        if os.getpid() != self._pid:
+            if not self._closed:
+                self._closed = True
+                if self._fd >= 0:
+                    os.close(self._fd)
+            return
         with self._cond:
             while self._syncing:
                 self._cond.wait()

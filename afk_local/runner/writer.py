@@ -17,6 +17,12 @@ synchronously, and pause/terminal writes first flush what is queued, then
 write synchronously. A failed write (an fsync error above all) is fatal: the
 writer never retries it, and the error reaches the job at its next call.
 
+A writer belongs to the process that opened it. A child made by ``os.fork()``
+inherits the object, its queue and its atexit hook, but not the background thread
+nor the right to write: every write there raises
+:class:`~afk_local.errors.ForkedWriterError`, and its exit and ``close()`` write
+nothing and wait for nothing.
+
 Example:
     >>> import afk_local as afk
     >>> from afk_local.runner.writer import DurableWriter
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -39,7 +46,12 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import msgspec
 
-from afk_local.errors import AfkLocalError, UnstorableValueError, WriterFailedError
+from afk_local.errors import (
+    AfkLocalError,
+    ForkedWriterError,
+    UnstorableValueError,
+    WriterFailedError,
+)
 from afk_local.storage.layout import validate_phase
 from afk_local.storage.records import Checkpoint, ErrorInfo, Phase
 from afk_local.storage.run import RunWriter
@@ -116,6 +128,7 @@ class DurableWriter:
         self.flush_timeout_s = flush_timeout_s
         self.coalesce_runtime_state = coalesce_runtime_state
         self._max_queue = max(1, max_queue)
+        self._pid = os.getpid()
         # Encode with the run's own hooks so custom payload types behave as in sync mode.
         self._encode = run.record_codec.encode
         self._max_record_bytes = run.max_record_bytes
@@ -236,7 +249,10 @@ class DurableWriter:
         Raises:
             FlushTimeoutError: the queue was not written within ``flush_timeout_s``.
             WriterFailedError: the background writer failed (first time: its own error).
+            ForkedWriterError: called in a forked child of the process that opened the run.
         """
+        if os.getpid() != self._pid:
+            raise ForkedWriterError(self.run_id, self._pid, os.getpid())
         if self.durability == "exit":
             self._drain_here()
             return
@@ -310,8 +326,14 @@ class DurableWriter:
         """Flush what is queued, stop the background thread and release the run's lock.
 
         Idempotent. An error that was already raised to the caller is not raised again.
+        In a forked child it writes nothing and waits for nothing (the queue and the
+        lock are the parent's).
         """
         if self._closed:
+            return
+        if os.getpid() != self._pid:
+            self._closed = True
+            self.run.close()  # lets go of inherited descriptors only
             return
         try:
             if self._error is None:
@@ -336,7 +358,9 @@ class DurableWriter:
 
     def _at_exit(self) -> None:
         # Interpreter exit without close(): persist what is queued; the lock goes with the process.
-        if self._closed or self._error is not None:
+        # Not in a forked child: the queue is the parent's (and written by the parent),
+        # the background thread did not survive the fork, and its locks may be held.
+        if self._closed or self._error is not None or os.getpid() != self._pid:
             return
         try:
             self.flush()
@@ -385,6 +409,8 @@ class DurableWriter:
             log.error("run %s: %d queued checkpoint(s) were not written", self.run_id, dropped)
 
     def _check_usable(self) -> None:
+        if os.getpid() != self._pid:  # before any lock: one held at the fork stays held
+            raise ForkedWriterError(self.run_id, self._pid, os.getpid())
         if self._closed:
             raise WriterFailedError(self.run_id, RuntimeError("writer is closed"))
         with self._cond:

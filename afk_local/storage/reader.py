@@ -37,7 +37,7 @@ from afk_local.storage.layout import (
 )
 from afk_local.storage.notebook import run_reader_html
 from afk_local.storage.records import Checkpoint, Effect, Phase, RunMeta, RunStatus
-from afk_local.storage.verify import VerifyProblem, VerifyReport, verify_journal
+from afk_local.storage.verify import VerifyProblem, VerifyReport, verify_journal, verify_latest
 
 log = logging.getLogger("afk_local")
 
@@ -359,8 +359,9 @@ class RunReader:
         """Check every file of the run; problems are reported, not raised."""
         report = VerifyReport(self.run_id)
         signed = 0
+        status: RunStatus | None = None
         try:
-            read_meta(self.paths, self._codec)
+            status = read_meta(self.paths, self._codec).status
             report.checked_files += 1
             signed += self._codec.signer is None and is_signed_file(self.paths.meta)
         except (CheckpointCorruptionError, RunNotFoundError) as exc:
@@ -368,11 +369,13 @@ class RunReader:
         files = self.checkpoint_files()
         names = {f.seq: f.name for f in files}
         macs: dict[int, bytes] = {}  # MACs of the files read so far: the next one chains on them
+        valid: list[int] = []
         for file in files:
             report.checked_files += 1
             own = str(self.paths.dir / file.name)
             try:
                 mac = self._load(file, names, macs)[1]
+                valid.append(file.seq)
                 if mac is not None:
                     signed += 1
                     macs[file.seq] = mac
@@ -381,17 +384,7 @@ class RunReader:
                 if exc.path != own:
                     reason = f"its delta base {os.path.basename(exc.path)} is damaged ({reason})"
                 report.problems.append(VerifyProblem(own, reason))
-        target = fsio.read_link(self.paths.latest)
-        if target is not None:
-            parsed = parse_checkpoint_name(target)
-            if parsed is None:
-                report.problems.append(
-                    VerifyProblem(str(self.paths.latest), f"points at {target!r}, outside the run")
-                )
-            elif not (self.paths.dir / parsed.name).is_file():
-                report.notes.append(f"latest names missing {target} (ignored; a crash can do this)")
-        elif files:
-            report.notes.append("no latest pointer (readers scan instead)")
+        verify_latest(self.paths, valid, status, report)
         lock_problem = fsio.regular_file_problem(self.paths.lock)
         if lock_problem is not None:
             report.problems.append(

@@ -21,6 +21,7 @@ import msgspec
 from filelock import FileLock
 
 from afk_local.errors import (
+    ForkedWriterError,
     KeyRequiredError,
     RunExistsError,
     UnstorableValueError,
@@ -93,6 +94,7 @@ class RunWriter:
     ) -> None:
         self.paths = paths
         self.run_id = paths.run_id
+        self._pid = os.getpid()  # a forked child inherits this object, never the right to write
         self._lock = lock
         self._meta = meta
         self._codec = record_codec
@@ -363,6 +365,7 @@ class RunWriter:
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
         """One write: refused once closed; a close meanwhile waits for its end to unlock."""
+        self._check_process()  # before any lock: one a parent's thread held at fork stays held
         with self._lifetime:
             self._check_writable()
             self._writes_in_flight += 1
@@ -380,7 +383,12 @@ class RunWriter:
                     "run %s: lock released after the last write of a closed writer", self.run_id
                 )
 
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:
+            raise ForkedWriterError(self.run_id, self._pid, os.getpid())
+
     def _check_writable(self) -> None:
+        self._check_process()
         if self._closed:
             raise WriterFailedError(self.run_id, RuntimeError("writer is closed"))
         if self._failed is not None:
@@ -409,7 +417,14 @@ class RunWriter:
 
         A write that another thread is in the middle of keeps the lock until it ends
         (the release happens there): the lock outlives every write of this writer.
+        In a forked child it only lets go of the inherited journal descriptor: the
+        lock stays the parent's.
         """
+        if os.getpid() != self._pid:
+            self._closed = True
+            if self._journal is not None:
+                self._journal.close()  # the journal knows it was inherited: no lock, no fsync
+            return
         with self._lifetime:
             if self._closed:
                 return
