@@ -86,6 +86,8 @@ class _Pending(NamedTuple):
     phase: str
     payload: msgspec.Raw
     step: int
+    journal_records: int
+    """The journal position when the state was snapshotted, not when it is written."""
 
 
 def validate_durability(durability: str) -> str:
@@ -225,7 +227,7 @@ class DurableWriter:
                 f"run {self.run_id!r}: checkpoint payload of {len(data)} bytes exceeds "
                 f"max_record_bytes={self._max_record_bytes}"
             )
-        item = _Pending(phase_name, msgspec.Raw(data), step)
+        item = _Pending(phase_name, msgspec.Raw(data), step, self.run.journal_records())
         with self._cond:
             if self.durability == "async":
                 while len(self._queue) >= self._max_queue and self._error is None:
@@ -276,7 +278,12 @@ class DurableWriter:
                         return
                     item = self._queue.popleft()
                 try:
-                    self.run.checkpoint(item.phase, item.payload, step=item.step)
+                    self.run.checkpoint(
+                        item.phase,
+                        item.payload,
+                        step=item.step,
+                        journal_records=item.journal_records,
+                    )
                 except BaseException as exc:
                     self._set_error(exc)
                     self._error_surfaced = True
@@ -381,7 +388,12 @@ class DurableWriter:
                 self._cond.notify_all()
             try:
                 with self._io_lock:
-                    self.run.checkpoint(item.phase, item.payload, step=item.step)
+                    self.run.checkpoint(
+                        item.phase,
+                        item.payload,
+                        step=item.step,
+                        journal_records=item.journal_records,
+                    )
             except BaseException as exc:
                 log.error(
                     "run %s: background checkpoint write failed, writer stopped: %s",

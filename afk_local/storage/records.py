@@ -65,7 +65,7 @@ class RunStatus(str, enum.Enum):
         return self in (RunStatus.COMPLETED, RunStatus.CANCELLED)
 
 
-class Checkpoint(msgspec.Struct, kw_only=True, frozen=True):
+class Checkpoint(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     """One immutable checkpoint of a run: ``<seq:012d>.<phase>.ckpt``."""
 
     schema_version: int
@@ -76,6 +76,10 @@ class Checkpoint(msgspec.Struct, kw_only=True, frozen=True):
     phase: str
     timestamp_ms: int
     payload: Any
+    journal_records: int | None = None
+    """How many records of the run's effect journal were durable when this checkpoint
+    was taken: its position in the journal, which a fork inherits exactly. None in
+    checkpoints written before afk_local recorded it (then left out of the file)."""
 
 
 class OwnerInfo(msgspec.Struct, kw_only=True, frozen=True):

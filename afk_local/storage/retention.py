@@ -47,6 +47,7 @@ import msgspec
 from afk_local.errors import AfkLocalError, CheckpointCorruptionError
 from afk_local.storage import codec, fsio
 from afk_local.storage.chain import is_signed_file
+from afk_local.storage.fork import JOURNAL_TRIMMED_KEY
 from afk_local.storage.integrity import chain_links, with_chain_links
 from afk_local.storage.journal_format import read_journal, write_journal_file
 from afk_local.storage.layout import CheckpointFile, parse_checkpoint_name, scan_checkpoints
@@ -356,8 +357,10 @@ def compact_run(
         for f in batch:
             fsio.unlink(paths.dir / f.name)
         fsio.fsync_dir(paths.dir)
-    # 3. replace the journal atomically.
+    # 3. replace the journal atomically, once run.meta says it is trimmed: the positions
+    #    its checkpoints recorded no longer hold, so a fork must refuse it (storage/fork.py).
     if effects_keep is not None:
+        _mark_journal_trimmed(reader, result.effects_dropped)
         _rewrite_journal(reader, effects_keep)
     return result
 
@@ -387,6 +390,14 @@ def deletion_rounds(doomed: Sequence[FileFacts], *, keyed: bool) -> list[list[Fi
     for f in sorted(doomed, key=lambda f: f.seq, reverse=True):
         rounds[after[f.seq]].append(f)
     return rounds
+
+
+def _mark_journal_trimmed(reader: RunReader, dropped: int) -> None:
+    extra = dict(reader.meta.extra) if isinstance(reader.meta.extra, dict) else {}
+    extra[JOURNAL_TRIMMED_KEY] = int(extra.get(JOURNAL_TRIMMED_KEY) or 0) + dropped
+    meta = msgspec.structs.replace(reader.meta, extra=extra)
+    fsio.atomic_write(reader.paths.meta, codec.encode_meta(reader.record_codec, meta))
+    reader.refresh()
 
 
 def rewrite_as_keyframe(reader: RunReader, file: CheckpointFile) -> None:

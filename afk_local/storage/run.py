@@ -113,6 +113,7 @@ class RunWriter:
         self._close_hooks: list[Callable[[], None]] = []
         self._journal: Journal | None = None
         self._journal_lock = threading.Lock()
+        self._journal_absent = False  # no effects.log yet (only our own journal creates one)
         # Delta state per phase: the newest checkpoint of each phase written by this
         # writer is the base of the next one of that phase. Empty after open, so the
         # first checkpoint of every attempt is a keyframe.
@@ -182,7 +183,22 @@ class RunWriter:
                     )
                     self.on_close(journal.close)
                     self._journal = journal
+                    self._journal_absent = False
         return journal
+
+    def journal_records(self) -> int:
+        """How many effect records are durable in the run's journal now: its position.
+
+        Every checkpoint records it (``Checkpoint.journal_records``), so a fork at that
+        checkpoint inherits exactly the effects journaled before it. A run without a
+        journal is at 0; an existing one is opened (and a torn tail repaired) to count.
+        """
+        if self._journal is None:
+            if self._journal_absent or not os.path.lexists(self.paths.journal):
+                self._journal_absent = True
+                return 0
+            return len(self.effects)
+        return len(self._journal)
 
     def reader(self) -> RunReader:
         """A reader of this run (sharing the codec)."""
@@ -195,11 +211,20 @@ class RunWriter:
 
     # -- writing ------------------------------------------------------------------
 
-    def checkpoint(self, phase: str | Phase, payload: Any, *, step: int) -> Checkpoint:
+    def checkpoint(
+        self,
+        phase: str | Phase,
+        payload: Any,
+        *,
+        step: int,
+        journal_records: int | None = None,
+    ) -> Checkpoint:
         """Durably write the next checkpoint and point ``latest`` at it.
 
         Returns only after the file and the directory entry are on stable
         storage. Statuses follow writes: a run that was not ``running`` becomes so.
+        ``journal_records`` is the journal position the state was taken at (default:
+        now); a writer that persists later than it snapshots passes the earlier one.
         """
         phase_name = validate_phase(phase)
         if self._meta.status is not RunStatus.RUNNING and phase_name not in (
@@ -207,13 +232,20 @@ class RunWriter:
             Phase.RUN_TERMINAL.value,
         ):
             self.update_meta(status=RunStatus.RUNNING, pause=None, error=None)
-        return self._write(phase_name, payload, step)
+        return self._write(phase_name, payload, step, journal_records)
 
-    def _write(self, phase: str, payload: Any, step: int) -> Checkpoint:
+    def _write(
+        self, phase: str, payload: Any, step: int, journal_records: int | None = None
+    ) -> Checkpoint:
+        if journal_records is None:
+            self._check_writable()
+            journal_records = self.journal_records()
         with self._writing():
-            return self._write_checkpoint(phase, payload, step)
+            return self._write_checkpoint(phase, payload, step, journal_records)
 
-    def _write_checkpoint(self, phase: str, payload: Any, step: int) -> Checkpoint:
+    def _write_checkpoint(
+        self, phase: str, payload: Any, step: int, journal_records: int
+    ) -> Checkpoint:
         record = Checkpoint(
             schema_version=SCHEMA_VERSION,
             run_id=self.run_id,
@@ -223,6 +255,7 @@ class RunWriter:
             phase=phase,
             timestamp_ms=now_ms(),
             payload=payload,
+            journal_records=journal_records,
         )
         try:
             raw = self._codec.encode(record)  # user data errors surface here, before any I/O

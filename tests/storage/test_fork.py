@@ -219,3 +219,15 @@ def test_fork_inherits_exactly_the_effects_journaled_before_its_checkpoint(
     finally:
         if base != tmp_path:
             shutil.rmtree(base, ignore_errors=True)
+
+
+def test_fork_of_a_run_whose_journal_gc_trimmed_is_refused(source: tuple[afk.Store, Path]) -> None:
+    """The positions its checkpoints recorded no longer hold: a fork would redo dropped effects."""
+    store, _ = source
+    at = _seq_after_items(store.open("src"), FORK_AFTER)
+    report = store.gc(RetentionPolicy(max_effects_per_run=2, keep_runtime_states=10**6))
+    assert report.compacted[0].effects_dropped > 0
+    assert store.read_meta("src").extra["journal_trimmed"] == report.compacted[0].effects_dropped
+    with pytest.raises(afk.AfkLocalError, match="trimmed"):
+        store.fork("src", at, "fork")
+    assert "fork" not in store.run_ids()
