@@ -83,3 +83,33 @@ def test_an_answer_replayed_after_a_watcher_crash_never_answers_the_next_pause(
     assert out.read_text().splitlines() == ["charged 1"]  # approval 2 was never given
     assert _pause_seq(store, "pay") == second_pause
     assert pending_requests(store) == []
+
+
+def test_two_watchers_handling_one_answer_apply_it_once(tmp_path: Path, trials) -> None:
+    """Both read the request; the run's lock and the pause check let one child apply it."""
+    for trial in range(trials(1, 10)):
+        root, out = tmp_path / f"store-{trial}", tmp_path / f"charges-{trial}.txt"
+        store = Store(root)
+        first = run_and_kill(
+            watcher_jobs.two_approvals, str(out), at=None, store=store, run_id="pay"
+        )
+        assert first.paused, first.stderr
+        first_pause = _pause_seq(store, "pay")
+        resume_request(store, "pay", "yes", has_input=True)
+        args = ["watch", "--root", str(root), "--json", "--once", *FAST]
+        watchers = [
+            subprocess.Popen(
+                [sys.executable, "-m", "afk_local", *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=ENV,
+            )
+            for _ in range(2)
+        ]
+        for watcher in watchers:
+            _, err = watcher.communicate(timeout=90)
+            assert "Traceback" not in err, err
+        assert out.read_text().splitlines() == ["charged 1"], trial  # once, never approval 2
+        assert _pause_seq(store, "pay") > first_pause, trial
+        assert pending_requests(store) == []
