@@ -266,3 +266,23 @@ class ForkedWriterError(WriterFailedError):
             "belong to the opening process). Do the work in the parent, or open the run in "
             "the child only after the parent closed it",
         )
+
+
+class PauseMismatchError(AfkLocalError, ValueError):
+    """An answer names a pause the run is no longer waiting at: it is never applied to another."""
+
+    def __init__(self, run_id: str, pause_seq: int, now: str) -> None:
+        self.run_id = run_id
+        self.pause_seq = pause_seq
+        if pause_seq < 1:
+            super().__init__(
+                f"run {run_id!r} is {now}, not paused: there is no pause to answer; nothing "
+                "was done"
+            )
+            return
+        super().__init__(
+            f"run {run_id!r}: the answer is for the pause at checkpoint {pause_seq}, but the run "
+            f"is {now}: that pause was answered already or the run moved on, so nothing was "
+            f"done. Answer what it waits for now: `afk-local show {run_id}`, then "
+            f"`afk-local resume {run_id} --input JSON`"
+        )

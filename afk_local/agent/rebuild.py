@@ -124,6 +124,7 @@ def resume_agent(
     input: Any = None,
     in_doubt: Any = None,
     on_corrupt: str = "raise",
+    pause_seq: int | None = None,
 ) -> AgentResult:
     """Continue agent run ``run_id`` with no ``Agent`` at hand: rebuilt by :func:`load_agent`.
 
@@ -153,14 +154,21 @@ def resume_agent(
         flush_timeout_s=float(timeout) if isinstance(timeout, (int, float)) else 30.0,
         in_doubt=in_doubt if in_doubt is not None else recorded,
     )
-    done = runner._settled(meta, NO_INPUT if input is None else input)
+    done = runner._settled(meta, NO_INPUT if input is None else input, pause_seq)
     if done is not None:
         return done
-    return runner.resume(load_agent(meta), run_id, input=input, on_corrupt=on_corrupt)
+    return runner.resume(
+        load_agent(meta), run_id, input=input, on_corrupt=on_corrupt, pause_seq=pause_seq
+    )
 
 
 def resume_agent_run(
-    run_id: str, store: StoreLike = None, input: Any = None, *, in_doubt: Any = None
+    run_id: str,
+    store: StoreLike = None,
+    input: Any = None,
+    *,
+    in_doubt: Any = None,
+    pause_seq: int | None = None,
 ) -> Any:
     """``afk-local resume`` of an agent run, in the CLI's terms (what ``resume_run`` calls).
 
@@ -168,7 +176,7 @@ def resume_agent_run(
     :class:`~afk_local.RunPaused` for a paused one (exit 0, the prompt printed)
     and :class:`AgentFailedError` for a failed one (exit 1).
     """
-    result = resume_agent(run_id, store=store, input=input, in_doubt=in_doubt)
+    result = resume_agent(run_id, store=store, input=input, in_doubt=in_doubt, pause_seq=pause_seq)
     if result.state == "paused":
         pending = result.pending or {}
         raise RunPaused(run_id, str(pending.get("kind") or APPROVAL), pending.get("prompt"))

@@ -166,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="effects a crash left in doubt: call them again (retry) or stop (raise)",
     )
     p.add_argument(
+        "--pause-seq",
+        type=_seq,
+        metavar="SEQ",
+        help="apply --input only while the run waits at the pause of checkpoint SEQ",
+    )
+    p.add_argument(
         "--via-watcher", action="store_true", help="ask the running watcher to resume it"
     )
 

@@ -90,9 +90,12 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    """``resume RUN [--input JSON] [--in-doubt retry|raise]``: continue a run in this process."""
+    """``resume RUN [--input JSON [--pause-seq SEQ]] [--in-doubt retry|raise]``: continue a run."""
     has_input = args.input is not None
     value = parse_json_option("--input", args.input) if has_input else None
+    pause_seq = getattr(args, "pause_seq", None)
+    if pause_seq is not None and not has_input:
+        raise CliError("--pause-seq names the pause an --input answers: give --input too")
     store = open_store(args)
     require_run(store, args.run)
     meta = store.read_meta(args.run)
@@ -122,7 +125,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
     job_output = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     try:
         with job_output:
-            result = resume_run(args.run, store, value, in_doubt=args.in_doubt, reenter=True)
+            result = resume_run(
+                args.run,
+                store,
+                value,
+                in_doubt=args.in_doubt,
+                reenter=True,
+                pause_seq=pause_seq,
+            )
     except RunLockedError as exc:  # another process is resuming it: the watcher's "taken"
         sys.stderr.write(f"afk-local: {exc}\n")
         return EXIT_LOCKED
@@ -194,6 +204,8 @@ def _hand_over(args: argparse.Namespace, store: Store, plan: ReentryPlan) -> int
     command.append(args.run)
     if args.input is not None:
         command += ["--input", args.input]
+    if getattr(args, "pause_seq", None) is not None:  # an afk-local without it refuses: safe
+        command += ["--pause-seq", str(args.pause_seq)]
     if args.in_doubt is not None:
         command += ["--in-doubt", args.in_doubt]
     if args.json:

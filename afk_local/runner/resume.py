@@ -105,36 +105,51 @@ def _absolute(store: Store) -> Store:
 
 
 def resume_job(
-    store: Store, run_id: str, *, input: Any = None, in_doubt: Any = None, reenter: bool = False
+    store: Store,
+    run_id: str,
+    *,
+    input: Any = None,
+    in_doubt: Any = None,
+    reenter: bool = False,
+    pause_seq: int | None = None,
 ) -> Any:
     """Continue the durable job's run ``run_id`` (see :func:`afk_local.resume`).
 
     ``reenter``: this process was started to continue this run (see :func:`load_job`).
+    ``pause_seq``: the pause ``input`` answers (:mod:`afk_local.runner.answers`).
     """
     meta = store.read_meta(run_id)
     value = NO_INPUT if input is None else input
-    done = settled(store, meta, value)  # completed/paused/cancelled: no import needed
+    done = settled(store, meta, value, pause_seq)  # completed/paused/cancelled: no import needed
     if done is not None:
         return done.result
     if reenter:
         store = _absolute(store)
     job = load_job(meta, reenter=reenter)
+    options = {"input_value": value, "in_doubt": in_doubt, "pause_seq": pause_seq}
     if job.is_async:
-        return run_coroutine(
-            job._async(store, run_id, (), {}, input_value=value, in_doubt=in_doubt)
-        )
-    return job._sync(store, run_id, (), {}, input_value=value, in_doubt=in_doubt)
+        return run_coroutine(job._async(store, run_id, (), {}, **options))
+    return job._sync(store, run_id, (), {}, **options)
 
 
-async def aresume_job(store: Store, run_id: str, *, input: Any = None, in_doubt: Any = None) -> Any:
+async def aresume_job(
+    store: Store,
+    run_id: str,
+    *,
+    input: Any = None,
+    in_doubt: Any = None,
+    pause_seq: int | None = None,
+) -> Any:
     """The async form of :func:`resume_job`."""
     meta = store.read_meta(run_id)
     value = NO_INPUT if input is None else input
-    done = settled(store, meta, value)
+    done = settled(store, meta, value, pause_seq)
     if done is not None:
         return done.result
     job = load_job(meta)
-    return await job._async(store, run_id, (), {}, input_value=value, in_doubt=in_doubt)
+    return await job._async(
+        store, run_id, (), {}, input_value=value, in_doubt=in_doubt, pause_seq=pause_seq
+    )
 
 
 __all__ = ["aresume_job", "load_entrypoint", "load_job", "resume_job"]

@@ -9,9 +9,17 @@ stops the watcher. Handling is idempotent, so two watchers reading the same
 request do no harm (the run's lock decides who resumes it; a second submit of
 the same run id finds the run already there).
 
-Format (``kind`` decides the other fields)::
+An answer (a resume with input) names the pause it answers: ``pause_seq``, the
+seq of the ``paused`` checkpoint the run waited at when the answer was given. The
+watcher applies it only while the run still waits there and its child checks
+again under the run's lock (``--pause-seq``), so a request that a killed watcher
+left behind, or a second watcher read too, is applied at most once and never to
+a later pause: once the run moved on, the request is moved to ``rejected/``.
 
-    {"kind": "resume", "run_id": "RUN", "input": <JSON>, "has_input": true}
+Format (``kind`` decides the other fields; fields with their default value are
+left out)::
+
+    {"kind": "resume", "run_id": "RUN", "input": <JSON>, "has_input": true, "pause_seq": 7}
     {"kind": "submit", "run_id": "RUN", "entrypoint": "module:function",
      "args": [...], "kwargs": {...}}
 """
@@ -31,6 +39,7 @@ from typing import Any, Protocol
 import msgspec
 
 from afk_local.errors import AfkLocalError, RunExistsError
+from afk_local.runner.answers import check_answer, waiting_at
 from afk_local.runner.entrypoints import is_entrypoint
 from afk_local.runner.origin import cannot_resume
 from afk_local.storage import fsio
@@ -42,7 +51,7 @@ MAX_REQUEST_BYTES = 1 << 20
 REJECTED_DIR = "rejected"
 
 
-class Request(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class Request(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """One request file's content."""
 
     kind: str
@@ -54,6 +63,8 @@ class Request(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     input: Any = None
     has_input: bool = False
     created_ms: int = 0
+    pause_seq: int = 0
+    """For an answer: the seq of the paused checkpoint it answers (required with input)."""
 
 
 def validate(request: Request) -> Request:
@@ -65,6 +76,13 @@ def validate(request: Request) -> Request:
     if request.kind == "resume":
         if request.entrypoint is not None or request.args or request.kwargs:
             raise ValueError("a resume request takes no entrypoint, args or kwargs")
+        if request.has_input and request.pause_seq < 1:
+            raise ValueError(
+                "an answer must name the pause it answers (pause_seq): write it with "
+                "`afk-local resume RUN --via-watcher --input JSON`"
+            )
+        if not request.has_input and request.pause_seq:
+            raise ValueError("pause_seq names the pause an input answers: give the input too")
     elif request.kind == "submit":
         if not is_entrypoint(request.entrypoint):
             raise ValueError(
@@ -90,11 +108,29 @@ def write_request(store: Store, request: Request) -> Path:
 
 
 def resume_request(
-    store: Store, run_id: str, value: Any = None, *, has_input: bool = False
+    store: Store,
+    run_id: str,
+    value: Any = None,
+    *,
+    has_input: bool = False,
+    pause_seq: int | None = None,
 ) -> Path:
-    """Ask the watcher to resume ``run_id`` (with ``value`` as the answer of a paused run)."""
+    """Ask the watcher to resume ``run_id`` (with ``value`` as the answer of a paused run).
+
+    An answer is bound to the pause it answers: ``pause_seq``, by default the one the
+    run waits at now.
+
+    Raises:
+        PauseMismatchError: ``has_input`` but the run waits at no pause (or not at ``pause_seq``).
+    """
+    seq = 0
+    if has_input:
+        meta = store.read_meta(run_id)
+        seq = pause_seq if pause_seq is not None else (waiting_at(meta) or 0)
+        check_answer(meta, seq)
     return write_request(
-        store, Request(kind="resume", run_id=run_id, input=value, has_input=has_input)
+        store,
+        Request(kind="resume", run_id=run_id, input=value, has_input=has_input, pause_seq=seq),
     )
 
 
@@ -188,8 +224,15 @@ class RequestHost(Protocol):
     def emit(self, kind: str, run_id: str | None = None, message: str = "", /) -> None:
         """Report an event."""
 
-    def start(self, run_id: str, *, manual: bool = False, input_json: str | None = None) -> bool:
-        """Start a child resuming ``run_id``; False if its lock is taken."""
+    def start(
+        self,
+        run_id: str,
+        *,
+        manual: bool = False,
+        input_json: str | None = None,
+        pause_seq: int | None = None,
+    ) -> bool:
+        """Start a child resuming ``run_id`` (answering the pause at ``pause_seq``)."""
 
 
 def process_requests(watcher: RequestHost) -> None:
@@ -234,6 +277,8 @@ def _handle(watcher: RequestHost, request: Request) -> bool:
             watcher.pending.append(request.run_id)
         return True
     meta = store.read_meta(request.run_id)  # RunNotFoundError: rejected with the reason
+    pause_seq = request.pause_seq if request.has_input else None
+    check_answer(meta, pause_seq)  # a stale answer: applied already, or the run moved on
     if meta.status is RunStatus.COMPLETED:
         watcher.emit("request", request.run_id, "already completed; nothing to do")
         return True
@@ -246,7 +291,7 @@ def _handle(watcher: RequestHost, request: Request) -> bool:
     if len(watcher.children) >= watcher.concurrency:
         return False
     input_json = json.dumps(request.input) if request.has_input else None
-    if not watcher.start(request.run_id, manual=True, input_json=input_json):
+    if not watcher.start(request.run_id, manual=True, input_json=input_json, pause_seq=pause_seq):
         with contextlib.suppress(AfkLocalError):
             if store.owner_alive(request.run_id):
                 watcher.emit("taken", request.run_id, "its owner is alive; left alone")

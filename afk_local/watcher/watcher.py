@@ -283,16 +283,34 @@ class Watcher:
         return fd, path
 
     def child_command(
-        self, run_id: str, input_json: str | None = None, *, python: str | None = None
+        self,
+        run_id: str,
+        input_json: str | None = None,
+        pause_seq: int | None = None,
+        *,
+        python: str | None = None,
     ) -> list[str]:
-        """The command line of the child that resumes ``run_id`` (under ``python``, if given)."""
+        """The command line of the child that resumes ``run_id`` (under ``python``, if given).
+
+        An answer goes with the pause it answers, which the child checks under the
+        run's lock: a request delivered twice is applied once.
+        """
         cmd = [python or self.python, "-m", "afk_local", "resume", run_id]
         cmd += ["--root", str(self.store.root.absolute())]
         if input_json is not None:
             cmd += ["--input", input_json]
+            if pause_seq is not None:
+                cmd += ["--pause-seq", str(pause_seq)]
         return cmd
 
-    def start(self, run_id: str, *, manual: bool = False, input_json: str | None = None) -> bool:
+    def start(
+        self,
+        run_id: str,
+        *,
+        manual: bool = False,
+        input_json: str | None = None,
+        pause_seq: int | None = None,
+    ) -> bool:
         """Claim ``run_id`` and start its child; False when it is not ours to resume."""
         if run_id in self.children or self._stopping:
             return False
@@ -317,7 +335,7 @@ class Watcher:
             env.update(plan.env)
             env.setdefault("PYTHONUNBUFFERED", "1")
             proc = subprocess.Popen(
-                self.child_command(run_id, input_json, python=plan.python),
+                self.child_command(run_id, input_json, pause_seq, python=plan.python),
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=subprocess.STDOUT,
