@@ -217,7 +217,8 @@ def acquire_lock(paths: RunPaths, timeout: float) -> FileLock:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            lock.acquire(timeout=max(deadline - time.monotonic(), 0.0))
+            # A negative timeout waits for ever, as in filelock.
+            lock.acquire(timeout=timeout if timeout < 0 else max(deadline - time.monotonic(), 0.0))
             return lock
         except Timeout:
             if time.monotonic() < deadline + PROBE_GRACE_S and not _exclusive_holder(
