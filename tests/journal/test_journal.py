@@ -624,7 +624,7 @@ def test_an_outcome_whose_fsync_failed_is_never_seen_as_recorded(tmp_path: Path)
 
 def test_two_threads_calling_one_key_execute_it_once(tmp_path: Path, trials) -> None:
     """Both callers get the one result; the second waits for the first and replays it."""
-    for trial in range(trials(200, 2000)):
+    for trial in range(trials(50, 2000)):
         journal = Journal(tmp_path / f"effects-{trial}.log", "r", writable=True)
         calls: list[int] = []
         barrier = threading.Barrier(2)

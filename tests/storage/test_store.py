@@ -62,7 +62,7 @@ def test_two_processes_creating_one_new_run_id_one_wins_cleanly(fast_root: Path,
         for creator in creators:
             assert creator.stdout is not None and creator.stdout.readline().strip() == "ready"
         both_won = []
-        for i in range(trials(3000, 30000)):
+        for i in range(trials(2000, 30000)):
             for creator in creators:
                 assert creator.stdin is not None
                 creator.stdin.write(f"race-{i}\n")
