@@ -26,7 +26,7 @@ def cancel(run_id: str, *, store: StoreLike = None, reason: str = "cancelled") -
     if meta.status is RunStatus.CANCELLED:
         return
     _refuse_completed(run_id, meta.status)
-    with the_store.resume_writer(run_id) as run:
+    with the_store.resume_writer(run_id, new_attempt=False) as run:
         status = run.meta.status  # read under the lock: this is the one that counts
         if status is RunStatus.CANCELLED:
             return

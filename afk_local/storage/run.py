@@ -491,9 +491,14 @@ def open_writer(
     record_codec: RecordCodec,
     lock_timeout: float,
     new_meta: RunMeta | None = None,
+    new_attempt: bool = True,
     **writer_options: Any,
 ) -> RunWriter:
     """Lock a run directory and return its writer; with ``new_meta``, write it first.
+
+    Opening an existing run starts a new attempt (``attempt`` + 1, this process as
+    owner) unless ``new_attempt`` is False: cancelling or settling a run is not an
+    attempt to run it, so only the owner is recorded.
 
     With ``new_meta`` the run must still be new once the lock is held: a creator
     that found the directory without a meta may have lost the race to one that
@@ -515,9 +520,8 @@ def open_writer(
             fsio.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))
         else:
             old = read_meta(paths, record_codec)
-            meta = msgspec.structs.replace(
-                old, owner=owner, attempt=old.attempt + 1, updated_ms=now_ms()
-            )
+            attempt = old.attempt + 1 if new_attempt else old.attempt
+            meta = msgspec.structs.replace(old, owner=owner, attempt=attempt, updated_ms=now_ms())
             fsio.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))
         return RunWriter(paths, lock, meta, record_codec=record_codec, **writer_options)
     except BaseException:

@@ -155,8 +155,13 @@ class Store:
         )
         return open_writer(paths, new_meta=meta, **self._writer_options(0.0))
 
-    def resume_writer(self, run_id: str, *, lock_timeout: float | None = None) -> RunWriter:
+    def resume_writer(
+        self, run_id: str, *, lock_timeout: float | None = None, new_attempt: bool = True
+    ) -> RunWriter:
         """Take the lock of an existing run and return its writer.
+
+        ``new_attempt=False`` for writes that are not an attempt to run it (cancel,
+        settle): the run's ``attempt`` count stays as it is.
 
         Raises:
             RunNotFoundError: no such run.
@@ -166,7 +171,7 @@ class Store:
         if not paths.meta.is_file():
             raise RunNotFoundError(run_id, str(self.root))
         timeout = self.lock_timeout if lock_timeout is None else lock_timeout
-        return open_writer(paths, **self._writer_options(timeout))
+        return open_writer(paths, new_attempt=new_attempt, **self._writer_options(timeout))
 
     def _writer_options(self, lock_timeout: float) -> dict[str, Any]:
         return {

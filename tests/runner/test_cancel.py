@@ -10,6 +10,7 @@ import proc
 from proc import SUPPORT
 
 import afk_local as afk
+from afk_local.runner.settle import settle
 
 ENV = {"PYTHONPATH": str(SUPPORT)}
 
@@ -59,3 +60,21 @@ def test_cancel_waiting_for_the_lock_never_cancels_a_run_that_completed(
         assert store.read_meta(run_id).status is afk.RunStatus.COMPLETED, (said, err)
         assert store.open(run_id).resume_state().result == "opened"
         assert said.startswith("refused"), (said, err)
+
+
+def test_cancel_and_settle_are_not_attempts_of_the_run(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path)
+    with store.create("r") as run:
+        run.effects.record_intent(
+            "charge", step=1, name="charge", input_hash="h", idempotency_key="k"
+        )
+    assert store.read_meta("r").attempt == 1
+    settle("r", "charge", store=store, done=True, result=None)
+    assert store.read_meta("r").attempt == 1
+    afk.cancel("r", store=store)
+    meta = store.read_meta("r")
+    assert meta.status is afk.RunStatus.CANCELLED
+    assert meta.attempt == 1
+    with store.resume_writer("r") as run:  # a real attempt still counts
+        pass
+    assert store.read_meta("r").attempt == 2
