@@ -35,6 +35,7 @@ from afk_local.integrations.fanout import (
     WorkerStore,
     describe_failure,
     fanout_run_ids,
+    job_name,
     portable_job,
     run_task,
     worker_store,
@@ -104,26 +105,28 @@ def map_durable(
             pure=False,
             retries=retries,
         )
-        for item, rid in zip(items, ids)
+        for item, rid in zip(items, ids, strict=True)
     ]
-    bar = FanOutProgress(len(futures), f"map_durable {job.__name__}", enabled=progress)
+    bar = FanOutProgress(len(futures), f"map_durable {job_name(job)}", enabled=progress)
     try:
-        for future in distributed.as_completed(futures):
+        for future in distributed.as_completed(futures):  # type: ignore[no-untyped-call]
             bar.update(failed=future.status != "finished")
     finally:
         bar.close()
     failures = {
-        rid: _why(future) for rid, future in zip(ids, futures) if future.status != "finished"
+        rid: _why(future)
+        for rid, future in zip(ids, futures, strict=True)
+        if future.status != "finished"
     }
     if failures:
         raise FanOutError(failures, len(futures))
-    return list(client.gather(futures))
+    return list(client.gather(futures))  # type: ignore[no-untyped-call]
 
 
-def _why(future: distributed.Future) -> str:
+def _why(future: distributed.Future[Any]) -> str:
     if future.status == "cancelled":
         return "CancelledError: the Dask task was cancelled"
-    return describe_failure(future.exception())
+    return describe_failure(future.exception())  # type: ignore[no-untyped-call]
 
 
 __all__ = ["FanOutError", "SharedDirectory", "WorkerStore", "map_durable"]

@@ -38,7 +38,7 @@ from afk_local.storage.store import Store
 log = logging.getLogger("afk_local")
 
 RUN_PREFIX = "fanout-"
-"""The prefix of the run ids :func:`default_run_id` gives, so ``afk-local runs`` shows them together."""
+"""The prefix of :func:`default_run_id`'s ids: ``afk-local runs`` lists a fan-out together."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _NAME_MAX = 100  # leaves room for the prefix and the index within the 128 characters of a run id
@@ -54,7 +54,9 @@ class RunFailed(AfkLocalError):
     (failed or paused); the next ``map_durable`` call resumes it.
     """
 
-    def __init__(self, run_id: str, error_type: str, message: str, traceback_text: str = "") -> None:
+    def __init__(
+        self, run_id: str, error_type: str, message: str, traceback_text: str = ""
+    ) -> None:
         self.run_id = run_id
         self.error_type = error_type
         self.message = message
@@ -200,7 +202,7 @@ class SharedDirectory:
 
 
 def worker_store(store: Store | str | os.PathLike[str] | WorkerStore) -> WorkerStore:
-    """What ``map_durable(store=...)`` sends to workers: a path or Store becomes a :class:`SharedDirectory`."""
+    """What ``map_durable(store=...)`` sends to workers (a path or Store: a SharedDirectory)."""
     if isinstance(store, Store):
         return SharedDirectory.of(store)
     if isinstance(store, (str, os.PathLike)):
@@ -225,8 +227,7 @@ def fanout_run_ids(
 ) -> list[str]:
     """The run id of every item: ``run_id(item)``, else :func:`default_run_id`; valid and unique."""
     if run_id is None:
-        name = getattr(job, "__name__", "") or job.entrypoint.rpartition(":")[2]
-        ids = [default_run_id(name, i) for i in range(len(items))]
+        ids = [default_run_id(job_name(job), i) for i in range(len(items))]
     else:
         ids = [validate_run_id(run_id(item)) for item in items]
     seen: dict[str, int] = {}
@@ -240,8 +241,13 @@ def fanout_run_ids(
     return ids
 
 
+def job_name(job: DurableFunction[Any]) -> str:
+    """The job's function name (``resize``), from its ``module:qualname`` entrypoint."""
+    return job.entrypoint.rpartition(":")[2].rpartition(".")[2]
+
+
 def portable_job(fn: Any) -> DurableFunction[Any]:
-    """``fn`` without its own store, ready to be pickled into tasks; TypeError unless ``@durable``."""
+    """``fn`` without its own store, ready to be pickled into tasks (TypeError unless durable)."""
     if not isinstance(fn, DurableFunction):
         raise TypeError(
             f"map_durable runs @afk.durable jobs, not {fn!r}: decorate the function with "
@@ -343,6 +349,7 @@ __all__ = [
     "default_run_id",
     "describe_failure",
     "fanout_run_ids",
+    "job_name",
     "portable_job",
     "run_task",
     "worker_store",

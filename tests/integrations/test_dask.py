@@ -7,6 +7,7 @@ journaled step. The store's own records say which attempt each run is on.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import time
@@ -16,15 +17,20 @@ import pytest
 from fanout_jobs import expected, lines, tally
 
 import afk_local as afk
+from afk_local.integrations.fanout import FanOutError
 
-distributed = pytest.importorskip("distributed")
-afk_dask = pytest.importorskip("afk_local.integrations.dask")
-FanOutError = afk_dask.FanOutError
+# Checked without importing Dask: every xdist worker collects this module, and
+# only the one that runs it should pay for the import.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("distributed") is None, reason="needs the dask extra"
+)
 
 
 @pytest.fixture(scope="module")
 def client():
     """Two worker processes (one thread each) on loopback, shared by this module; always closed."""
+    import distributed  # noqa: PLC0415 - only where the cluster starts
+
     with (
         distributed.LocalCluster(
             n_workers=2,
@@ -125,4 +131,6 @@ def test_failed_run_raises_with_its_run_id_and_the_rest_complete(client, tmp_pat
 
 
 def map_durable_quiet(*args, **kwargs):
-    return afk_dask.map_durable(*args, progress=False, **kwargs)
+    from afk_local.integrations.dask import map_durable  # noqa: PLC0415 - imports Dask
+
+    return map_durable(*args, progress=False, **kwargs)
