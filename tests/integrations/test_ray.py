@@ -31,25 +31,34 @@ SUPPORT = str(Path(__file__).resolve().parents[1] / "support")
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """A local Ray with 2 CPUs whose workers can import tests/support; always shut down."""
+    """A local Ray with 2 CPUs on loopback whose workers import tests/support; always shut down.
+
+    Usage statistics are off: Ray would otherwise report to its home server.
+    """
     import ray  # noqa: PLC0415 - only where the cluster starts
 
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SUPPORT, saved) if p)
+    env = {
+        "PYTHONPATH": os.pathsep.join(p for p in (SUPPORT, os.environ.get("PYTHONPATH")) if p),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
     try:
         ray.init(
             num_cpus=2,
             include_dashboard=False,
             object_store_memory=80 * 1024 * 1024,
             log_to_driver=False,
+            _node_ip_address="127.0.0.1",
         )
         yield
     finally:
         ray.shutdown()
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def items_for(tmp_path, count, **special):
