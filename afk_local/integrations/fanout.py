@@ -102,7 +102,7 @@ class WorkerStore(Protocol):
     :meth:`prepare` makes the run available there before ``job.run`` and
     :meth:`release` runs after it (also when it raised). :class:`SharedDirectory`
     needs neither hook: every worker sees the same directory. A store mirrored
-    to an object store (DESIGN §10, ``Store(root, mirror=URL)``) would pull the
+    to an object store (``Store(root, mirror=URL)``, docs/fanout.md) would pull the
     run with ``--take`` semantics in ``prepare`` and push it in ``release``, so no
     shared filesystem is needed; that variant waits for the remote extra.
     """
