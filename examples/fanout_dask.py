@@ -50,6 +50,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=8)
     parser.add_argument("--scheduler", help="a running Dask scheduler (default: a local cluster)")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="worker processes of the local cluster"
+    )
     args = parser.parse_args()
     logging.basicConfig(format="%(message)s")
     logging.getLogger("afk_local").setLevel(logging.INFO)  # progress lines when tqdm is absent
@@ -64,7 +67,7 @@ def main() -> None:
         cluster = None
     else:
         cluster = LocalCluster(
-            n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=None
+            n_workers=args.workers, threads_per_worker=1, host="127.0.0.1", dashboard_address=None
         )
         client = Client(cluster)
     try:

@@ -92,8 +92,16 @@ def map_durable(
     items = list(items)
     ids = fanout_run_ids(job, items, run_id)
     site = worker_store(store)
+    if not items:
+        return []
     if client is None:
-        client = distributed.get_client()
+        try:
+            client = distributed.get_client()
+        except ValueError:
+            raise ValueError(
+                "map_durable needs a Dask client: pass client=distributed.Client(...) or "
+                "create one first (it becomes the default)"
+            ) from None
     futures = [
         client.submit(
             run_task,

@@ -42,6 +42,7 @@ from afk_local.storage.store import Store
 WORKER_DEATHS = 3
 """How often Ray re-runs a task whose worker process died (Ray's own default)."""
 
+_POLL_S = 0.2
 _remote_task: Any = None
 
 
@@ -93,6 +94,8 @@ def map_durable(
     items = list(items)
     ids = fanout_run_ids(job, items, run_id)
     site = worker_store(store)
+    if not items:
+        return []
     task = _task().options(
         max_retries=WORKER_DEATHS + retries, retry_exceptions=retries > 0, name=job_name(job)
     )
@@ -104,13 +107,15 @@ def map_durable(
     try:
         pending = list(refs)
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            index = position[done[0]]
-            try:
-                results[index] = ray.get(done[0])
-            except RayError as exc:
-                failures[index] = describe_failure(_cause(exc))
-            bar.update(failed=index in failures)
+            # every task finished by now (at most _POLL_S to wait), not one wait per task
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=_POLL_S)
+            for ref in done:
+                index = position[ref]
+                try:
+                    results[index] = ray.get(ref)
+                except RayError as exc:
+                    failures[index] = describe_failure(_cause(exc))
+                bar.update(failed=index in failures)
     finally:
         bar.close()
     if failures:

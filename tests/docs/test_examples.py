@@ -20,7 +20,7 @@ EXAMPLES: dict[str, tuple[list[list[str]], str]] = {
     "notebook_loop.py": ([[], []], "already done: {'final_loss': 0.05, 'epochs': 20}"),
     "human_approval.py": ([[], ["--answer", "yes"]], "'sent': True"),
     "agent_resume.py": ([["--delay", "0"]], "completed: Researched 6 topics"),
-    "fanout_dask.py": ([["--images", "6"]], "uploads: 6"),
+    "fanout_dask.py": ([["--images", "6", "--workers", "1"]], "uploads: 6"),
 }
 # script -> the module an optional extra brings (the example is skipped without it)
 NEEDS = {"fanout_dask.py": "distributed"}

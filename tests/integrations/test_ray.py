@@ -119,6 +119,7 @@ def test_failed_run_raises_with_its_run_id(ray_cluster, tmp_path):
     store = afk.Store(root)
     assert store.read_meta("fanout-tally-000002").status is afk.RunStatus.FAILED
     assert store.read_meta("fanout-tally-000001").status is afk.RunStatus.COMPLETED
+    assert map_durable(tally, [], store=root) == []
 
 
 def map_durable(*args, **kwargs):
