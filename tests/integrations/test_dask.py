@@ -8,6 +8,7 @@ journaled step. The store's own records say which attempt each run is on.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import time
@@ -17,6 +18,7 @@ import pytest
 from fanout_jobs import expected, lines, tally
 
 import afk_local as afk
+from afk_local.cli.main import main as cli_main
 from afk_local.integrations.fanout import FanOutError
 
 # Checked without importing Dask: every xdist worker collects this module, and
@@ -73,7 +75,7 @@ def wait_for(path, limit_s=60.0):
     return path.read_text()
 
 
-def test_worker_killed_mid_run_resumes_elsewhere_with_effects_once(client, tmp_path):
+def test_worker_killed_mid_run_resumes_elsewhere_with_effects_once(client, tmp_path, capsys):
     root = tmp_path / "store"
     out, items = items_for(tmp_path, 6, i0={"hold": True})
     victim = "fanout-tally-000000"
@@ -105,7 +107,13 @@ def test_worker_killed_mid_run_resumes_elsewhere_with_effects_once(client, tmp_p
     before = {p.name: p.read_text() for p in out.glob("*.calls")}
     assert map_durable_quiet(tally, items, store=root, client=client) == results
     assert {p.name: p.read_text() for p in out.glob("*.calls")} == before
-    assert {r.run_id for r in store.runs()} == {f"fanout-tally-{k:06d}" for k in range(6)}
+    # `afk-local runs` lists the fan-out's runs, the victim on its second attempt
+    capsys.readouterr()
+    assert cli_main(["runs", "--root", str(root), "--json"]) == 0
+    listed = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert sorted(listed) == [f"fanout-tally-{k:06d}" for k in range(6)]
+    assert {r["status"] for r in listed.values()} == {"completed"}
+    assert listed[victim]["attempt"] == 2
 
 
 def test_failed_run_raises_with_its_run_id_and_the_rest_complete(client, tmp_path):
