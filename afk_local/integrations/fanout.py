@@ -202,7 +202,12 @@ class SharedDirectory:
 
 
 def worker_store(store: Store | str | os.PathLike[str] | WorkerStore) -> WorkerStore:
-    """What ``map_durable(store=...)`` sends to workers (a path or Store: a SharedDirectory)."""
+    """What ``map_durable(store=...)`` sends to workers (a path or Store: a SharedDirectory).
+
+    Example:
+        >>> worker_store("/mnt/shared/afk")
+        SharedDirectory('/mnt/shared/afk')
+    """
     if isinstance(store, Store):
         return SharedDirectory.of(store)
     if isinstance(store, (str, os.PathLike)):
@@ -215,6 +220,10 @@ def worker_store(store: Store | str | os.PathLike[str] | WorkerStore) -> WorkerS
 def default_run_id(name: str, index: int) -> str:
     """``fanout-<name>-<index:06d>``: the run id of item ``index`` when no ``run_id`` is given.
 
+    Example:
+        >>> default_run_id("resize", 3)
+        'fanout-resize-000003'
+
     The name is the job's function name with every character a run id cannot
     hold replaced by ``-``, so the same call finds the same runs again.
     """
@@ -225,7 +234,16 @@ def default_run_id(name: str, index: int) -> str:
 def fanout_run_ids(
     job: DurableFunction[Any], items: Sequence[Any], run_id: Callable[[Any], str] | None
 ) -> list[str]:
-    """The run id of every item: ``run_id(item)``, else :func:`default_run_id`; valid and unique."""
+    """The run id of every item: ``run_id(item)``, else :func:`default_run_id`; valid and unique.
+
+    Example:
+        >>> fanout_run_ids(resize, ["a.jpg", "b.jpg"], None)  # doctest: +SKIP
+        ['fanout-resize-000000', 'fanout-resize-000001']
+
+    Raises:
+        InvalidRunIdError: ``run_id(item)`` gave an id the run-id rules refuse.
+        ValueError: two items got the same id.
+    """
     if run_id is None:
         ids = [default_run_id(job_name(job), i) for i in range(len(items))]
     else:
@@ -242,12 +260,22 @@ def fanout_run_ids(
 
 
 def job_name(job: DurableFunction[Any]) -> str:
-    """The job's function name (``resize``), from its ``module:qualname`` entrypoint."""
+    """The job's function name, from its ``module:qualname`` entrypoint.
+
+    Example:
+        >>> job_name(resize)  # doctest: +SKIP
+        'resize'
+    """
     return job.entrypoint.rpartition(":")[2].rpartition(".")[2]
 
 
 def portable_job(fn: Any) -> DurableFunction[Any]:
-    """``fn`` without its own store, ready to be pickled into tasks (TypeError unless durable)."""
+    """``fn`` without its own store, ready to be pickled into tasks (TypeError unless durable).
+
+    Example:
+        >>> portable_job(resize).store is None  # doctest: +SKIP
+        True
+    """
     if not isinstance(fn, DurableFunction):
         raise TypeError(
             f"map_durable runs @afk.durable jobs, not {fn!r}: decorate the function with "
@@ -258,6 +286,10 @@ def portable_job(fn: Any) -> DurableFunction[Any]:
 
 def run_task(job: DurableFunction[Any], site: WorkerStore, item: Any, run_id: str) -> Any:
     """One fan-out task, run by the engine on a worker: start, resume or settle run ``run_id``.
+
+    Example:
+        >>> run_task(portable_job(resize), worker_store(root), "a.jpg", "r-a")  # doctest: +SKIP
+        'a-thumb.jpg'
 
     Returns the job's result (the stored one when the run had completed).
     Raises :class:`RunFailed` when the run failed, was paused or cancelled, or
@@ -276,7 +308,12 @@ def run_task(job: DurableFunction[Any], site: WorkerStore, item: Any, run_id: st
 
 
 def describe_failure(exc: BaseException) -> str:
-    """One line for :attr:`FanOutError.failures`: ``Type: message`` of the run's own error."""
+    """One line for :attr:`FanOutError.failures`: ``Type: message`` of the run's own error.
+
+    Example:
+        >>> describe_failure(RunFailed("r-1", "ValueError", "bad item"))
+        'ValueError: bad item'
+    """
     if isinstance(exc, RunFailed):
         return f"{exc.error_type}: {exc.message}"
     return f"{type(exc).__name__}: {exc}"
