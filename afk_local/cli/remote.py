@@ -76,7 +76,11 @@ def cmd_pull(args: argparse.Namespace) -> int:
     remote = _remote()
     store = open_store(args)
     url = _url(args.source, "--from")
-    report = remote.pull_run(store, url, args.run, take=args.take, concurrency=args.jobs)
+    try:
+        report = remote.pull_run(store, url, args.run, take=args.take, concurrency=args.jobs)
+    except remote.RemoteIntegrityError as exc:
+        sys.stderr.write(f"afk-local: {exc}\n")
+        return EXIT_PROBLEMS
     if args.json:
         emit_json(vars(report))
         return EXIT_OK
