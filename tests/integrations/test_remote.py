@@ -79,7 +79,7 @@ def test_a_killed_run_pushed_then_taken_elsewhere_resumes_with_each_effect_once(
     a, b, out = tmp_path / "a", tmp_path / "b", tmp_path / "calls"
     killed = kill_after(start_job(a, out, stall=STALL), acks=STALL + 1)
     assert killed.lines[-1] == f"stalled {STALL}", killed
-    assert calls(out) == list(range(STALL))
+    assert calls(out) == list(range(STALL + 1))
 
     pushed = afk_cli(a, "push", "--to", remote_url)
     assert "job: pushed" in pushed.stdout
@@ -108,7 +108,7 @@ def test_the_mirror_keeps_up_during_a_run_and_a_killed_owner_is_taken_over(
         assert child.stdout is not None
         lines = [child.stdout.readline().strip() for _ in range(STALL + 1)]
         assert lines[-1] == f"stalled {STALL}", lines
-        # The job is blocked before item STALL and nothing flushed its writer: the
+        # The job is blocked inside item STALL and nothing flushed its writer: the
         # background mirror alone brings the remote up to what is acknowledged locally.
         local = afk.Store(a).open("job")
         journal = a / "runs" / "job" / "effects.log"

@@ -18,7 +18,9 @@ def record_call(path: str, i: int) -> int:
 
 
 def _stall_if_asked(i: int) -> None:
-    # The test SIGKILLs the child while it waits here: a crash between two steps.
+    # The test SIGKILLs the child while it waits here: item i's call has run and its
+    # outcome is journaled, but the item is not checkpointed as done, so a resume runs
+    # the item again and only the journal keeps the call from running twice.
     if os.environ.get("REMOTE_JOB_STALL_AT") == str(i):
         print(f"stalled {i}", flush=True)
         time.sleep(600)
@@ -29,7 +31,7 @@ def effects_job(ctx: afk.RunContext, out: str, n: int) -> int:
     """One journaled, non-idempotent call and one checkpoint per item; prints ``done i``."""
     ctx.state.setdefault("total", 0)
     for i in ctx.iterate(range(n), progress=False):
-        _stall_if_asked(i)
         ctx.state["total"] += ctx.step("record", record_call, out, i)
+        _stall_if_asked(i)
         print(f"done {i}", flush=True)
     return int(ctx.state["total"])
