@@ -116,10 +116,7 @@ def cmd_remote_runs(args: argparse.Namespace) -> int:
     if not infos:
         out(f"no runs on {args.remote}")
         return EXIT_OK
-    try:
-        me = remote.store_id(store.root)
-    except (OSError, ValueError):
-        me = ""
+    me = remote.existing_store_id(store.root) or ""
     print_table(
         ("RUN", "STATUS", "SEQ", "EPOCH", "HOLDER", "UPDATED"),
         [

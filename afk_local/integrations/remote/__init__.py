@@ -30,7 +30,7 @@ Example:
 from __future__ import annotations
 
 from afk_local.integrations.remote.bucket import Bucket, BucketRequestError, file_url
-from afk_local.integrations.remote.identity import store_id
+from afk_local.integrations.remote.identity import existing_store_id, store_id
 from afk_local.integrations.remote.lease import Lease
 from afk_local.integrations.remote.listing import RemoteRunInfo, remote_runs
 from afk_local.integrations.remote.mirror import RemoteMirror, RunMirrorThread, open_remote_mirror
@@ -53,6 +53,7 @@ __all__ = [
     "RemoteMirror",
     "RemoteRunInfo",
     "RunMirrorThread",
+    "existing_store_id",
     "file_url",
     "open_remote_mirror",
     "pull_run",

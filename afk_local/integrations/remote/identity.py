@@ -54,6 +54,14 @@ def store_id(root: str | os.PathLike[str]) -> str:
     return _read(path)
 
 
+def existing_store_id(root: str | os.PathLike[str]) -> str | None:
+    """The id of the store at ``root`` if it has one (never makes one)."""
+    try:
+        return _read(Path(root) / STORE_ID_FILE)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def _read(path: Path) -> str:
     text = fsio.read_bounded(path, 256).decode("ascii", "replace").strip()
     if not is_store_id(text):
@@ -61,4 +69,4 @@ def _read(path: Path) -> str:
     return text
 
 
-__all__ = ["STORE_ID_FILE", "is_store_id", "store_id"]
+__all__ = ["STORE_ID_FILE", "existing_store_id", "is_store_id", "store_id"]
