@@ -17,6 +17,7 @@ from afk_local.cli.render import print_table
 from afk_local.errors import AfkLocalError, LeaseLostError
 from afk_local.storage.mirror import MIRROR_ENV, REMOTE_EXTRA_HINT, default_mirror_url
 from afk_local.storage.notebook import format_bytes, format_ms
+from afk_local.storage.store import Store, default_root
 
 
 def _url(value: str | None, flag: str) -> str:
@@ -74,7 +75,7 @@ def cmd_push(args: argparse.Namespace) -> int:
 def cmd_pull(args: argparse.Namespace) -> int:
     """``pull RUN --from URL [--take]``: copy a run here, verified; --take moves its lease."""
     remote = _remote()
-    store = open_store(args)
+    store = open_store(args, create=True)
     url = _url(args.source, "--from")
     try:
         report = remote.pull_run(store, url, args.run, take=args.take, concurrency=args.jobs)
@@ -104,7 +105,10 @@ def cmd_pull(args: argparse.Namespace) -> int:
 def cmd_remote_runs(args: argparse.Namespace) -> int:
     """``runs --remote URL``: the runs a remote holds, with their lease holder."""
     remote = _remote()
-    store = open_store(args)
+    try:
+        store = open_store(args)
+    except CliError:  # no local store: fine, it only decides "this store" and the key
+        store = Store(getattr(args, "root", None) or default_root())
     infos = remote.remote_runs(args.remote, store.codec)
     if args.status:
         infos = [i for i in infos if i.status == args.status]
