@@ -194,6 +194,7 @@ def main() -> None:
         print(f"Mirror overhead, sync job, {args.steps} steps, median of {args.rounds} rounds\n")
         print(mirror_overhead(base, remotes, args.steps, args.rounds))
         print("\nThe same without fsync (CPU and GIL cost of the mirror thread, no disk noise)\n")
+        remotes = {"s3 (moto)": f"{s3}/n", "file://": (base / "bucket-n").absolute().as_uri()}
         with no_fsync():
             print(mirror_overhead(base / "nofsync", remotes, args.steps, args.rounds))
         remotes = {"s3 (moto)": f"{s3}/t", "file://": (base / "bucket2").absolute().as_uri()}
