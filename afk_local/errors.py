@@ -286,3 +286,28 @@ class PauseMismatchError(AfkLocalError, ValueError):
             f"done. Answer what it waits for now: `afk-local show {run_id}`, then "
             f"`afk-local resume {run_id} --input JSON`"
         )
+
+
+class LeaseLostError(AfkLocalError):
+    """Another store holds the run's lease on its remote mirror: this store may not write it.
+
+    Raised by a mirrored writer once its mirror sees a newer lease (``pull --take``
+    elsewhere), by ``push`` for such a run, and by opening a copy pulled without
+    ``--take`` for writing. The writer then refuses every checkpoint and effect.
+    """
+
+    def __init__(self, run_id: str, url: str, detail: str) -> None:
+        self.run_id = run_id
+        self.url = url
+        super().__init__(
+            f"run {run_id!r}: lease lost on {url}: {detail}; this store may not write the run. "
+            f"Take it back with `afk-local pull {run_id} --from {url} --take`"
+        )
+
+
+class MirrorError(AfkLocalError):
+    """A remote mirror could not upload (after its retries), or is not available here."""
+
+    def __init__(self, url: str, detail: str) -> None:
+        self.url = url
+        super().__init__(f"mirror {url}: {detail}")

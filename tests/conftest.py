@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
-pytest_plugins = ["afk_local.testing"]
+pytest_plugins = ["afk_local.testing", "remote_s3"]  # remote_s3: the S3 endpoint fixtures
 
 # The crash tests start hundreds of fresh interpreters; let them cache bytecode
 # (some environments set PYTHONDONTWRITEBYTECODE, which makes every child

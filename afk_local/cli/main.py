@@ -35,6 +35,12 @@ from afk_local.cli.read import (
     cmd_show,
     cmd_verify,
 )
+from afk_local.cli.remote import (
+    add_pull_arguments,
+    add_push_arguments,
+    cmd_pull,
+    cmd_push,
+)
 from afk_local.cli.watch import add_submit_arguments, add_watch_arguments, cmd_submit, cmd_watch
 from afk_local.cli.write import (
     cmd_cancel,
@@ -123,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--status", choices=[s.value for s in RunStatus], help="only runs with this status"
     )
     p.add_argument("--limit", type=_positive_int, help="at most N runs")
+    p.add_argument("--remote", metavar="URL", help="list the runs on this remote instead")
 
     p = add("show", cmd_show, "everything about one run")
     p.add_argument("run", metavar="RUN")
@@ -214,6 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("demo", cmd_demo, "crash a job with SIGKILL and resume it (a few seconds)")
     p.add_argument("--steps", type=_positive_int, default=40)
     p.add_argument("--keep", action="store_true", help="keep the temporary store and print it")
+
+    p = add("push", cmd_push, "upload runs to a remote, incrementally (remote extra)")
+    add_push_arguments(p)
+    p = add("pull", cmd_pull, "copy a run from a remote, verified; --take moves its lease")
+    add_pull_arguments(p)
 
     p = add("watch", cmd_watch, "resume interrupted runs now and as they appear", json_flag=False)
     add_watch_arguments(p)

@@ -24,6 +24,7 @@ from afk_local.cli.command import (
     suggest,
 )
 from afk_local.cli.describe import describe_run
+from afk_local.cli.remote import cmd_remote_runs
 from afk_local.cli.render import (
     effect_rows,
     log_rows,
@@ -71,7 +72,9 @@ def _reasons(store: Store, infos: list[RunInfo]) -> dict[str, str]:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    """``runs``: one line per run, newest first."""
+    """``runs``: one line per run, newest first (``--remote URL``: the runs on a remote)."""
+    if getattr(args, "remote", None):
+        return cmd_remote_runs(args)
     store = open_store(args)
     infos = store.runs(args.status)
     if args.limit is not None:

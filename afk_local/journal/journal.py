@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -134,6 +134,16 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class AppendListener(Protocol):
+    """Told about a writable journal's appends (a run's remote mirror satisfies it)."""
+
+    def before_append(self) -> None:
+        """Called before a record is appended; raising refuses the append."""
+
+    def synced(self, end: int) -> None:
+        """Called after an fsync: the file is durable up to byte ``end``. Must not block."""
+
+
 class Journal:
     """An open ``effects.log``: an in-memory index over an append-only file.
 
@@ -148,6 +158,8 @@ class Journal:
         writable: open for appending; the caller must own the run's lock.
         record_codec: encodes records (its ``enc_hook`` applies to results).
         max_frame_bytes: largest record accepted on write and on read.
+        listener: told before each append (it may refuse by raising) and after each
+            fsync, with the durable end of the file (a remote mirror, say).
     """
 
     def __init__(
@@ -158,8 +170,10 @@ class Journal:
         writable: bool,
         record_codec: RecordCodec | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        listener: AppendListener | None = None,
     ) -> None:
         self.path = Path(path)
+        self._listener = listener
         self.run_id = run_id
         self.writable = writable
         self._pid = os.getpid()  # appends belong to the process that opened it, never a fork
@@ -302,6 +316,8 @@ class Journal:
         if not self.writable:
             raise ValueError(f"journal {self.path} of run {self.run_id!r} is open read-only")
         self._check_process()
+        if self._listener is not None:
+            self._listener.before_append()
         body = self._codec.encode(effect, enc_hook=enc_hook)
         if len(body) > self._max_frame:
             raise ValueError(
@@ -363,6 +379,8 @@ class Journal:
         self._synced_end = target
         for offset, length, head in batch:  # the index only ever shows durable records
             self._apply(offset, length, head)
+        if self._listener is not None:
+            self._listener.synced(target)
         self._cond.notify_all()
 
     def _discard_unsynced_locked(self) -> None:
@@ -665,6 +683,7 @@ class Journal:
 
 
 __all__ = [
+    "AppendListener",
     "EffectState",
     "InDoubtPolicy",
     "Journal",

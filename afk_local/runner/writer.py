@@ -246,13 +246,24 @@ class DurableWriter:
             self._cond.notify_all()
 
     def flush(self) -> None:
-        """Write everything queued, in order; return when it is durable.
+        """Write everything queued, in order; return when it is durable (and mirrored).
+
+        With a remote mirror (``Store(mirror=...)``) this also waits until the mirror
+        has uploaded everything written so far.
 
         Raises:
             FlushTimeoutError: the queue was not written within ``flush_timeout_s``.
             WriterFailedError: the background writer failed (first time: its own error).
             ForkedWriterError: called in a forked child of the process that opened the run.
+            MirrorError: the mirror failed or did not catch up within ``flush_timeout_s``.
+            LeaseLostError: another store took the run (``pull --take``).
         """
+        self._flush_local()
+        self.run.flush_mirror(self.flush_timeout_s)
+
+    def _flush_local(self) -> None:
+        # Pause and terminal writes wait for the disk only: a slow or failed mirror must
+        # not keep a finished run from being recorded as finished (close() raises it).
         if os.getpid() != self._pid:
             raise ForkedWriterError(self.run_id, self._pid, os.getpid())
         if self.durability == "exit":
@@ -294,25 +305,25 @@ class DurableWriter:
 
     def finish(self, result: Any = None, **extra: Any) -> Checkpoint:
         """Flush, then durably write the ``run_terminal`` checkpoint of a completed run."""
-        self.flush()
+        self._flush_local()
         with self._io_lock:
             return self.run.finish(result, **self._with_step(extra))
 
     def fail(self, error: BaseException | ErrorInfo | str, **extra: Any) -> Checkpoint:
         """Flush, then durably mark the run failed with ``error``."""
-        self.flush()
+        self._flush_local()
         with self._io_lock:
             return self.run.fail(error, **self._with_step(extra))
 
     def pause(self, kind: str = "input", prompt: Any = None, **extra: Any) -> Checkpoint:
         """Flush, then durably write the ``paused`` checkpoint and mark the run paused."""
-        self.flush()
+        self._flush_local()
         with self._io_lock:
             return self.run.pause(kind, prompt, **self._with_step(extra))
 
     def cancel(self, reason: str = "cancelled") -> Checkpoint:
         """Flush, then durably make the run terminal with state ``cancelled``."""
-        self.flush()
+        self._flush_local()
         with self._io_lock:
             return self.run.cancel(reason, **self._with_step({}))
 
@@ -344,7 +355,7 @@ class DurableWriter:
             return
         try:
             if self._error is None:
-                self.flush()
+                self._flush_local()  # the run's close then waits for its mirror
         finally:
             self._closed = True
             with self._cond:
@@ -370,7 +381,7 @@ class DurableWriter:
         if self._closed or self._error is not None or os.getpid() != self._pid:
             return
         try:
-            self.flush()
+            self._flush_local()
         except BaseException:
             log.exception("run %s: could not write queued checkpoints at exit", self.run_id)
 

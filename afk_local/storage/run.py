@@ -23,6 +23,7 @@ from filelock import FileLock
 from afk_local.errors import (
     ForkedWriterError,
     KeyRequiredError,
+    LeaseLostError,
     RunExistsError,
     UnstorableValueError,
     WriterFailedError,
@@ -33,6 +34,7 @@ from afk_local.storage.chain import is_signed_file, read_link_value
 from afk_local.storage.codec import RecordCodec
 from afk_local.storage.integrity import NO_MAC, record_digest
 from afk_local.storage.layout import RunPaths, checkpoint_name, scan_checkpoints, validate_phase
+from afk_local.storage.mirror import REMOTE_COPY_KEY, Mirror, RunMirror
 from afk_local.storage.ownership import acquire_lock, current_owner
 from afk_local.storage.reader import RunReader, read_meta
 from afk_local.storage.records import (
@@ -91,6 +93,7 @@ class RunWriter:
         max_chain: int = DEFAULT_MAX_CHAIN,
         delta_fraction: float = DEFAULT_DELTA_FRACTION,
         level: int = codec.DEFAULT_LEVEL,
+        mirror: RunMirror | None = None,
     ) -> None:
         self.paths = paths
         self.run_id = paths.run_id
@@ -114,6 +117,11 @@ class RunWriter:
         self._journal: Journal | None = None
         self._journal_lock = threading.Lock()
         self._journal_absent = False  # no effects.log yet (only our own journal creates one)
+        # The remote mirror, if any: told after each acknowledged write, never before.
+        # Its close hook goes first so it runs last (after the journal's).
+        self._mirror = mirror
+        if mirror is not None:
+            self.on_close(mirror.close)
         # Delta state per phase: the newest checkpoint of each phase written by this
         # writer is the base of the next one of that phase. Empty after open, so the
         # first checkpoint of every attempt is a keyframe.
@@ -179,7 +187,11 @@ class RunWriter:
                 if journal is None:
                     self._check_writable()
                     journal = Journal(
-                        self.paths.journal, self.run_id, writable=True, record_codec=self._codec
+                        self.paths.journal,
+                        self.run_id,
+                        writable=True,
+                        record_codec=self._codec,
+                        listener=self._mirror,
                     )
                     self.on_close(journal.close)
                     self._journal = journal
@@ -284,6 +296,8 @@ class RunWriter:
         self._seq = record.seq
         if mac is not None:
             self._prev_mac = mac
+        if self._mirror is not None:
+            self._mirror.published(name)  # acknowledged: only now may it leave the machine
         return record
 
     def _unpublish(self, name: str) -> None:
@@ -347,6 +361,8 @@ class RunWriter:
                 self._failed = exc
                 raise
             self._meta = meta
+            if self._mirror is not None:
+                self._mirror.meta_replaced()
             return meta
 
     def finish(self, result: Any = None, *, step: int | None = None, **extra: Any) -> Checkpoint:
@@ -430,6 +446,18 @@ class RunWriter:
             # The journal lost a record it could not make durable: the run on disk is
             # the truth now, and only a reopen reads it.
             raise WriterFailedError(self.run_id, self._journal.failed)
+        if self._mirror is not None:
+            self._mirror.check()  # LeaseLostError once another store took the run
+
+    def flush_mirror(self, timeout: float) -> None:
+        """Wait until the remote mirror has everything acknowledged so far (no-op without one).
+
+        Raises:
+            MirrorError: the mirror failed, or did not catch up within ``timeout`` seconds.
+            LeaseLostError: another store took the run.
+        """
+        if self._mirror is not None:
+            self._mirror.flush(timeout)
 
     def _remove_temp_files(self) -> None:
         with os.scandir(self.paths.dir) as entries:
@@ -492,6 +520,7 @@ def open_writer(
     lock_timeout: float,
     new_meta: RunMeta | None = None,
     new_attempt: bool = True,
+    mirror: Mirror | None = None,
     **writer_options: Any,
 ) -> RunWriter:
     """Lock a run directory and return its writer; with ``new_meta``, write it first.
@@ -504,26 +533,56 @@ def open_writer(
     that found the directory without a meta may have lost the race to one that
     has since written it and let go of the lock.
 
+    With a ``mirror``, the run's remote lease is checked (or taken, for a run the
+    remote does not know) before anything is written.
+
     Raises:
         KeyRequiredError: the run is signed and ``record_codec`` has no key.
         RunExistsError: ``new_meta`` was given but the run has a ``run.meta`` by now.
+        LeaseLostError: the run is a copy pulled without ``--take``, or the mirror
+            says another store holds its lease.
     """
     if new_meta is None and record_codec.signer is None and is_signed_file(paths.meta):
         raise KeyRequiredError(paths.run_id, str(paths.meta))
     lock = acquire_lock(paths, lock_timeout)
+    run_mirror: RunMirror | None = None
     try:
         owner = current_owner()
         if new_meta is not None and os.path.lexists(paths.meta):
             raise RunExistsError(paths.run_id, str(paths.dir))
         if new_meta is not None:
             meta = msgspec.structs.replace(new_meta, owner=owner, attempt=1)
-            fsio.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))
         else:
             old = read_meta(paths, record_codec)
+            _refuse_remote_copy(old)
             attempt = old.attempt + 1 if new_attempt else old.attempt
             meta = msgspec.structs.replace(old, owner=owner, attempt=attempt, updated_ms=now_ms())
-            fsio.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))
-        return RunWriter(paths, lock, meta, record_codec=record_codec, **writer_options)
+        if mirror is not None:
+            run_mirror = mirror.attach(paths, record_codec)
+        fsio.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))
+        writer = RunWriter(
+            paths, lock, meta, record_codec=record_codec, mirror=run_mirror, **writer_options
+        )
     except BaseException:
-        lock.release()
+        try:
+            if run_mirror is not None:
+                run_mirror.close()
+        finally:
+            lock.release()
         raise
+    if run_mirror is not None:
+        run_mirror.meta_replaced()
+    return writer
+
+
+def _refuse_remote_copy(meta: RunMeta) -> None:
+    # A run pulled without --take is somebody else's: writing it here would fork its
+    # history behind the lease holder's back (docs/remote.md).
+    copy = meta.extra.get(REMOTE_COPY_KEY)
+    if isinstance(copy, dict):
+        raise LeaseLostError(
+            meta.run_id,
+            str(copy.get("url", "its remote")),
+            f"this is a read-only copy pulled without --take (the lease is held by store "
+            f"{copy.get('holder', '?')} at epoch {copy.get('epoch', '?')})",
+        )

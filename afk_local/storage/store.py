@@ -30,6 +30,7 @@ from afk_local.storage.fork import fork_run
 from afk_local.storage.integrity import signer_for
 from afk_local.storage.layout import REQUESTS_DIR, RUNS_DIR, RunPaths, validate_run_id
 from afk_local.storage.layout import new_run_id as fresh_run_id
+from afk_local.storage.mirror import Mirror, default_mirror_url, open_mirror
 from afk_local.storage.ownership import acquire_lock, lock_is_held, probe_owner
 from afk_local.storage.reader import RunReader, read_meta
 from afk_local.storage.records import RunMeta, RunStatus, now_ms
@@ -65,6 +66,13 @@ class Store:
             journal record is signed with HMAC-SHA256, and unsigned or wrongly signed
             ones count as damaged (docs/format.md, "Tamper evidence"). Default:
             ``$AFK_LOCAL_KEY`` when set, else no key (files are not signed).
+        mirror: a remote to mirror every run this store writes to, as a URL
+            (``s3://bucket/prefix``, ``gs://``, ``az://``, ``file:///abs/path``; needs the
+            ``remote`` extra) or a :class:`~afk_local.storage.mirror.Mirror`. Each
+            acknowledged checkpoint and journal record is uploaded in the background,
+            in order; a writer's flush and close wait for it and raise its errors, and
+            a run whose lease another store took refuses writes (docs/remote.md).
+            Default: ``$AFK_LOCAL_MIRROR`` when set, else none; ``""`` means none.
     """
 
     def __init__(
@@ -77,16 +85,38 @@ class Store:
         lock_timeout: float = 0.0,
         max_chain: int = 32,
         key: bytes | str | None = None,
+        mirror: str | Mirror | None = None,
     ) -> None:
         self.root = Path(root) if root is not None else default_root()
         self.codec = RecordCodec(enc_hook=enc_hook, dec_hook=dec_hook, signer=signer_for(key))
         self.max_record_bytes = max_record_bytes
         self.lock_timeout = lock_timeout
         self.max_chain = max_chain
+        if mirror is None:
+            mirror = default_mirror_url()
+        self._mirror: Mirror | None = None
+        self.mirror_url: str | None = None
+        """The URL of the remote this store mirrors its runs to, if any."""
+        if isinstance(mirror, str):
+            self.mirror_url = mirror or None
+        elif mirror is not None:
+            self.mirror_url, self._mirror = mirror.url, mirror
 
     def __repr__(self) -> str:
         keyed = ", keyed" if self.keyed else ""
-        return f"Store(root={str(self.root)!r}{keyed})"
+        mirrored = f", mirror={self.mirror_url!r}" if self.mirror_url else ""
+        return f"Store(root={str(self.root)!r}{keyed}{mirrored})"
+
+    @property
+    def mirror(self) -> Mirror | None:
+        """The store's remote mirror, opened on first use (None without one).
+
+        Raises:
+            MirrorError: the URL's scheme has no implementation here (the extra is missing).
+        """
+        if self._mirror is None and self.mirror_url is not None:
+            self._mirror = open_mirror(self.mirror_url, self.root)
+        return self._mirror
 
     @property
     def keyed(self) -> bool:
@@ -179,6 +209,7 @@ class Store:
             "lock_timeout": lock_timeout,
             "max_record_bytes": self.max_record_bytes,
             "max_chain": self.max_chain,
+            "mirror": self.mirror,
         }
 
     def delete(self, run_id: str) -> None:
