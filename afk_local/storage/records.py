@@ -156,3 +156,12 @@ class Effect(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
 def now_ms() -> int:
     """Wall-clock milliseconds, as stored in records."""
     return time.time_ns() // 1_000_000
+
+
+def later_ms(previous: int) -> int:
+    """The ``updated_ms`` of a record replacing one stamped ``previous``: now, but always later.
+
+    ``run.meta`` stamps only ever grow, so a copy put back (an older meta) is told
+    from a newer one even when the clock stepped back.
+    """
+    return max(now_ms(), previous + 1)
