@@ -8,6 +8,7 @@ repeating side effects. docs/ holds the format, the guarantees and the API.
 from __future__ import annotations
 
 from afk_local.agent.agent_runner import AgentRunner
+from afk_local.agent.factory import AgentFactory, agent_factory
 from afk_local.agent.resume import aresume, resume
 from afk_local.agent.types import Agent, AgentResult, LLMResponse, ToolCall
 from afk_local.errors import (
@@ -60,6 +61,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AfkLocalError",
     "Agent",
+    "AgentFactory",
     "AgentResult",
     "AgentRunner",
     "Checkpoint",
@@ -103,6 +105,7 @@ __all__ = [
     "VerifyReport",
     "WriterFailedError",
     "__version__",
+    "agent_factory",
     "aresume",
     "cancel",
     "durable",

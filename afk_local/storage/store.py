@@ -45,7 +45,7 @@ from afk_local.storage.retention import (
     remove_stale_builds,
     runs_to_delete,
 )
-from afk_local.storage.run import RunWriter, open_writer
+from afk_local.storage.run import RunWriter, open_writer, require_not_behind
 from afk_local.storage.run_info import RunInfo
 from afk_local.storage.store_key import check_marker, marker_exists, marker_path, write_marker
 
@@ -448,8 +448,13 @@ class Store:
         return report
 
     def _compact(self, run_id: str, policy: RetentionPolicy, report: GcReport) -> None:
-        """Compact one run under its lock; a run whose owner is alive is skipped untouched."""
-        paths = self.paths(run_id)
+        """Compact one run under its lock; a run whose owner is alive is skipped untouched,
+        and so is a keyed run that is behind its head record (rolled back)."""
+        try:
+            paths = self.run_dir(run_id)
+        except UntrustedStoreError as exc:
+            report.errors.append(f"run {run_id}: skipped: {exc}")
+            return
         if lock_is_held(paths.lock):
             report.skipped_locked.append(run_id)
             return
@@ -463,7 +468,12 @@ class Store:
             return
         try:
             reader = self.open(run_id)
+            if self.heads is not None:
+                require_not_behind(self.heads, paths, reader.meta.updated_ms)
             report.compacted.append(compact_run(reader, policy, dry_run=report.dry_run))
+            if self.heads is not None and not report.dry_run:
+                reader.refresh()  # compaction may have rewritten the meta and the journal
+                self.heads.anchor(paths, reader.meta.updated_ms)
         except (AfkLocalError, OSError) as exc:
             report.errors.append(f"run {run_id}: skipped: {exc}")
         finally:
