@@ -99,8 +99,8 @@ def suggest(args: argparse.Namespace, *words: object) -> str:
 def require_run(store: Store, run_id: str) -> None:
     """Raise :class:`~afk_local.RunNotFoundError` unless ``run_id`` is a run of ``store``
     (:class:`~afk_local.UntrustedStoreError` when its directory is a symlink)."""
-    store.run_dir(run_id)  # validates the id, refuses a symlinked run directory
-    if not store.exists(run_id):
+    paths = store.run_dir(run_id)  # validates the id, refuses a symlinked run directory
+    if not os.path.lexists(paths.meta):  # a run.meta that is not a file: reading says so
         raise RunNotFoundError(run_id, str(store.root))
 
 

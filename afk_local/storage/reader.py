@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,8 +168,8 @@ class RunReader:
                 self._check_signature(file, path, raw, mac, names=names, macs=macs)
             record = self._codec.decode_checkpoint(raw, path)
         except CheckpointCorruptionError as exc:
-            if exc.run_id is None:
-                raise CheckpointCorruptionError(exc.path, exc.reason, self.run_id) from None
+            if exc.run_id is None:  # name the run; keep the kind (a DecodeBudgetError stays one)
+                raise type(exc)(exc.path, exc.reason, self.run_id) from None
             raise
         if (
             record.seq != file.seq
@@ -436,8 +437,29 @@ class RunReader:
                     f"{lock_problem}: nobody can own the run; remove it once no process uses it",
                 )
             )
+        temps = []
         with os.scandir(self.paths.dir) as entries:
-            temps = [e.name for e in entries if e.name.startswith(fsio.TEMP_PREFIX)]
+            for entry in entries:
+                if entry.name.startswith(fsio.TEMP_PREFIX):
+                    temps.append(entry.name)
+                elif parse_checkpoint_name(entry.name) is not None and not entry.is_file(
+                    follow_symlinks=False
+                ):
+                    kind = fsio.file_kind(entry.stat(follow_symlinks=False).st_mode)
+                    report.problems.append(
+                        VerifyProblem(entry.path, f"is a {kind}, not a regular file (ignored)")
+                    )
+        try:
+            latest_mode = os.lstat(self.paths.latest).st_mode
+        except OSError:
+            latest_mode = stat.S_IFLNK
+        if not (stat.S_ISLNK(latest_mode) or stat.S_ISREG(latest_mode)):
+            report.problems.append(
+                VerifyProblem(
+                    str(self.paths.latest),
+                    f"is a {fsio.file_kind(latest_mode)}, not a symlink or pointer file (ignored)",
+                )
+            )
         if temps:
             report.notes.append(f"{len(temps)} unpublished temp file(s), removed on next open")
         signed += verify_journal(self.paths, self._codec, report)

@@ -212,7 +212,8 @@ class Watcher:
             return None  # refused or unreadable, and unchanged since: said so already
         try:
             meta = read_meta(paths, self.store.codec)
-        except SchemaVersionError as exc:
+        except (SchemaVersionError, CheckpointCorruptionError) as exc:
+            # A newer schema, or damaged (keyed: unsigned) meta: said once, left alone.
             self._cache.pop(run_id, None)
             self._report(run_id, "skipped", f"{exc}; the watcher leaves it alone")
             return None
