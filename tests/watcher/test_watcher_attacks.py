@@ -68,6 +68,13 @@ def test_one_sweep_refuses_every_hostile_run_and_resumes_the_legitimate_one(
     submit_request(store, "subprocess:run", [["touch", str(out / "submitted")]], run_id="sub")
     os.symlink(tmp_path / "elsewhere", root / "requests" / "0-resume-link.json")
     os.mkfifo(root / "requests" / "0-resume-fifo.json", 0o600)
+    foreign = submit_request(
+        store, "attack_jobs:touch_marker", [str(out / "foreign")], run_id="foreign"
+    )[1]
+    if os.geteuid() == 0:  # another local user's request (needs root to make)
+        os.chown(foreign, 4242, 4242)
+    else:
+        foreign.unlink()
 
     code, events = watch_events(root)
 
@@ -87,6 +94,8 @@ def test_one_sweep_refuses_every_hostile_run_and_resumes_the_legitimate_one(
     rejected = [e["message"] for e in events if e["event"] == "rejected"]
     assert any("0-resume-link.json" in m and "symlink" in m for m in rejected), rejected
     assert any("0-resume-fifo.json" in m and "FIFO" in m for m in rejected), rejected
+    if os.geteuid() == 0:
+        assert any(foreign.name in m and "owned by uid 4242" in m for m in rejected), rejected
     assert code == 1  # problems were found
 
 
@@ -112,6 +121,29 @@ def test_keyed_store_without_the_key_and_unsigned_files_with_it(tmp_path: Path) 
     (root / "requests").mkdir(mode=0o700, exist_ok=True)
     (root / "requests" / "0-submit-unsigned.json").write_bytes(msgspec.json.encode(unsigned))
     marker_env = {"AFK_HOSTILE_MARKER": str(out / "imported")}
+    # A run put back from an older copy (after its head record moved on).
+    with keyed.create(
+        "rolled",
+        entrypoint="attack_jobs:touch_marker",
+        params={"args": [str(out / "rolled")], "kwargs": {}},
+    ) as run:
+        run.checkpoint("runtime_state", {"i": 1}, step=1)
+    old = {p.name: p.read_bytes() for p in keyed.paths("rolled").dir.iterdir() if p.is_file()}
+    with keyed.resume_writer("rolled") as run:
+        run.checkpoint("runtime_state", {"i": 2}, step=2)
+    for p in keyed.paths("rolled").dir.glob("*.ckpt"):
+        p.unlink()
+    for name, data in old.items():
+        (keyed.paths("rolled").dir / name).write_bytes(data)
+    # A request submitted the proper way, with the key: it is signed and runs.
+    submitted = afk(
+        root,
+        "submit",
+        "attack_jobs:touch_marker",
+        f'["{out / "signed"}"]',
+        env={"AFK_LOCAL_KEY": KEY},
+    )
+    assert submitted.returncode == 0, submitted.stderr
 
     # Without the key the watcher executes nothing from a keyed store: one line, exit 2.
     res = afk(root, "watch", "--once", env=marker_env)
@@ -119,8 +151,9 @@ def test_keyed_store_without_the_key_and_unsigned_files_with_it(tmp_path: Path) 
 
     code, events = watch_events(root, env={"AFK_LOCAL_KEY": KEY, **marker_env})
     assert code == 0, events
-    assert (out / "legit").exists(), events
-    assert sorted(p.name for p in out.iterdir()) == ["legit"], events  # no import, no submit
+    assert (out / "legit").exists() and (out / "signed").exists(), events
+    assert sorted(p.name for p in out.iterdir()) == ["legit", "signed"], events
     assert "unsigned record in a keyed store" in of(events, "skipped")["evil"]["message"]
+    assert "rolled back" in of(events, "refused")["rolled"]["message"]
     rejected = [e["message"] for e in events if e["event"] == "rejected"]
     assert any("unsigned" in m for m in rejected), rejected
