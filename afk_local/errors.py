@@ -172,7 +172,7 @@ class KeyRequiredError(AfkLocalError):
 
 
 class UntrustedStoreError(AfkLocalError):
-    """A store or run failed a trust check: nothing it names is executed (DESIGN §9).
+    """A store or run failed a trust check: nothing it names is executed (docs/security.md).
 
     Raised before any code a store names is imported or run, and by writers that
     must not follow a symlink out of the store. ``reason`` says what is wrong,

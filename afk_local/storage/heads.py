@@ -1,4 +1,4 @@
-"""Head records: rollback protection for keyed stores, kept outside the store (DESIGN §9).
+"""Head records: rollback protection for keyed stores, kept outside the store (docs/security.md).
 
 Nothing inside a run can tell "never written" from "removed": a run whose newest
 checkpoints were deleted, or a whole run directory put back from an older copy,

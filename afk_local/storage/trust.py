@@ -1,4 +1,4 @@
-"""The trust gate: a store is data, never instructions (DESIGN §9, docs/security.md).
+"""The trust gate: a store is data, never instructions (docs/security.md).
 
 Every path that executes code a store names — ``afk.resume`` / ``afk-local resume``
 of a durable job (:mod:`afk_local.runner.resume`), the rebuild of an agent

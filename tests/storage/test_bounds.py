@@ -180,3 +180,17 @@ def test_threads_sharing_a_writer_never_duplicate_or_lose_a_checkpoint(
         (t, i) for t in range(threads) for i in range(each)
     ]
     assert reader.verify().ok
+
+
+def test_appending_to_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    """The watcher appends attempt logs: a FIFO there must be refused, not written into."""
+    from afk_local.storage import fsio  # noqa: PLC0415
+
+    fifo = tmp_path / "attempt-1.log"
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(fsio.NotRegularFileError, match="FIFO"):
+        fsio.open_append(fifo)
+    os.symlink(tmp_path / "elsewhere", tmp_path / "attempt-2.log")
+    with pytest.raises(OSError, match="symlink"):
+        fsio.open_append(tmp_path / "attempt-2.log")
+    assert not (tmp_path / "elsewhere").exists()
