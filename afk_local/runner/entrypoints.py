@@ -64,7 +64,7 @@ def import_entrypoint(
         raise EntrypointError(
             run_id,
             entrypoint,
-            f"it names a {type(obj).__name__}, not {accept_name}; afk-local calls nothing "
-            "else a run names (a crafted run.meta, or the code moved)",
+            f"it names a {type(obj).__name__}, and afk-local calls nothing else a run "
+            f"names: it is not {accept_name}",
         )
     return obj

@@ -427,6 +427,32 @@ def open_append(path: str | os.PathLike[str]) -> int:
     return fd
 
 
+def replace_unsynced(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` by ``data`` all at once (temp file + rename), with no fsync.
+
+    Only for small records kept *outside* a store that may lag behind a crash but
+    never lead (a keyed store's head records): not a durable write, so neither the
+    I/O hook nor the recorder sees it.
+    """
+    target = os.fspath(path)
+    tmp = _temp_sibling(target)
+    try:
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE
+        )
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def remove_temp_entry(path: str | os.PathLike[str]) -> None:
     """Remove a stale ``.tmp-*`` entry of a crashed writer: a file, a symlink or a directory.
 

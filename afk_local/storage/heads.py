@@ -137,21 +137,15 @@ class HeadStore:
 
     def write(self, head: Head) -> None:
         """Publish ``head`` (temp file and rename; no fsync: a lost head only lags)."""
-        fsio.make_dirs(self.dir)
+        if not self.dir.is_dir():
+            self.dir.mkdir(mode=fsio.DIR_MODE, parents=True, exist_ok=True)
         body = msgspec.json.encode(msgspec.structs.replace(head, written_ms=now_ms()))
-        path = self.path(head.run_id)
-        tmp = fsio.temp_path(self.dir, path.name)
-        try:
-            fsio.write_new_file(tmp, self._signer.sign_document(_TAG, body), sync=False)
-            fsio.rename(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        fsio.replace_unsynced(self.path(head.run_id), self._signer.sign_document(_TAG, body))
 
     def remove(self, run_id: str) -> None:
         """Forget the head of a run that was deleted on purpose."""
-        fsio.unlink(self.path(run_id))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path(run_id))
 
     def anchor(self, paths: RunPaths, meta_updated_ms: int) -> Head:
         """Record the run as it is on disk now as its head, and return it.

@@ -52,7 +52,7 @@ from afk_local.storage.integrity import chain_links, with_chain_links
 from afk_local.storage.journal_format import read_journal, write_journal_file
 from afk_local.storage.layout import CheckpointFile, parse_checkpoint_name, scan_checkpoints
 from afk_local.storage.reader import RunReader
-from afk_local.storage.records import Effect, Phase, later_ms
+from afk_local.storage.records import Effect, Phase
 from afk_local.storage.run_info import RunInfo
 
 log = logging.getLogger("afk_local")
@@ -345,9 +345,8 @@ def compact_run(
         [CheckpointFile(f.seq, f.phase, f.name) for f in plan.keep],
     )
     if extra is not None:
-        meta = msgspec.structs.replace(
-            reader.meta, extra=extra, updated_ms=later_ms(reader.meta.updated_ms)
-        )
+        # updated_ms stays: compaction does not make a run younger (gc's age order)
+        meta = msgspec.structs.replace(reader.meta, extra=extra)
         fsio.atomic_write(paths.meta, codec.encode_meta(reader.record_codec, meta))
         reader.refresh()
     # 1. rewrite kept deltas whose chain would be cut, as keyframes with identical content.
