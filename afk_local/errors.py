@@ -269,6 +269,29 @@ class UnstorableValueError(AfkLocalError, TypeError):
         return UnstorableValueError(path, self.type_name, run_id or self.run_id)
 
 
+class RecordTooDeepError(UnstorableValueError):
+    """A value nests lists and dicts deeper than a record may: refused before any I/O.
+
+    Python decodes nested msgpack recursively, so a reader near its recursion limit
+    (the CLI, a watcher child) could not read such a record back (docs/security.md).
+    """
+
+    def __init__(self, path: str, limit: int, run_id: str | None = None) -> None:
+        super().__init__(path, f"a structure nested more than {limit} levels deep", run_id)
+        self.limit = limit
+        run = f"run {run_id!r}: " if run_id else ""
+        Exception.__init__(
+            self,
+            f"{run}cannot store {path}: it nests lists/dicts deeper than {limit} levels (or "
+            "contains itself), and a reader could not decode it back; flatten it, or store "
+            "that part as a JSON string",
+        )
+
+    def under(self, prefix: str, run_id: str | None = None) -> UnstorableValueError:
+        """The same error with ``prefix`` put before its path (and the run named)."""
+        return RecordTooDeepError(super().under(prefix).path, self.limit, run_id or self.run_id)
+
+
 class SettleError(AfkLocalError, ValueError):
     """An effect cannot be settled: the run has no such effect, or it is not in doubt."""
 

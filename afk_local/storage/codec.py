@@ -26,10 +26,10 @@ from typing import Any, NamedTuple, TypeVar
 import msgspec
 import zstandard
 
-from afk_local.errors import CheckpointCorruptionError, SchemaVersionError
+from afk_local.errors import CheckpointCorruptionError, RecordTooDeepError, SchemaVersionError
 from afk_local.storage import migrate, values
 from afk_local.storage.integrity import MAC_SIZE, Signer
-from afk_local.storage.records import SCHEMA_VERSION, Checkpoint, Effect, RunMeta
+from afk_local.storage.records import MAX_NESTING_DEPTH, SCHEMA_VERSION, Checkpoint, Effect, RunMeta
 
 MAGIC = b"AFK1"
 KIND_CHECKPOINT = 1
@@ -50,11 +50,6 @@ DEFAULT_MAX_RECORD_BYTES = 256 << 20
 or ``$AFK_LOCAL_MAX_RECORD_BYTES`` change it). Decompressing a record allocates its
 declared size once, so a crafted frame (a "zstd bomb") costs at most this much."""
 
-MAX_NESTING_DEPTH = 256
-"""Deepest nesting of lists and maps a record may have, the record itself counting as 1.
-Deeper records are refused when written (before any I/O), because Python decodes nested
-msgpack recursively and a reader near its recursion limit (the CLI, a watcher child)
-could not read them back; a deeper record on disk reads as damaged, never as a crash."""
 
 DEFAULT_LEVEL = 3
 MAX_DELTA_BASE_BYTES = 64 << 20
@@ -279,10 +274,6 @@ def decompress(body: bytes, path: str, *, base: bytes | None, max_bytes: int) ->
     return raw
 
 
-class RecordTooDeepError(ValueError):
-    """A record nests lists and maps deeper than :data:`MAX_NESTING_DEPTH`: refused unwritten."""
-
-
 _CONTAINER_HEADS = bytes(range(0x80, 0xA0)) + b"\xdc\xdd\xde\xdf"
 _NOT_CONTAINER_HEAD = bytes(b for b in range(256) if b not in _CONTAINER_HEADS)
 _ARRAY_OF_RAW = msgspec.msgpack.Decoder(list[msgspec.Raw])
@@ -403,16 +394,15 @@ class RecordCodec:
             RecordTooDeepError: it nests deeper than :data:`MAX_NESTING_DEPTH`, so a
                 reader might not decode it: refused before anything is written.
         """
+        tagged = self.tag(record, enc_hook or self._enc_hook)  # bounds the user data's depth
         try:
-            raw = self._encoder.encode(self.tag(record, enc_hook or self._enc_hook))
+            raw = self._encoder.encode(tagged)
         except RecursionError:
-            raw = None
-        if raw is None or not nesting_within(raw):
-            raise RecordTooDeepError(
-                f"a {type(record).__name__} nests lists/dicts deeper than {MAX_NESTING_DEPTH} "
-                "levels; readers could not decode it back, so it is not stored: flatten the "
-                "payload (or store it as a JSON string)"
-            )
+            raise RecordTooDeepError("(the record)", MAX_NESTING_DEPTH) from None
+        # A checkpoint or an effect is fixed fields around the payload or result that tag()
+        # walked; anything else (run.meta's extra and pause prompt) is checked in its bytes.
+        if not isinstance(record, (Checkpoint, Effect)) and not nesting_within(raw):
+            raise RecordTooDeepError(f"(a {type(record).__name__})", MAX_NESTING_DEPTH)
         return raw
 
     @staticmethod

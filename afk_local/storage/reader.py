@@ -481,7 +481,12 @@ class RunReader:
             updated = None
         for reason in self._heads.behind(self.paths, updated):
             report.problems.append(VerifyProblem(str(self.paths.dir), f"rolled back: {reason}"))
-        if not self._heads.path(self.run_id).exists():
+        try:
+            present = self._heads.read(self.run_id) is not None
+        except ValueError as exc:
+            report.notes.append(f"{exc}: rollback is not checked until the run is next written")
+            return
+        if not present:
             report.notes.append(
                 "no head record: rollback is not checked for this run until it is next "
                 "written (it predates rollback protection, or the store moved)"

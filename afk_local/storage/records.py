@@ -16,6 +16,13 @@ import msgspec
 SCHEMA_VERSION = 1
 """Schema version written into every Checkpoint and RunMeta."""
 
+MAX_NESTING_DEPTH = 256
+"""Deepest nesting of lists and maps a record may have, the record itself counting as 1
+(a checkpoint's payload is level 2). Deeper records are refused when written
+(:class:`~afk_local.errors.RecordTooDeepError`, before any I/O): Python decodes nested
+msgpack recursively, and a reader near its recursion limit (the CLI, a watcher child)
+could not read them back. A deeper record on disk reads as damaged, never as a crash."""
+
 
 class Phase(str, enum.Enum):
     """The checkpoint phases of the agent protocol (docs/agent.md)."""

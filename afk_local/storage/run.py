@@ -569,9 +569,12 @@ def open_writer(
         keeper = None
         if heads is not None:
             keeper = HeadKeeper(heads, heads.anchor(paths, meta.updated_ms))
-        return RunWriter(
+        writer = RunWriter(
             paths, lock, meta, record_codec=record_codec, head=keeper, **writer_options
         )
+        if keeper is not None:
+            writer.on_close(keeper.close)  # runs last: after the journal's final records
+        return writer
     except BaseException:
         lock.release()
         raise

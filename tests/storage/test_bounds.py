@@ -16,8 +16,8 @@ import pytest
 from attacks import afk, bomb_frame, checkpoint_file, one_line_error, peak_rss, plant_meta
 
 import afk_local as afk_api
-from afk_local.storage import codec
 from afk_local.storage.chain import MAX_READ_CHAIN, DecodeBudgetError
+from afk_local.storage.records import MAX_NESTING_DEPTH
 
 MiB = 1 << 20
 
@@ -56,13 +56,17 @@ def test_deep_nesting_is_damage_not_a_crash(tmp_path: Path) -> None:
 def test_too_deep_to_read_back_is_refused_at_write_time(tmp_path: Path) -> None:
     store = afk_api.Store(tmp_path)
     ok: object = 0
-    for _ in range(codec.MAX_NESTING_DEPTH - 1):  # the record is level 1, its payload 2...
+    for _ in range(MAX_NESTING_DEPTH - 2):  # the record is level 1, its payload level 2
         ok = [ok]
-    too_deep: object = [ok]
+    too_deep: object = ok
+    for _ in range(10):
+        too_deep = [too_deep]
     with store.create("r") as run:
         run.checkpoint("runtime_state", ok, step=1)
-        with pytest.raises(codec.RecordTooDeepError, match="deeper than 256"):
+        with pytest.raises(afk_api.RecordTooDeepError, match="deeper than 256 levels"):
             run.checkpoint("runtime_state", too_deep, step=2)
+        with pytest.raises(afk_api.RecordTooDeepError):
+            run.update_meta(extra={"deep": too_deep})  # run.meta is checked in its bytes
         with pytest.raises(TypeError, match="deeper than 256"):
             run.effects.call("deep", lambda: too_deep)  # its outcome is never acknowledged
         assert run.seq == 1

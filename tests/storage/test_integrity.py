@@ -303,8 +303,7 @@ def test_wrong_key_flags_every_file(tmp_path: Path) -> None:
     paths = write_run(keyed(tmp_path), "r")
     wrong = keyed(tmp_path, b"not the key")
     found = problems(wrong, "r")
-    # Every file, and the run's head record (kept outside the store, under "r").
-    assert set(found) == {p.name for p in paths} | {"run.meta", "effects.log", "r"}
+    assert set(found) == {p.name for p in paths} | {"run.meta", "effects.log"}
     assert all("HMAC mismatch" in reason for reason in found.values())
     with pytest.raises(afk.CheckpointCorruptionError, match="HMAC mismatch"):
         wrong.open("r")
@@ -323,7 +322,7 @@ def test_cli_verify_with_the_wrong_key_lists_every_damaged_file(
     assert main(["verify", "--root", str(tmp_path), "--json"]) == 1
     (run,) = json.loads(capsys.readouterr().out)["runs"]
     damaged = {os.path.basename(p["path"]) for p in run["problems"]}
-    assert damaged == {"run.meta", "000000000001.p1.ckpt", "000000000002.p2.ckpt", "r"}
+    assert damaged == {"run.meta", "000000000001.p1.ckpt", "000000000002.p2.ckpt"}
     assert all("HMAC mismatch" in p["reason"] for p in run["problems"])
 
 
