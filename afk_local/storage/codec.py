@@ -399,9 +399,9 @@ class RecordCodec:
             raw = self._encoder.encode(tagged)
         except RecursionError:
             raise RecordTooDeepError("(the record)", MAX_NESTING_DEPTH) from None
-        # A checkpoint or an effect is fixed fields around the payload or result that tag()
-        # walked; anything else (run.meta's extra and pause prompt) is checked in its bytes.
-        if not isinstance(record, (Checkpoint, Effect)) and not nesting_within(raw):
+        # tag() walked the user data (a payload, a result, any plain value) and bounded its
+        # depth; run.meta also holds data it does not walk (extra, the pause prompt).
+        if isinstance(record, RunMeta) and not nesting_within(raw):
             raise RecordTooDeepError(f"(a {type(record).__name__})", MAX_NESTING_DEPTH)
         return raw
 

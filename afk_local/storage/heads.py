@@ -10,9 +10,11 @@ MAC of its last record, and the ``updated_ms`` of the newest ``run.meta``. Every
 acknowledged write moves it forward; :meth:`HeadStore.behind` compares a run with
 its head, and a run behind its head has been rolled back.
 
-The head is written after the write it describes is durable (temp file and
-rename, no fsync of its own): a crash, or a power loss, can only leave it
-*behind* the run, which is never reported; it is never ahead.
+The head is written after the write it describes is durable, with no fsync of its
+own (anchored by temp file and rename when a writer opens the run, then rewritten
+in place as one fixed-size ``pwrite``): a crash, or a power loss, can only leave it
+*behind* the run, which is never reported, or cut short, when it no longer verifies
+and counts as absent until the next writer anchors it again; it is never ahead.
 
 Layout: ``<head dir>/<store id>/<run_id>.head``, where ``<head dir>`` is
 ``$AFK_LOCAL_HEAD_DIR``, else ``$XDG_STATE_HOME/afk_local/heads``, else
@@ -105,8 +107,17 @@ class HeadStore:
     def __init__(
         self, root: str | os.PathLike[str], head_dir: str | os.PathLike[str], signer: Signer
     ) -> None:
-        self.dir = store_dir(root, head_dir)
+        self._root = root
+        self._head_dir = head_dir
+        self._dir: Path | None = None
         self._signer = signer
+
+    @property
+    def dir(self) -> Path:
+        """This store's directory of head records (the store's real path, resolved once)."""
+        if self._dir is None:
+            self._dir = store_dir(self._root, self._head_dir)
+        return self._dir
 
     def __repr__(self) -> str:
         return f"HeadStore(dir={str(self.dir)!r})"
