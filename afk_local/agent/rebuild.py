@@ -143,10 +143,11 @@ def resume_agent(
     for agent runs.
 
     Raises:
+        UntrustedStoreError: the trust gate refused the run (nothing was imported).
         EntrypointError: the agent cannot be rebuilt here (the message says why).
     """
     the_store = as_store(store)
-    meta = require_trusted_run(the_store, run_id).meta
+    meta = the_store.read_meta(run_id)
     if not is_agent_run(meta):
         raise EntrypointError(
             run_id, meta.entrypoint, "it is not an agent run; use afk.resume(run_id)"
@@ -165,6 +166,7 @@ def resume_agent(
     done = runner._settled(meta, NO_INPUT if input is None else input, pause_seq)
     if done is not None:
         return done
+    meta = require_trusted_run(the_store, run_id).meta  # before anything it names is imported
     return runner.resume(
         load_agent(meta), run_id, input=input, on_corrupt=on_corrupt, pause_seq=pause_seq
     )
