@@ -8,6 +8,7 @@ repeating side effects. docs/ holds the format, the guarantees and the API.
 from __future__ import annotations
 
 from afk_local.agent.agent_runner import AgentRunner
+from afk_local.agent.factory import AgentFactory, agent_factory
 from afk_local.agent.resume import aresume, resume
 from afk_local.agent.types import Agent, AgentResult, LLMResponse, ToolCall
 from afk_local.errors import (
@@ -23,12 +24,15 @@ from afk_local.errors import (
     LeaseLostError,
     MirrorError,
     PauseMismatchError,
+    RecordTooDeepError,
     RunCancelledError,
     RunExistsError,
     RunLockedError,
     RunNotFoundError,
     RunPaused,
+    RunRolledBackError,
     SchemaVersionError,
+    UntrustedStoreError,
     WriterFailedError,
 )
 from afk_local.journal.journal import Journal
@@ -60,6 +64,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AfkLocalError",
     "Agent",
+    "AgentFactory",
     "AgentResult",
     "AgentRunner",
     "Checkpoint",
@@ -83,6 +88,7 @@ __all__ = [
     "MirrorError",
     "PauseMismatchError",
     "Phase",
+    "RecordTooDeepError",
     "ReplayedError",
     "ResumeState",
     "RunCancelledError",
@@ -94,15 +100,18 @@ __all__ = [
     "RunNotFoundError",
     "RunPaused",
     "RunReader",
+    "RunRolledBackError",
     "RunStatus",
     "RunWriter",
     "SchemaVersionError",
     "StateCheckpoint",
     "Store",
     "ToolCall",
+    "UntrustedStoreError",
     "VerifyReport",
     "WriterFailedError",
     "__version__",
+    "agent_factory",
     "aresume",
     "cancel",
     "durable",

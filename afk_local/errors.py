@@ -154,16 +154,42 @@ class WriterFailedError(AfkLocalError):
 
 
 class KeyRequiredError(AfkLocalError):
-    """A run whose files are signed was opened for writing by a store without a key."""
+    """A signed run, or a keyed store, was opened for writing by a store without a key."""
 
-    def __init__(self, run_id: str, path: str) -> None:
+    def __init__(self, run_id: str, path: str, *, keyed_store: bool = False) -> None:
         self.run_id = run_id
         self.path = path
-        super().__init__(
-            f"run {run_id!r} is signed ({path} carries an HMAC) but this store has no key: "
-            "writing would leave unsigned records its keyed readers refuse. Open it with "
-            "its key (set AFK_LOCAL_KEY or pass Store(key=...))"
+        what = (
+            f"the store is keyed ({path} says so)"
+            if keyed_store
+            else f"run {run_id!r} is signed ({path} carries an HMAC)"
         )
+        super().__init__(
+            f"{what} but this store has no key: writing would leave unsigned records its "
+            "keyed readers refuse. Open it with its key (set AFK_LOCAL_KEY or pass "
+            "Store(key=...))"
+        )
+
+
+class UntrustedStoreError(AfkLocalError):
+    """A store or run failed a trust check: nothing it names is executed (docs/security.md).
+
+    Raised before any code a store names is imported or run, and by writers that
+    must not follow a symlink out of the store. ``reason`` says what is wrong,
+    ``hint`` what to do about it.
+    """
+
+    def __init__(self, path: str, reason: str, hint: str, run_id: str | None = None) -> None:
+        self.path = path
+        self.reason = reason
+        self.hint = hint
+        self.run_id = run_id
+        run = f"run {run_id!r}: " if run_id else ""
+        super().__init__(f"{run}refused: {path}: {reason}; {hint}")
+
+
+class RunRolledBackError(UntrustedStoreError):
+    """A keyed run is behind its head record: acknowledged writes are gone (rolled back)."""
 
 
 class RunPaused(AfkLocalError):
@@ -241,6 +267,29 @@ class UnstorableValueError(AfkLocalError, TypeError):
         inner = "" if self.path == "(the value itself)" else self.path
         path = f"{prefix}.{inner}" if prefix and inner else (prefix or self.path)
         return UnstorableValueError(path, self.type_name, run_id or self.run_id)
+
+
+class RecordTooDeepError(UnstorableValueError):
+    """A value nests lists and dicts deeper than a record may: refused before any I/O.
+
+    Python decodes nested msgpack recursively, so a reader near its recursion limit
+    (the CLI, a watcher child) could not read such a record back (docs/security.md).
+    """
+
+    def __init__(self, path: str, limit: int, run_id: str | None = None) -> None:
+        super().__init__(path, f"a structure nested more than {limit} levels deep", run_id)
+        self.limit = limit
+        run = f"run {run_id!r}: " if run_id else ""
+        Exception.__init__(
+            self,
+            f"{run}cannot store {path}: it nests lists/dicts deeper than {limit} levels (or "
+            "contains itself), and a reader could not decode it back; flatten it, or store "
+            "that part as a JSON string",
+        )
+
+    def under(self, prefix: str, run_id: str | None = None) -> UnstorableValueError:
+        """The same error with ``prefix`` put before its path (and the run named)."""
+        return RecordTooDeepError(super().under(prefix).path, self.limit, run_id or self.run_id)
 
 
 class SettleError(AfkLocalError, ValueError):

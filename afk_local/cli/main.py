@@ -181,6 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--via-watcher", action="store_true", help="ask the running watcher to resume it"
     )
+    p.add_argument(
+        "--trust",
+        action="store_true",
+        help="vouch for the run as it is on disk: run an imported run, accept a run put "
+        "back from a backup (docs/security.md)",
+    )
 
     p = add("settle", cmd_settle, "record what happened to an effect left in doubt")
     p.add_argument("run", metavar="RUN")

@@ -22,6 +22,7 @@ from afk_local.cli.command import (
     require_run,
     short,
     suggest,
+    warn_untrusted,
 )
 from afk_local.cli.describe import describe_run
 from afk_local.cli.remote import cmd_remote_runs
@@ -76,6 +77,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if getattr(args, "remote", None):
         return cmd_remote_runs(args)
     store = open_store(args)
+    warn_untrusted(store)
     infos = store.runs(args.status)
     if args.limit is not None:
         infos = infos[: args.limit]
@@ -111,6 +113,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     """``show RUN``: the run's meta, position, effects and what a resume would do."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     facts = describe_run(store, args.run, hint=lambda *words: suggest(args, *words))
     if args.json:
         emit_json(facts)
@@ -128,6 +131,7 @@ def cmd_log(args: argparse.Namespace) -> int:
     """``log RUN``: the checkpoint chain (seq, step, phase, time, size, keyframe or delta)."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     rows = log_rows(store.open(args.run), limit=args.limit)
     if args.json:
         emit_json(rows)
@@ -169,6 +173,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     """``inspect RUN [SEQ] [--path a.b.c]``: one checkpoint's payload, pretty."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     record = _load_checkpoint(store, args.run, args.seq)
     value = payload_at(record.payload, args.path, run_id=args.run, seq=record.seq)
     if args.json:
@@ -197,6 +202,7 @@ def cmd_effects(args: argparse.Namespace) -> int:
     """``effects RUN``: every journaled call and its outcome; in doubt first, with how to settle."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     rows = effect_rows(store.open(args.run))
     if args.json:
         emit_json(rows)
@@ -248,6 +254,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     """``diff RUN SEQ_A SEQ_B``: added, removed and changed paths between two payloads."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     a = _load_checkpoint(store, args.run, args.seq_a)
     b = _load_checkpoint(store, args.run, args.seq_b)
     changes = structural_diff(a.payload, b.payload)
@@ -273,6 +280,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     """``verify [RUN ...]``: check every file; exit 1 when anything is damaged."""
     store = open_store(args)
+    warn_untrusted(store)
     run_ids = args.runs or store.run_ids()
     for run_id in args.runs:
         require_run(store, run_id)
@@ -306,6 +314,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     """``export RUN``: meta, checkpoints and effects as JSON (or JSON lines)."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     records = export_records(store.open(args.run))
     if args.format == "jsonl":
         text = "".join(json.dumps(to_jsonable(r), ensure_ascii=False) + "\n" for r in records)

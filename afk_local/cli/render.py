@@ -241,11 +241,9 @@ def _walk(a: Any, b: Any, path: str, out: dict[str, Any]) -> None:
 
 def verify_run(store: Store, run_id: str, *, repair: bool = True) -> dict[str, Any]:
     """Verify one run; with ``repair``, truncate a torn journal tail if the lock is free."""
-    from afk_local.storage.reader import RunReader  # noqa: PLC0415
-
     # Not store.open(): a damaged (or, in a keyed store, wrongly signed) run.meta must
     # be reported like any other damaged file, not stop the command.
-    reader = RunReader(store.paths(run_id), record_codec=store.codec)
+    reader = store.reader(run_id)
     report = reader.verify()
     result: dict[str, Any] = {
         "run_id": run_id,

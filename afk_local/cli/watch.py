@@ -276,6 +276,9 @@ def request_resume(args: argparse.Namespace, store: Store, value: Any) -> int:
     or ``--pause-seq``; the watcher applies it at most once, and only to that pause.
     """
     has_input = getattr(args, "input", None) is not None
+    problem = store.key_problem()
+    if problem is not None:  # the watcher would reject an unsigned request: say so now
+        raise CliError(problem)
     path = resume_request(
         store, args.run, value, has_input=has_input, pause_seq=getattr(args, "pause_seq", None)
     )

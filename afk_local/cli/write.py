@@ -42,6 +42,7 @@ from afk_local.storage.notebook import format_bytes
 from afk_local.storage.records import RunStatus
 from afk_local.storage.retention import DEFAULT_ALWAYS_KEEP, RetentionPolicy
 from afk_local.storage.store import Store
+from afk_local.storage.trust import require_trusted_run, trust_run
 
 
 def parse_json_option(name: str, text: str) -> Any:
@@ -98,6 +99,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
         raise CliError("--pause-seq names the pause an --input answers: give --input too")
     store = open_store(args)
     require_run(store, args.run)
+    if getattr(args, "trust", False):
+        trust_run(store, args.run)  # the person vouches for the run as it is on disk now
+        sys.stderr.write(f"afk-local: run {args.run} trusted (as it is on disk now)\n")
     meta = store.read_meta(args.run)
     if has_input and meta.status is not RunStatus.PAUSED:
         raise CliError(
@@ -118,6 +122,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
             raise CliError(f"run {args.run!r} cannot be resumed: {reason}")
     if args.via_watcher:
         return request_resume(args, store, value)
+    # The trust gate before anything the run names runs here: the interpreter it hands
+    # over to, the module it imports, the script it re-enters (docs/security.md).
+    meta = require_trusted_run(store, args.run).meta
     plan = reentry_plan(meta)
     if plan.other_interpreter and not os.environ.get(REENTERED_ENV):
         return _hand_over(args, store, plan)

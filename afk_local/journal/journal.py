@@ -40,7 +40,7 @@ from afk_local.journal.replay import (
 )
 from afk_local.storage import fsio, values
 from afk_local.storage.codec import EncHook, RecordCodec
-from afk_local.storage.integrity import NO_MAC, Signer, record_digest
+from afk_local.storage.integrity import MAC_SIZE, NO_MAC, Signer, record_digest
 from afk_local.storage.journal_format import (
     DEFAULT_MAX_FRAME_BYTES,
     FRAME_HEADER_SIZE,
@@ -54,8 +54,6 @@ from afk_local.storage.records import Effect, ErrorInfo
 
 log = logging.getLogger("afk_local")
 
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 InDoubtPolicy = str | Callable[["EffectState"], str]
 
@@ -160,6 +158,9 @@ class Journal:
         max_frame_bytes: largest record accepted on write and on read.
         listener: told before each append (it may refuse by raising) and after each
             fsync, with the durable end of the file (a remote mirror, say).
+        on_durable: called as ``on_durable(end, tail)`` after each fsync, with the
+            durable length of the file and its last 32 bytes (a keyed record's MAC):
+            a keyed store's head record follows the journal this way.
     """
 
     def __init__(
@@ -171,9 +172,12 @@ class Journal:
         record_codec: RecordCodec | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         listener: AppendListener | None = None,
+        on_durable: Callable[[int, bytes], None] | None = None,
     ) -> None:
         self.path = Path(path)
         self._listener = listener
+        self._on_durable = on_durable
+        self._tail = b""  # the last bytes written (up to MAC_SIZE): what on_durable reports
         self.run_id = run_id
         self.writable = writable
         self._pid = os.getpid()  # appends belong to the process that opened it, never a fork
@@ -210,11 +214,14 @@ class Journal:
             os.close(self._fd)
             raise
         self._written_end = self._synced_end = self._end
+        if self._fd >= 0 and self._end:
+            start = max(self._end - MAC_SIZE, 0)
+            self._tail = os.pread(self._fd, self._end - start, start)
 
     def _open(self) -> int:
         if not self.writable:
             try:
-                return os.open(self.path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+                return fsio.open_regular(self.path)
             except FileNotFoundError:
                 return -1  # no journal yet: an empty view
         existed = self.path.exists()
@@ -345,6 +352,7 @@ class Journal:
                 raise WriterFailedError(self.run_id, exc) from exc
             if mac is not None:
                 self._last_mac = mac
+            self._tail = (self._tail + frame)[-MAC_SIZE:]
             self._written_end = mine = offset + len(frame)
             self._pending.append((offset, len(frame) - FRAME_HEADER_SIZE, head))
             while self._synced_end < mine:
@@ -360,7 +368,7 @@ class Journal:
     def _sync_locked(self) -> None:
         """Fsync everything written so far; called with the lock held, releases it meanwhile."""
         self._syncing = True
-        target = self._written_end
+        target, tail = self._written_end, self._tail
         batch, self._pending = self._pending, []
         self._cond.release()
         error: BaseException | None = None
@@ -379,6 +387,8 @@ class Journal:
         self._synced_end = target
         for offset, length, head in batch:  # the index only ever shows durable records
             self._apply(offset, length, head)
+        if self._on_durable is not None:
+            self._on_durable(target, tail)
         if self._listener is not None:
             self._listener.synced(target)
         self._cond.notify_all()

@@ -37,6 +37,7 @@ from afk_local.runner.writer import DurableWriter, validate_durability
 from afk_local.storage.records import Phase, RunMeta, RunStatus
 from afk_local.storage.run import RunWriter
 from afk_local.storage.store import Store, StoreLike, as_store
+from afk_local.storage.trust import require_trusted_run
 
 log = logging.getLogger("afk_local")
 
@@ -286,7 +287,8 @@ class DurableFunction(Generic[R]):
         *,
         pause_seq: int | None = None,
     ) -> _Attempt | Settled:
-        meta = store.read_meta(run_id)
+        # The run's arguments come from its run.meta: the same checks as any resume.
+        meta = require_trusted_run(store, run_id).meta
         if meta.entrypoint is not None and meta.entrypoint != self.entrypoint:
             raise ValueError(
                 f"run {run_id!r} belongs to {meta.entrypoint}, not {self.entrypoint}: "

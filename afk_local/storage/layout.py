@@ -18,6 +18,8 @@ from afk_local.errors import InvalidRunIdError
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _PHASE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _CHECKPOINT_NAME = re.compile(r"(\d{12})\.([a-z][a-z0-9_]{0,31})\.ckpt")
+ENTRYPOINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+"""What a valid entrypoint looks like: ``package.module:Qual.name``."""
 
 META_NAME = "run.meta"
 LOCK_NAME = "owner.lock"

@@ -16,6 +16,13 @@ import msgspec
 SCHEMA_VERSION = 1
 """Schema version written into every Checkpoint and RunMeta."""
 
+MAX_NESTING_DEPTH = 256
+"""Deepest nesting of lists and maps a record may have, the record itself counting as 1
+(a checkpoint's payload is level 2). Deeper records are refused when written
+(:class:`~afk_local.errors.RecordTooDeepError`, before any I/O): Python decodes nested
+msgpack recursively, and a reader near its recursion limit (the CLI, a watcher child)
+could not read them back. A deeper record on disk reads as damaged, never as a crash."""
+
 
 class Phase(str, enum.Enum):
     """The checkpoint phases of the agent protocol (docs/agent.md)."""
@@ -156,3 +163,12 @@ class Effect(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
 def now_ms() -> int:
     """Wall-clock milliseconds, as stored in records."""
     return time.time_ns() // 1_000_000
+
+
+def later_ms(previous: int) -> int:
+    """The ``updated_ms`` of a record replacing one stamped ``previous``: now, but always later.
+
+    ``run.meta`` stamps only ever grow, so a copy put back (an older meta) is told
+    from a newer one even when the clock stepped back.
+    """
+    return max(now_ms(), previous + 1)

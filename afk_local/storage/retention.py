@@ -345,6 +345,7 @@ def compact_run(
         [CheckpointFile(f.seq, f.phase, f.name) for f in plan.keep],
     )
     if extra is not None:
+        # updated_ms stays: compaction does not make a run younger (gc's age order)
         meta = msgspec.structs.replace(reader.meta, extra=extra)
         fsio.atomic_write(paths.meta, codec.encode_meta(reader.record_codec, meta))
         reader.refresh()

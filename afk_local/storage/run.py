@@ -25,6 +25,7 @@ from afk_local.errors import (
     KeyRequiredError,
     LeaseLostError,
     RunExistsError,
+    RunRolledBackError,
     UnstorableValueError,
     WriterFailedError,
 )
@@ -32,6 +33,7 @@ from afk_local.journal.journal import Journal
 from afk_local.storage import codec, fsio
 from afk_local.storage.chain import is_signed_file, read_link_value
 from afk_local.storage.codec import RecordCodec
+from afk_local.storage.heads import HeadKeeper, HeadStore
 from afk_local.storage.integrity import NO_MAC, record_digest
 from afk_local.storage.layout import RunPaths, checkpoint_name, scan_checkpoints, validate_phase
 from afk_local.storage.mirror import REMOTE_COPY_KEY, Mirror, RunMirror
@@ -45,6 +47,7 @@ from afk_local.storage.records import (
     Phase,
     RunMeta,
     RunStatus,
+    later_ms,
     now_ms,
 )
 
@@ -80,6 +83,8 @@ class RunWriter:
     """The single writer of a run. Use as a context manager, or call :meth:`close`.
 
     Created by :meth:`afk_local.Store.create` and :meth:`afk_local.Store.resume_writer`.
+    Threads sharing one writer are serialised: each checkpoint gets the next seq and
+    none is lost (the effect journal does its own group commit).
     """
 
     def __init__(
@@ -94,6 +99,7 @@ class RunWriter:
         delta_fraction: float = DEFAULT_DELTA_FRACTION,
         level: int = codec.DEFAULT_LEVEL,
         mirror: RunMirror | None = None,
+        head: HeadKeeper | None = None,
     ) -> None:
         self.paths = paths
         self.run_id = paths.run_id
@@ -113,6 +119,10 @@ class RunWriter:
         self._lifetime = threading.Lock()
         self._writes_in_flight = 0
         self._release_pending = False
+        # Serialises the writes themselves: the next seq, the delta chains, the signature
+        # chain and the meta are one state that two threads must never update at once.
+        self._serial = threading.RLock()
+        self._head = head  # keyed stores: the head record every acknowledged write moves
         self._close_hooks: list[Callable[[], None]] = []
         self._journal: Journal | None = None
         self._journal_lock = threading.Lock()
@@ -192,6 +202,7 @@ class RunWriter:
                         writable=True,
                         record_codec=self._codec,
                         listener=self._mirror,
+                        on_durable=None if self._head is None else self._head.journal,
                     )
                     self.on_close(journal.close)
                     self._journal = journal
@@ -239,12 +250,13 @@ class RunWriter:
         now); a writer that persists later than it snapshots passes the earlier one.
         """
         phase_name = validate_phase(phase)
-        if self._meta.status is not RunStatus.RUNNING and phase_name not in (
-            Phase.PAUSED.value,
-            Phase.RUN_TERMINAL.value,
-        ):
-            self.update_meta(status=RunStatus.RUNNING, pause=None, error=None)
-        return self._write(phase_name, payload, step, journal_records)
+        with self._serial:
+            if self._meta.status is not RunStatus.RUNNING and phase_name not in (
+                Phase.PAUSED.value,
+                Phase.RUN_TERMINAL.value,
+            ):
+                self.update_meta(status=RunStatus.RUNNING, pause=None, error=None)
+            return self._write(phase_name, payload, step, journal_records)
 
     def _write(
         self, phase: str, payload: Any, step: int, journal_records: int | None = None
@@ -252,7 +264,7 @@ class RunWriter:
         if journal_records is None:
             self._check_writable()
             journal_records = self.journal_records()
-        with self._writing():
+        with self._writing(), self._serial:
             return self._write_checkpoint(phase, payload, step, journal_records)
 
     def _write_checkpoint(
@@ -296,6 +308,8 @@ class RunWriter:
         self._seq = record.seq
         if mac is not None:
             self._prev_mac = mac
+        if self._head is not None:
+            self._head.checkpoint(record.seq, mac)
         if self._mirror is not None:
             self._mirror.published(name)  # acknowledged: only now may it leave the machine
         return record
@@ -353,24 +367,37 @@ class RunWriter:
 
     def update_meta(self, **changes: Any) -> RunMeta:
         """Replace ``run.meta`` atomically with ``changes`` applied (and ``updated_ms`` bumped)."""
-        with self._writing():
-            meta = msgspec.structs.replace(self._meta, updated_ms=now_ms(), **changes)
+        with self._writing(), self._serial:
+            meta = msgspec.structs.replace(
+                self._meta, updated_ms=later_ms(self._meta.updated_ms), **changes
+            )
+            data = codec.encode_meta(self._codec, meta)  # a bad value fails here, before I/O
             try:
-                fsio.atomic_write(self.paths.meta, codec.encode_meta(self._codec, meta))
+                fsio.atomic_write(self.paths.meta, data)
             except BaseException as exc:
                 self._failed = exc
                 raise
             self._meta = meta
+            if self._head is not None:
+                self._head.meta(meta.updated_ms)
             if self._mirror is not None:
                 self._mirror.meta_replaced()
             return meta
 
+    def anchor_head(self) -> None:
+        """Take the run's head record from disk, after this writer deleted its newest
+        checkpoints on purpose (a keyed store would otherwise call that a rollback)."""
+        with self._serial:
+            if self._head is not None:
+                self._head.reanchor(self.paths)
+
     def finish(self, result: Any = None, *, step: int | None = None, **extra: Any) -> Checkpoint:
         """Write the ``run_terminal`` checkpoint of a completed run and mark it completed."""
         payload = {"state": RunStatus.COMPLETED.value, "terminal_result": result, **extra}
-        record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
-        self.update_meta(status=RunStatus.COMPLETED, pause=None, error=None)
-        return record
+        with self._serial:
+            record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
+            self.update_meta(status=RunStatus.COMPLETED, pause=None, error=None)
+            return record
 
     def fail(
         self, error: BaseException | ErrorInfo | str, *, step: int | None = None, **extra: Any
@@ -383,27 +410,30 @@ class RunWriter:
             "error": msgspec.to_builtins(info),
             **extra,
         }
-        record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
-        self.update_meta(status=RunStatus.FAILED, error=info)
-        return record
+        with self._serial:
+            record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
+            self.update_meta(status=RunStatus.FAILED, error=info)
+            return record
 
     def cancel(self, reason: str = "cancelled", *, step: int | None = None) -> Checkpoint:
         """Make the run terminal with state ``cancelled``."""
         payload = {"state": RunStatus.CANCELLED.value, "message": reason}
-        record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
-        self.update_meta(status=RunStatus.CANCELLED, pause=None)
-        return record
+        with self._serial:
+            record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
+            self.update_meta(status=RunStatus.CANCELLED, pause=None)
+            return record
 
     def pause(
         self, kind: str = "input", prompt: Any = None, *, step: int | None = None, **extra: Any
     ) -> Checkpoint:
         """Write a ``paused`` checkpoint and mark the run paused, waiting for input."""
         payload = {"kind": kind, "prompt": prompt, **extra}
-        record = self._write(Phase.PAUSED.value, payload, self._step(step))
-        self.update_meta(
-            status=RunStatus.PAUSED, pause=PauseInfo(kind=kind, prompt=prompt, seq=record.seq)
-        )
-        return record
+        with self._serial:
+            record = self._write(Phase.PAUSED.value, payload, self._step(step))
+            self.update_meta(
+                status=RunStatus.PAUSED, pause=PauseInfo(kind=kind, prompt=prompt, seq=record.seq)
+            )
+            return record
 
     def _step(self, step: int | None) -> int:
         if step is not None:
@@ -460,10 +490,12 @@ class RunWriter:
             self._mirror.flush(timeout)
 
     def _remove_temp_files(self) -> None:
+        # A crash can leave files, symlinks (a half-swapped latest) or whole
+        # directories here; none of them may keep the run from reopening.
         with os.scandir(self.paths.dir) as entries:
             stray = [e.path for e in entries if e.name.startswith(fsio.TEMP_PREFIX)]
         for path in stray:
-            fsio.unlink(path)
+            fsio.remove_temp_entry(path)
         if stray:
             log.info("run %s: removed %d stray temp file(s)", self.run_id, len(stray))
 
@@ -521,6 +553,7 @@ def open_writer(
     new_meta: RunMeta | None = None,
     new_attempt: bool = True,
     mirror: Mirror | None = None,
+    heads: HeadStore | None = None,
     **writer_options: Any,
 ) -> RunWriter:
     """Lock a run directory and return its writer; with ``new_meta``, write it first.
@@ -534,13 +567,16 @@ def open_writer(
     has since written it and let go of the lock.
 
     With a ``mirror``, the run's remote lease is checked (or taken, for a run the
-    remote does not know) before anything is written.
+    remote does not know) before anything is written. With ``heads`` (a keyed
+    store) an existing run is first compared with its head record, and the head
+    then follows every write.
 
     Raises:
         KeyRequiredError: the run is signed and ``record_codec`` has no key.
         RunExistsError: ``new_meta`` was given but the run has a ``run.meta`` by now.
         LeaseLostError: the run is a copy pulled without ``--take``, or the mirror
             says another store holds its lease.
+        RunRolledBackError: the run is behind its head record (acknowledged writes gone).
     """
     if new_meta is None and record_codec.signer is None and is_signed_file(paths.meta):
         raise KeyRequiredError(paths.run_id, str(paths.meta))
@@ -555,14 +591,29 @@ def open_writer(
         else:
             old = read_meta(paths, record_codec)
             _refuse_remote_copy(old)
+            if heads is not None:
+                require_not_behind(heads, paths, old.updated_ms)
             attempt = old.attempt + 1 if new_attempt else old.attempt
-            meta = msgspec.structs.replace(old, owner=owner, attempt=attempt, updated_ms=now_ms())
+            meta = msgspec.structs.replace(
+                old, owner=owner, attempt=attempt, updated_ms=later_ms(old.updated_ms)
+            )
         if mirror is not None:
             run_mirror = mirror.attach(paths, record_codec)
         fsio.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))
+        keeper = None
+        if heads is not None:
+            keeper = HeadKeeper(heads, heads.anchor(paths, meta.updated_ms))
         writer = RunWriter(
-            paths, lock, meta, record_codec=record_codec, mirror=run_mirror, **writer_options
+            paths,
+            lock,
+            meta,
+            record_codec=record_codec,
+            mirror=run_mirror,
+            head=keeper,
+            **writer_options,
         )
+        if keeper is not None:
+            writer.on_close(keeper.close)  # runs before the mirror's: after the journal's records
     except BaseException:
         try:
             if run_mirror is not None:
@@ -585,4 +636,17 @@ def _refuse_remote_copy(meta: RunMeta) -> None:
             str(copy.get("url", "its remote")),
             f"this is a read-only copy pulled without --take (the lease is held by store "
             f"{copy.get('holder', '?')} at epoch {copy.get('epoch', '?')})",
+        )
+
+
+def require_not_behind(heads: HeadStore, paths: RunPaths, meta_updated_ms: int | None) -> None:
+    """Raise :class:`RunRolledBackError` when the run is behind its head record."""
+    behind = heads.behind(paths, meta_updated_ms)
+    if behind:
+        raise RunRolledBackError(
+            str(paths.dir),
+            "rolled back: " + "; ".join(behind),
+            "restore the run from a backup, or, if you put this copy back yourself, "
+            f"accept it with `afk-local resume {paths.run_id} --trust`",
+            paths.run_id,
         )

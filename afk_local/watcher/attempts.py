@@ -29,7 +29,7 @@ from afk_local.storage import codec, fsio
 from afk_local.storage.layout import LOGS_NAME, scan_checkpoints
 from afk_local.storage.ownership import acquire_lock
 from afk_local.storage.reader import read_meta
-from afk_local.storage.records import Phase, RunMeta, RunStatus, now_ms
+from afk_local.storage.records import Phase, RunMeta, RunStatus, later_ms, now_ms
 from afk_local.storage.store import Store
 
 log = logging.getLogger("afk_local")
@@ -84,11 +84,15 @@ def update_meta_unowned(
             meta = read_meta(paths, store.codec)
         except AfkLocalError:
             return None
+        if store.heads is not None and store.heads.behind(paths, meta.updated_ms):
+            return None  # rolled back: never written on (the trust gate reports it)
         changes = change(meta)
         if changes is None:
             return None
-        new = msgspec.structs.replace(meta, updated_ms=now_ms(), **changes)
+        new = msgspec.structs.replace(meta, updated_ms=later_ms(meta.updated_ms), **changes)
         fsio.atomic_write(paths.meta, codec.encode_meta(store.codec, new))
+        if store.heads is not None:
+            store.heads.update_meta(run_id, new.updated_ms)
         return new
     finally:
         lock.release()

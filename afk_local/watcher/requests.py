@@ -22,6 +22,15 @@ left out)::
     {"kind": "resume", "run_id": "RUN", "input": <JSON>, "has_input": true, "pause_seq": 7}
     {"kind": "submit", "run_id": "RUN", "entrypoint": "module:function",
      "args": [...], "kwargs": {...}}
+
+In a keyed store the JSON is followed by a second line: the hex HMAC of the whole
+first line (:meth:`~afk_local.storage.integrity.Signer.sign_document`), so any field,
+including fields added later, is covered. The watcher acts only on request files
+owned by its user, in a ``requests/`` directory nobody else can write, and — keyed —
+carrying a valid MAC; a watcher without the key never acts on a keyed store.
+A submit request only creates the run: the child that runs it resolves the
+entrypoint through the trust gate and refuses anything but an ``@afk.durable``
+function.
 """
 
 from __future__ import annotations
@@ -43,12 +52,16 @@ from afk_local.runner.answers import check_answer, waiting_at
 from afk_local.runner.entrypoints import is_entrypoint
 from afk_local.runner.origin import cannot_resume
 from afk_local.storage import fsio
+from afk_local.storage.integrity import split_document
 from afk_local.storage.layout import new_run_id, validate_run_id
 from afk_local.storage.records import RunStatus, now_ms
 from afk_local.storage.store import Store
+from afk_local.storage.trust import request_file_problem
 
 MAX_REQUEST_BYTES = 1 << 20
 REJECTED_DIR = "rejected"
+REQUEST_TAG = "afk-local/request"
+"""What a request's MAC is made for (a request's MAC never passes for another document's)."""
 
 
 class Request(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -103,7 +116,9 @@ def write_request(store: Store, request: Request) -> Path:
         request = msgspec.structs.replace(request, created_ms=now_ms())
     name = f"{request.created_ms:013d}-{request.kind}-{secrets.token_hex(4)}.json"
     path = store.requests_dir / name
-    fsio.atomic_write(path, msgspec.json.encode(request))
+    body = msgspec.json.encode(request)
+    signer = store.codec.signer
+    fsio.atomic_write(path, body if signer is None else signer.sign_document(REQUEST_TAG, body))
     return path
 
 
@@ -153,17 +168,37 @@ def submit_request(
     return rid, path
 
 
-def read_request(path: Path) -> Request:
-    """Read and validate one request file; ValueError saying why it is unusable."""
+def read_request(path: Path, store: Store | None = None) -> Request:
+    """Read, check and validate one request file; ValueError saying why it is unusable.
+
+    With ``store``: the file must be owned by this user in a ``requests/`` nobody else
+    can write, and in a keyed store carry a valid MAC over its whole body.
+    """
     try:
-        data = fsio.read_bounded(path, MAX_REQUEST_BYTES)
-    except ValueError as exc:
-        raise ValueError(f"too large: {exc}") from None
+        fd = fsio.open_regular(path)  # a symlink, FIFO or device is refused, unblocked
     except OSError as exc:
         raise ValueError(f"cannot read: {exc.strerror or exc}") from None
     try:
-        request = msgspec.json.decode(data, type=Request)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        problem = None if store is None else request_file_problem(store, path, fd)
+        if problem is not None:
+            raise ValueError(f"untrusted: {problem}")
+        size = os.fstat(fd).st_size
+        if size > MAX_REQUEST_BYTES:
+            raise ValueError(f"too large: {size} bytes, over the bound of {MAX_REQUEST_BYTES}")
+        data = os.read(fd, MAX_REQUEST_BYTES + 1)
+    finally:
+        os.close(fd)
+    signer = None if store is None else store.codec.signer
+    if signer is not None:
+        try:
+            body = signer.open_document(REQUEST_TAG, data)
+        except ValueError as exc:
+            raise ValueError(f"untrusted: {exc}") from None
+    else:
+        body = split_document(data)[0]
+    try:
+        request = msgspec.json.decode(body, type=Request)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise ValueError(f"not a request: {exc}") from None
     return validate(request)
 
@@ -242,20 +277,28 @@ def process_requests(watcher: RequestHost) -> None:
         if watcher.stop_event.is_set():
             return
         try:
-            request = read_request(path)
+            request = read_request(path, store)
         except ValueError as exc:
-            if path.exists():
-                reject(store, path, str(exc))
-                watcher.emit("rejected", None, f"{path.name}: {exc}")
+            if os.path.lexists(path):
+                _reject(watcher, path, str(exc), None)
             continue
         try:
             done = _handle(watcher, request)
         except (AfkLocalError, ValueError, TypeError, OSError) as exc:
-            reject(store, path, f"{type(exc).__name__}: {exc}")
-            watcher.emit("rejected", request.run_id, f"{path.name}: {exc}")
+            _reject(watcher, path, f"{type(exc).__name__}: {exc}", request.run_id)
             continue
         if done:
             fsio.unlink(path)
+
+
+def _reject(watcher: RequestHost, path: Path, reason: str, run_id: str | None) -> None:
+    try:
+        reject(watcher.store, path, reason)
+    except OSError as exc:  # requests/rejected is in the way (a file, a symlink): leave it be
+        reason = f"{reason} (not moved to {REJECTED_DIR}/: {exc})"
+        with contextlib.suppress(OSError):
+            fsio.unlink(path)
+    watcher.emit("rejected", run_id, f"{path.name}: {reason}")
 
 
 def _handle(watcher: RequestHost, request: Request) -> bool:

@@ -41,8 +41,6 @@ PAYLOAD_FORMAT = 1
 _IndexFrame = tuple[str, int, str, str, str | None, str | None, tuple[str, bytes]]
 _INDEX_DECODER = msgspec.msgpack.Decoder(_IndexFrame)
 _MAX_INDEX_BYTES = 256 << 20
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class Payload(msgspec.Struct, kw_only=True, frozen=True):
@@ -222,7 +220,7 @@ def append_to_index_file(fd: int | None, path: Path, payload: Payload, run_id: s
 def header_crc(path: Path) -> int | None:
     """The crc32 field of an AFK1 file's header (identifies its exact bytes), or None."""
     try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        fd = fsio.open_regular(path)
     except OSError:
         return None
     try:

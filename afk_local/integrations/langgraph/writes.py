@@ -46,8 +46,6 @@ TaskWrites = dict[tuple[str, int], tuple[str, str, Typed, str]]
 """The writes of one checkpoint: ``(task_id, idx) -> (task_id, channel, value, task_path)``."""
 
 _WRITE_DECODER = msgspec.msgpack.Decoder(WriteFrame)
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass
@@ -115,7 +113,7 @@ def read_writes(
         CheckpointCorruptionError: the file is over ``max_bytes`` or damaged.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        fd = fsio.open_regular(path)
     except FileNotFoundError:
         return None
     try:
