@@ -141,6 +141,11 @@ class AppendListener(Protocol):
     def synced(self, end: int) -> None:
         """Called after an fsync: the file is durable up to byte ``end``. Must not block."""
 
+    def appended(self, end: int) -> None:
+        """Called in the appending thread once its record (ending at byte ``end``) is
+        durable, outside the journal's lock: the one place a listener may wait, and
+        raising here fails that append (a mirror that keeps effects remote-durable)."""
+
 
 class Journal:
     """An open ``effects.log``: an in-memory index over an append-only file.
@@ -364,6 +369,8 @@ class Journal:
                     self._cond.wait()
                     continue
                 self._sync_locked()
+        if self._listener is not None:
+            self._listener.appended(mine)
 
     def _sync_locked(self) -> None:
         """Fsync everything written so far; called with the lock held, releases it meanwhile."""

@@ -57,6 +57,10 @@ class RunMirror(Protocol):
     def synced(self, end: int) -> None:
         """``effects.log`` is durable up to byte ``end``."""
 
+    def appended(self, end: int) -> None:
+        """A record ending at byte ``end`` is durable locally; the appending thread waits
+        here when the mirror keeps effects remote-durable (raising fails the append)."""
+
     def check(self) -> None:
         """Raise the error that stops this run's writer (:class:`~afk_local.LeaseLostError`)."""
 

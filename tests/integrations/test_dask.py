@@ -10,9 +10,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import signal
+import socket
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from fanout_jobs import expected, lines, tally
@@ -143,3 +147,42 @@ def map_durable_quiet(*args, **kwargs):
     from afk_local.integrations.dask import map_durable  # noqa: PLC0415 - imports Dask
 
     return map_durable(*args, progress=False, **kwargs)
+
+
+def test_no_shared_filesystem_a_killed_workers_run_is_taken_from_the_remote(client, tmp_path):
+    """MirroredWorkers: each worker process its own local store, one file:// remote between.
+
+    The replacement worker process has an empty local store: it can only continue the
+    victim's run by taking it from the remote, and no effect may run twice.
+    """
+    remote = pytest.importorskip("afk_local.integrations.remote")
+    bucket = tmp_path / "bucket"
+    bucket.mkdir()
+    url = remote.file_url(bucket)
+    site = remote.MirroredWorkers(url)  # per-process local roots under the temp dir
+    out, items = items_for(tmp_path, 4, i0={"hold": True})
+    victim = "fanout-tally-000000"
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            mapped = pool.submit(map_durable_quiet, tally, items, store=site, client=client)
+            job_pid = int(wait_for(out / "i0.pid"))
+            os.kill(job_pid, signal.SIGKILL)
+            results = mapped.result(timeout=120)
+        assert results == [expected(item) for item in items]
+        for item in items:  # every journaled effect exactly once, across the kill
+            assert lines(out / f"{item['name']}.effects") == [str(i) for i in range(item["steps"])]
+        calls = [line.split() for line in lines(out / "i0.calls")]
+        assert [c[0] for c in calls] == ["1", "2"]
+        assert int(calls[0][1]) == job_pid != int(calls[1][1])
+        # what the remote holds: every run completed, the victim taken once (epoch 2)
+        # and continued as its second attempt
+        reader = afk.Store(tmp_path / "client")
+        for k in range(len(items)):
+            report = remote.pull_run(reader, url, f"fanout-tally-{k:06d}")
+            assert report.epoch == (2 if k == 0 else 1)
+            assert reader.read_meta(f"fanout-tally-{k:06d}").status is afk.RunStatus.COMPLETED
+        assert reader.read_meta(victim).attempt == 2
+    finally:
+        workers = Path(tempfile.gettempdir(), "afk-local-workers")
+        for pid in [job_pid, *worker_pids(client).values()]:
+            shutil.rmtree(workers / f"{socket.gethostname()}-{pid}", ignore_errors=True)

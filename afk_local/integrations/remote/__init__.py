@@ -42,11 +42,13 @@ from afk_local.integrations.remote.pull import (
 )
 from afk_local.integrations.remote.push import push_run
 from afk_local.integrations.remote.upload import PushReport
+from afk_local.integrations.remote.workers import MirroredWorkers
 
 __all__ = [
     "Bucket",
     "BucketRequestError",
     "Lease",
+    "MirroredWorkers",
     "PullReport",
     "PushReport",
     "RemoteIntegrityError",

@@ -48,6 +48,11 @@ class RunMirrorThread:
         retry_for_s: how long failing requests are retried before the mirror stops.
         close_timeout_s: how long :meth:`close` waits for pending uploads.
         max_pending: queued file names before the queue collapses into one listing.
+        sync_effects: each journal record is uploaded before its append returns, so a
+            step's intent is in the remote before its function runs and its outcome
+            before its result is used (a fan-out worker whose machine dies loses no
+            effect); a mirror that cannot keep up within ``close_timeout_s`` fails the
+            append with MirrorError.
     """
 
     def __init__(
@@ -57,6 +62,7 @@ class RunMirrorThread:
         retry_for_s: float = DEFAULT_RETRY_FOR_S,
         close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
         max_pending: int = DEFAULT_MAX_PENDING,
+        sync_effects: bool = False,
     ) -> None:
         self.uploader = uploader
         self.run_id = uploader.run_id
@@ -64,6 +70,7 @@ class RunMirrorThread:
         self._retry_for_s = retry_for_s
         self._close_timeout_s = close_timeout_s
         self._max_pending = max_pending
+        self._sync_effects = sync_effects
         self._cond = threading.Condition()
         self._files: deque[str] = deque()
         self._journal_end = 0
@@ -128,8 +135,17 @@ class RunMirrorThread:
                 self._requested += 1
                 self._cond.notify_all()
 
+    def appended(self, end: int) -> None:
+        """With ``sync_effects``, wait until the journal up to ``end`` is in the remote."""
+        if self._sync_effects:
+            self.flush(self._close_timeout_s)
+
     def before_append(self) -> None:
-        """Refuse an effect once the lease is lost."""
+        """Refuse an effect once the lease is lost (with ``sync_effects``: once the mirror
+        failed at all, since the record could not be made remote-durable)."""
+        if self._sync_effects and self._error is not None:
+            self._surfaced = True
+            raise self._error
         self.check()
 
     def check(self) -> None:
@@ -254,7 +270,8 @@ class RemoteMirror:
     Args:
         url: the remote (``s3://bucket/prefix``, ``gs://...``, ``az://...``, ``file:///dir``).
         root: the store's root (its ``store.id`` names the lease owner).
-        retry_for_s / close_timeout_s / max_pending: see :class:`RunMirrorThread`.
+        retry_for_s / close_timeout_s / max_pending / sync_effects: see
+            :class:`RunMirrorThread`.
     """
 
     def __init__(
@@ -265,8 +282,10 @@ class RemoteMirror:
         retry_for_s: float = DEFAULT_RETRY_FOR_S,
         close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
         max_pending: int = DEFAULT_MAX_PENDING,
+        sync_effects: bool = False,
     ) -> None:
         self.url = url
+        self.sync_effects = sync_effects
         self.root = Path(root)
         self.bucket = Bucket(url)
         self._retry_for_s = retry_for_s
@@ -286,6 +305,7 @@ class RemoteMirror:
             retry_for_s=self._retry_for_s,
             close_timeout_s=self._close_timeout_s,
             max_pending=self._max_pending,
+            sync_effects=self.sync_effects,
         )
         mirror.start()
         return mirror
