@@ -40,6 +40,7 @@ from afk_local.integrations.fanout import (
     run_task,
     worker_store,
 )
+from afk_local.integrations.fanout_results import client_store, completed_results
 from afk_local.storage.store import Store
 
 
@@ -65,8 +66,9 @@ def map_durable(
     A task whose worker died is re-run by Dask (up to the scheduler's
     ``distributed.scheduler.allowed-failures`` times, 3 by default) and resumes
     its run from the last checkpoint; a run that already completed returns its
-    stored result without running. Call it again after any failure: it finds
-    the same runs by their ids.
+    stored result without running: the client reads it from the store and
+    submits no task for it (a call over a finished fan-out needs no client).
+    Call it again after any failure: it finds the same runs by their ids.
 
     Args:
         fn: an ``@afk.durable`` job taking the item as its one argument
@@ -92,8 +94,10 @@ def map_durable(
     items = list(items)
     ids = fanout_run_ids(job, items, run_id)
     site = worker_store(store)
-    if not items:
-        return []
+    results = completed_results(client_store(store), job, items, ids)
+    todo = [index for index in range(len(items)) if index not in results]
+    if not todo:  # nothing left to run (or no items): no task, no client needed
+        return [results[index] for index in range(len(items))]
     if client is None:
         try:
             client = distributed.get_client()
@@ -107,28 +111,31 @@ def map_durable(
             run_task,
             job,
             site,
-            item,
-            rid,
-            key=f"{rid}-{uuid.uuid4().hex}",
+            items[index],
+            ids[index],
+            key=f"{ids[index]}-{uuid.uuid4().hex}",
             pure=False,
             retries=retries,
         )
-        for item, rid in zip(items, ids, strict=True)
+        for index in todo
     ]
-    bar = FanOutProgress(len(futures), f"map_durable {job_name(job)}", enabled=progress)
+    desc = f"map_durable {job_name(job)}"
+    bar = FanOutProgress(len(items), desc, enabled=progress, initial=len(results))
     try:
         for future in distributed.as_completed(futures):  # type: ignore[no-untyped-call]
             bar.update(failed=future.status != "finished")
     finally:
         bar.close()
     failures = {
-        rid: _why(future)
-        for rid, future in zip(ids, futures, strict=True)
+        ids[index]: _why(future)
+        for index, future in zip(todo, futures, strict=True)
         if future.status != "finished"
     }
     if failures:
-        raise FanOutError(failures, len(futures))
-    return list(client.gather(futures))  # type: ignore[no-untyped-call]
+        raise FanOutError(failures, len(items))
+    gathered = client.gather(futures)  # type: ignore[no-untyped-call]
+    results.update(zip(todo, gathered, strict=True))
+    return [results[index] for index in range(len(items))]
 
 
 def _why(future: distributed.Future[Any]) -> str:

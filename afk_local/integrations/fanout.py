@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import msgspec
+
 from afk_local.errors import AfkLocalError
 from afk_local.runner.durable_function import DurableFunction
 from afk_local.storage.codec import DecHook, EncHook
@@ -291,7 +293,9 @@ def run_task(job: DurableFunction[Any], site: WorkerStore, item: Any, run_id: st
         >>> run_task(portable_job(resize), worker_store(root), "a.jpg", "r-a")  # doctest: +SKIP
         'a-thumb.jpg'
 
-    Returns the job's result (the stored one when the run had completed).
+    Returns the job's result as the store keeps it (msgpack: lists for tuples),
+    the same value whether the run ran now or had completed before, so every
+    ``map_durable`` call over the same items returns equal lists.
     Raises :class:`RunFailed` when the run failed, was paused or cancelled, or
     could not be opened: the engine sees a task that raised, and retries it if
     it was told to.
@@ -300,9 +304,10 @@ def run_task(job: DurableFunction[Any], site: WorkerStore, item: Any, run_id: st
         store = site.open()
         site.prepare(store, run_id)
         try:
-            return job.with_store(store).run(item, run_id=run_id)
+            result = job.with_store(store).run(item, run_id=run_id)
         finally:
             site.release(store, run_id)
+        return msgspec.msgpack.decode(store.codec.encode(result))
     except Exception as exc:
         raise RunFailed.from_exception(run_id, exc) from None
 
@@ -326,12 +331,13 @@ class FanOutProgress:
         total: how many runs.
         desc: the label (``map_durable resize``).
         enabled: False turns it off.
+        initial: runs already complete before anything was submitted.
     """
 
-    def __init__(self, total: int, desc: str, *, enabled: bool = True) -> None:
+    def __init__(self, total: int, desc: str, *, enabled: bool = True, initial: int = 0) -> None:
         self.total = total
         self.desc = desc
-        self.done = 0
+        self.done = initial
         self.failed = 0
         self._bar: Any = None
         self._enabled = enabled
@@ -341,9 +347,9 @@ class FanOutProgress:
         try:
             from tqdm.auto import tqdm  # type: ignore[import-untyped,unused-ignore]  # noqa: PLC0415
         except ImportError:
-            log.info("%s: %d runs submitted", desc, total)
+            log.info("%s: %d runs submitted", desc, total - initial)
             return
-        self._bar = tqdm(total=total, desc=desc, unit="run", dynamic_ncols=True)
+        self._bar = tqdm(total=total, initial=initial, desc=desc, unit="run", dynamic_ncols=True)
 
     def update(self, *, failed: bool = False) -> None:
         """Count one more run finished (``failed``: it did not complete)."""

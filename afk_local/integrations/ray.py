@@ -37,6 +37,7 @@ from afk_local.integrations.fanout import (
     run_task,
     worker_store,
 )
+from afk_local.integrations.fanout_results import client_store, completed_results
 from afk_local.storage.store import Store
 
 WORKER_DEATHS = 3
@@ -68,7 +69,9 @@ def map_durable(
     it, Ray starts a local one). A task whose worker process died is re-run by
     Ray (:data:`WORKER_DEATHS` times) and resumes its run from the last
     checkpoint; a run that already completed returns its stored result without
-    running. Call it again after any failure: it finds the same runs by their ids.
+    running: the client reads it from the store and submits no task for it (a
+    call over a finished fan-out does not even start Ray). Call it again after
+    any failure: it finds the same runs by their ids.
 
     Args:
         fn: an ``@afk.durable`` job taking the item as its one argument
@@ -94,16 +97,18 @@ def map_durable(
     items = list(items)
     ids = fanout_run_ids(job, items, run_id)
     site = worker_store(store)
-    if not items:
-        return []
+    results = completed_results(client_store(store), job, items, ids)
+    todo = [index for index in range(len(items)) if index not in results]
+    if not todo:  # nothing left to run (or no items): no task, Ray is not even started
+        return [results[index] for index in range(len(items))]
     task = _task().options(
         max_retries=WORKER_DEATHS + retries, retry_exceptions=retries > 0, name=job_name(job)
     )
-    refs = [task.remote(job, site, item, rid) for item, rid in zip(items, ids, strict=True)]
-    position = {ref: index for index, ref in enumerate(refs)}
-    results: list[Any] = [None] * len(refs)
+    refs = [task.remote(job, site, items[index], ids[index]) for index in todo]
+    position = {ref: index for ref, index in zip(refs, todo, strict=True)}
     failures: dict[int, str] = {}
-    bar = FanOutProgress(len(refs), f"map_durable {job_name(job)}", enabled=progress)
+    desc = f"map_durable {job_name(job)}"
+    bar = FanOutProgress(len(items), desc, enabled=progress, initial=len(results))
     try:
         pending = list(refs)
         while pending:
@@ -119,8 +124,8 @@ def map_durable(
     finally:
         bar.close()
     if failures:
-        raise FanOutError({ids[i]: failures[i] for i in sorted(failures)}, len(refs))
-    return results
+        raise FanOutError({ids[i]: failures[i] for i in sorted(failures)}, len(items))
+    return [results[index] for index in range(len(items))]
 
 
 def _task() -> Any:

@@ -7,13 +7,14 @@ progress fallback, and the import guards of the two engine modules.
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import sys
 import textwrap
 
 import proc
 import pytest
-from fanout_jobs import expected, lines, tally
+from fanout_jobs import expected, lines, pair, tally
 
 import afk_local as afk
 from afk_local.integrations.fanout import (
@@ -27,6 +28,7 @@ from afk_local.integrations.fanout import (
     run_task,
     worker_store,
 )
+from afk_local.integrations.fanout_results import client_store, completed_results
 
 
 def test_default_run_ids_are_valid_deterministic_and_prefixed():
@@ -97,6 +99,62 @@ def test_the_task_runs_resumes_and_settles_a_run(tmp_path):
     assert "Traceback" in again.traceback_text
     message = str(FanOutError({"fanout-tally-000001": "ValueError: item b is broken"}, 2))
     assert message.startswith("1 of 2 fan-out runs did not complete: fanout-tally-000001")
+
+
+def test_a_task_returns_its_result_as_the_store_keeps_it(tmp_path):
+    site = worker_store(tmp_path / "store")
+    # a tuple comes back as the list a completed run's stored result is, on every call
+    assert run_task(portable_job(pair), site, 3, "pair-3") == [3, 9]
+    assert run_task(portable_job(pair), site, 3, "pair-3") == [3, 9]
+
+
+def test_completed_runs_are_read_back_on_the_client_and_nothing_else(tmp_path):
+    root = tmp_path / "store"
+    store = afk.Store(root)
+    (tmp_path / "side").mkdir()
+    items = [
+        {"name": n, "n": 2, "steps": 2, "dir": str(tmp_path / "side")} for n in ("a", "b", "c")
+    ]
+    ids = fanout_run_ids(tally, items, None)
+    job = portable_job(tally)
+    run_task(job, worker_store(root), items[0], ids[0])
+    with pytest.raises(RunFailed):
+        run_task(job, worker_store(root), dict(items[1], fail=True), ids[1])
+    # item 0 completed with this item; item 1 failed (another argument too); item 2 never ran
+    assert completed_results(store, job, items, ids) == {0: expected(items[0])}
+    # the same id with another item, or another job, is its task's to report
+    other = [dict(items[0], n=5)]
+    assert completed_results(store, job, other, ids[:1]) == {}
+    assert completed_results(store, portable_job(pair), items[:1], ids[:1]) == {}
+    # what the client can open: a Store as given, a directory, a SharedDirectory
+    assert client_store(store) is store
+    assert client_store(root).root == root
+    assert client_store(worker_store(root)).root == root.absolute()
+
+
+def test_a_call_over_completed_runs_needs_no_engine(tmp_path):
+    """No Dask client exists and Ray is not running: a finished fan-out still returns."""
+    pytest.importorskip("distributed")
+    pytest.importorskip("ray")
+    root = tmp_path / "store"
+    for x in (1, 2):
+        run_task(portable_job(pair), worker_store(root), x, default_run_id("pair", x - 1))
+    script = textwrap.dedent(
+        f"""
+        import ray
+        from fanout_jobs import pair
+        from afk_local.integrations import dask, ray as on_ray
+        assert dask.map_durable(pair, [1, 2], store={str(root)!r}, progress=False) == [
+            [1, 1], [2, 4]]
+        assert on_ray.map_durable(pair, [1, 2], store={str(root)!r}, progress=False) == [
+            [1, 1], [2, 4]]
+        assert not ray.is_initialized()
+        print("ok")
+        """
+    )
+    done = proc.run(script, env={"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
 
 
 def test_progress_without_tqdm_logs_lines(monkeypatch, caplog):

@@ -68,3 +68,9 @@ def hold_until_killed(pid_file: Path) -> None:
 def lines(path: Path) -> list[str]:
     """The lines of a side-channel file (none when it does not exist)."""
     return path.read_text().splitlines() if path.exists() else []
+
+
+@afk.durable
+def pair(ctx: afk.RunContext, x: int) -> tuple[int, int]:
+    """Returns a tuple, which the store keeps as a msgpack array (read back as a list)."""
+    return (x, x * x)
