@@ -331,7 +331,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     if args.steps < 2:
         raise CliError(f"--steps must be at least 2, got {args.steps}")
-    return demo_main(steps=args.steps, keep=args.keep, as_json=args.json)
+    root = None
+    if args.root is not None:  # given with --root: the demo's own store there, kept
+        root = Path(args.root).expanduser()
+        if root.is_symlink() or (root.exists() and (not root.is_dir() or any(root.iterdir()))):
+            raise CliError(
+                f"demo --root {args.root}: not a new or empty directory; the demo writes its "
+                "own store there (leave --root out for a temporary one)"
+            )
+    return demo_main(steps=args.steps, keep=args.keep, as_json=args.json, root=root)
 
 
 __all__ = [
