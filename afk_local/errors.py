@@ -6,6 +6,7 @@ do next, because these errors are usually read long after the run died.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 
@@ -116,11 +117,14 @@ class EffectInDoubtError(AfkLocalError):
         self.key = key
         self.idempotency_key = idempotency_key
         where = f" in {path}" if path else ""
+        quoted = shlex.quote(key)
         super().__init__(
             f"run {run_id!r}: effect {key!r} was started before a crash but has no recorded "
             f"outcome{where}: it may or may not have happened. Check the outside system for "
-            f"idempotency key {idempotency_key!r}, then resume with in_doubt='retry' (or mark "
-            "the call idempotent=True)"
+            f"idempotency key {idempotency_key!r}, then record what happened with "
+            f"`afk-local settle {run_id} {quoted} --done` (or --failed 'it did not happen') "
+            f"and resume, or call it again with `afk-local resume {run_id} --in-doubt retry` "
+            "(in Python: afk.resume(run_id, in_doubt='retry'))"
         )
 
 
@@ -150,16 +154,42 @@ class WriterFailedError(AfkLocalError):
 
 
 class KeyRequiredError(AfkLocalError):
-    """A run whose files are signed was opened for writing by a store without a key."""
+    """A signed run, or a keyed store, was opened for writing by a store without a key."""
 
-    def __init__(self, run_id: str, path: str) -> None:
+    def __init__(self, run_id: str, path: str, *, keyed_store: bool = False) -> None:
         self.run_id = run_id
         self.path = path
-        super().__init__(
-            f"run {run_id!r} is signed ({path} carries an HMAC) but this store has no key: "
-            "writing would leave unsigned records its keyed readers refuse. Open it with "
-            "its key (set AFK_LOCAL_KEY or pass Store(key=...))"
+        what = (
+            f"the store is keyed ({path} says so)"
+            if keyed_store
+            else f"run {run_id!r} is signed ({path} carries an HMAC)"
         )
+        super().__init__(
+            f"{what} but this store has no key: writing would leave unsigned records its "
+            "keyed readers refuse. Open it with its key (set AFK_LOCAL_KEY or pass "
+            "Store(key=...))"
+        )
+
+
+class UntrustedStoreError(AfkLocalError):
+    """A store or run failed a trust check: nothing it names is executed (docs/security.md).
+
+    Raised before any code a store names is imported or run, and by writers that
+    must not follow a symlink out of the store. ``reason`` says what is wrong,
+    ``hint`` what to do about it.
+    """
+
+    def __init__(self, path: str, reason: str, hint: str, run_id: str | None = None) -> None:
+        self.path = path
+        self.reason = reason
+        self.hint = hint
+        self.run_id = run_id
+        run = f"run {run_id!r}: " if run_id else ""
+        super().__init__(f"{run}refused: {path}: {reason}; {hint}")
+
+
+class RunRolledBackError(UntrustedStoreError):
+    """A keyed run is behind its head record: acknowledged writes are gone (rolled back)."""
 
 
 class RunPaused(AfkLocalError):
@@ -211,3 +241,122 @@ class EntrypointError(AfkLocalError):
         self.run_id = run_id
         self.entrypoint = entrypoint
         super().__init__(f"run {run_id!r}: cannot resume entrypoint {entrypoint!r}: {reason}")
+
+
+class UnstorableValueError(AfkLocalError, TypeError):
+    """A value to store (state, a step's result, job arguments) has a type nothing can store.
+
+    ``path`` says where it is (``state.model.weights``), ``type_name`` what it is.
+    """
+
+    def __init__(self, path: str, type_name: str, run_id: str | None = None) -> None:
+        self.path = path
+        self.type_name = type_name
+        self.run_id = run_id
+        run = f"run {run_id!r}: " if run_id else ""
+        super().__init__(
+            f"{run}cannot store {path}: {type_name} is neither msgpack data (dict, list, str, "
+            "int, float, bool, None, bytes) nor a type afk_local stores (datetime, date, time, "
+            "timedelta, UUID, Decimal, Path, set, Enum, dataclass, msgspec Struct, numpy array); "
+            "convert it, or give the Store an enc_hook/dec_hook pair (docs/runner.md, "
+            '"Custom types")'
+        )
+
+    def under(self, prefix: str, run_id: str | None = None) -> UnstorableValueError:
+        """The same error with ``prefix`` put before its path (and the run named)."""
+        inner = "" if self.path == "(the value itself)" else self.path
+        path = f"{prefix}.{inner}" if prefix and inner else (prefix or self.path)
+        return UnstorableValueError(path, self.type_name, run_id or self.run_id)
+
+
+class RecordTooDeepError(UnstorableValueError):
+    """A value nests lists and dicts deeper than a record may: refused before any I/O.
+
+    Python decodes nested msgpack recursively, so a reader near its recursion limit
+    (the CLI, a watcher child) could not read such a record back (docs/security.md).
+    """
+
+    def __init__(self, path: str, limit: int, run_id: str | None = None) -> None:
+        super().__init__(path, f"a structure nested more than {limit} levels deep", run_id)
+        self.limit = limit
+        run = f"run {run_id!r}: " if run_id else ""
+        Exception.__init__(
+            self,
+            f"{run}cannot store {path}: it nests lists/dicts deeper than {limit} levels (or "
+            "contains itself), and a reader could not decode it back; flatten it, or store "
+            "that part as a JSON string",
+        )
+
+    def under(self, prefix: str, run_id: str | None = None) -> UnstorableValueError:
+        """The same error with ``prefix`` put before its path (and the run named)."""
+        return RecordTooDeepError(super().under(prefix).path, self.limit, run_id or self.run_id)
+
+
+class SettleError(AfkLocalError, ValueError):
+    """An effect cannot be settled: the run has no such effect, or it is not in doubt."""
+
+    def __init__(self, run_id: str, key: str, reason: str) -> None:
+        self.run_id = run_id
+        self.key = key
+        super().__init__(f"run {run_id!r}: cannot settle: {reason}")
+
+
+class ForkedWriterError(WriterFailedError):
+    """A forked child used a writer it inherited: only the process that opened a run writes it."""
+
+    def __init__(self, run_id: str, owner_pid: int, pid: int) -> None:
+        self.run_id = run_id
+        self.owner_pid = owner_pid
+        self.pid = pid
+        AfkLocalError.__init__(
+            self,
+            f"run {run_id!r}: this writer was opened by process {owner_pid}; process {pid} is a "
+            "fork of it and may not write to the run (the lock, the queue and the journal "
+            "belong to the opening process). Do the work in the parent, or open the run in "
+            "the child only after the parent closed it",
+        )
+
+
+class PauseMismatchError(AfkLocalError, ValueError):
+    """An answer names a pause the run is no longer waiting at: it is never applied to another."""
+
+    def __init__(self, run_id: str, pause_seq: int, now: str) -> None:
+        self.run_id = run_id
+        self.pause_seq = pause_seq
+        if pause_seq < 1:
+            super().__init__(
+                f"run {run_id!r} is {now}, not paused: there is no pause to answer; nothing "
+                "was done"
+            )
+            return
+        super().__init__(
+            f"run {run_id!r}: the answer is for the pause at checkpoint {pause_seq}, but the run "
+            f"is {now}: that pause was answered already or the run moved on, so nothing was "
+            f"done. Answer what it waits for now: `afk-local show {run_id}`, then "
+            f"`afk-local resume {run_id} --input JSON`"
+        )
+
+
+class LeaseLostError(AfkLocalError):
+    """Another store holds the run's lease on its remote mirror: this store may not write it.
+
+    Raised by a mirrored writer once its mirror sees a newer lease (``pull --take``
+    elsewhere), by ``push`` for such a run, and by opening a copy pulled without
+    ``--take`` for writing. The writer then refuses every checkpoint and effect.
+    """
+
+    def __init__(self, run_id: str, url: str, detail: str) -> None:
+        self.run_id = run_id
+        self.url = url
+        super().__init__(
+            f"run {run_id!r}: lease lost on {url}: {detail}; this store may not write the run. "
+            f"Take it back with `afk-local pull {run_id} --from {url} --take`"
+        )
+
+
+class MirrorError(AfkLocalError):
+    """A remote mirror could not upload (after its retries), or is not available here."""
+
+    def __init__(self, url: str, detail: str) -> None:
+        self.url = url
+        super().__init__(f"mirror {url}: {detail}")

@@ -1,4 +1,4 @@
-"""One attempt of an agent run: the step state machine of the phase protocol (DESIGN §6).
+"""One attempt of an agent run: the step state machine of the phase protocol (docs/agent.md).
 
 :class:`AgentLoop` takes a restored :class:`~afk_local.agent.state.Snapshot` and
 steps until a final answer, a pause or a failure, writing every phase

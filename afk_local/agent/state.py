@@ -1,4 +1,4 @@
-"""The agent's runtime snapshot (DESIGN §6 ``runtime_state``) and the light phase payloads.
+"""The agent's runtime snapshot (``runtime_state``, docs/agent.md) and the light phase payloads.
 
 Kept apart from the loop so the on-disk shape is in one place: the keys written
 here are the contract the tests check against the phase table.
@@ -59,7 +59,7 @@ PHASE_KEYS: dict[str, tuple[str, ...]] = {
     "post_tool_batch": ("tool_calls_total", "tool_failures"),
     "resumed": ("kind",),
 }
-"""The light payload keys of each phase (DESIGN §6 phase table)."""
+"""The light payload keys of each phase (the phase table of docs/agent.md)."""
 
 STAGE_STEP_STARTED = "step_started"
 STAGE_POST_LLM = "post_llm"

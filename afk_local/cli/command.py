@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 from afk_local.errors import RunNotFoundError
+from afk_local.storage import fsio
 from afk_local.storage.export import to_jsonable
 from afk_local.storage.run_info import RunInfo
-from afk_local.storage.store import Store, default_root
+from afk_local.storage.store import ROOT_ENV, Store, default_root
+from afk_local.storage.trust import trust_warnings
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -44,17 +48,66 @@ def out(text: str = "") -> None:
     sys.stdout.write(text + "\n")
 
 
-def open_store(args: argparse.Namespace) -> Store:
-    """The store ``--root`` names (else ``$AFK_LOCAL_ROOT``, else ``./.afk``)."""
+def open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
+    """The store ``--root`` names (else ``$AFK_LOCAL_ROOT``, else ``./.afk``).
+
+    The directory must exist (a mistyped ``--root`` is an error, never a new empty
+    store) unless ``create``: then it is made, with its missing parents.
+
+    Raises:
+        CliError: the root does not exist (and not ``create``), or is not a directory.
+    """
     root = getattr(args, "root", None)
-    return Store(Path(root) if root else default_root())
+    path = Path(root) if root else default_root()
+    if path.is_dir():
+        return Store(path)
+    if path.exists() or path.is_symlink():
+        raise CliError(
+            f"cannot use {path}: a file is in the way (not a directory); choose a store "
+            f"directory with --root or {ROOT_ENV}"
+        )
+    for parent in path.absolute().parents:
+        if parent.exists() and not parent.is_dir():
+            raise CliError(
+                f"cannot use {path}: a file is in the way ({parent} is not a directory); "
+                f"choose a store directory with --root or {ROOT_ENV}"
+            )
+    if create:
+        fsio.make_dirs(path)
+        return Store(path)
+    given = "--root" if root else (ROOT_ENV if os.environ.get(ROOT_ENV) else "the default ./.afk")
+    raise CliError(
+        f"no store at {path} (from {given}): the directory does not exist; check the path, "
+        f"or give the store's directory with --root or {ROOT_ENV}"
+    )
+
+
+def suggest(args: argparse.Namespace, *words: object) -> str:
+    """A command line the user can paste as it is: ``afk-local [--root R] WORDS``, shell-quoted.
+
+    ``--root`` is repeated when the user gave it (``$AFK_LOCAL_ROOT`` stays set in
+    their shell, the default needs nothing).
+    """
+    parts: list[str] = ["afk-local"]
+    root = getattr(args, "root", None)
+    if root:
+        parts += ["--root", str(root)]
+    parts += [str(w) for w in words]
+    return " ".join(shlex.quote(p) for p in parts)
 
 
 def require_run(store: Store, run_id: str) -> None:
-    """Raise :class:`~afk_local.RunNotFoundError` unless ``run_id`` is a run of ``store``."""
-    store.paths(run_id)  # validates the id
-    if not store.exists(run_id):
+    """Raise :class:`~afk_local.RunNotFoundError` unless ``run_id`` is a run of ``store``
+    (:class:`~afk_local.UntrustedStoreError` when its directory is a symlink)."""
+    paths = store.run_dir(run_id)  # validates the id, refuses a symlinked run directory
+    if not os.path.lexists(paths.meta):  # a run.meta that is not a file: reading says so
         raise RunNotFoundError(run_id, str(store.root))
+
+
+def warn_untrusted(store: Store, run_id: str | None = None) -> None:
+    """Read-only commands still read an untrusted store: say why nothing would run from it."""
+    for line in trust_warnings(store, run_id):
+        sys.stderr.write(f"afk-local: warning: {line} (read anyway; nothing is executed)\n")
 
 
 def info_dict(info: RunInfo) -> dict[str, Any]:
@@ -64,6 +117,7 @@ def info_dict(info: RunInfo) -> dict[str, Any]:
         "status": info.status.value,
         "interrupted": info.interrupted,
         "owner_alive": info.owner_alive,
+        "lock_problem": info.lock_problem,
         "step": info.step,
         "seq": info.seq,
         "phase": info.phase,
@@ -94,4 +148,6 @@ __all__ = [
     "out",
     "require_run",
     "short",
+    "suggest",
+    "warn_untrusted",
 ]

@@ -11,8 +11,10 @@ Offline; a few seconds.
 
 from __future__ import annotations
 
+import json
 import os
 import selectors
+import shlex
 import shutil
 import signal
 import subprocess
@@ -185,22 +187,59 @@ def _print_listing(out: Callable[[str], None], listing: list[tuple[str, int]]) -
         out(f"      {name:<44} {format_bytes(size) if size >= 0 else ''}")
 
 
-def main(steps: int = DEFAULT_STEPS, keep: bool = False) -> int:
-    """``afk-local demo``: run the demo in a temporary store and print the report."""
+def report_dict(report: DemoReport, root: Path, keep: bool) -> dict[str, Any]:
+    """The report as ``afk-local demo --json`` prints it."""
+    return {
+        "steps": report.steps,
+        "done_before_crash": report.done_before_crash,
+        "skipped_after_resume": report.skipped_after_resume,
+        "replayed_after_resume": report.replayed_after_resume,
+        "executed_after_resume": report.executed_after_resume,
+        "lines": report.lines,
+        "distinct_lines": report.distinct_lines,
+        "exactly_once": report.exactly_once,
+        "resume_seconds": round(report.resume_seconds, 4),
+        "first_step_seconds": (
+            None if report.first_step_seconds is None else round(report.first_step_seconds, 4)
+        ),
+        "bytes_on_disk": report.bytes_on_disk,
+        "files_on_disk": report.files_on_disk,
+        "store": str(root) if keep else None,
+        "run_id": RUN_ID,
+    }
+
+
+def main(
+    steps: int = DEFAULT_STEPS,
+    keep: bool = False,
+    *,
+    as_json: bool = False,
+    root: Path | None = None,
+) -> int:
+    """``afk-local demo``: run the demo and print the report.
+
+    The store is a temporary directory, removed afterwards unless ``keep``; a
+    ``root`` given by the caller (a new or empty directory) is used and kept.
+    """
 
     def out(text: str = "") -> None:
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
+        if not as_json:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
 
-    if steps < 2:
-        out("afk-local demo: --steps must be at least 2")
-        return 2
-    root = Path(tempfile.mkdtemp(prefix="afk-demo-"))
+    if root is None:
+        root = Path(tempfile.mkdtemp(prefix="afk-demo-"))
+    else:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        keep = True
     try:
         out(f"afk-local demo: a {steps}-step batch job, killed with SIGKILL, then resumed")
         out(f"  store: {root} ({'kept' if keep else 'temporary'})")
         out(f"  each step appends one line to {root / 'outside.txt'} through ctx.step")
         report = run_demo(root, steps)
+        if as_json:
+            sys.stdout.write(json.dumps(report_dict(report, root, keep), indent=2) + "\n")
+            return 0 if report.exactly_once else 1
         out()
         out(f"1. the job ran in a child process; it was SIGKILLed after "
             f"{report.done_before_crash} side effects")  # fmt: skip
@@ -239,7 +278,8 @@ def main(steps: int = DEFAULT_STEPS, keep: bool = False) -> int:
                 "nothing finished before the crash ran again")  # fmt: skip
         else:
             out("PROBLEM: some side effects are missing or duplicated (please report this)")
-        out(f"next: look around with `afk-local --root {root} log {RUN_ID}`" if keep else
+        look = shlex.join(["afk-local", "--root", str(root), "log", RUN_ID])
+        out(f"next: look around with `{look}`" if keep else
             "run `afk-local demo --keep` to keep the store and look around")  # fmt: skip
         return 0 if report.exactly_once else 1
     finally:

@@ -1,8 +1,9 @@
 """The ``afk-local`` command line (argparse); ``python -m afk_local`` is the same.
 
-Every command takes ``--root`` (else ``$AFK_LOCAL_ROOT``, else ``./.afk``); read
-commands take ``--json`` for scripts. Exit codes: 0 ok, 1 problems found (``verify``,
-a resumed job that failed), 2 usage errors, unknown runs or checkpoints, bad input.
+Every command takes ``--root`` (else ``$AFK_LOCAL_ROOT``, else ``./.afk``; it must
+exist, except for the commands that create a store) and ``--json`` for scripts. Exit
+codes: 0 ok, 1 problems found (``verify``, a resumed job that failed), 2 usage errors,
+a missing store, unknown runs or checkpoints, bad input, a run that cannot be resumed.
 Errors are one line on stderr saying what to do; user errors never print a traceback.
 docs/cli.md shows every command with its output.
 """
@@ -34,6 +35,12 @@ from afk_local.cli.read import (
     cmd_show,
     cmd_verify,
 )
+from afk_local.cli.remote import (
+    add_pull_arguments,
+    add_push_arguments,
+    cmd_pull,
+    cmd_push,
+)
 from afk_local.cli.watch import add_submit_arguments, add_watch_arguments, cmd_submit, cmd_watch
 from afk_local.cli.write import (
     cmd_cancel,
@@ -43,6 +50,7 @@ from afk_local.cli.write import (
     cmd_import,
     cmd_pack,
     cmd_resume,
+    cmd_settle,
 )
 from afk_local.errors import AfkLocalError, RunLockedError
 from afk_local.storage.records import RunStatus
@@ -129,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--status", choices=[s.value for s in RunStatus], help="only runs with this status"
     )
     p.add_argument("--limit", type=_positive_int, help="at most N runs")
+    p.add_argument("--remote", metavar="URL", help="list the runs on this remote instead")
 
     p = add("show", cmd_show, "everything about one run")
     p.add_argument("run", metavar="RUN")
@@ -154,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", metavar="RUN", nargs="*")
     p.add_argument("--no-repair", action="store_true", help="report torn journal tails only")
 
-    p = add("export", cmd_export, "a run as JSON (meta, checkpoints, effects)", json_flag=False)
+    p = add("export", cmd_export, "a run as JSON (meta, checkpoints, effects)")
     p.add_argument("run", metavar="RUN")
     p.add_argument("--format", choices=("json", "jsonl"), default="json")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
@@ -163,12 +172,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--as", dest="as_id", metavar="NEW_ID", help="import under another run id")
 
-    p = add("resume", cmd_resume, "continue a run (its entrypoint is re-imported)")
+    p = add("resume", cmd_resume, "continue a run (its job is found where it ran)")
     p.add_argument("run", metavar="RUN")
     p.add_argument("--input", metavar="JSON", help="the answer for a paused run, as JSON")
     p.add_argument(
+        "--in-doubt",
+        choices=("retry", "raise"),
+        help="effects a crash left in doubt: call them again (retry) or stop (raise)",
+    )
+    p.add_argument(
+        "--pause-seq",
+        type=_seq,
+        metavar="SEQ",
+        help="apply --input only while the run waits at the pause of checkpoint SEQ",
+    )
+    p.add_argument(
         "--via-watcher", action="store_true", help="ask the running watcher to resume it"
     )
+    p.add_argument(
+        "--trust",
+        action="store_true",
+        help="vouch for the run as it is on disk: run an imported run, accept a run put "
+        "back from a backup (docs/security.md)",
+    )
+
+    p = add("settle", cmd_settle, "record what happened to an effect left in doubt")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("key", metavar="KEY", help="the effect's key (`afk-local effects RUN`)")
+    outcome = p.add_mutually_exclusive_group(required=True)
+    outcome.add_argument(
+        "--done", action="store_true", help="it happened: a resume replays it, never calls it"
+    )
+    outcome.add_argument(
+        "--failed", metavar="MESSAGE", help="it did not happen: a resume calls it again"
+    )
+    p.add_argument("--result", metavar="JSON", help="with --done: what the call returned")
 
     p = add("fork", cmd_fork, "a new run continuing from checkpoint SEQ of RUN")
     p.add_argument("run", metavar="RUN")
@@ -208,11 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="say what would be packed, do nothing")
 
-    p = add(
-        "demo", cmd_demo, "crash a job with SIGKILL and resume it (a few seconds)", json_flag=False
-    )
+    p = add("demo", cmd_demo, "crash a job with SIGKILL and resume it (a few seconds)")
     p.add_argument("--steps", type=_positive_int, default=40)
     p.add_argument("--keep", action="store_true", help="keep the temporary store and print it")
+
+    p = add("push", cmd_push, "upload runs to a remote, incrementally (remote extra)")
+    add_push_arguments(p)
+    p = add("pull", cmd_pull, "copy a run from a remote, verified; --take moves its lease")
+    add_pull_arguments(p)
 
     p = add("watch", cmd_watch, "resume interrupted runs now and as they appear", json_flag=False)
     add_watch_arguments(p)

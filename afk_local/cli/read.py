@@ -21,9 +21,12 @@ from afk_local.cli.command import (
     out,
     require_run,
     short,
+    suggest,
+    warn_untrusted,
 )
+from afk_local.cli.describe import describe_run
+from afk_local.cli.remote import cmd_remote_runs
 from afk_local.cli.render import (
-    describe_run,
     effect_rows,
     log_rows,
     payload_at,
@@ -31,28 +34,56 @@ from afk_local.cli.render import (
     structural_diff,
     verify_run,
 )
+from afk_local.errors import AfkLocalError
+from afk_local.runner.origin import cannot_resume
+from afk_local.storage import fsio
 from afk_local.storage.export import export_records, to_jsonable
 from afk_local.storage.notebook import format_bytes, format_ms
+from afk_local.storage.records import RunStatus
 from afk_local.storage.run_info import RunInfo
 from afk_local.storage.store import Store
 
 
-def _state_label(info: RunInfo) -> str:
+def _state_label(info: RunInfo, reason: str | None) -> str:
+    if info.lock_problem is not None:
+        return f"{info.status.value} (owner.lock damaged)"
     if info.interrupted:
-        return f"{info.status.value} (interrupted)"
+        blocked = ", cannot resume" if reason else ""
+        return f"{info.status.value} (interrupted{blocked})"
     if info.owner_alive:
         return f"{info.status.value} (live)"
+    if reason and info.status is not RunStatus.COMPLETED:
+        return f"{info.status.value} (cannot resume)"
     return info.status.value
 
 
+def _reasons(store: Store, infos: list[RunInfo]) -> dict[str, str]:
+    """Why each run that still has work to do cannot be resumed, for those that cannot."""
+    reasons = {}
+    for info in infos:
+        if info.status in (RunStatus.COMPLETED, RunStatus.CANCELLED) or info.owner_alive:
+            continue
+        try:
+            reason = cannot_resume(store.read_meta(info.run_id))
+        except AfkLocalError:
+            continue
+        if reason is not None:
+            reasons[info.run_id] = reason
+    return reasons
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
-    """``runs``: one line per run, newest first."""
+    """``runs``: one line per run, newest first (``--remote URL``: the runs on a remote)."""
+    if getattr(args, "remote", None):
+        return cmd_remote_runs(args)
     store = open_store(args)
+    warn_untrusted(store)
     infos = store.runs(args.status)
     if args.limit is not None:
         infos = infos[: args.limit]
+    reasons = _reasons(store, infos)
     if args.json:
-        emit_json([info_dict(i) for i in infos])
+        emit_json([{**info_dict(i), "cannot_resume": reasons.get(i.run_id)} for i in infos])
         return EXIT_OK
     if not infos:
         which = f" with status {args.status}" if args.status else ""
@@ -63,7 +94,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         [
             (
                 i.run_id,
-                _state_label(i),
+                _state_label(i, reasons.get(i.run_id)),
                 i.step,
                 i.seq,
                 i.phase or "-",
@@ -73,6 +104,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
             for i in infos
         ],
     )
+    for run_id, reason in reasons.items():
+        out(f"{run_id}: cannot be resumed: {reason}")
     return EXIT_OK
 
 
@@ -80,13 +113,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     """``show RUN``: the run's meta, position, effects and what a resume would do."""
     store = open_store(args)
     require_run(store, args.run)
-    facts = describe_run(store, args.run)
+    warn_untrusted(store, args.run)
+    facts = describe_run(store, args.run, hint=lambda *words: suggest(args, *words))
     if args.json:
         emit_json(facts)
         return EXIT_OK
     width = max(len(k) for k in facts)
     for key, value in facts.items():
-        if value is None or value in ({}, []):
+        if value is None or value in ({}, []) or key in ("extra", "cannot_resume"):
             continue
         text = json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value
         out(f"{key:<{width}}  {text}")
@@ -97,6 +131,7 @@ def cmd_log(args: argparse.Namespace) -> int:
     """``log RUN``: the checkpoint chain (seq, step, phase, time, size, keyframe or delta)."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     rows = log_rows(store.open(args.run), limit=args.limit)
     if args.json:
         emit_json(rows)
@@ -138,6 +173,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     """``inspect RUN [SEQ] [--path a.b.c]``: one checkpoint's payload, pretty."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     record = _load_checkpoint(store, args.run, args.seq)
     value = payload_at(record.payload, args.path, run_id=args.run, seq=record.seq)
     if args.json:
@@ -163,9 +199,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_effects(args: argparse.Namespace) -> int:
-    """``effects RUN``: every journaled call with its outcome, or in doubt."""
+    """``effects RUN``: every journaled call and its outcome; in doubt first, with how to settle."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     rows = effect_rows(store.open(args.run))
     if args.json:
         emit_json(rows)
@@ -189,13 +226,27 @@ def cmd_effects(args: argparse.Namespace) -> int:
         ],
         align_right=(2, 4),
     )
-    doubtful = sum(1 for r in rows if r["state"] == "in_doubt")
-    if doubtful:
+    doubtful = [r for r in rows if r["state"] == "in_doubt"]
+    if not doubtful:
+        return EXIT_OK
+    out()
+    out(
+        f"{len(doubtful)} effect(s) in doubt: they started before a crash and may or may not "
+        "have happened. Check the outside system for each idempotency key, then record what "
+        "happened:"
+    )
+    for r in doubtful:
+        out(f"  {r['key']}  (idempotency key {r['idempotency_key']})")
+        out(f"    it happened:      {suggest(args, 'settle', args.run, r['key'], '--done')}")
         out(
-            f"{doubtful} effect(s) in doubt: they started before a crash and may or may not "
-            "have happened; check the outside system for their idempotency keys "
-            "(`--json` shows them) before resuming"
+            "    it did not:       "
+            f"{suggest(args, 'settle', args.run, r['key'], '--failed', 'it did not happen')}"
         )
+    out(
+        f"then {suggest(args, 'resume', args.run)}; or, without settling, call them all "
+        f"again: {suggest(args, 'resume', args.run, '--in-doubt', 'retry')}"
+    )
+    out("(--done takes --result JSON: what the call returned, replayed by the resume)")
     return EXIT_OK
 
 
@@ -203,6 +254,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     """``diff RUN SEQ_A SEQ_B``: added, removed and changed paths between two payloads."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     a = _load_checkpoint(store, args.run, args.seq_a)
     b = _load_checkpoint(store, args.run, args.seq_b)
     changes = structural_diff(a.payload, b.payload)
@@ -228,6 +280,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     """``verify [RUN ...]``: check every file; exit 1 when anything is damaged."""
     store = open_store(args)
+    warn_untrusted(store)
     run_ids = args.runs or store.run_ids()
     for run_id in args.runs:
         require_run(store, run_id)
@@ -261,21 +314,37 @@ def cmd_export(args: argparse.Namespace) -> int:
     """``export RUN``: meta, checkpoints and effects as JSON (or JSON lines)."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     records = export_records(store.open(args.run))
-    out = sys.stdout if args.output in (None, "-") else open(args.output, "w", encoding="utf-8")  # noqa: SIM115
-    try:
-        if args.format == "jsonl":
-            for record in records:
-                out.write(json.dumps(to_jsonable(record), ensure_ascii=False) + "\n")
-        else:
-            doc: dict[str, Any] = {"format": "afk-local-export", "version": 1}
-            doc["meta"] = next(r["meta"] for r in records if r["type"] == "meta")
-            doc["checkpoints"] = [r["checkpoint"] for r in records if r["type"] == "checkpoint"]
-            doc["effects"] = [r["effect"] for r in records if r["type"] == "effect"]
-            out.write(json.dumps(to_jsonable(doc), indent=2, ensure_ascii=False) + "\n")
-    finally:
-        if out is not sys.stdout:
-            out.close()
+    if args.format == "jsonl":
+        text = "".join(json.dumps(to_jsonable(r), ensure_ascii=False) + "\n" for r in records)
+    else:
+        doc: dict[str, Any] = {"format": "afk-local-export", "version": 1}
+        doc["meta"] = next(r["meta"] for r in records if r["type"] == "meta")
+        doc["checkpoints"] = [r["checkpoint"] for r in records if r["type"] == "checkpoint"]
+        doc["effects"] = [r["effect"] for r in records if r["type"] == "effect"]
+        text = json.dumps(to_jsonable(doc), indent=2, ensure_ascii=False) + "\n"
+    if args.output in (None, "-"):
+        sys.stdout.write(text)  # the export is JSON already, with or without --json
+        return EXIT_OK
+    data = text.encode("utf-8")
+    try:  # 0600 like the run's own files, and never half written
+        fsio.atomic_write(args.output, data)
+    except OSError as exc:
+        raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    if args.json:
+        emit_json(
+            {
+                "run_id": args.run,
+                "path": str(args.output),
+                "format": args.format,
+                "checkpoints": sum(1 for r in records if r["type"] == "checkpoint"),
+                "effects": sum(1 for r in records if r["type"] == "effect"),
+                "bytes": len(data),
+            }
+        )
+    else:
+        out(f"exported run {args.run} to {args.output} ({format_bytes(len(data))})")
     return EXIT_OK
 
 

@@ -16,7 +16,6 @@ from afk_local.cli.command import CliError
 from afk_local.errors import AfkLocalError, RunLockedError
 from afk_local.storage import codec
 from afk_local.storage.export import to_jsonable
-from afk_local.storage.notebook import format_bytes
 
 if TYPE_CHECKING:
     from afk_local.storage.reader import RunReader
@@ -69,62 +68,7 @@ def print_table(
         out.write(line(row) + "\n")
 
 
-# -- show / log / effects -----------------------------------------------------------------
-
-
-def describe_run(store: Store, run_id: str) -> dict[str, Any]:
-    """Everything ``afk-local show`` prints about a run."""
-    info = store.info(run_id)
-    reader = store.open(run_id)
-    meta = reader.meta
-    facts: dict[str, Any] = {
-        "run_id": run_id,
-        "status": meta.status.value,
-        "interrupted": info.interrupted,
-        "owner_alive": info.owner_alive,
-        "owner": to_jsonable(meta.owner) if meta.owner else None,
-        "attempt": meta.attempt,
-        "step": info.step,
-        "seq": info.seq,
-        "phase": info.phase,
-        "checkpoints": len(reader.checkpoint_files()),
-        "bytes": info.bytes,
-        "size": format_bytes(info.bytes),
-        "created_ms": meta.created_ms,
-        "updated_ms": info.updated_ms,
-        "entrypoint": meta.entrypoint,
-        "thread_id": meta.thread_id,
-        "parent_run_id": meta.parent_run_id,
-        "version": meta.version,
-        "code_fingerprint": meta.code_fingerprint,
-        "params": to_jsonable(meta.params),
-        "error": to_jsonable(meta.error) if meta.error else None,
-        "pause": to_jsonable(meta.pause) if meta.pause else None,
-        "extra": to_jsonable(meta.extra),
-        "path": str(reader.paths.dir),
-    }
-    if facts["error"] and isinstance(facts["error"], dict):
-        facts["error"].pop("traceback", None)  # `export` / `--json` of meta keep it; show is short
-    try:
-        rows = effect_rows(reader)
-        facts["effects"] = len(rows)
-        facts["effects_in_doubt"] = sum(1 for r in rows if r["state"] == "in_doubt")
-    except AfkLocalError as exc:
-        facts["effects"] = f"unreadable: {exc}"
-    facts["next"] = _next_action(run_id, meta.status.value, info.interrupted, info.owner_alive)
-    return facts
-
-
-def _next_action(run_id: str, status: str, interrupted: bool, alive: bool) -> str:
-    if alive:
-        return "a process is running it; `afk-local cancel` asks it to stop"
-    if interrupted:
-        return f"interrupted: `afk-local resume {run_id}` (or let `afk-local watch` do it)"
-    if status == "paused":
-        return f"waiting for input: `afk-local resume {run_id} --input JSON`"
-    if status == "failed":
-        return f"`afk-local resume {run_id}` retries; `afk-local fork {run_id} --at SEQ` redoes"
-    return "nothing to do"
+# -- log / effects --------------------------------------------------------------------------
 
 
 def log_rows(reader: RunReader, *, limit: int | None = None) -> list[dict[str, Any]]:
@@ -164,7 +108,7 @@ def log_rows(reader: RunReader, *, limit: int | None = None) -> list[dict[str, A
 
 
 def effect_rows(reader: RunReader) -> list[dict[str, Any]]:
-    """One row per effect key, in first-seen order: its newest intent and outcome."""
+    """One row per effect key: its newest intent and outcome; in doubt first, then first-seen."""
     if not reader.paths.journal.exists():
         return []
     by_key: dict[str, dict[str, Any]] = {}
@@ -205,7 +149,10 @@ def effect_rows(reader: RunReader) -> list[dict[str, Any]]:
                 result=to_jsonable(record.result),
                 error=to_jsonable(record.error) if record.error else None,
             )
-    return list(by_key.values())
+    rows = list(by_key.values())
+    return [r for r in rows if r["state"] == "in_doubt"] + [
+        r for r in rows if r["state"] != "in_doubt"
+    ]
 
 
 # -- inspect / diff -------------------------------------------------------------------------
@@ -284,11 +231,9 @@ def _walk(a: Any, b: Any, path: str, out: dict[str, Any]) -> None:
 
 def verify_run(store: Store, run_id: str, *, repair: bool = True) -> dict[str, Any]:
     """Verify one run; with ``repair``, truncate a torn journal tail if the lock is free."""
-    from afk_local.storage.reader import RunReader  # noqa: PLC0415
-
     # Not store.open(): a damaged (or, in a keyed store, wrongly signed) run.meta must
     # be reported like any other damaged file, not stop the command.
-    reader = RunReader(store.paths(run_id), record_codec=store.codec)
+    reader = store.reader(run_id)
     report = reader.verify()
     result: dict[str, Any] = {
         "run_id": run_id,
@@ -331,7 +276,6 @@ def _repair_journal(store: Store, run_id: str) -> str | None:
 
 
 __all__ = [
-    "describe_run",
     "effect_rows",
     "log_rows",
     "payload_at",

@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from afk_local.cli.command import EXIT_OK, CliError, open_store, suggest
+from afk_local.errors import RunExistsError
+from afk_local.runner.entrypoints import is_entrypoint
+from afk_local.runner.resume import load_entrypoint
+from afk_local.storage.layout import validate_run_id
 from afk_local.storage.store import Store, default_root
 from afk_local.watcher import service as watcher_service
-from afk_local.watcher.requests import resume_request, submit_request
+from afk_local.watcher.requests import resume_request
 from afk_local.watcher.watcher import Watcher, WatchEvent
-
-EXIT_OK = 0
-EXIT_USAGE = 2
 
 
 def _positive_float(text: str) -> float:
@@ -140,18 +143,31 @@ class EventPrinter:
             self._shown = False
 
 
-def _store(args: argparse.Namespace) -> Store:
-    root = getattr(args, "root", None)
-    return Store(Path(root) if root else default_root())
-
-
 def cmd_watch(args: argparse.Namespace) -> int:
-    """``afk-local watch``: resume interrupted runs now and as they appear."""
-    store = _store(args)
-    if getattr(args, "install", None):
-        return watcher_service.main_install(args.install, store.root.resolve(), sys.stdout)
+    """``afk-local watch``: resume interrupted runs now and as they appear.
+
+    ``--once`` needs an existing store (a mistyped root is an error, not a new
+    empty store); the long-running watcher and ``--install`` create it.
+    """
     if getattr(args, "uninstall", None):
-        return watcher_service.main_uninstall(args.uninstall, sys.stdout, store.root.resolve())
+        root = getattr(args, "root", None)
+        the_root = (Path(root) if root else default_root()).resolve()
+        return watcher_service.main_uninstall(args.uninstall, sys.stdout, the_root)
+    once = bool(getattr(args, "once", False))
+    if getattr(args, "install", None):
+        root = getattr(args, "root", None)
+        try:  # before the store is created: a path no service file can hold is refused whole
+            watcher_service.check_text(
+                "store directory", str((Path(root) if root else default_root()).absolute())
+            )
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+    store = open_store(args, create=not once)
+    if getattr(args, "install", None):
+        try:
+            return watcher_service.main_install(args.install, store.root.resolve(), sys.stdout)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
     printer = EventPrinter(as_json=bool(getattr(args, "json", False)))
     watcher = Watcher(
         store,
@@ -165,7 +181,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     printer.watcher = watcher
     restore = watcher.install_signal_handlers()
     try:
-        if getattr(args, "once", False):
+        if once:
             return watcher.run_once()
         if not printer.as_json:
             printer.out.write(
@@ -196,36 +212,80 @@ def _parse_args_json(text: str | None) -> tuple[list[Any], dict[str, Any]]:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    """``afk-local submit MODULE:FUNCTION [ARGS]``: hand a new job to the watcher."""
-    store = _store(args)
+    """``afk-local submit MODULE:FUNCTION [ARGS]``: a new run for the watcher to start.
+
+    The entrypoint is imported here first (from the working directory too, as
+    ``python -m`` would), so a typo fails now rather than in the watcher; the run is
+    created at once (status ``created``) with where it was submitted from, so
+    ``show`` works right away and the watcher's child finds the job the same way.
+    """
     try:
         positional, keywords = _parse_args_json(args.job_args)
-        run_id, path = submit_request(
-            store, args.entrypoint, positional, keywords, run_id=args.run_id
-        )
     except ValueError as exc:
-        sys.stderr.write(f"afk-local: {exc}\n")
-        return EXIT_USAGE
-    if store.exists(run_id):
-        path.unlink(missing_ok=True)
-        sys.stderr.write(f"afk-local: run {run_id!r} exists already; choose another --run-id\n")
-        return EXIT_USAGE
+        raise CliError(str(exc)) from None
+    if not is_entrypoint(args.entrypoint):
+        raise CliError(
+            f"{args.entrypoint!r} is not module:function (e.g. mypkg.jobs:crawl): name an "
+            "@afk.durable job in an importable module"
+        )
+    if args.entrypoint.startswith("__main__:"):
+        raise CliError(
+            "a job in __main__ cannot be submitted: name it by its module (mypkg.jobs:crawl), "
+            "or run its script, which records the run itself"
+        )
+    if args.run_id is not None:
+        validate_run_id(args.run_id)
+    store = open_store(args, create=True)
+    if args.run_id is not None and store.exists(args.run_id):
+        raise CliError(f"run {args.run_id!r} exists already; choose another --run-id")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    job = load_entrypoint(args.entrypoint, args.run_id or "(new run)")
+    try:
+        run_id = job.with_store(store).submit(*positional, run_id=args.run_id, **keywords)
+    except RunExistsError:
+        raise CliError(f"run {args.run_id!r} exists already; choose another --run-id") from None
+    except TypeError as exc:
+        raise CliError(f"ARGS cannot be stored: {exc}") from None
     if args.json:
-        sys.stdout.write(json.dumps({"run_id": run_id, "request": str(path)}) + "\n")
+        sys.stdout.write(
+            json.dumps(
+                {
+                    "run_id": run_id,
+                    "status": "created",
+                    "entrypoint": args.entrypoint,
+                    "path": str(store.paths(run_id).dir),
+                }
+            )
+            + "\n"
+        )
     else:
         sys.stdout.write(
-            f"submitted {args.entrypoint} as run {run_id}; a running `afk-local watch` starts it\n"
-            f"follow it with: afk-local show {run_id}\n"
+            f"submitted {args.entrypoint} as run {run_id} (status created); a running "
+            f"`afk-local watch` starts it, or start it here: {suggest(args, 'resume', run_id)}\n"
+            f"follow it with: {suggest(args, 'show', run_id)}\n"
         )
     return EXIT_OK
 
 
 def request_resume(args: argparse.Namespace, store: Store, value: Any) -> int:
-    """``afk-local resume RUN --via-watcher``: drop a resume request for the watcher."""
+    """``afk-local resume RUN --via-watcher``: drop a resume request for the watcher.
+
+    An answer (``--input``) names the pause it is for: the one the run waits at now,
+    or ``--pause-seq``; the watcher applies it at most once, and only to that pause.
+    """
     has_input = getattr(args, "input", None) is not None
-    path = resume_request(store, args.run, value, has_input=has_input)
+    problem = store.key_problem()
+    if problem is not None:  # the watcher would reject an unsigned request: say so now
+        raise CliError(problem)
+    path = resume_request(
+        store, args.run, value, has_input=has_input, pause_seq=getattr(args, "pause_seq", None)
+    )
     if getattr(args, "json", False):
-        sys.stdout.write(json.dumps({"run_id": args.run, "request": str(path)}) + "\n")
+        sys.stdout.write(
+            json.dumps({"run_id": args.run, "status": "requested", "request": str(path)}) + "\n"
+        )
     else:
         sys.stdout.write(
             f"asked the watcher to resume {args.run} ({path.name}); "

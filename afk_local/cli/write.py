@@ -1,14 +1,18 @@
-"""The write commands of ``afk-local``: import, fork, resume, cancel, gc, pack, demo.
+"""The write commands of ``afk-local``: import, fork, resume, settle, cancel, gc, pack, demo.
 
 Each changes the store: a new run (import, fork), an attempt of a run
-(resume), a terminal status (cancel), compaction (gc), fewer files (pack); ``resume --via-watcher``
-hands over to the watcher (:mod:`afk_local.cli.watch`).
+(resume), the outcome of an effect left in doubt (settle), a terminal status
+(cancel), compaction (gc), fewer files (pack); ``resume --via-watcher`` hands over
+to the watcher (:mod:`afk_local.cli.watch`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,36 +29,42 @@ from afk_local.cli.command import (
     out,
     require_run,
     short,
+    suggest,
 )
 from afk_local.cli.render import print_table
 from afk_local.cli.watch import request_resume
-from afk_local.errors import AfkLocalError, RunLockedError, RunPaused
+from afk_local.errors import AfkLocalError, EffectInDoubtError, RunLockedError, RunPaused
 from afk_local.runner.cancel import cancel
+from afk_local.runner.origin import REENTERED_ENV, ReentryPlan, cannot_resume, reentry_plan
+from afk_local.runner.settle import settle
 from afk_local.storage.export import import_run
 from afk_local.storage.notebook import format_bytes
 from afk_local.storage.records import RunStatus
 from afk_local.storage.retention import DEFAULT_ALWAYS_KEEP, RetentionPolicy
+from afk_local.storage.store import Store
+from afk_local.storage.trust import require_trusted_run, trust_run
 
 
-def _parse_input(text: str | None) -> Any:
-    if text is None:
-        return None
+def parse_json_option(name: str, text: str) -> Any:
+    """The value of a JSON option (``--input``, ``--result``); a CliError saying how to quote it."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise CliError(
-            f"--input is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): "
-            "quote it for the shell, e.g. --input '{\"answer\": 42}'"
+            f"{name} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): "
+            f"quote it for the shell, e.g. {name} '{{\"answer\": 42}}'"
         ) from None
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    """``import FILE``: recreate an exported run in this store."""
-    store = open_store(args)
+    """``import FILE``: recreate an exported run in this store (created if missing)."""
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text("utf-8")
     except OSError as exc:
         raise CliError(f"cannot read {args.file}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise CliError(f"cannot read {args.file}: it is not UTF-8 text (not an export)") from None
+    store = open_store(args, create=True)
     run_id = import_run(store, text, new_run_id=args.as_id, source=args.file)
     if args.json:
         emit_json(info_dict(store.info(run_id)))
@@ -67,49 +77,183 @@ def cmd_fork(args: argparse.Namespace) -> int:
     """``fork RUN --at SEQ [--as NEW_ID]``: time travel into a new run."""
     store = open_store(args)
     require_run(store, args.run)
-    if args.at < 1:
-        raise CliError(f"--at must be >= 1: run `afk-local log {args.run}` to list checkpoints")
     info = store.fork(args.run, args.at, args.as_id)
+    reason = cannot_resume(store.read_meta(info.run_id))
     if args.json:
-        emit_json(info_dict(info))
+        emit_json({**info_dict(info), "forked_from": args.run, "at_seq": args.at})
+        return EXIT_OK
+    out(f"forked {args.run} at seq {args.at} into {info.run_id} (step {info.step})")
+    if reason is None:
+        out(f"continue it with: {suggest(args, 'resume', info.run_id)}")
     else:
-        out(f"forked {args.run} at seq {args.at} into {info.run_id} (step {info.step})")
-        out(f"continue it with: afk-local resume {info.run_id}")
+        out(f"it cannot be resumed by afk-local: {reason}")
     return EXIT_OK
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    """``resume RUN [--input JSON]``: continue a run in this process."""
-    value = _parse_input(args.input)
+    """``resume RUN [--input JSON [--pause-seq SEQ]] [--in-doubt retry|raise]``: continue a run."""
+    has_input = args.input is not None
+    value = parse_json_option("--input", args.input) if has_input else None
+    pause_seq = getattr(args, "pause_seq", None)
+    if pause_seq is not None and not has_input:
+        raise CliError("--pause-seq names the pause an --input answers: give --input too")
     store = open_store(args)
     require_run(store, args.run)
+    if getattr(args, "trust", False):
+        trust_run(store, args.run)  # the person vouches for the run as it is on disk now
+        sys.stderr.write(f"afk-local: run {args.run} trusted (as it is on disk now)\n")
+    meta = store.read_meta(args.run)
+    if has_input and meta.status is not RunStatus.PAUSED:
+        raise CliError(
+            f"run {args.run!r} is {meta.status.value}, not paused: --input answers a paused "
+            f"run's question; {_without_input(args, meta.status)}"
+        )
+    if meta.status is RunStatus.COMPLETED:  # its stored result; nothing is imported or run
+        result = resume_run(args.run, store)
+        return _report(args, {"run_id": args.run, "status": "completed", "result": result})
+    if meta.status is RunStatus.PAUSED and not has_input and not args.via_watcher:
+        prompt = meta.pause.prompt if meta.pause else None
+        kind = meta.pause.kind if meta.pause else "input"
+        paused = {"run_id": args.run, "status": "paused", "kind": kind, "prompt": prompt}
+        return _report(args, paused)
+    if meta.status is not RunStatus.CANCELLED:
+        reason = cannot_resume(meta)
+        if reason is not None:
+            raise CliError(f"run {args.run!r} cannot be resumed: {reason}")
     if args.via_watcher:
         return request_resume(args, store, value)
-    meta = store.read_meta(args.run)
-    if meta.status is RunStatus.COMPLETED:
-        raise CliError(f"run {args.run!r} already completed; nothing to resume", EXIT_OK)
+    # The trust gate before anything the run names runs here: the interpreter it hands
+    # over to, the module it imports, the script it re-enters (docs/security.md).
+    meta = require_trusted_run(store, args.run).meta
+    plan = reentry_plan(meta)
+    if plan.other_interpreter and not os.environ.get(REENTERED_ENV):
+        return _hand_over(args, store, plan)
+    # With --json, stdout holds only the JSON: what the job prints goes to stderr.
+    job_output = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     try:
-        result = resume_run(args.run, store, value)
+        with job_output:
+            result = resume_run(
+                args.run,
+                store,
+                value,
+                in_doubt=args.in_doubt,
+                reenter=True,
+                pause_seq=pause_seq,
+            )
     except RunLockedError as exc:  # another process is resuming it: the watcher's "taken"
         sys.stderr.write(f"afk-local: {exc}\n")
         return EXIT_LOCKED
     except RunPaused as paused:
-        if args.json:
-            emit_json({"run_id": args.run, "status": "paused", "prompt": paused.prompt})
-        else:
-            out(f"run {args.run} paused waiting for {paused.kind}: {short(paused.prompt)}")
-            out(f"answer with: afk-local resume {args.run} --input JSON")
-        return EXIT_OK
+        return _report(
+            args,
+            {"run_id": args.run, "status": "paused", "kind": paused.kind, "prompt": paused.prompt},
+        )
+    except EffectInDoubtError as exc:  # the run is now recorded as failed
+        settle_it = suggest(args, "settle", args.run, exc.key, "--done")
+        retry = suggest(args, "resume", args.run, "--in-doubt", "retry")
+        message = (
+            f"run {args.run!r}: effect {exc.key!r} was started before a crash but has no "
+            "recorded outcome: it may or may not have happened. Check the outside system for "
+            f"idempotency key {exc.idempotency_key!r}, then record what happened with "
+            f"`{settle_it}` (or --failed 'it did not happen') and resume, or call it again "
+            f"with `{retry}`"
+        )
+        return _failed(args, message, exc)
     except (AfkLocalError, CliError):
         raise
     except Exception as exc:  # the job itself raised: the run is recorded as failed
-        sys.stderr.write(f"afk-local: run {args.run} failed: {type(exc).__name__}: {exc}\n")
-        sys.stderr.write(f"afk-local: see `afk-local show {args.run}`\n")
-        return EXIT_PROBLEMS
+        return _failed(args, f"run {args.run} failed: {type(exc).__name__}: {exc}", exc)
+    return _report(args, {"run_id": args.run, "status": "completed", "result": result})
+
+
+def _without_input(args: argparse.Namespace, status: RunStatus) -> str:
+    if status is RunStatus.COMPLETED:
+        return f"it is done (`{suggest(args, 'show', args.run)}` shows its result)"
+    if status is RunStatus.CANCELLED:
+        return "a cancelled run is never resumed"
+    return f"resume it without --input: {suggest(args, 'resume', args.run)}"
+
+
+def _report(args: argparse.Namespace, outcome: dict[str, Any]) -> int:
+    """Print how a resume ended (a table line, or JSON); exit 0."""
     if args.json:
-        emit_json({"run_id": args.run, "status": "completed", "result": result})
+        emit_json(outcome)
+        return EXIT_OK
+    run_id = outcome["run_id"]
+    if outcome["status"] == "completed":
+        out(f"run {run_id} completed: {short(outcome['result'], 200)}")
     else:
-        out(f"run {args.run} completed: {short(result, 200)}")
+        out(f"run {run_id} paused waiting for {outcome['kind']}: {short(outcome['prompt'])}")
+        out(f"answer with: {suggest(args, 'resume', run_id, '--input', 'JSON')}")
+    return EXIT_OK
+
+
+def _failed(args: argparse.Namespace, message: str, exc: BaseException) -> int:
+    """The job raised (the run is recorded as failed): one line on stderr, exit 1."""
+    sys.stderr.write(f"afk-local: {message}\n")
+    if args.json:
+        emit_json(
+            {
+                "run_id": args.run,
+                "status": "failed",
+                "error": {"type": type(exc).__name__, "message": str(exc)},
+            }
+        )
+    else:
+        sys.stderr.write(f"afk-local: see `{suggest(args, 'show', args.run)}`\n")
+    return EXIT_PROBLEMS
+
+
+def _hand_over(args: argparse.Namespace, store: Store, plan: ReentryPlan) -> int:
+    """Resume in a child under the run's own interpreter (its virtualenv): exit with its code."""
+    assert plan.python is not None
+    command = [plan.python, "-m", "afk_local", "--root", str(store.root.absolute()), "resume"]
+    command.append(args.run)
+    if args.input is not None:
+        command += ["--input", args.input]
+    if getattr(args, "pause_seq", None) is not None:  # an afk-local without it refuses: safe
+        command += ["--pause-seq", str(args.pause_seq)]
+    if args.in_doubt is not None:
+        command += ["--in-doubt", args.in_doubt]
+    if args.json:
+        command.append("--json")
+    env = {**os.environ, **plan.env, REENTERED_ENV: "1"}
+    try:
+        return subprocess.run(command, env=env, check=False).returncode
+    except OSError as exc:
+        raise CliError(
+            f"run {args.run!r} ran under {plan.python}, which cannot be started here "
+            f"({exc.strerror or exc})"
+        ) from None
+
+
+def cmd_settle(args: argparse.Namespace) -> int:
+    """``settle RUN KEY --done [--result JSON] | --failed MESSAGE``: record an in-doubt outcome."""
+    if args.result is not None and not args.done:
+        raise CliError("--result goes with --done (the result the call returned)")
+    result = parse_json_option("--result", args.result) if args.result is not None else None
+    store = open_store(args)
+    require_run(store, args.run)
+    effect = settle(
+        args.run, args.key, store=store, done=args.done, result=result, message=args.failed
+    )
+    outcome = "done" if args.done else "failed"
+    if args.json:
+        emit_json(
+            {
+                "run_id": args.run,
+                "key": args.key,
+                "settled": outcome,
+                "result": effect.result,
+                "error": effect.error,
+            }
+        )
+        return EXIT_OK
+    if args.done:
+        out(f"run {args.run}: effect {args.key} settled as done; a resume replays it")
+    else:
+        out(f"run {args.run}: effect {args.key} settled as failed; a resume calls it again")
+    out(f"continue the run with: {suggest(args, 'resume', args.run)}")
     return EXIT_OK
 
 
@@ -123,7 +267,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     cancel(args.run, store=store, reason=args.reason)
     status = store.read_meta(args.run).status.value
     if args.json:
-        emit_json({"run_id": args.run, "status": status})
+        emit_json({"run_id": args.run, "status": status, "reason": args.reason})
     else:
         out(f"run {args.run}: {status}")
     return EXIT_OK
@@ -223,7 +367,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """``demo``: crash a small job with SIGKILL, resume it, show that nothing ran twice."""
     from afk_local.cli.demo import main as demo_main  # noqa: PLC0415 - imports the runner
 
-    return demo_main(steps=args.steps, keep=args.keep)
+    if args.steps < 2:
+        raise CliError(f"--steps must be at least 2, got {args.steps}")
+    root = None
+    if args.root is not None:  # given with --root: the demo's own store there, kept
+        root = Path(args.root).expanduser()
+        if root.is_symlink() or (root.exists() and (not root.is_dir() or any(root.iterdir()))):
+            raise CliError(
+                f"demo --root {args.root}: not a new or empty directory; the demo writes its "
+                "own store there (leave --root out for a temporary one)"
+            )
+    return demo_main(steps=args.steps, keep=args.keep, as_json=args.json, root=root)
 
 
 __all__ = [
@@ -234,4 +388,6 @@ __all__ = [
     "cmd_import",
     "cmd_pack",
     "cmd_resume",
+    "cmd_settle",
+    "parse_json_option",
 ]

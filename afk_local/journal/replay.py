@@ -21,6 +21,7 @@ import msgspec
 
 from afk_local.storage.codec import EncHook
 from afk_local.storage.records import ErrorInfo
+from afk_local.storage.values import hash_hook
 
 
 def input_hash(
@@ -38,13 +39,14 @@ def input_hash(
     >>> input_hash("send", ("a@b.c",), {}) == input_hash("send", ["a@b.c"], {})
     True
     """
-    data = _canonical_encoder(enc_hook).encode((name, list(args), kwargs))
+    data = _canonical_encoder(enc_hook or hash_hook(None)).encode((name, list(args), kwargs))
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def result_hash(result: Any, *, enc_hook: EncHook | None = None) -> str:
     """The blake2b (128-bit, hex) digest of ``result``'s canonical msgpack (``output_hash``)."""
-    return hashlib.blake2b(_canonical_encoder(enc_hook).encode(result), digest_size=16).hexdigest()
+    encoder = _canonical_encoder(enc_hook or hash_hook(None))
+    return hashlib.blake2b(encoder.encode(result), digest_size=16).hexdigest()
 
 
 def idempotency_key(run_id: str, key: str) -> str:

@@ -14,13 +14,22 @@ import contextlib
 import functools
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
 import msgspec
 
-from afk_local.errors import RunCancelledError, RunExistsError, RunPaused, WriterFailedError
+from afk_local.errors import (
+    RunCancelledError,
+    RunExistsError,
+    RunPaused,
+    UnstorableValueError,
+    WriterFailedError,
+)
+from afk_local.runner.answers import check_answer
+from afk_local.runner.origin import ORIGIN_KEY, origin_here
 from afk_local.runner.run_context import NO_INPUT, RunContext
 from afk_local.runner.stopping import sigterm_exits
 from afk_local.runner.versions import OnCodeChange, check_code, code_fingerprint, migrate_state
@@ -28,6 +37,7 @@ from afk_local.runner.writer import DurableWriter, validate_durability
 from afk_local.storage.records import Phase, RunMeta, RunStatus
 from afk_local.storage.run import RunWriter
 from afk_local.storage.store import Store, StoreLike, as_store
+from afk_local.storage.trust import require_trusted_run
 
 log = logging.getLogger("afk_local")
 
@@ -35,11 +45,35 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _REGISTRY: dict[str, DurableFunction[Any]] = {}
+_stopping = threading.local()
 
 
 def registered(entrypoint: str) -> DurableFunction[Any] | None:
     """The ``@afk.durable`` job this process defined as ``module:qualname``, if any."""
     return _REGISTRY.get(entrypoint)
+
+
+class JobReached(BaseException):
+    """A script run again to re-enter a job reached its first durable run: stop it there.
+
+    A BaseException, so that the script's own ``except Exception`` does not catch it.
+    """
+
+
+@contextlib.contextmanager
+def stop_at_first_run() -> Iterator[None]:
+    """While active (in this thread), starting or resuming any durable run raises JobReached."""
+    _stopping.active = True
+    try:
+        yield
+    finally:
+        _stopping.active = False
+
+
+def _check_not_stopping() -> None:
+    if getattr(_stopping, "active", False):
+        _stopping.active = False
+        raise JobReached
 
 
 @dataclass
@@ -109,6 +143,28 @@ class DurableFunction(Generic[R]):
 
     __call__ = run
 
+    def submit(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> str:
+        """Record a new run of this job without running it (status ``created``); returns its id.
+
+        A watcher (``afk-local watch``) starts it like any interrupted run; so does
+        ``afk-local resume RUN``. ``afk-local submit`` calls this.
+
+        Raises:
+            RunExistsError: ``run_id`` is taken.
+        """
+        store = as_store(self.store)
+        params = self._params(store, args, kwargs)
+        run = store.create(
+            run_id,
+            entrypoint=self.entrypoint,
+            params=params,
+            code_fingerprint=self.fingerprint,
+            version=self.version,
+            extra={ORIGIN_KEY: origin_here(self.fn)},
+        )
+        run.close()
+        return run.run_id
+
     async def arun(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> R:
         """The async form of :meth:`run` (works for sync jobs too)."""
         return await self._async(
@@ -124,8 +180,13 @@ class DurableFunction(Generic[R]):
         *,
         input_value: Any,
         in_doubt: Any,
+        pause_seq: int | None = None,
     ) -> R:
-        begun = self._begin(store, run_id, args, kwargs, input_value=input_value, in_doubt=in_doubt)
+        _check_not_stopping()
+        begun = self._begin(
+            store, run_id, args, kwargs, input_value=input_value, in_doubt=in_doubt,
+            pause_seq=pause_seq,
+        )  # fmt: skip
         if not isinstance(begun, _Attempt):
             return begun.result  # type: ignore[no-any-return]
         if self.is_async:
@@ -147,8 +208,13 @@ class DurableFunction(Generic[R]):
         *,
         input_value: Any,
         in_doubt: Any,
+        pause_seq: int | None = None,
     ) -> R:
-        begun = self._begin(store, run_id, args, kwargs, input_value=input_value, in_doubt=in_doubt)
+        _check_not_stopping()
+        begun = self._begin(
+            store, run_id, args, kwargs, input_value=input_value, in_doubt=in_doubt,
+            pause_seq=pause_seq,
+        )  # fmt: skip
         if not isinstance(begun, _Attempt):
             return begun.result  # type: ignore[no-any-return]
         return await self._drive_async(begun)
@@ -168,6 +234,8 @@ class DurableFunction(Generic[R]):
     def _params(self, store: Store, args: Any, kwargs: Any) -> dict[str, Any]:
         try:
             data = store.codec.encode({"args": list(args), "kwargs": dict(kwargs)})
+        except UnstorableValueError:
+            raise  # names the argument (args.0, kwargs.name) and its type
         except (TypeError, msgspec.EncodeError) as exc:
             raise TypeError(
                 f"the arguments of durable job {self.entrypoint} must be msgpack-able (dict, "
@@ -175,7 +243,7 @@ class DurableFunction(Generic[R]):
                 f"run.meta so the run can resume in another process. Pass a path or an id "
                 f"instead. ({exc})"
             ) from None
-        params: dict[str, Any] = msgspec.msgpack.decode(data)
+        params: dict[str, Any] = store.codec.decode_value(data)
         return params
 
     def _begin(
@@ -187,10 +255,11 @@ class DurableFunction(Generic[R]):
         *,
         input_value: Any,
         in_doubt: Any,
+        pause_seq: int | None = None,
     ) -> _Attempt | Settled:
         params = self._params(store, args, kwargs) if (args or kwargs) else None
         if run_id is not None and store.exists(run_id):
-            return self._reopen(store, run_id, params, input_value, in_doubt)
+            return self._reopen(store, run_id, params, input_value, in_doubt, pause_seq=pause_seq)
         if input_value is not NO_INPUT:
             raise ValueError(f"run {run_id!r} does not exist: there is no pause to answer")
         params = params or {"args": [], "kwargs": {}}
@@ -201,10 +270,11 @@ class DurableFunction(Generic[R]):
                 params=params,
                 code_fingerprint=self.fingerprint,
                 version=self.version,
+                extra={ORIGIN_KEY: origin_here(self.fn)},
             )
         except RunExistsError:  # another process created it just now
             assert run_id is not None
-            return self._reopen(store, run_id, params, input_value, in_doubt)
+            return self._reopen(store, run_id, params, input_value, in_doubt, pause_seq=pause_seq)
         return self._attempt(store, run, params, None, input_value=NO_INPUT, in_doubt=in_doubt)
 
     def _reopen(
@@ -214,8 +284,11 @@ class DurableFunction(Generic[R]):
         params: dict[str, Any] | None,
         input_value: Any,
         in_doubt: Any,
+        *,
+        pause_seq: int | None = None,
     ) -> _Attempt | Settled:
-        meta = store.read_meta(run_id)
+        # The run's arguments come from its run.meta: the same checks as any resume.
+        meta = require_trusted_run(store, run_id).meta
         if meta.entrypoint is not None and meta.entrypoint != self.entrypoint:
             raise ValueError(
                 f"run {run_id!r} belongs to {meta.entrypoint}, not {self.entrypoint}: "
@@ -226,7 +299,7 @@ class DurableFunction(Generic[R]):
                 f"run {run_id!r} was started with other arguments ({_short(meta.params)}); "
                 "call job.run(run_id=...) without arguments to continue it, or use a new run_id"
             )
-        done = settled(store, meta, input_value)
+        done = settled(store, meta, input_value, pause_seq)
         if done is not None:
             return done
         check_code(
@@ -239,7 +312,7 @@ class DurableFunction(Generic[R]):
         run = store.resume_writer(run_id)
         try:
             meta = run.meta  # re-read under the lock: another process may have finished it
-            done = settled(store, meta, input_value)
+            done = settled(store, meta, input_value, pause_seq)
         except BaseException:
             run.close()
             raise
@@ -289,6 +362,8 @@ class DurableFunction(Generic[R]):
                 error=None,
                 code_fingerprint=self.fingerprint,
                 version=self.version,
+                # where it runs now: the next process to continue it starts from here
+                extra={**run.meta.extra, ORIGIN_KEY: origin_here(self.fn)},
             )
             ctx = RunContext(
                 writer,
@@ -360,8 +435,16 @@ class Settled:
     result: Any
 
 
-def settled(store: Store, meta: RunMeta, input_value: Any) -> Settled | None:
-    """The outcome when a run needs no attempt (completed), or raise for cancelled/paused."""
+def settled(
+    store: Store, meta: RunMeta, input_value: Any, pause_seq: int | None = None
+) -> Settled | None:
+    """The outcome when a run needs no attempt (completed), or raise for cancelled/paused.
+
+    An answer bound to ``pause_seq`` raises :class:`~afk_local.errors.PauseMismatchError`
+    unless the run waits at that pause (:mod:`afk_local.runner.answers`).
+    """
+    if input_value is not NO_INPUT:
+        check_answer(meta, pause_seq)
     if meta.status is RunStatus.COMPLETED:
         state = store.open(meta.run_id).resume_state()
         return Settled(state.result)
@@ -464,4 +547,4 @@ def durable(
     return decorate
 
 
-__all__ = ["DurableFunction", "durable"]
+__all__ = ["DurableFunction", "JobReached", "durable", "stop_at_first_run"]

@@ -2,17 +2,25 @@
 
 ``afk.resume(run_id)`` (:mod:`afk_local.agent.resume`) comes here for runs made by
 ``@afk.durable`` functions; agent runs go to :mod:`afk_local.agent.rebuild`.
+:func:`load_job` is the one place that finds a run's code: this process's
+registry, an import of ``module:qualname``, or, in a process started to continue
+the run (``reenter=True``: ``afk-local resume``, the watcher's child), the job's
+recorded working directory, ``sys.path`` and script (:mod:`.reentry`).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from afk_local.errors import EntrypointError
 from afk_local.runner.durable_function import DurableFunction, registered, run_coroutine, settled
 from afk_local.runner.entrypoints import import_entrypoint
+from afk_local.runner.origin import cannot_resume
+from afk_local.runner.reentry import enter_origin, run_main
 from afk_local.runner.run_context import NO_INPUT
 from afk_local.storage.store import Store
+from afk_local.storage.trust import TrustedRun, require_trusted_run
 
 
 def load_entrypoint(entrypoint: str | None, run_id: str = "?") -> DurableFunction[Any]:
@@ -28,7 +36,7 @@ def load_entrypoint(entrypoint: str | None, run_id: str = "?") -> DurableFunctio
     found = registered(entrypoint)
     if found is not None:
         return found
-    obj = import_entrypoint(
+    job: DurableFunction[Any] = import_entrypoint(
         run_id,
         entrypoint,
         unimportable_hint=(
@@ -36,36 +44,119 @@ def load_entrypoint(entrypoint: str | None, run_id: str = "?") -> DurableFunctio
             "which another process cannot import. Resume it from the same script/notebook with "
             "job.run(run_id=...), or move the job into an importable module"
         ),
+        accept=(DurableFunction,),
+        accept_name="an @afk.durable function",
     )
-    if not isinstance(obj, DurableFunction):
-        raise EntrypointError(run_id, entrypoint, "it is not an @afk.durable function")
-    return obj
+    return job
 
 
-def resume_job(store: Store, run_id: str, *, input: Any = None, in_doubt: Any = None) -> Any:
-    """Continue the durable job's run ``run_id`` (see :func:`afk_local.resume`)."""
-    meta = store.read_meta(run_id)
-    value = NO_INPUT if input is None else input
-    done = settled(store, meta, value)  # completed/paused/cancelled: no import needed
-    if done is not None:
-        return done.result
-    job = load_entrypoint(meta.entrypoint, run_id)
-    if job.is_async:
-        return run_coroutine(
-            job._async(store, run_id, (), {}, input_value=value, in_doubt=in_doubt)
+def load_job(trusted: TrustedRun, *, reenter: bool = False) -> DurableFunction[Any]:
+    """The durable function that continues a run that passed the trust gate.
+
+    Found in this process's registry first, else imported by its entrypoint (which
+    must name an ``@afk.durable`` function). With ``reenter`` (only in a process
+    started to continue this one run: it changes the working directory and
+    ``sys.path``), the process first goes back to where the job ran, and a job
+    defined in a script is found by running the script again up to its first
+    durable run. Importing a module or running a script is executing what the
+    store names: it takes a :class:`~afk_local.storage.trust.TrustedRun`, which only
+    :func:`~afk_local.storage.trust.require_trusted_run` makes.
+
+    Raises:
+        EntrypointError: the job cannot be found here; the message says why.
+    """
+    meta = trusted.meta
+    run_id, entrypoint = meta.run_id, meta.entrypoint
+    if entrypoint is not None:
+        found = registered(entrypoint)
+        if found is not None:
+            return found
+    reason = cannot_resume(meta)
+    if reason is not None:
+        raise EntrypointError(run_id, entrypoint, reason)
+    assert entrypoint is not None
+    if reenter:
+        enter_origin(meta)
+        if entrypoint.startswith("__main__:"):
+            run_main(meta)
+            found = registered(entrypoint)
+            if found is None:
+                raise EntrypointError(
+                    run_id,
+                    entrypoint,
+                    "running its script again did not define it (the script stopped before "
+                    "the job's @afk.durable line, or defines it under another name now)",
+                )
+            return found
+    elif entrypoint.startswith("__main__:"):
+        raise EntrypointError(
+            run_id,
+            entrypoint,
+            "it was defined in a script run as __main__, which this process cannot import: "
+            f"continue it with `afk-local resume {run_id}` (it runs the script again up to "
+            "the job), or run the script itself again with the same run id",
         )
-    return job._sync(store, run_id, (), {}, input_value=value, in_doubt=in_doubt)
+    return load_entrypoint(entrypoint, run_id)
 
 
-async def aresume_job(store: Store, run_id: str, *, input: Any = None, in_doubt: Any = None) -> Any:
-    """The async form of :func:`resume_job`."""
-    meta = store.read_meta(run_id)
+def _absolute(store: Store) -> Store:
+    """``store`` with an absolute root, so that a change of working directory keeps it."""
+    if store.root.is_absolute():
+        return store
+    rooted = copy.copy(store)
+    rooted.root = store.root.absolute()
+    return rooted
+
+
+def resume_job(
+    store: Store,
+    run_id: str,
+    *,
+    input: Any = None,
+    in_doubt: Any = None,
+    reenter: bool = False,
+    pause_seq: int | None = None,
+) -> Any:
+    """Continue the durable job's run ``run_id`` (see :func:`afk_local.resume`).
+
+    ``reenter``: this process was started to continue this run (see :func:`load_job`).
+    ``pause_seq``: the pause ``input`` answers (:mod:`afk_local.runner.answers`).
+
+    Raises:
+        UntrustedStoreError: the trust gate refused the run (nothing was imported or run).
+        EntrypointError: its entrypoint is not an ``@afk.durable`` function here.
+    """
     value = NO_INPUT if input is None else input
-    done = settled(store, meta, value)
+    done = settled(store, store.read_meta(run_id), value, pause_seq)  # answered from disk
     if done is not None:
         return done.result
-    job = load_entrypoint(meta.entrypoint, run_id)
-    return await job._async(store, run_id, (), {}, input_value=value, in_doubt=in_doubt)
+    trusted = require_trusted_run(store, run_id)  # before anything it names is imported or run
+    if reenter:
+        store = _absolute(store)
+    job = load_job(trusted, reenter=reenter)
+    options = {"input_value": value, "in_doubt": in_doubt, "pause_seq": pause_seq}
+    if job.is_async:
+        return run_coroutine(job._async(store, run_id, (), {}, **options))
+    return job._sync(store, run_id, (), {}, **options)
 
 
-__all__ = ["aresume_job", "load_entrypoint", "resume_job"]
+async def aresume_job(
+    store: Store,
+    run_id: str,
+    *,
+    input: Any = None,
+    in_doubt: Any = None,
+    pause_seq: int | None = None,
+) -> Any:
+    """The async form of :func:`resume_job`."""
+    value = NO_INPUT if input is None else input
+    done = settled(store, store.read_meta(run_id), value, pause_seq)
+    if done is not None:
+        return done.result
+    job = load_job(require_trusted_run(store, run_id))
+    return await job._async(
+        store, run_id, (), {}, input_value=value, in_doubt=in_doubt, pause_seq=pause_seq
+    )
+
+
+__all__ = ["aresume_job", "load_entrypoint", "load_job", "resume_job"]

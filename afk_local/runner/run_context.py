@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from afk_local.errors import RunPaused
+from afk_local.errors import RunPaused, UnstorableValueError
 from afk_local.journal.journal import Journal
 from afk_local.journal.replay import idempotency_key
 from afk_local.runner.progress import Progress
@@ -231,6 +231,8 @@ class RunContext:
         payload = {"state": self.state, "cursors": self._cursors, "version": self._version}
         try:
             self._writer.checkpoint(Phase.RUNTIME_STATE, payload, step=self._steps)
+        except UnstorableValueError:
+            raise  # it names the value's path (state.model.weights) and type
         except (TypeError, msgspec.EncodeError) as exc:
             raise TypeError(
                 f"run {self.run_id!r}: ctx.state must hold msgpack-able data (dict, list, str, "

@@ -29,7 +29,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from afk_local.errors import RunNotFoundError
+from afk_local.errors import RunNotFoundError, UnstorableValueError
 from afk_local.runner.writer import Durability, DurableWriter
 from afk_local.storage.records import Phase, RunStatus
 from afk_local.storage.store import Store
@@ -51,8 +51,11 @@ class StateCheckpoint:
         durability: ``"sync"`` (default: ``save`` is durable when it returns),
             ``"async"`` or ``"exit"`` (see :mod:`afk_local.runner.writer`).
 
-    The state must be msgpack-able (dicts, lists, str, numbers, bool, None,
-    bytes, datetime). The first :meth:`save` takes the run's lock and holds it
+    The state holds storable values: msgpack data and the types of
+    :mod:`afk_local.storage.values` (paths, datetimes, UUIDs, decimals, sets, enums,
+    dataclasses, numpy arrays...); anything else raises
+    :class:`~afk_local.errors.UnstorableValueError` naming where it is
+    (``state.model.weights``). The first :meth:`save` takes the run's lock and holds it
     until :meth:`mark_complete`, :meth:`clear`, :meth:`close` or process exit.
     """
 
@@ -106,7 +109,11 @@ class StateCheckpoint:
             latest = writer.run.reader().latest()
             self._step = latest.step if latest is not None else 0
         self._step += 1
-        writer.checkpoint(Phase.RUNTIME_STATE, state, step=self._step)
+        try:
+            writer.checkpoint(Phase.RUNTIME_STATE, state, step=self._step)
+        except UnstorableValueError as exc:
+            where = exc.under("state")
+            raise UnstorableValueError(where.path, where.type_name) from None
 
     def mark_complete(self, result: Any = None) -> None:
         """Record that the work is done, with its ``result``; :meth:`load` then returns None."""

@@ -1,4 +1,4 @@
-"""Bytes <-> records: the ``.ckpt`` / ``run.meta`` file format of DESIGN §3.
+"""Bytes <-> records: the ``.ckpt`` / ``run.meta`` file format of docs/format.md.
 
 A file is a 26-byte header and a body::
 
@@ -22,16 +22,15 @@ import re
 import struct
 import threading
 import zlib
-from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 import zstandard
 
-from afk_local.errors import CheckpointCorruptionError, SchemaVersionError
-from afk_local.storage import migrate
+from afk_local.errors import CheckpointCorruptionError, RecordTooDeepError, SchemaVersionError
+from afk_local.storage import migrate, values
 from afk_local.storage.integrity import MAC_SIZE, Signer
-from afk_local.storage.records import SCHEMA_VERSION, Checkpoint, RunMeta
+from afk_local.storage.records import MAX_NESTING_DEPTH, SCHEMA_VERSION, Checkpoint, Effect, RunMeta
 
 MAGIC = b"AFK1"
 KIND_CHECKPOINT = 1
@@ -47,18 +46,23 @@ _HEADER = struct.Struct("<4sBBQQI")
 HEADER_SIZE = _HEADER.size
 _CRC_COVERED = HEADER_SIZE - 4  # every header byte before the crc field
 
-DEFAULT_MAX_RECORD_BYTES = 1 << 30
-"""Largest decoded record a reader accepts (1 GiB)."""
+DEFAULT_MAX_RECORD_BYTES = 256 << 20
+"""Largest decoded record a store writes or reads (256 MiB; ``Store(max_record_bytes=...)``
+or ``$AFK_LOCAL_MAX_RECORD_BYTES`` change it). Decompressing a record allocates its
+declared size once, so a crafted frame (a "zstd bomb") costs at most this much."""
+
 
 DEFAULT_LEVEL = 3
 MAX_DELTA_BASE_BYTES = 64 << 20
 """Bases above this are not used as dictionaries: the match tables would cost
-more memory than the delta saves. Such checkpoints are written as keyframes."""
+more memory than the delta saves. Such checkpoints are written as keyframes, and
+readers refuse a delta whose base declares more (no writer makes one), which keeps
+decoding a delta within its bound plus 64 MiB."""
 
 _MAX_WINDOW_SIZE = 1 << 28  # enough for a 64 MiB base plus a record of the same size
 
-EncHook = Callable[[Any], Any]
-DecHook = Callable[[type, Any], Any]
+EncHook = values.EncHook
+DecHook = values.DecHook
 
 _T = TypeVar("_T")
 
@@ -82,7 +86,7 @@ class FrameHeader(NamedTuple):
 def pack_frame(
     kind: int, body: bytes, *, flags: int = 0, base_seq: int = 0, mac: bytes | None = None
 ) -> bytes:
-    """Frame ``body`` with the header and crc of DESIGN §3, and ``mac`` as a signed trailer."""
+    """Frame ``body`` with the header and crc of docs/format.md, and ``mac`` as a signed trailer."""
     if mac is not None:
         if len(mac) != MAC_SIZE:
             raise ValueError(f"a MAC is {MAC_SIZE} bytes, not {len(mac)}")
@@ -99,31 +103,65 @@ def unpack_frame(data: bytes, path: str, *, expect_kind: int) -> tuple[FrameHead
     Raises:
         CheckpointCorruptionError: naming ``path`` and what is wrong.
     """
-    if len(data) < HEADER_SIZE:
-        raise CheckpointCorruptionError(path, f"{len(data)} bytes, shorter than the header")
-    magic, kind, flags, base_seq, body_len, crc = _HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise CheckpointCorruptionError(path, f"bad magic {magic!r}")
-    trailer = MAC_SIZE if flags & FLAG_SIGNED else 0
-    if len(data) - HEADER_SIZE - trailer != body_len:
-        raise CheckpointCorruptionError(
-            path,
-            f"body is {len(data) - HEADER_SIZE - trailer} bytes, header says {body_len}"
-            + (" (plus a signature)" if trailer else ""),
-        )
+    header = _parse_layout(data, len(data), path)
+    trailer = MAC_SIZE if header.flags & FLAG_SIGNED else 0
     if trailer:
         body, mac = data[HEADER_SIZE:-trailer], data[-trailer:]
     else:
         body, mac = data[HEADER_SIZE:], None
+    _, _, _, _, _, crc = _HEADER.unpack_from(data)
     if zlib.crc32(body, zlib.crc32(data[:_CRC_COVERED])) != crc:
         raise CheckpointCorruptionError(path, "crc32 mismatch")
-    if kind != expect_kind:
-        raise CheckpointCorruptionError(path, f"kind {kind}, expected {expect_kind}")
-    if flags & ~_KNOWN_FLAGS:
-        raise CheckpointCorruptionError(path, f"unknown flags {flags:#x}")
-    if bool(flags & FLAG_DELTA) != (base_seq != 0):
+    _check_fields(header, path, expect_kind)
+    return header._replace(mac=mac), body
+
+
+PEEK_SIZE = HEADER_SIZE + 18
+"""Bytes of a file :func:`peek_frame` needs: the header and a zstd frame header (at most 18)."""
+
+
+def peek_frame(head: bytes, size: int, path: str, *, expect_kind: int) -> tuple[FrameHeader, int]:
+    """The header of a file of ``size`` bytes and the decoded size its frame declares.
+
+    ``head`` is the file's first :data:`PEEK_SIZE` bytes. Nothing is decompressed and
+    the crc is not checked (that needs the whole body): this lets a reader follow a
+    delta chain back to its keyframe, refusing it before reading any body in full.
+    """
+    header = _parse_layout(head, size, path)
+    _check_fields(header, path, expect_kind)
+    try:
+        declared = zstandard.frame_content_size(head[HEADER_SIZE:])
+    except zstandard.ZstdError as exc:
+        raise CheckpointCorruptionError(path, f"bad zstd frame header: {exc}") from None
+    if declared < 0:
+        raise CheckpointCorruptionError(path, "zstd frame does not declare its content size")
+    return header, int(declared)
+
+
+def _parse_layout(data: bytes, size: int, path: str) -> FrameHeader:
+    """Magic and lengths of a file of ``size`` bytes whose first bytes are ``data``."""
+    if size < HEADER_SIZE or len(data) < HEADER_SIZE:
+        raise CheckpointCorruptionError(path, f"{size} bytes, shorter than the header")
+    magic, kind, flags, base_seq, body_len, _ = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise CheckpointCorruptionError(path, f"bad magic {magic!r}")
+    trailer = MAC_SIZE if flags & FLAG_SIGNED else 0
+    if size - HEADER_SIZE - trailer != body_len:
+        raise CheckpointCorruptionError(
+            path,
+            f"body is {size - HEADER_SIZE - trailer} bytes, header says {body_len}"
+            + (" (plus a signature)" if trailer else ""),
+        )
+    return FrameHeader(kind, flags, base_seq, body_len)
+
+
+def _check_fields(header: FrameHeader, path: str, expect_kind: int) -> None:
+    if header.kind != expect_kind:
+        raise CheckpointCorruptionError(path, f"kind {header.kind}, expected {expect_kind}")
+    if header.flags & ~_KNOWN_FLAGS:
+        raise CheckpointCorruptionError(path, f"unknown flags {header.flags:#x}")
+    if bool(header.flags & FLAG_DELTA) != (header.base_seq != 0):
         raise CheckpointCorruptionError(path, "delta flag and base_seq disagree")
-    return FrameHeader(kind, flags, base_seq, body_len, mac), body
 
 
 def signature_offset(head: bytes, size: int) -> int | None:
@@ -265,8 +303,89 @@ def decompress(body: bytes, path: str, *, base: bytes | None, max_bytes: int) ->
     return raw
 
 
+_CONTAINER_HEADS = bytes(range(0x80, 0xA0)) + b"\xdc\xdd\xde\xdf"
+_NOT_CONTAINER_HEAD = bytes(b for b in range(256) if b not in _CONTAINER_HEADS)
+_ARRAY_OF_RAW = msgspec.msgpack.Decoder(list[msgspec.Raw])
+_MAP_OF_RAW = msgspec.msgpack.Decoder(dict[str, msgspec.Raw])
+# Bytes after a msgpack head byte before the next value: fixed-size scalars, then
+# the size fields of str/bin/ext (their payload follows) and of arrays/maps.
+_FIXED = {0xC0: 0, 0xC2: 0, 0xC3: 0, 0xCC: 1, 0xD0: 1, 0xCD: 2, 0xD1: 2, 0xCA: 4, 0xCE: 4}
+_FIXED.update({0xD2: 4, 0xCB: 8, 0xCF: 8, 0xD3: 8, 0xD4: 2, 0xD5: 3, 0xD6: 5, 0xD7: 9, 0xD8: 17})
+_SIZED = {0xC4: (1, 0), 0xD9: (1, 0), 0xC5: (2, 0), 0xDA: (2, 0), 0xC6: (4, 0), 0xDB: (4, 0)}
+_SIZED.update({0xC7: (1, 1), 0xC8: (2, 1), 0xC9: (4, 1)})  # ext: size, then a type byte
+_COUNTED = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}
+
+
+def nesting_within(data: bytes, limit: int = MAX_NESTING_DEPTH) -> bool:
+    """True when the msgpack value ``data`` nests lists and maps at most ``limit`` deep.
+
+    Cheap for ordinary records: a value with no more container heads than ``limit``
+    (counted at C speed) cannot nest deeper, so only subtrees that might are looked
+    into, one level at a time.
+    """
+    if len(data) <= limit or len(data.translate(None, _NOT_CONTAINER_HEAD)) <= limit:
+        return True
+    head = data[0]
+    if not (0x80 <= head <= 0x9F or 0xDC <= head <= 0xDF):
+        return True  # a scalar (a long string, say): nothing nests in it
+    if limit <= 0:
+        return False
+    try:
+        is_map = head <= 0x8F or head >= 0xDE
+        children = list(_MAP_OF_RAW.decode(data).values()) if is_map else _ARRAY_OF_RAW.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return _scan_nesting(data, limit)  # keys that are not strings, or too deep to skip
+    return all(len(c) < limit or nesting_within(bytes(c), limit - 1) for c in children)
+
+
+def _scan_nesting(data: bytes, limit: int) -> bool:
+    """The exact, iterative form of :func:`nesting_within` (any keys, any depth)."""
+    remaining = [1]  # values still to read at each open level
+    pos, end = 0, len(data)
+    while remaining:
+        if remaining[-1] == 0:
+            remaining.pop()
+            continue
+        remaining[-1] -= 1
+        if pos >= end:
+            return True  # truncated: not ours to judge here, the decoder refuses it
+        b = data[pos]
+        pos += 1
+        count = 0
+        if b <= 0x7F or b >= 0xE0:
+            continue
+        if b <= 0x8F:
+            count = (b & 0x0F) * 2
+        elif b <= 0x9F:
+            count = b & 0x0F
+        elif b <= 0xBF:
+            pos += b & 0x1F
+            continue
+        elif b in _FIXED:
+            pos += _FIXED[b]
+            continue
+        elif b in _SIZED:
+            width, extra = _SIZED[b]
+            pos += width + extra + int.from_bytes(data[pos : pos + width], "big")
+            continue
+        elif b in _COUNTED:
+            width, per = _COUNTED[b]
+            count = per * int.from_bytes(data[pos : pos + width], "big")
+            pos += width
+        else:
+            return True  # 0xc1 (never used): the decoder refuses it
+        remaining.append(count)
+        if len(remaining) - 1 > limit:
+            return False
+    return True
+
+
 class RecordCodec:
-    """msgpack encoding of records, with optional hooks for custom payload types.
+    """msgpack encoding of records, with typed values and optional hooks for custom types.
+
+    User data in a record (a checkpoint's payload, a run's params, an effect's
+    result) may hold the common Python types of :mod:`afk_local.storage.values`;
+    anything else goes through ``enc_hook``/``dec_hook`` (msgspec's convention).
 
     A codec with a ``signer`` belongs to a keyed store: everything that encodes
     or decodes files through it signs them and checks their signatures, so the
@@ -282,18 +401,67 @@ class RecordCodec:
     ):
         self.signer = signer
         """The key of a keyed store (None: unsigned files, signatures not checked)."""
-        self._encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
-        self._checkpoint = msgspec.msgpack.Decoder(Checkpoint, dec_hook=dec_hook)
-        self._meta = msgspec.msgpack.Decoder(RunMeta, dec_hook=dec_hook)
+        self._enc_hook = enc_hook
+        self.ext_hook = values.ext_decoder(
+            dec_hook, hooked_as_data=enc_hook is not None and dec_hook is None
+        )
+        """The decoders' ``ext_hook``: turns stored typed values back into objects."""
+        self.hash_hook = values.hash_hook(enc_hook)
+        """The ``enc_hook`` input and result hashes use (see :func:`values.hash_hook`)."""
+        self._encoder = msgspec.msgpack.Encoder()
+        self._checkpoint = msgspec.msgpack.Decoder(
+            Checkpoint, dec_hook=dec_hook, ext_hook=self.ext_hook
+        )
+        self._meta = msgspec.msgpack.Decoder(RunMeta, dec_hook=dec_hook, ext_hook=self.ext_hook)
+        self._value = msgspec.msgpack.Decoder(ext_hook=self.ext_hook)
 
-    def encode(self, record: Any) -> bytes:
-        """msgpack bytes of a record (or any msgpack-able value)."""
-        return self._encoder.encode(record)
+    def encode(self, record: Any, *, enc_hook: EncHook | None = None) -> bytes:
+        """msgpack bytes of a record (or of a payload value).
+
+        Raises:
+            UnstorableValueError: a value in it has a type nothing can store.
+            RecordTooDeepError: it nests deeper than :data:`MAX_NESTING_DEPTH`, so a
+                reader might not decode it: refused before anything is written.
+        """
+        tagged = self.tag(record, enc_hook or self._enc_hook)  # bounds the user data's depth
+        try:
+            raw = self._encoder.encode(tagged)
+        except RecursionError:
+            raise RecordTooDeepError("(the record)", MAX_NESTING_DEPTH) from None
+        # tag() walked the user data (a payload, a result, any plain value) and bounded its
+        # depth; run.meta also holds data it does not walk (extra, the pause prompt).
+        if isinstance(record, RunMeta) and not nesting_within(raw):
+            raise RecordTooDeepError(f"(a {type(record).__name__})", MAX_NESTING_DEPTH)
+        return raw
+
+    @staticmethod
+    def tag(record: Any, enc_hook: EncHook | None = None) -> Any:
+        """``record`` with the typed values in its user data made storable (see :mod:`.values`)."""
+        if isinstance(record, Checkpoint):
+            payload = values.tag(record.payload, enc_hook)
+            if payload is record.payload:
+                return record
+            return msgspec.structs.replace(record, payload=payload)
+        if isinstance(record, Effect):
+            result = values.tag(record.result, enc_hook, (None, "result"))
+            if result is record.result:
+                return record
+            return msgspec.structs.replace(record, result=result)
+        if isinstance(record, RunMeta):
+            params = values.tag(record.params, enc_hook)
+            if params is record.params:
+                return record
+            return msgspec.structs.replace(record, params=params)
+        return values.tag(record, enc_hook)
+
+    def decode_value(self, raw: bytes) -> Any:
+        """A payload value from msgpack bytes, typed values rebuilt."""
+        return self._value.decode(raw)
 
     @property
     def enc_hook(self) -> EncHook | None:
-        """The hook that encodes custom payload types (None: msgpack types only)."""
-        return self._encoder.enc_hook
+        """The user's hook for custom payload types (None: msgpack and the common types only)."""
+        return self._enc_hook
 
     def decode_checkpoint(self, raw: bytes, path: str) -> Checkpoint:
         """Validate and decode a checkpoint record, migrating older schemas."""
@@ -307,19 +475,50 @@ class RecordCodec:
         self, decoder: msgspec.msgpack.Decoder[_T], cls: type[_T], raw: bytes, path: str
     ) -> _T:
         try:
-            record = decoder.decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            # Not necessarily damage (the crc passed): maybe an older schema.
             try:
+                record = decoder.decode(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                # Not necessarily damage (the crc passed): maybe an older or newer schema.
+                # Look at the version alone first: decoding a crafted record untyped could
+                # build far more objects than its bytes (a list of a million empty lists).
+                version = _schema_version(raw)
+                if version is None or version == SCHEMA_VERSION:
+                    raise CheckpointCorruptionError(
+                        path, f"record does not decode: {exc}"
+                    ) from None
+                if version > SCHEMA_VERSION:
+                    raise SchemaVersionError(path, version, SCHEMA_VERSION) from None
+                try:
+                    return migrate.upgrade(cls, msgspec.msgpack.decode(raw), path)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    raise CheckpointCorruptionError(
+                        path, f"record does not decode: {exc}"
+                    ) from None
+            version = record.schema_version  # type: ignore[attr-defined]
+            if version > SCHEMA_VERSION:
+                raise SchemaVersionError(path, version, SCHEMA_VERSION)
+            if version < SCHEMA_VERSION:
                 return migrate.upgrade(cls, msgspec.msgpack.decode(raw), path)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                raise CheckpointCorruptionError(path, f"record does not decode: {exc}") from None
-        version = record.schema_version  # type: ignore[attr-defined]
-        if version > SCHEMA_VERSION:
-            raise SchemaVersionError(path, version, SCHEMA_VERSION)
-        if version < SCHEMA_VERSION:
-            return migrate.upgrade(cls, msgspec.msgpack.decode(raw), path)
-        return record
+            return record
+        except RecursionError:
+            raise CheckpointCorruptionError(
+                path, f"record nests deeper than Python can decode (over {MAX_NESTING_DEPTH})"
+            ) from None
+
+
+class _Versioned(msgspec.Struct):
+    schema_version: int = 1
+
+
+_VERSION_ONLY = msgspec.msgpack.Decoder(_Versioned)
+
+
+def _schema_version(raw: bytes) -> int | None:
+    """The ``schema_version`` of a record's map, skipping every other field; None if none."""
+    try:
+        return _VERSION_ONLY.decode(raw).schema_version
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
 
 
 def encode_meta(codec: RecordCodec, meta: RunMeta, *, level: int = DEFAULT_LEVEL) -> bytes:

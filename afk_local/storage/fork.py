@@ -8,6 +8,18 @@ with the entries the fork shares. Its effect journal holds the source's effect r
 up to that checkpoint, so resuming the fork replays those calls and executes
 the rest anew.
 
+"Up to that checkpoint" is the journal position the checkpoint recorded
+(``Checkpoint.journal_records``: how many records were durable when it was
+taken), never a comparison of clocks: records journaled in the same millisecond
+or after the wall clock stepped back stay out. The fork's journal is that prefix
+of the source's, byte for byte in record order, so the positions its inherited
+checkpoints recorded hold in the fork too (a fork of the fork works the same
+way). A call in flight when the checkpoint was taken (intent before it, outcome
+after) is in doubt in the fork, as it was at that instant. A source whose
+journal gc trimmed (``max_effects_per_run``) is refused: the fork would repeat the
+effects gc dropped. Checkpoints written before positions were recorded fall
+back to timestamps (with a warning).
+
 In a keyed store the shared files keep their signatures (made for the source's
 run id): the fork's ``run.meta`` lists up to which seq it holds each ancestor's
 checkpoints (``extra["history_until_seq"]``), so a later checkpoint of the source
@@ -36,7 +48,7 @@ import os
 import shutil
 from typing import Any
 
-from afk_local.errors import RunExistsError
+from afk_local.errors import AfkLocalError, RunExistsError
 from afk_local.storage import codec, fsio
 from afk_local.storage.integrity import (
     HISTORY_KEY,
@@ -53,6 +65,9 @@ from afk_local.storage.reader import CheckpointNotFoundError, RunReader
 from afk_local.storage.records import Checkpoint, Effect, RunMeta, RunStatus, now_ms
 
 log = logging.getLogger("afk_local")
+
+JOURNAL_TRIMMED_KEY = "journal_trimmed"
+"""``RunMeta.extra`` key gc sets before it trims a run's journal: forks of it are refused."""
 
 
 _LINK_REFUSED = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP)
@@ -179,17 +194,48 @@ def _link_or_copy(src: os.PathLike[str], dst: os.PathLike[str]) -> None:
 
 
 def _effects_until(source: RunReader, at: Checkpoint) -> list[Effect]:
-    """Journal records written no later than the fork checkpoint ``at``.
+    """Journal records the fork inherits: those durable when checkpoint ``at`` was taken.
 
-    Timestamps order records and checkpoints; within the checkpoint's own
-    millisecond, an intent's ``step`` (the runner's step counter, also stored in
-    the checkpoint) decides. An intent whose outcome came after the checkpoint is
-    left out with its outcome: in the fork that call has not started yet. An
-    intent that never got an outcome stays (in doubt in the fork as in the source).
+    Raises:
+        AfkLocalError: the source's journal was trimmed by gc, or holds fewer records
+            than the checkpoint says were durable (then it lost some).
     """
     if not source.paths.journal.exists():
         return []
+    extra = source.meta.extra if isinstance(source.meta.extra, dict) else {}
+    if extra.get(JOURNAL_TRIMMED_KEY):
+        raise AfkLocalError(
+            f"run {source.run_id!r}: not forked: gc trimmed its effect journal "
+            "(max_effects_per_run), so the effects before checkpoint "
+            f"{at.seq} are no longer all there and the fork would run them again. Fork runs "
+            "before trimming their journals"
+        )
     records: list[Effect] = list(source.effects())
+    if at.journal_records is None:
+        log.warning(
+            "run %s: checkpoint %d predates journal positions; the fork's effects are chosen "
+            "by their timestamps",
+            source.run_id,
+            at.seq,
+        )
+        return _effects_by_time(records, at)
+    if at.journal_records > len(records):
+        raise AfkLocalError(
+            f"run {source.run_id!r}: not forked: checkpoint {at.seq} was taken with "
+            f"{at.journal_records} effect records durable, but {source.paths.journal} holds "
+            f"{len(records)}: the journal lost records. Run `afk-local verify {source.run_id}`"
+        )
+    return records[: at.journal_records]
+
+
+def _effects_by_time(records: list[Effect], at: Checkpoint) -> list[Effect]:
+    """The old rule, for checkpoints without a journal position: by timestamp, then step.
+
+    Timestamps order records and checkpoints; within the checkpoint's own
+    millisecond, an intent's ``step`` decides. An intent whose outcome came after
+    the checkpoint is left out with its outcome. Wrong when the clock stepped back
+    or a later record shares the millisecond and the step: positions are exact.
+    """
     included: dict[str, bool] = {}  # key -> was its newest intent before the checkpoint
     early: list[Effect] = []
     for r in records:

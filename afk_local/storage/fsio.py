@@ -16,6 +16,8 @@ import errno
 import itertools
 import os
 import secrets
+import shutil
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -55,6 +57,66 @@ DIR_MODE = 0o700
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+class NotRegularFileError(OSError):
+    """A path where a regular file is expected is a FIFO, socket, device or directory.
+
+    Raised without blocking: the file is opened ``O_NONBLOCK`` and checked with
+    ``fstat`` before anything is read, so a planted FIFO cannot hang a reader.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], kind: str) -> None:
+        super().__init__(errno.EINVAL, f"is a {kind}, not a regular file", os.fspath(path))
+        self.kind = kind
+
+
+def file_kind(mode: int) -> str:
+    """What an ``st_mode`` is, in words (``regular file``, ``FIFO``, ``symlink``...)."""
+    for test, name in (
+        (stat.S_ISREG, "regular file"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISLNK, "symlink"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def open_regular(path: str | os.PathLike[str], flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
+    """Open a regular file without following a symlink and without blocking; returns the fd.
+
+    ``O_NOFOLLOW`` refuses a symlink (``ELOOP``); ``O_NONBLOCK`` keeps a FIFO from
+    blocking the open, and ``fstat`` then refuses anything but a regular file
+    (:class:`NotRegularFileError`). The descriptor is switched back to blocking mode.
+    """
+    try:
+        fd = os.open(path, flags | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(
+                errno.ELOOP, "is a symlink, refused (never followed)", os.fspath(path)
+            ) from None
+        if exc.errno == errno.ENXIO:  # a socket, or a FIFO opened for writing with no reader
+            raise NotRegularFileError(path, "socket or FIFO") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFileError(path, file_kind(st.st_mode))
+        if _O_NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 _O_CREATE_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
 _DARWIN = sys.platform == "darwin"
 
@@ -332,9 +394,11 @@ def read_link(link: str | os.PathLike[str], *, max_bytes: int = 4096) -> str | N
 def read_bounded(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     """Read a regular file (not following symlinks) of at most ``max_bytes``.
 
-    Raises ValueError when the file is larger than the bound, before reading it.
+    Raises ValueError when the file is larger than the bound, before reading it;
+    OSError for a symlink and :class:`NotRegularFileError` for a FIFO, socket or
+    device (without blocking on it).
     """
-    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+    fd = open_regular(path)
     try:
         size = os.fstat(fd).st_size
         if size > max_bytes:
@@ -350,6 +414,41 @@ def read_bounded(path: str | os.PathLike[str], max_bytes: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def regular_file_problem(path: str | os.PathLike[str]) -> str | None:
+    """What is wrong with ``path`` where afk_local expects a regular file of its own, or None.
+
+    None also when nothing is there. Never blocks and never follows a symlink: a
+    symlink, a FIFO, a socket, a device or a directory is named as such, and a
+    file that cannot be opened for reading says why (permission denied).
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be examined: {exc.strerror or exc}"
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"is a symlink (to {target!r}), which afk_local never makes"
+    if not stat.S_ISREG(st.st_mode):
+        return f"is a {file_kind(st.st_mode)}, not a regular file"
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be opened: {exc.strerror or exc}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the lstat
+            return "is not a regular file"
+    finally:
+        os.close(fd)
+    return None
 
 
 def make_dir(path: str | os.PathLike[str], *, exist_ok: bool = False) -> bool:
@@ -400,11 +499,57 @@ def publish_dir(tmp_dir: str | os.PathLike[str], target: str | os.PathLike[str])
 
 
 def open_append(path: str | os.PathLike[str]) -> int:
-    """Open (creating 0600) a file for appending; returns the descriptor."""
+    """Open (creating 0600) a regular file for appending; returns the descriptor.
+
+    A symlink, FIFO, socket or device there is refused without blocking (see
+    :func:`open_regular`).
+    """
     _before("open", path)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+    fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
     _record(IoCall("open", os.fspath(path), append=True))
     return fd
+
+
+def replace_unsynced(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` by ``data`` all at once (temp file + rename), with no fsync.
+
+    Only for small records kept *outside* a store that may lag behind a crash but
+    never lead (a keyed store's head records): not a durable write, so neither the
+    I/O hook nor the recorder sees it.
+    """
+    target = os.fspath(path)
+    tmp = _temp_sibling(target)
+    try:
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE
+        )
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def remove_temp_entry(path: str | os.PathLike[str]) -> None:
+    """Remove a stale ``.tmp-*`` entry of a crashed writer: a file, a symlink or a directory.
+
+    A directory is removed with everything in it, never following a symlink out of it.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        _before("unlink", path)
+        shutil.rmtree(path)
+    else:
+        unlink(path)
 
 
 def truncate(fd: int, size: int, path: str | os.PathLike[str] = "") -> None:

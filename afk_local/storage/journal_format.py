@@ -27,6 +27,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -44,8 +45,6 @@ SIGNED_FRAME = 0x8000_0000
 MAX_FRAME_BYTES = SIGNED_FRAME - 1
 """The largest record a journal can hold: bit 31 of the length field marks signed frames."""
 _READ_CHUNK = 1 << 20
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 # Every Effect frame body starts with a msgpack map header and then the first
 # field name, "kind": the resync search after a bad frame looks for this.
 _FIELD_KIND = b"\xa4kind"
@@ -175,7 +174,14 @@ class FrameReader:
     """
 
     def __init__(
-        self, fd: int, path: Path, run_id: str, max_frame: int, signer: Signer | None
+        self,
+        fd: int,
+        path: Path,
+        run_id: str,
+        max_frame: int,
+        signer: Signer | None,
+        *,
+        ext_hook: Callable[[int, memoryview], Any] | None = None,
     ) -> None:
         self._fd = fd
         self._path = path
@@ -183,7 +189,7 @@ class FrameReader:
         self._max_frame = max_frame
         self._signer = signer
         self._head_decoder = msgspec.msgpack.Decoder(EffectHead)
-        self._decoder = msgspec.msgpack.Decoder(Effect)
+        self._decoder = msgspec.msgpack.Decoder(Effect, ext_hook=ext_hook)
 
     def scan(self, size: int, apply: Callable[[int, int, EffectHead], None]) -> Scan:
         """Check every frame in ``[0, size)`` and hand each to ``apply(offset, length, head)``.
@@ -376,12 +382,19 @@ def read_journal(
             that does not decode, or (keyed) a signature that does not verify.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        fd = fsio.open_regular(path)
     except FileNotFoundError:
         return JournalContents([], None, 0)
     try:
-        signer = (record_codec or RecordCodec()).signer
-        frames = FrameReader(fd, Path(path), run_id, min(max_frame_bytes, MAX_FRAME_BYTES), signer)
+        the_codec = record_codec or RecordCodec()
+        frames = FrameReader(
+            fd,
+            Path(path),
+            run_id,
+            min(max_frame_bytes, MAX_FRAME_BYTES),
+            the_codec.signer,
+            ext_hook=the_codec.ext_hook,
+        )
         scan = frames.scan(os.fstat(fd).st_size, lambda _offset, _length, _head: None)
         return JournalContents(list(frames.records(scan.end)), scan.torn_tail, scan.signed_count)
     finally:

@@ -1,4 +1,4 @@
-"""Names and paths inside a store (DESIGN §3), and the validation that guards them.
+"""Names and paths inside a store (docs/format.md), and the validation that guards them.
 
 Nothing here touches the disk except :func:`scan_checkpoints`. Every run id is
 validated before a path is built from it.
@@ -18,6 +18,8 @@ from afk_local.errors import InvalidRunIdError
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _PHASE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _CHECKPOINT_NAME = re.compile(r"(\d{12})\.([a-z][a-z0-9_]{0,31})\.ckpt")
+ENTRYPOINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+"""What a valid entrypoint looks like: ``package.module:Qual.name``."""
 _PACK_NAME = re.compile(r"pack-(\d{12})-(\d{12})-([0-9a-f]{8})\.pack")
 
 META_NAME = "run.meta"

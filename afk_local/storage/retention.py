@@ -48,6 +48,7 @@ from afk_local.errors import AfkLocalError, CheckpointCorruptionError
 from afk_local.storage import codec, fsio
 from afk_local.storage.catalog import RunCatalog
 from afk_local.storage.chain import is_signed_file
+from afk_local.storage.fork import JOURNAL_TRIMMED_KEY
 from afk_local.storage.integrity import chain_links, with_chain_links
 from afk_local.storage.journal_format import read_journal, write_journal_file
 from afk_local.storage.layout import CheckpointFile, RunPaths, parse_checkpoint_name
@@ -77,7 +78,7 @@ DEFAULT_ALWAYS_KEEP = frozenset(
 
 @dataclass(frozen=True)
 class RetentionPolicy:
-    """What a compaction keeps (DESIGN §6, retention).
+    """What a compaction keeps (docs/cli.md, gc).
 
     Args:
         keep_runtime_states: newest ``runtime_state`` checkpoints kept per run (at least
@@ -85,12 +86,17 @@ class RetentionPolicy:
         always_keep_phases: phases whose checkpoints are never compacted away.
         keep_latest_step: keep every checkpoint from the last ``step_started`` on (the
             step in flight).
-        max_effects_per_run: for terminal runs, keep the journal records of at most this
-            many effect keys (the newest). Non-terminal runs keep every effect: a resume
-            may replay any of them.
-        max_runs: keep at most this many runs; the oldest terminal runs are deleted whole.
-        max_age_days: delete terminal runs not updated for this many days.
-        max_bytes: delete the oldest terminal runs while the store is larger than this.
+        max_effects_per_run: for final runs (``completed``, ``cancelled``), keep the
+            journal records of at most this many effect keys (the newest). Every other run
+            keeps every effect: a resume may replay any of them, and a ``failed`` run is
+            resumed by its retry.
+        max_runs: keep at most this many runs; the oldest final runs are deleted whole.
+        max_age_days: delete final runs not updated for this many days.
+        max_bytes: delete the oldest final runs while the store is larger than this.
+
+    Only final runs ever lose effects or are deleted: a ``failed`` run counts towards
+    the limits like a live, paused or interrupted one, but stays whole until a person
+    removes it (``afk-local rm``) or a retry completes it.
     """
 
     keep_runtime_states: int = 3
@@ -225,7 +231,7 @@ def plan_run(
 
 
 def plan_effects(records: Sequence[Effect], max_effects: int | None) -> list[Effect]:
-    """The journal records a terminal run keeps: those of the newest ``max_effects`` keys."""
+    """The journal records a final run keeps: those of the newest ``max_effects`` keys."""
     if max_effects is None:
         return list(records)
     last_seen: dict[str, int] = {}
@@ -237,10 +243,12 @@ def plan_effects(records: Sequence[Effect], max_effects: int | None) -> list[Eff
 
 
 def runs_to_delete(infos: Iterable[RunInfo], policy: RetentionPolicy, *, now_ms: int) -> list[str]:
-    """Terminal runs past ``max_age_days``, then the oldest over ``max_runs`` / ``max_bytes``.
+    """Final runs past ``max_age_days``, then the oldest over ``max_runs`` / ``max_bytes``.
 
-    Only terminal runs are ever chosen; live, paused and interrupted runs count
-    towards the limits but are never deleted.
+    Only final runs (``completed``, ``cancelled``) are ever chosen; live, paused,
+    interrupted and failed runs count towards the limits but are never deleted: each
+    of them may still be resumed, and a deleted run's retry would start over and
+    repeat every side effect.
     """
     infos = sorted(infos, key=lambda i: i.updated_ms)  # oldest first
     doomed: list[str] = []
@@ -249,7 +257,7 @@ def runs_to_delete(infos: Iterable[RunInfo], policy: RetentionPolicy, *, now_ms:
         doomed += [
             i.run_id
             for i in infos
-            if i.status.is_terminal and not i.owner_alive and i.updated_ms < cutoff
+            if i.status.is_final and not i.owner_alive and i.updated_ms < cutoff
         ]
     count = len(infos) - len(doomed)
     total = sum(i.bytes for i in infos if i.run_id not in doomed)
@@ -258,7 +266,7 @@ def runs_to_delete(infos: Iterable[RunInfo], policy: RetentionPolicy, *, now_ms:
         over_bytes = policy.max_bytes is not None and total > policy.max_bytes
         if not (over_count or over_bytes):
             break
-        if info.status.is_terminal and info.run_id not in doomed and not info.owner_alive:
+        if info.status.is_final and info.run_id not in doomed and not info.owner_alive:
             doomed.append(info.run_id)
             count -= 1
             total -= info.bytes
@@ -326,7 +334,7 @@ def compact_run(
     )
     status = reader.meta.status
     effects_keep: list[Effect] | None = None
-    if policy.max_effects_per_run is not None and status.is_terminal:
+    if policy.max_effects_per_run is not None and status.is_final:
         records = _journal_records(reader)
         if records is not None:
             kept = plan_effects(records, policy.max_effects_per_run)
@@ -351,13 +359,16 @@ def compact_run(
         [CheckpointFile(f.seq, f.phase, f.name, pack=f.pack) for f in plan.keep],
     )
     if extra is not None:
+        # updated_ms stays: compaction does not make a run younger (gc's age order)
         meta = msgspec.structs.replace(reader.meta, extra=extra)
         fsio.atomic_write(paths.meta, codec.encode_meta(reader.record_codec, meta))
         reader.refresh()
     # 1-2. rewrite what would lose its base, then delete, in crash-safe order.
     remove_checkpoints(reader, plan)
-    # 3. replace the journal atomically.
+    # 3. replace the journal atomically, once run.meta says it is trimmed: the positions
+    #    its checkpoints recorded no longer hold, so a fork must refuse it (storage/fork.py).
     if effects_keep is not None:
+        _mark_journal_trimmed(reader, result.effects_dropped)
         _rewrite_journal(reader, effects_keep)
     return result
 
@@ -417,6 +428,14 @@ def deletion_rounds(doomed: Sequence[FileFacts], *, keyed: bool) -> list[list[Fi
     for f in sorted(doomed, key=lambda f: f.seq, reverse=True):
         rounds[after[f.seq]].append(f)
     return rounds
+
+
+def _mark_journal_trimmed(reader: RunReader, dropped: int) -> None:
+    extra = dict(reader.meta.extra) if isinstance(reader.meta.extra, dict) else {}
+    extra[JOURNAL_TRIMMED_KEY] = int(extra.get(JOURNAL_TRIMMED_KEY) or 0) + dropped
+    meta = msgspec.structs.replace(reader.meta, extra=extra)
+    fsio.atomic_write(reader.paths.meta, codec.encode_meta(reader.record_codec, meta))
+    reader.refresh()
 
 
 def rewrite_as_keyframe(reader: RunReader, file: CheckpointFile) -> None:

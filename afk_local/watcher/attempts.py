@@ -1,4 +1,4 @@
-"""A watcher's automatic attempts: claims, crash-loop backoff and giving up (DESIGN §7).
+"""A watcher's automatic attempts: claims, crash-loop backoff and giving up (docs/watcher.md).
 
 Before it starts a child the watcher *claims* the run under its lock (held for a
 few milliseconds): ``watcher_attempts`` + 1 and a lease in ``next_attempt_ms``,
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,9 +27,10 @@ import msgspec
 from afk_local.errors import AfkLocalError, RunLockedError
 from afk_local.storage import codec, fsio
 from afk_local.storage.catalog import RunCatalog
+from afk_local.storage.layout import LOGS_NAME
 from afk_local.storage.ownership import acquire_lock
 from afk_local.storage.reader import read_meta
-from afk_local.storage.records import Phase, RunMeta, RunStatus, now_ms
+from afk_local.storage.records import Phase, RunMeta, RunStatus, later_ms, now_ms
 from afk_local.storage.store import Store
 
 log = logging.getLogger("afk_local")
@@ -37,6 +39,7 @@ RESUMABLE = (RunStatus.RUNNING, RunStatus.CREATED)
 """Statuses a watcher resumes; a run in any other status is never touched automatically."""
 
 _LOG_TAIL_BYTES = 2000
+_ATTEMPT_LOG = re.compile(r"attempt-([0-9]{1,9})\.log")
 
 
 class AttemptHost(Protocol):
@@ -75,18 +78,22 @@ def update_meta_unowned(
     paths = store.paths(run_id)
     try:
         lock = acquire_lock(paths, 0.0)
-    except (RunLockedError, OSError):
+    except (AfkLocalError, OSError):  # locked, or owner.lock damaged (the sweep reports that)
         return None
     try:
         try:
             meta = read_meta(paths, store.codec)
         except AfkLocalError:
             return None
+        if store.heads is not None and store.heads.behind(paths, meta.updated_ms):
+            return None  # rolled back: never written on (the trust gate reports it)
         changes = change(meta)
         if changes is None:
             return None
-        new = msgspec.structs.replace(meta, updated_ms=now_ms(), **changes)
+        new = msgspec.structs.replace(meta, updated_ms=later_ms(meta.updated_ms), **changes)
         fsio.atomic_write(paths.meta, codec.encode_meta(store.codec, new))
+        if store.heads is not None:
+            store.heads.update_meta(run_id, new.updated_ms)
         return new
     finally:
         lock.release()
@@ -102,21 +109,30 @@ def claim(host: AttemptHost, run_id: str, *, manual: bool) -> Claim | None:
     lease = stamp + int(host.lease * 1000)
     over: list[RunMeta] = []
 
+    paths = host.store.paths(run_id)
+
     def decide(meta: RunMeta) -> dict[str, Any] | None:
         if meta.entrypoint is None:
             return None
+        # The child's writer makes the attempt number meta.attempt + 1; a child that died
+        # before it opened the run left a log under its number, so skip past those logs:
+        # attempt numbers and their log files never repeat.
+        numbering = {"attempt": max(meta.attempt, last_logged_attempt(paths.dir))}
         if manual:  # a person asked: failed runs too, and the count starts over
             if meta.status is RunStatus.COMPLETED:
                 return None
-            return {"watcher_attempts": 0, "next_attempt_ms": lease}
+            return {"watcher_attempts": 0, "next_attempt_ms": lease, **numbering}
         if meta.status not in RESUMABLE or meta.next_attempt_ms > stamp:
             return None
         if meta.watcher_attempts >= host.max_attempts:
             over.append(meta)
             return None
-        return {"watcher_attempts": meta.watcher_attempts + 1, "next_attempt_ms": lease}
+        return {
+            "watcher_attempts": meta.watcher_attempts + 1,
+            "next_attempt_ms": lease,
+            **numbering,
+        }
 
-    paths = host.store.paths(run_id)
     files = RunCatalog(paths).files() if paths.dir.is_dir() else []
     seq = files[-1].seq if files else 0
     meta = update_meta_unowned(host.store, run_id, decide)
@@ -125,6 +141,21 @@ def claim(host: AttemptHost, run_id: str, *, manual: bool) -> Claim | None:
             give_up(host, run_id, over[0].watcher_attempts, None)
         return None
     return Claim(meta, seq)
+
+
+def last_logged_attempt(run_dir: Path) -> int:
+    """The highest ``n`` of the ``logs/attempt-<n>.log`` files of a run (0: none)."""
+    try:
+        names = os.listdir(run_dir / LOGS_NAME)
+    except OSError:
+        return 0
+    numbers = [int(m.group(1)) for m in map(_ATTEMPT_LOG.fullmatch, names) if m is not None]
+    return max(numbers, default=0)
+
+
+def attempt_log(run_dir: Path, attempt: int) -> Path:
+    """The log file of a watcher-started attempt: ``logs/attempt-<n>.log``."""
+    return run_dir / LOGS_NAME / f"attempt-{attempt}.log"
 
 
 def release(host: AttemptHost, run_id: str, attempts: int) -> None:
@@ -239,8 +270,10 @@ __all__: Sequence[str] = [
     "AttemptHost",
     "Claim",
     "attempt_died",
+    "attempt_log",
     "claim",
     "give_up",
+    "last_logged_attempt",
     "release",
     "update_meta_unowned",
 ]

@@ -2,9 +2,14 @@
 
 Writes a systemd user unit (``~/.config/systemd/user/``) or a LaunchAgent plist
 (``~/Library/LaunchAgents/``) that runs ``python -m afk_local watch --root ROOT``
-with this interpreter, and prints how to enable it. One service per store: the
-name carries a short digest of the store's absolute path. ``$AFK_LOCAL_SERVICE_DIR``
-(or the ``directory`` argument) overrides where the file goes, for tests.
+with this interpreter, in the current directory, with the ``PATH``,
+``PYTHONPATH`` and ``VIRTUAL_ENV`` of the installing shell, and prints how to
+enable it (each run's own interpreter, directory and ``sys.path`` are recorded in
+the run and used by the watcher's children: :mod:`afk_local.runner.origin`). One
+service per store: the name carries a short digest of the store's absolute path.
+``$AFK_LOCAL_SERVICE_DIR`` (or the ``directory`` argument) overrides where the
+file goes, for tests. Paths are escaped for systemd (``%``, ``$``, quotes,
+backslashes); a path with a control character (a newline) is refused.
 
 systemd stops the service with ``KillMode=mixed``: SIGTERM goes to the watcher
 only, which tells its children to checkpoint and exit, and SIGKILL follows
@@ -51,28 +56,94 @@ def watch_command(root: Path, python: str | None = None) -> list[str]:
     return [python or sys.executable, "-m", "afk_local", "watch", "--root", str(root)]
 
 
+SERVICE_ENV = ("PATH", "PYTHONPATH", "VIRTUAL_ENV")
+"""Variables of the installing shell the service keeps: where programs and modules are found.
+
+Never ``AFK_LOCAL_KEY``: a key does not go into a service file (docs/watcher.md)."""
+
+
+def service_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment the service gives the watcher (and so its children)."""
+    env = os.environ if environ is None else environ
+    kept = {"PYTHONUNBUFFERED": "1"}
+    for name in SERVICE_ENV:
+        if env.get(name):
+            kept[name] = env[name]
+    return kept
+
+
+def check_text(what: str, value: str) -> str:
+    """``value``, or ValueError when a control character (a newline...) could not be written.
+
+    A newline in a unit file ends the line and would start a directive of its own;
+    systemd has no way to write one in ``WorkingDirectory=``, and launchd's XML none
+    for most control characters. Such paths are refused, not guessed at.
+    """
+    bad = next((c for c in value if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        raise ValueError(
+            f"cannot write a login service: the {what} {value!r} contains a control "
+            f"character ({bad!r}); use a path without one"
+        )
+    return value
+
+
+def _specifiers(text: str) -> str:
+    return text.replace("%", "%%")  # systemd expands %h, %i... everywhere, quoted or not
+
+
 def _systemd_quote(arg: str) -> str:
+    """One ``ExecStart=`` argument: systemd splits on spaces, unquotes, expands $VAR and %x."""
+    check_text("command argument", arg)
     if arg and all(c.isalnum() or c in "/._-=:@+," for c in arg):
         return arg
-    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-    return f'"{escaped}"'
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + _specifiers(escaped).replace("$", "$$") + '"'
 
 
-def systemd_unit(root: Path, python: str | None = None) -> str:
-    """The text of the systemd user unit watching ``root``."""
+def _systemd_assignment(name: str, value: str) -> str:
+    """One ``Environment=`` assignment (quoted; ``$`` is not special there)."""
+    check_text(f"value of {name}", value)
+    escaped = f"{name}={value}".replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + _specifiers(escaped) + '"'
+
+
+def _working_directory(cwd: str) -> str:
+    check_text("working directory", cwd)
+    if cwd != cwd.strip() or not os.path.isabs(cwd):
+        raise ValueError(
+            f"cannot write a login service: the working directory {cwd!r} must be an "
+            "absolute path without leading or trailing spaces"
+        )
+    return _specifiers(cwd)
+
+
+def systemd_unit(
+    root: Path,
+    python: str | None = None,
+    *,
+    cwd: str | None = None,
+    environ: dict[str, str] | None = None,
+) -> str:
+    """The text of the systemd user unit watching ``root``.
+
+    It runs this interpreter, in ``cwd`` (default: the current directory), with the
+    environment of :func:`service_environment`. Paths are quoted and escaped for
+    systemd; a path with a control character is refused (ValueError).
+    """
+    where = check_text("store directory", str(root))
     command = " ".join(_systemd_quote(a) for a in watch_command(root, python))
     lines = [
         "[Unit]",
-        f"Description=afk_local watcher: resume interrupted runs in {root}",
+        f"Description=afk_local watcher: resume interrupted runs in {_specifiers(where)}",
         "",
         "[Service]",
         "Type=simple",
+        f"WorkingDirectory={_working_directory(cwd or os.getcwd())}",
         f"ExecStart={command}",
-        "Environment=PYTHONUNBUFFERED=1",
     ]
-    pythonpath = os.environ.get("PYTHONPATH")
-    if pythonpath:
-        lines.append(f"Environment={_systemd_quote('PYTHONPATH=' + pythonpath)}")
+    for name, value in service_environment(environ).items():
+        lines.append(f"Environment={_systemd_assignment(name, value)}")
     lines += [
         "Restart=on-failure",
         "RestartSec=10",
@@ -87,17 +158,22 @@ def systemd_unit(root: Path, python: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def launchd_plist(root: Path, python: str | None = None) -> bytes:
-    """The LaunchAgent plist watching ``root``."""
+def launchd_plist(
+    root: Path,
+    python: str | None = None,
+    *,
+    cwd: str | None = None,
+    environ: dict[str, str] | None = None,
+) -> bytes:
+    """The LaunchAgent plist watching ``root`` (interpreter, working directory, environment)."""
     label = f"{LAUNCHD_LABEL_PREFIX}.{service_name(root).rsplit('-', 1)[-1]}"
-    env = {"PYTHONUNBUFFERED": "1"}
-    pythonpath = os.environ.get("PYTHONPATH")
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
+    arguments = [check_text("command argument", a) for a in watch_command(root, python)]
+    env = {k: check_text(f"value of {k}", v) for k, v in service_environment(environ).items()}
     log_file = str(Path.home() / "Library" / "Logs" / f"{service_name(root)}.log")
     content = {
         "Label": label,
-        "ProgramArguments": watch_command(root, python),
+        "ProgramArguments": arguments,
+        "WorkingDirectory": _working_directory(cwd or os.getcwd()).replace("%%", "%"),
         "RunAtLoad": True,
         "KeepAlive": {"SuccessfulExit": False},
         "ProcessType": "Background",

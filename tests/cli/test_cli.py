@@ -130,7 +130,7 @@ def test_read_commands_human_and_json(store_root: Path) -> None:
     assert {r["run_id"] for r in json.loads(env_runs)} == set(RUNS)
 
     shown = cli(root, "show", "interrupted").stdout
-    assert "interrupted" in shown and "afk-local resume interrupted" in shown
+    assert "interrupted" in shown and f"afk-local --root {root} resume interrupted" in shown
     assert cli_json(root, "show", "live")["owner_alive"] is True
     failed = cli_json(root, "show", "failed")
     assert "planned failure" in failed["error"]["message"]
@@ -202,12 +202,18 @@ def test_bad_input_is_one_clear_line_and_changes_nothing(store_root: Path, tmp_p
     cli(root, "export", "done", "-o", str(export))
     unwritable = blocker / "store"
     err = cli(unwritable, "import", str(export), code=2).stderr
-    assert "choose a writable directory" in err
+    assert err == (
+        f"afk-local: cannot use {unwritable}: a file is in the way ({blocker} is not a "
+        "directory); choose a store directory with --root or AFK_LOCAL_ROOT\n"
+    )
     err = cli(root, "import", str(blocker), code=2).stderr
     assert "is not an afk-local export" in err
-    assert "not a directory" in cli(unwritable, "runs", code=2).stderr
-    assert "no runs under" in cli(tmp_path / "absent", "runs").stdout  # an empty store is fine
+    assert "a file is in the way" in cli(unwritable, "runs", code=2).stderr
+    absent = cli(tmp_path / "absent", "runs", code=2).stderr  # a mistyped root is no store
+    assert absent.startswith(f"afk-local: no store at {tmp_path / 'absent'} (from --root)")
     assert not (tmp_path / "absent").exists()
+    (tmp_path / "empty").mkdir()
+    assert "no runs under" in cli(tmp_path / "empty", "runs").stdout  # an empty store is fine
     assert snapshot(root) == before
     assert blocker.read_text() == "not a directory"
 
@@ -241,8 +247,8 @@ def test_write_commands(store_root: Path, tmp_path: Path) -> None:
     # answer the paused run
     answered = cli_json(root, "resume", "paused", "--input", '{"n": 7}')
     assert answered["result"] == {"question": "favourite number?", "answer": {"n": 7}}
-    again = cli(root, "resume", "paused").stdout  # completed: nothing runs
-    assert "already completed" in again
+    again = cli(root, "resume", "paused").stdout  # completed: nothing runs, its result shown
+    assert again == 'run paused completed: {"question": "favourite number?", "answer": {"n": 7}}\n'
 
     # the failed run is retried by resume; cancel the one in doubt
     assert cli_json(root, "resume", "failed")["result"] == cli_jobs.expected_total(N)

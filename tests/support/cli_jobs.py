@@ -7,6 +7,7 @@ through PYTHONPATH), so a run's entrypoint ``cli_jobs:count_job`` resolves anywh
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -46,6 +47,43 @@ def ask_job(ctx: afk.RunContext, question: str) -> dict[str, object]:
     """Pauses for an answer, then returns it."""
     answer = ctx.pause({"question": question})
     return {"question": question, "answer": answer}
+
+
+def charge(outside: str, amount: int) -> str:
+    """A side effect that is not idempotent; with CLI_JOBS_DIE_IN_STEP the process dies
+    right after it, before its outcome is journaled: the call is left in doubt."""
+    with open(outside, "a", encoding="utf-8") as fh:
+        fh.write(f"charged {amount}\n")
+    if os.environ.get("CLI_JOBS_DIE_IN_STEP"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return f"receipt-{amount}"
+
+
+@durable
+def charge_job(ctx: afk.RunContext, outside: str, amount: int) -> dict[str, object]:
+    """One journaled charge, not idempotent: a crash inside it leaves it in doubt."""
+    return {"receipt": ctx.step("charge", charge, outside, amount)}
+
+
+def card_charge(path: str, n: int) -> str:
+    """A side effect that does NOT deduplicate (a card charge): running it twice shows."""
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(f"charge {n}\n")
+    return f"receipt {n}"
+
+
+@durable
+def charges_then_failure(ctx: afk.RunContext, charges: str, flag: str) -> list[str]:
+    """Four journaled charges, then a failure on the first attempt; a retry finishes.
+
+    The retry must replay the four charges from the journal: the outside file
+    shows every charge that really ran.
+    """
+    receipts = [ctx.step("charge", card_charge, charges, n) for n in range(1, 5)]
+    if not os.path.exists(flag):
+        Path(flag).touch()
+        raise RuntimeError("the shipping service is down; retry later")
+    return receipts
 
 
 def expected_total(n: int) -> int:

@@ -56,8 +56,6 @@ _MARKER_FRAME: _IndexFrame = (_MARKER, _VERSION, "", "", None, None, ("", b""))
 _TOMBSTONE = -1
 """The crc of a tombstone frame: the name was deleted (older readers never match it)."""
 _MAX_INDEX_BYTES = 256 << 20
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class Payload(msgspec.Struct, kw_only=True, frozen=True):
@@ -301,7 +299,7 @@ def record_deletions(fd: int | None, index_path: Path, names: Sequence[str]) -> 
 def header_crc(path: Path) -> int | None:
     """The crc32 field of an AFK1 file's header (identifies its exact bytes), or None."""
     try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        fd = fsio.open_regular(path)
     except OSError:
         return None
     try:

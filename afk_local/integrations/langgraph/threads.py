@@ -383,6 +383,7 @@ class ThreadFiles:
             else:
                 fsio.unlink(paths.latest)
             fsio.fsync_dir(paths.dir)
+            handle.writer.anchor_head()  # deleted on purpose: not a rollback
             remaining = {
                 (e.ns, e.checkpoint_id) for e in index.entries.values() if e.name not in doomed
             }

@@ -101,10 +101,6 @@ def _apply(
         slot[key] = (task_id, channel, (type_, data), task_path)  # special: the last wins
 
 
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-
-
 @dataclass
 class PendingWrites:
     """Parsed ``langgraph.writes`` of one thread, extended as the file grows."""
@@ -160,7 +156,7 @@ def read_writes(
         CheckpointCorruptionError: the file is over ``max_bytes`` or damaged.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        fd = fsio.open_regular(path)
     except FileNotFoundError:
         return None
     try:

@@ -70,8 +70,14 @@ class Workload:
     """A store key: the workload runs, and is checked, in a keyed (signed) store."""
 
     def store(self, root: Path) -> Store:
-        """The workload's store at ``root``."""
-        return Store(root, key=self.key)
+        """The workload's store at ``root``.
+
+        A keyed store's head records (kept outside the store, never fsynced, so not part
+        of the recorded I/O) go next to the directory that holds it, outside what is
+        recorded: each crash state is checked with its own, empty, head directory, as a
+        store restored without them would be.
+        """
+        return Store(root, key=self.key, head_dir=f"{root.parent}-heads")
 
 
 def _job_workload(

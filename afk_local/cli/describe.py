@@ -1,0 +1,142 @@
+"""What ``afk-local show`` says about a run, and the next thing a person can do with it.
+
+:func:`describe_run` gathers the facts (meta, position, owner, effects, where a
+script job's code is, why it cannot be resumed); the ``next`` fact is always a
+command that works as printed (or says why there is none).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from typing import Any
+
+from afk_local.cli.render import effect_rows
+from afk_local.errors import AfkLocalError
+from afk_local.runner.origin import cannot_resume, origin_of
+from afk_local.storage.export import to_jsonable
+from afk_local.storage.notebook import format_bytes
+from afk_local.storage.records import RunMeta, RunStatus
+from afk_local.storage.store import Store
+
+
+def _plain_hint(*words: object) -> str:
+    return " ".join(["afk-local", *(shlex.quote(str(w)) for w in words)])
+
+
+def describe_run(
+    store: Store, run_id: str, hint: Callable[..., str] = _plain_hint
+) -> dict[str, Any]:
+    """Everything ``afk-local show`` prints about a run.
+
+    ``hint(*words)`` spells a command the user can run (``afk-local [--root R] ...``).
+    """
+    info = store.info(run_id)
+    reader = store.open(run_id)
+    meta = reader.meta
+    active = meta.status in (RunStatus.RUNNING, RunStatus.CREATED, RunStatus.FAILED)
+    reason = cannot_resume(meta) if active or meta.status is RunStatus.PAUSED else None
+    facts: dict[str, Any] = {
+        "run_id": run_id,
+        "status": meta.status.value,
+        "interrupted": info.interrupted,
+        "owner_alive": info.owner_alive,
+        "lock_problem": info.lock_problem,
+        "owner": to_jsonable(meta.owner) if meta.owner else None,
+        "attempt": meta.attempt,
+        "step": info.step,
+        "seq": info.seq,
+        "phase": info.phase,
+        "checkpoints": len(reader.checkpoint_files()),
+        "bytes": info.bytes,
+        "size": format_bytes(info.bytes),
+        "created_ms": meta.created_ms,
+        "updated_ms": info.updated_ms,
+        "entrypoint": meta.entrypoint,
+        "script": _script(meta),
+        "thread_id": meta.thread_id,
+        "parent_run_id": meta.parent_run_id,
+        "version": meta.version,
+        "code_fingerprint": meta.code_fingerprint,
+        "params": to_jsonable(meta.params),
+        "error": to_jsonable(meta.error) if meta.error else None,
+        "pause": to_jsonable(meta.pause) if meta.pause else None,
+        "extra": to_jsonable(meta.extra),
+        "path": str(reader.paths.dir),
+        "cannot_resume": reason,
+    }
+    if facts["error"] and isinstance(facts["error"], dict):
+        facts["error"].pop("traceback", None)  # `export` / `--json` of meta keep it; show is short
+    in_doubt = 0
+    try:
+        rows = effect_rows(reader)
+        in_doubt = sum(1 for r in rows if r["state"] == "in_doubt")
+        facts["effects"] = len(rows)
+        facts["effects_in_doubt"] = in_doubt
+    except AfkLocalError as exc:
+        facts["effects"] = f"unreadable: {exc}"
+    facts["next"] = _next_action(
+        meta,
+        interrupted=info.interrupted,
+        alive=info.owner_alive,
+        reason=reason,
+        in_doubt=in_doubt,
+        hint=hint,
+    )
+    if info.lock_problem is not None:
+        facts["next"] = f"repair first: {info.lock_problem} (`{hint('verify', run_id)}`)"
+    return facts
+
+
+def _script(meta: RunMeta) -> str | None:
+    """Where a ``__main__`` job's code is: its script, or ``python -m`` module."""
+    origin = origin_of(meta)
+    if origin is None or not (meta.entrypoint or "").startswith("__main__:"):
+        return None
+    if origin.module is not None:
+        return f"python -m {origin.module} (in {origin.cwd})"
+    return origin.script
+
+
+def _next_action(
+    meta: RunMeta,
+    *,
+    interrupted: bool,
+    alive: bool,
+    reason: str | None,
+    in_doubt: int,
+    hint: Callable[..., str],
+) -> str:
+    run_id, status = meta.run_id, meta.status
+    if alive:
+        owner = meta.owner
+        who = f" (pid {owner.pid} on {owner.hostname})" if owner else ""
+        return (
+            f"a process is running it{who}; it goes on by itself. Stopping that process "
+            "leaves it interrupted, to be resumed later"
+        )
+    if status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
+        return "nothing to do"
+    if reason is not None:
+        return f"cannot be resumed: {reason}"
+    if in_doubt:
+        return (
+            f"{in_doubt} effect(s) in doubt: `{hint('effects', run_id)}` shows how to settle "
+            f"them, then `{hint('resume', run_id)}`"
+        )
+    if interrupted:
+        return f"interrupted: `{hint('resume', run_id)}` (or let `afk-local watch` do it)"
+    if status is RunStatus.PAUSED:
+        return (
+            f"waiting for input: `{hint('resume', run_id, '--input', 'JSON')}` with your "
+            "answer as JSON in place of JSON (e.g. '\"yes\"' or 42)"
+        )
+    if status is RunStatus.FAILED:
+        return (
+            f"`{hint('resume', run_id)}` retries it (finished steps replay); "
+            f"`{hint('log', run_id)}` lists the checkpoints a fork can start from"
+        )
+    return "nothing to do"
+
+
+__all__ = ["describe_run"]
