@@ -529,7 +529,8 @@ class Store:
 
         Every checkpoint stays readable by seq, through every reader, and a crash at
         any instant loses nothing. A run whose owner is alive is skipped (its writer
-        packs as it goes); a run that cannot be packed is reported, never raised.
+        packs as it goes); a run that cannot be packed (in a keyed store: one behind
+        its head record, rolled back) is reported, never raised.
 
         Args:
             run_ids: the runs (default: every run of the store).
@@ -552,6 +553,8 @@ class Store:
                 reports.append(report)
                 continue
             try:
+                if self.heads is not None:  # a run put back from an older copy: not touched
+                    require_not_behind(self.heads, paths, read_meta(paths, self.codec).updated_ms)
                 report = pack_run(
                     paths, self.codec, full=full, keep_loose=keep_loose, dry_run=dry_run
                 )

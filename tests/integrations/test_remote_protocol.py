@@ -166,3 +166,44 @@ def test_keys_read_from_a_bucket_are_parsed_strictly() -> None:
         "e000000000001/sub/000000000001.run_started.ckpt",
     ):
         assert parse_run_key(bad) is None, bad
+
+
+def _checkpoints(store: afk.Store, run_id: str) -> dict[int, object]:
+    reader = store.open(run_id)
+    return {f.seq: reader.load(f).payload for f in reader.checkpoint_files()}
+
+
+def test_a_packed_run_is_pushed_and_pulled_whole_and_packs_are_bounded_by_their_last_seq(
+    any_url: str, tmp_path: Path
+) -> None:
+    a, b = afk.Store(tmp_path / "a"), afk.Store(tmp_path / "b")
+    make_run(a, "r", 40, effects=2)
+    a.pack(["r"])
+    names = sorted(os.listdir(a.run_dir("r").dir))
+    packs = [n for n in names if n.endswith(".pack")]
+    assert packs and sum(n.endswith(".ckpt") for n in names) == 1
+    pack = parse_run_key(f"e000000000001/{packs[0]}")
+    assert pack is not None and pack.kind == "file" and pack.number == 39  # seqs 1..39
+    expected = _checkpoints(a, "r")
+    assert len(expected) == 40
+
+    remote.push_run(a, any_url, "r")
+    remote.take_run(b, "r", any_url)
+    assert _checkpoints(b, "r") == expected
+    assert b.open("r").verify().ok
+    with b.resume_writer("r") as run:  # the taker continues after the packed history
+        run.checkpoint("runtime_state", {"i": 40, "who": "b"}, step=40)
+    assert b.open("r").latest().payload == {"i": 40, "who": "b"}
+
+
+def test_a_mirrored_writer_packs_only_what_the_remote_holds(tmp_path: Path) -> None:
+    url = remote.file_url(tmp_path / "bucket")
+    a = afk.Store(tmp_path / "a", mirror=url, pack_loose_limit=8)
+    make_run(a, "r", 60)
+    names = os.listdir(a.run_dir("r").dir)
+    assert any(n.endswith(".pack") for n in names)
+    assert sum(n.endswith(".ckpt") for n in names) <= 16
+    b = afk.Store(tmp_path / "b")
+    remote.take_run(b, "r", url)  # what the mirror uploaded, loose, is the whole run
+    assert _checkpoints(b, "r") == _checkpoints(a, "r")
+    assert len(_checkpoints(b, "r")) == 60 and b.open("r").verify().ok

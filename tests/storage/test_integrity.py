@@ -617,7 +617,10 @@ def test_langgraph_delete_on_a_keyed_store_keeps_the_thread_verifiable(
     def unsigned_cache(path: Path) -> dict[str, Any]:
         raise AssertionError(f"a keyed store read the index cache {path}")
 
-    monkeypatch.setattr("afk_local.integrations.langgraph.index._read_index_file", unsigned_cache)
+    for where in ("index", "threads"):  # the index build and the cold get_tuple
+        monkeypatch.setattr(
+            f"afk_local.integrations.langgraph.{where}.read_index_cache", unsigned_cache
+        )
     with AfkLocalSaver(keyed(tmp_path)) as fresh:
         assert [t.metadata for t in fresh.list({"configurable": {"thread_id": "t"}})] == listed
         fresh.prune(["t"])

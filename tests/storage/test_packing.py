@@ -17,7 +17,7 @@ from afk_local.cli.main import main as cli_main
 from afk_local.errors import AfkLocalError
 from afk_local.runner.writer import DurableWriter
 from afk_local.storage.export import export_records
-from afk_local.storage.layout import parse_pack_name, scan_run_files
+from afk_local.storage.layout import checkpoint_name, parse_pack_name, scan_run_files
 from afk_local.storage.packing import pack_run
 from afk_local.storage.retention import RetentionPolicy
 
@@ -306,3 +306,80 @@ def test_random_sigkills_of_a_packing_writer_lose_nothing(tmp_path: Path, trials
     _, packs = scan_run_files(afk.Store(tmp_path).paths("r").dir)
     assert packs and acked > 8
     assert afk.Store(tmp_path).open("r").verify().ok
+
+
+class LazyMirror:
+    """A mirror that copies what it was told about only when flushed (a slow uploader)."""
+
+    url = "lazy://test"
+
+    def __init__(self) -> None:
+        self.uploaded: dict[str, bytes] = {}
+        self.lost: list[str] = []
+
+    def attach(self, paths, record_codec):
+        mirror = self
+
+        class Run:
+            def __init__(self) -> None:
+                self.pending: list[str] = []
+
+            def published(self, name: str) -> None:
+                self.pending.append(name)
+
+            def flush(self, timeout: float) -> None:
+                for name in self.pending:
+                    try:
+                        mirror.uploaded[name] = (paths.dir / name).read_bytes()
+                    except FileNotFoundError:
+                        mirror.lost.append(name)
+                self.pending.clear()
+
+            def close(self) -> None:
+                self.flush(0)
+
+            def meta_replaced(self) -> None: ...
+            def before_append(self) -> None: ...
+            def synced(self, end: int) -> None: ...
+            def appended(self, end: int) -> None: ...
+            def check(self) -> None: ...
+
+        return Run()
+
+    def close(self) -> None: ...
+
+
+def test_a_mirrored_writer_packs_only_what_its_mirror_already_holds(tmp_path: Path) -> None:
+    lazy = LazyMirror()
+    store = afk.Store(tmp_path, mirror=lazy, pack_loose_limit=8)
+    with store.create("r") as run:
+        for i in range(60):
+            run.checkpoint("runtime_state", {"i": i}, step=i)
+    files = os.listdir(store.run_dir("r").dir)
+    assert any(n.endswith(".pack") for n in files)
+    assert lazy.lost == []  # every checkpoint file reached the mirror before it was packed
+    assert sorted(lazy.uploaded) == [checkpoint_name(i, "runtime_state") for i in range(1, 61)]
+
+
+def test_a_keyed_packed_run_is_not_rolled_back_but_an_older_packed_copy_is(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path / "s", key=KEY, pack_loose_limit=None)
+    _write(store, "r", 30)
+    run_dir = store.run_dir("r").dir
+    old = tmp_path / "old-copy"
+    shutil.copytree(run_dir, old, symlinks=True)
+    with store.resume_writer("r") as run:
+        for seq in range(31, 41):
+            run.checkpoint("runtime_state", _payload(seq), step=seq)
+    store.pack(["r"])
+    assert any(n.endswith(".pack") for n in os.listdir(run_dir))
+    assert store.open("r").verify().ok  # packing is not a rollback
+
+    shutil.rmtree(run_dir)  # an older copy of the run put back, packed too
+    shutil.copytree(old, run_dir, symlinks=True)
+    (report,) = store.pack(["r"])
+    assert report.packed_files == 0 and "rolled back" in report.errors[0]
+    pack_run(store.run_dir("r"), store.codec)  # packed anyway, below the Store
+    problems = store.open("r").verify().problems
+    assert any("rolled back" in p.reason for p in problems), problems
+    with pytest.raises(afk.RunRolledBackError):
+        store.resume_writer("r")
