@@ -14,8 +14,8 @@ not a network.
    same with fsync made a no-op: what is left is CPU, including the GIL the uploader
    thread shares with the job.
 2. Push and pull of one run of ``--checkpoints`` checkpoints (10,000 by default):
-   checkpoints per second and MB/s, 16 requests in flight. Loose checkpoint files
-   (pack files from issue 18 would be pushed the same way, by name, once they land).
+   checkpoints per second and MB/s, 16 requests in flight, once with one file per
+   checkpoint and once after ``pack`` (a few pack files, uploaded by name).
 """
 
 from __future__ import annotations
@@ -131,40 +131,59 @@ def make_big_run(store: afk.Store, run_id: str, n: int) -> int:
 
 
 def throughput(base: Path, remotes: dict[str, str], n: int) -> str:
-    source = afk.Store(base / "source")
-    size = make_big_run(source, "big", n)
     rows = []
-    for name, url in remotes.items():
-        started = time.perf_counter()
-        report = push_run(source, url, "big")
-        push_s = time.perf_counter() - started
-        assert report.files == n, report
-        started = time.perf_counter()
-        again = push_run(source, url, "big")
-        noop_s = time.perf_counter() - started
-        assert again.up_to_date
-        target = afk.Store(base / f"pulled-{name}")
-        started = time.perf_counter()
-        pulled = pull_run(target, url, "big")
-        pull_s = time.perf_counter() - started
-        assert pulled.files == n, pulled
-        rows.append(
-            (
-                name,
-                f"{n / push_s:.0f}",
-                f"{size / push_s / 1e6:.2f}",
-                f"{noop_s:.2f}",
-                f"{n / pull_s:.0f}",
-                f"{size / pull_s / 1e6:.2f}",
+    sizes = {}
+    for layout in ("loose", "packed"):
+        source = afk.Store(base / f"source-{layout}", pack_loose_limit=None)
+        make_big_run(source, "big", n)
+        if layout == "packed":
+            source.pack(["big"])  # afk-local pack: a few pack files and the newest loose
+        files = [p for p in source.paths("big").dir.iterdir() if p.is_file()]
+        sizes[layout] = sum(p.stat().st_size for p in files)
+        size = sizes[layout]
+        reader = source.open("big")
+        expected = {f.seq: reader.load(f).payload for f in reader.checkpoint_files()}
+        for name, base_url in remotes.items():
+            url = f"{base_url}-{layout}"
+            if url.startswith("file://"):
+                Path(url[len("file://") :]).mkdir(parents=True, exist_ok=True)
+            started = time.perf_counter()
+            push_run(source, url, "big")
+            push_s = time.perf_counter() - started
+            started = time.perf_counter()
+            again = push_run(source, url, "big")
+            noop_s = time.perf_counter() - started
+            assert again.up_to_date
+            target = afk.Store(base / f"pulled-{name}-{layout}")
+            started = time.perf_counter()
+            pull_run(target, url, "big")
+            pull_s = time.perf_counter() - started
+            pulled = target.open("big")
+            assert {f.seq: pulled.load(f).payload for f in pulled.checkpoint_files()} == expected
+            rows.append(
+                (
+                    name,
+                    layout,
+                    str(len(files)),
+                    f"{n / push_s:.0f}",
+                    f"{size / push_s / 1e6:.2f}",
+                    f"{noop_s:.2f}",
+                    f"{n / pull_s:.0f}",
+                    f"{size / pull_s / 1e6:.2f}",
+                )
             )
-        )
-    header = f"{n} checkpoints, {size / 1e6:.2f} MB on disk"
+    header = (
+        f"{n} checkpoints: {sizes['loose'] / 1e6:.2f} MB loose, "
+        f"{sizes['packed'] / 1e6:.2f} MB packed"
+    )
     return (
         header
         + "\n\n"
         + table(
             (
                 "remote",
+                "run",
+                "files",
                 "push ckpt/s",
                 "push MB/s",
                 "push again (nothing new) s",
