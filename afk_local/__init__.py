@@ -7,48 +7,122 @@ repeating side effects. docs/ holds the format, the guarantees and the API.
 
 from __future__ import annotations
 
-from afk_local.agent.agent_runner import AgentRunner
-from afk_local.agent.resume import aresume, resume
-from afk_local.agent.types import Agent, AgentResult, LLMResponse, ToolCall
-from afk_local.errors import (
-    AfkLocalError,
-    CheckpointCorruptionError,
-    CodeChangedError,
-    EffectInDoubtError,
-    EffectLogCorruptionError,
-    EffectMismatchError,
-    InvalidRunIdError,
-    KeyRequiredError,
-    RunCancelledError,
-    RunExistsError,
-    RunLockedError,
-    RunNotFoundError,
-    RunPaused,
-    SchemaVersionError,
-    WriterFailedError,
-)
-from afk_local.journal.journal import Journal
-from afk_local.journal.replay import ReplayedError, input_hash
-from afk_local.runner.cancel import cancel
-from afk_local.runner.durable_function import DurableFunction, durable
-from afk_local.runner.run_context import RunContext
-from afk_local.runner.state_checkpoint import StateCheckpoint
-from afk_local.runner.versions import CodeChangedWarning, migration
-from afk_local.runner.writer import DurableWriter
-from afk_local.storage.reader import CheckpointNotFoundError, ResumeState, RunReader
-from afk_local.storage.records import (
-    SCHEMA_VERSION,
-    Checkpoint,
-    Effect,
-    ErrorInfo,
-    Phase,
-    RunMeta,
-    RunStatus,
-)
-from afk_local.storage.run import RunWriter
-from afk_local.storage.run_info import RunInfo
-from afk_local.storage.store import Store
-from afk_local.storage.verify import VerifyReport
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from afk_local.agent.agent_runner import AgentRunner
+    from afk_local.agent.factory import AgentFactory, agent_factory
+    from afk_local.agent.resume import aresume, resume
+    from afk_local.agent.types import Agent, AgentResult, LLMResponse, ToolCall
+    from afk_local.errors import (
+        AfkLocalError,
+        CheckpointCorruptionError,
+        CodeChangedError,
+        EffectInDoubtError,
+        EffectLogCorruptionError,
+        EffectMismatchError,
+        ForkedWriterError,
+        InvalidRunIdError,
+        KeyRequiredError,
+        LeaseLostError,
+        MirrorError,
+        PauseMismatchError,
+        RecordTooDeepError,
+        RunCancelledError,
+        RunExistsError,
+        RunLockedError,
+        RunNotFoundError,
+        RunPaused,
+        RunRolledBackError,
+        SchemaVersionError,
+        UntrustedStoreError,
+        WriterFailedError,
+    )
+    from afk_local.journal.journal import Journal
+    from afk_local.journal.replay import ReplayedError, input_hash
+    from afk_local.runner.cancel import cancel
+    from afk_local.runner.durable_function import DurableFunction, durable
+    from afk_local.runner.run_context import RunContext
+    from afk_local.runner.state_checkpoint import StateCheckpoint
+    from afk_local.runner.versions import CodeChangedWarning, migration
+    from afk_local.runner.writer import DurableWriter
+    from afk_local.storage.reader import CheckpointNotFoundError, ResumeState, RunReader
+    from afk_local.storage.records import (
+        SCHEMA_VERSION,
+        Checkpoint,
+        Effect,
+        ErrorInfo,
+        Phase,
+        RunMeta,
+        RunStatus,
+    )
+    from afk_local.storage.run import RunWriter
+    from afk_local.storage.run_info import RunInfo
+    from afk_local.storage.store import Store
+    from afk_local.storage.verify import VerifyReport
+
+# Public names and the module each lives in. Imported on first use (PEP 562), so that
+# ``import afk_local.integrations.langgraph`` (a saver in a fresh process) or the CLI
+# pays only for the layers it uses, not for the runner, agent and watcher.
+_EXPORTS = {
+    "AgentRunner": "afk_local.agent.agent_runner",
+    "AgentFactory": "afk_local.agent.factory",
+    "agent_factory": "afk_local.agent.factory",
+    "aresume": "afk_local.agent.resume",
+    "resume": "afk_local.agent.resume",
+    "Agent": "afk_local.agent.types",
+    "AgentResult": "afk_local.agent.types",
+    "LLMResponse": "afk_local.agent.types",
+    "ToolCall": "afk_local.agent.types",
+    "AfkLocalError": "afk_local.errors",
+    "CheckpointCorruptionError": "afk_local.errors",
+    "CodeChangedError": "afk_local.errors",
+    "EffectInDoubtError": "afk_local.errors",
+    "EffectLogCorruptionError": "afk_local.errors",
+    "EffectMismatchError": "afk_local.errors",
+    "ForkedWriterError": "afk_local.errors",
+    "InvalidRunIdError": "afk_local.errors",
+    "KeyRequiredError": "afk_local.errors",
+    "LeaseLostError": "afk_local.errors",
+    "MirrorError": "afk_local.errors",
+    "PauseMismatchError": "afk_local.errors",
+    "RecordTooDeepError": "afk_local.errors",
+    "RunCancelledError": "afk_local.errors",
+    "RunExistsError": "afk_local.errors",
+    "RunLockedError": "afk_local.errors",
+    "RunNotFoundError": "afk_local.errors",
+    "RunPaused": "afk_local.errors",
+    "RunRolledBackError": "afk_local.errors",
+    "SchemaVersionError": "afk_local.errors",
+    "UntrustedStoreError": "afk_local.errors",
+    "WriterFailedError": "afk_local.errors",
+    "Journal": "afk_local.journal.journal",
+    "ReplayedError": "afk_local.journal.replay",
+    "input_hash": "afk_local.journal.replay",
+    "cancel": "afk_local.runner.cancel",
+    "DurableFunction": "afk_local.runner.durable_function",
+    "durable": "afk_local.runner.durable_function",
+    "RunContext": "afk_local.runner.run_context",
+    "StateCheckpoint": "afk_local.runner.state_checkpoint",
+    "CodeChangedWarning": "afk_local.runner.versions",
+    "migration": "afk_local.runner.versions",
+    "DurableWriter": "afk_local.runner.writer",
+    "CheckpointNotFoundError": "afk_local.storage.reader",
+    "ResumeState": "afk_local.storage.reader",
+    "RunReader": "afk_local.storage.reader",
+    "SCHEMA_VERSION": "afk_local.storage.records",
+    "Checkpoint": "afk_local.storage.records",
+    "Effect": "afk_local.storage.records",
+    "ErrorInfo": "afk_local.storage.records",
+    "Phase": "afk_local.storage.records",
+    "RunMeta": "afk_local.storage.records",
+    "RunStatus": "afk_local.storage.records",
+    "RunWriter": "afk_local.storage.run",
+    "RunInfo": "afk_local.storage.run_info",
+    "Store": "afk_local.storage.store",
+    "VerifyReport": "afk_local.storage.verify",
+}
 
 __version__ = "0.1.0"
 
@@ -56,6 +130,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AfkLocalError",
     "Agent",
+    "AgentFactory",
     "AgentResult",
     "AgentRunner",
     "Checkpoint",
@@ -70,11 +145,16 @@ __all__ = [
     "EffectLogCorruptionError",
     "EffectMismatchError",
     "ErrorInfo",
+    "ForkedWriterError",
     "InvalidRunIdError",
     "Journal",
     "KeyRequiredError",
     "LLMResponse",
+    "LeaseLostError",
+    "MirrorError",
+    "PauseMismatchError",
     "Phase",
+    "RecordTooDeepError",
     "ReplayedError",
     "ResumeState",
     "RunCancelledError",
@@ -86,15 +166,18 @@ __all__ = [
     "RunNotFoundError",
     "RunPaused",
     "RunReader",
+    "RunRolledBackError",
     "RunStatus",
     "RunWriter",
     "SchemaVersionError",
     "StateCheckpoint",
     "Store",
     "ToolCall",
+    "UntrustedStoreError",
     "VerifyReport",
     "WriterFailedError",
     "__version__",
+    "agent_factory",
     "aresume",
     "cancel",
     "durable",
@@ -102,3 +185,23 @@ __all__ = [
     "migration",
     "resume",
 ]
+
+
+_SUBPACKAGES = frozenset(
+    {"agent", "cli", "errors", "integrations", "journal", "runner", "storage", "testing", "watcher"}
+)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        if name in _SUBPACKAGES:  # ``afk_local.storage`` as an attribute, as before
+            return importlib.import_module(f"afk_local.{name}")
+        raise AttributeError(f"module 'afk_local' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

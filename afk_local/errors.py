@@ -154,16 +154,42 @@ class WriterFailedError(AfkLocalError):
 
 
 class KeyRequiredError(AfkLocalError):
-    """A run whose files are signed was opened for writing by a store without a key."""
+    """A signed run, or a keyed store, was opened for writing by a store without a key."""
 
-    def __init__(self, run_id: str, path: str) -> None:
+    def __init__(self, run_id: str, path: str, *, keyed_store: bool = False) -> None:
         self.run_id = run_id
         self.path = path
-        super().__init__(
-            f"run {run_id!r} is signed ({path} carries an HMAC) but this store has no key: "
-            "writing would leave unsigned records its keyed readers refuse. Open it with "
-            "its key (set AFK_LOCAL_KEY or pass Store(key=...))"
+        what = (
+            f"the store is keyed ({path} says so)"
+            if keyed_store
+            else f"run {run_id!r} is signed ({path} carries an HMAC)"
         )
+        super().__init__(
+            f"{what} but this store has no key: writing would leave unsigned records its "
+            "keyed readers refuse. Open it with its key (set AFK_LOCAL_KEY or pass "
+            "Store(key=...))"
+        )
+
+
+class UntrustedStoreError(AfkLocalError):
+    """A store or run failed a trust check: nothing it names is executed (docs/security.md).
+
+    Raised before any code a store names is imported or run, and by writers that
+    must not follow a symlink out of the store. ``reason`` says what is wrong,
+    ``hint`` what to do about it.
+    """
+
+    def __init__(self, path: str, reason: str, hint: str, run_id: str | None = None) -> None:
+        self.path = path
+        self.reason = reason
+        self.hint = hint
+        self.run_id = run_id
+        run = f"run {run_id!r}: " if run_id else ""
+        super().__init__(f"{run}refused: {path}: {reason}; {hint}")
+
+
+class RunRolledBackError(UntrustedStoreError):
+    """A keyed run is behind its head record: acknowledged writes are gone (rolled back)."""
 
 
 class RunPaused(AfkLocalError):
@@ -243,6 +269,29 @@ class UnstorableValueError(AfkLocalError, TypeError):
         return UnstorableValueError(path, self.type_name, run_id or self.run_id)
 
 
+class RecordTooDeepError(UnstorableValueError):
+    """A value nests lists and dicts deeper than a record may: refused before any I/O.
+
+    Python decodes nested msgpack recursively, so a reader near its recursion limit
+    (the CLI, a watcher child) could not read such a record back (docs/security.md).
+    """
+
+    def __init__(self, path: str, limit: int, run_id: str | None = None) -> None:
+        super().__init__(path, f"a structure nested more than {limit} levels deep", run_id)
+        self.limit = limit
+        run = f"run {run_id!r}: " if run_id else ""
+        Exception.__init__(
+            self,
+            f"{run}cannot store {path}: it nests lists/dicts deeper than {limit} levels (or "
+            "contains itself), and a reader could not decode it back; flatten it, or store "
+            "that part as a JSON string",
+        )
+
+    def under(self, prefix: str, run_id: str | None = None) -> UnstorableValueError:
+        """The same error with ``prefix`` put before its path (and the run named)."""
+        return RecordTooDeepError(super().under(prefix).path, self.limit, run_id or self.run_id)
+
+
 class SettleError(AfkLocalError, ValueError):
     """An effect cannot be settled: the run has no such effect, or it is not in doubt."""
 
@@ -250,3 +299,64 @@ class SettleError(AfkLocalError, ValueError):
         self.run_id = run_id
         self.key = key
         super().__init__(f"run {run_id!r}: cannot settle: {reason}")
+
+
+class ForkedWriterError(WriterFailedError):
+    """A forked child used a writer it inherited: only the process that opened a run writes it."""
+
+    def __init__(self, run_id: str, owner_pid: int, pid: int) -> None:
+        self.run_id = run_id
+        self.owner_pid = owner_pid
+        self.pid = pid
+        AfkLocalError.__init__(
+            self,
+            f"run {run_id!r}: this writer was opened by process {owner_pid}; process {pid} is a "
+            "fork of it and may not write to the run (the lock, the queue and the journal "
+            "belong to the opening process). Do the work in the parent, or open the run in "
+            "the child only after the parent closed it",
+        )
+
+
+class PauseMismatchError(AfkLocalError, ValueError):
+    """An answer names a pause the run is no longer waiting at: it is never applied to another."""
+
+    def __init__(self, run_id: str, pause_seq: int, now: str) -> None:
+        self.run_id = run_id
+        self.pause_seq = pause_seq
+        if pause_seq < 1:
+            super().__init__(
+                f"run {run_id!r} is {now}, not paused: there is no pause to answer; nothing "
+                "was done"
+            )
+            return
+        super().__init__(
+            f"run {run_id!r}: the answer is for the pause at checkpoint {pause_seq}, but the run "
+            f"is {now}: that pause was answered already or the run moved on, so nothing was "
+            f"done. Answer what it waits for now: `afk-local show {run_id}`, then "
+            f"`afk-local resume {run_id} --input JSON`"
+        )
+
+
+class LeaseLostError(AfkLocalError):
+    """Another store holds the run's lease on its remote mirror: this store may not write it.
+
+    Raised by a mirrored writer once its mirror sees a newer lease (``pull --take``
+    elsewhere), by ``push`` for such a run, and by opening a copy pulled without
+    ``--take`` for writing. The writer then refuses every checkpoint and effect.
+    """
+
+    def __init__(self, run_id: str, url: str, detail: str) -> None:
+        self.run_id = run_id
+        self.url = url
+        super().__init__(
+            f"run {run_id!r}: lease lost on {url}: {detail}; this store may not write the run. "
+            f"Take it back with `afk-local pull {run_id} --from {url} --take`"
+        )
+
+
+class MirrorError(AfkLocalError):
+    """A remote mirror could not upload (after its retries), or is not available here."""
+
+    def __init__(self, url: str, detail: str) -> None:
+        self.url = url
+        super().__init__(f"mirror {url}: {detail}")

@@ -19,9 +19,11 @@ noise hits both alike:
   transaction (an fsync of the WAL).
 
 Reported: put latency (p50, p95, mean), put_writes p50, bytes on disk at the end
-(AfkLocalSaver: every file of the store; SQLite: db + -wal + -shm), and the time
-to fetch the latest checkpoint from a freshly opened saver (a resume), with
-ratios against SqliteSaver measured in the same run.
+(AfkLocalSaver: every file of the store; SQLite: db + -wal + -shm), the time to
+fetch the latest checkpoint from a freshly opened saver in this process (a resume;
+median of interleaved rounds), and the same from a fresh Python process (imports
+included, interleaved with a process that only imports LangGraph's checkpoint base),
+with ratios against SqliteSaver measured in the same run.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import argparse
 import random
 import sqlite3
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -77,12 +81,52 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+_PROCESS = {
+    "imports only": "import langgraph.checkpoint.base, langgraph.checkpoint.serde.jsonplus",
+    "AfkLocalSaver": (
+        "from afk_local.integrations.langgraph import AfkLocalSaver\n"
+        "t = AfkLocalSaver(ROOT).get_tuple(CONFIG)\n"
+        "assert len(t.checkpoint['channel_values']['messages']) == STEPS"
+    ),
+    "SqliteSaver": (
+        "import sqlite3\n"
+        "from langgraph.checkpoint.sqlite import SqliteSaver\n"
+        "conn = sqlite3.connect(DB, check_same_thread=False)\n"
+        "t = SqliteSaver(conn).get_tuple(CONFIG)\n"
+        "assert len(t.checkpoint['channel_values']['messages']) == STEPS"
+    ),
+}
+
+
+def fresh_process_times(afk_root: Path, db: Path, rounds: int) -> dict[str, float]:
+    """Median wall time of a new interpreter that imports a saver and gets the newest
+    checkpoint, each saver's run interleaved with the other's and with imports only."""
+    config = {"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}}
+    samples: dict[str, list[float]] = {name: [] for name in _PROCESS}
+    steps = None
+    for _ in range(rounds):
+        for name, code in _PROCESS.items():
+            if steps is None:
+                with AfkLocalSaver(afk_root) as saver:
+                    steps = len(saver.get_tuple(config).checkpoint["channel_values"]["messages"])
+            script = (
+                f"ROOT, DB, STEPS = {str(afk_root)!r}, {str(db)!r}, {steps}\n"
+                f"CONFIG = {config!r}\n{code}\n"
+            )
+            start = time.perf_counter_ns()
+            subprocess.run([sys.executable, "-c", script], check=True)
+            samples[name].append((time.perf_counter_ns() - start) / 1e6)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dir", type=Path, default=None, help="where to write (a real disk)")
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--message-bytes", type=int, default=500)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--cold-rounds", type=int, default=7, help="fresh-saver reads")
+    parser.add_argument("--process-rounds", type=int, default=11, help="fresh processes each")
     args = parser.parse_args()
 
     base = Path(tempfile.mkdtemp(prefix="bench-langgraph-", dir=args.dir))
@@ -136,17 +180,24 @@ def main() -> None:
         if candidate.exists():
             size["SqliteSaver"] += candidate.stat().st_size
 
-    # Resume: a fresh saver fetches the newest checkpoint (AfkLocalSaver reads its files).
+    # Resume: a fresh saver fetches the newest checkpoint (AfkLocalSaver reads its files),
+    # interleaved with SQLite's, several rounds; median.
     latest = {"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}}
-    resume_ms: dict[str, float] = {}
-    with AfkLocalSaver(afk_root) as fresh:
-        resume_ms["AfkLocalSaver"], tup = timed(fresh.get_tuple, latest)
+    cold: dict[str, list[float]] = {name: [] for name in savers}
+    for _ in range(args.cold_rounds):
+        fresh = AfkLocalSaver(afk_root)
+        ms, tup = timed(fresh.get_tuple, latest)
+        cold["AfkLocalSaver"].append(ms)
         assert len(tup.checkpoint["channel_values"]["messages"]) == args.steps
         warm_ms, _ = timed(fresh.get_tuple, latest)
-    fresh_sqlite, conn, _ = open_sqlite(sqlite_path)
-    resume_ms["SqliteSaver"], tup = timed(fresh_sqlite.get_tuple, latest)
-    assert len(tup.checkpoint["channel_values"]["messages"]) == args.steps
-    conn.close()
+        fresh.close()
+        fresh_sqlite, conn, _ = open_sqlite(sqlite_path)
+        ms, tup = timed(fresh_sqlite.get_tuple, latest)
+        cold["SqliteSaver"].append(ms)
+        assert len(tup.checkpoint["channel_values"]["messages"]) == args.steps
+        conn.close()
+    resume_ms = {name: statistics.median(samples) for name, samples in cold.items()}
+    process_ms = fresh_process_times(afk_root, sqlite_path, args.process_rounds)
 
     base_name = "SqliteSaver"
     rows = []
@@ -189,7 +240,26 @@ def main() -> None:
         f"\nserde bytes of all {args.steps} checkpoints (what a store without "
         f"compression or deltas holds): {serialized / 1e6:.1f} MB"
     )
-    print(f"AfkLocalSaver warm get_tuple (index built): {warm_ms:.1f} ms")
+    print(f"AfkLocalSaver second get_tuple on the same saver (builds its index): {warm_ms:.1f} ms")
+    print(
+        f"\n## Cold open from a fresh process: python start to the newest checkpoint "
+        f"(median of {args.process_rounds} interleaved runs, ms)\n"
+    )
+    floor = process_ms["imports only"]
+    print(
+        table(
+            ["what", "ms", "vs SqliteSaver", "above imports only"],
+            [
+                [
+                    name,
+                    f"{ms:.1f}",
+                    f"{ms / process_ms['SqliteSaver']:.2f}x",
+                    f"{ms - floor:+.1f}",
+                ]
+                for name, ms in process_ms.items()
+            ],
+        )
+    )
     print(
         f"SQLite pragmas in force: journal_mode={pragmas['journal_mode']}, "
         f"synchronous={pragmas['synchronous']}, "

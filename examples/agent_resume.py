@@ -79,6 +79,7 @@ def scripted_llm(topics: int) -> Any:
     return llm
 
 
+@afk.agent_factory
 def build_agent(context: dict[str, Any]) -> afk.Agent:
     """The agent for ``context`` (topics, notes, delay): also how another process rebuilds it."""
     topics, notes, delay = int(context["topics"]), Path(context["notes"]), float(context["delay"])

@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
-pytest_plugins = ["afk_local.testing"]
+pytest_plugins = ["afk_local.testing", "remote_s3"]  # remote_s3: the S3 endpoint fixtures
 
 # The crash tests start hundreds of fresh interpreters; let them cache bytecode
 # (some environments set PYTHONDONTWRITEBYTECODE, which makes every child
@@ -46,6 +46,14 @@ def trials(request: pytest.FixtureRequest):
 
 
 @pytest.fixture(autouse=True)
-def _no_ambient_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests pick their own keys: a developer's ``$AFK_LOCAL_KEY`` must not sign their stores."""
+def _no_ambient_key(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Tests pick their own keys: a developer's ``$AFK_LOCAL_KEY`` must not sign their stores.
+
+    Head records (keyed stores' rollback protection) go to a fresh directory per test,
+    never to the developer's state directory; child processes inherit it.
+    """
     monkeypatch.delenv("AFK_LOCAL_KEY", raising=False)
+    monkeypatch.delenv("AFK_LOCAL_MAX_RECORD_BYTES", raising=False)
+    monkeypatch.setenv("AFK_LOCAL_HEAD_DIR", str(tmp_path_factory.mktemp("heads")))

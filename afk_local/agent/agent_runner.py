@@ -54,6 +54,7 @@ from afk_local.agent.types import (
     tool,
 )
 from afk_local.errors import AfkLocalError, RunCancelledError, RunExistsError, WriterFailedError
+from afk_local.runner.answers import check_answer
 from afk_local.runner.stopping import sigterm_exits
 from afk_local.runner.writer import DurableWriter, validate_durability
 from afk_local.storage.records import Phase, RunMeta, RunStatus
@@ -159,6 +160,7 @@ class AgentRunner:
         input: Any = None,
         *,
         on_corrupt: str = "raise",
+        pause_seq: int | None = None,
     ) -> AgentResult:
         """Continue run ``run_id`` (the resume contract of docs/agent.md).
 
@@ -168,21 +170,23 @@ class AgentRunner:
         Anything else (interrupted, failed) continues from the newest
         ``runtime_state``; with ``on_corrupt="fallback"`` a damaged newest
         snapshot is skipped for the newest readable one (the journal keeps
-        effects from repeating).
+        effects from repeating). With ``pause_seq``, ``input`` answers only the pause
+        at that checkpoint (:mod:`afk_local.runner.answers`).
 
         Raises:
             CheckpointCorruptionError: the newest snapshot is unreadable (``on_corrupt="raise"``).
             RunCancelledError: the run was cancelled.
+            PauseMismatchError: ``pause_seq`` names a pause the run no longer waits at.
         """
         value = NO_INPUT if input is None else input
         meta = self.store.read_meta(run_id)
-        done = self._settled(meta, value)
+        done = self._settled(meta, value, pause_seq)
         if done is not None:
             return done
         run = self.store.resume_writer(run_id)
         writer = self._writer(run)
         try:
-            done = self._settled(run.meta, value)  # re-read under the lock
+            done = self._settled(run.meta, value, pause_seq)  # re-read under the lock
             if done is None:
                 done = self._finished_unmarked(writer)
             if done is None:
@@ -264,7 +268,11 @@ class AgentRunner:
             provider=agent.provider,
         )
 
-    def _settled(self, meta: RunMeta, value: Any) -> AgentResult | None:
+    def _settled(
+        self, meta: RunMeta, value: Any, pause_seq: int | None = None
+    ) -> AgentResult | None:
+        if value is not NO_INPUT:
+            check_answer(meta, pause_seq)
         if meta.status is RunStatus.COMPLETED:
             state = self.store.open(meta.run_id).resume_state()
             return result_from_terminal(state.result, meta.run_id)

@@ -15,12 +15,14 @@ import inspect
 from typing import Any
 
 from afk_local.agent.agent_runner import _AGENTS, AgentRunner
+from afk_local.agent.factory import AgentFactory
 from afk_local.agent.loop import APPROVAL, NO_INPUT
 from afk_local.agent.types import Agent, AgentResult
 from afk_local.errors import EntrypointError, RunPaused
 from afk_local.runner.entrypoints import import_entrypoint
 from afk_local.storage.records import RunMeta
 from afk_local.storage.store import StoreLike, as_store
+from afk_local.storage.trust import require_trusted_run
 
 
 def is_agent_run(meta: RunMeta) -> bool:
@@ -50,15 +52,18 @@ class AgentFailedError(RuntimeError):
 def load_agent(meta: RunMeta) -> Agent:
     """Rebuild the :class:`Agent` of an agent run from its recorded entrypoint.
 
-    ``module:qualname`` names a module-level ``Agent`` or a function returning one
-    (called with the run's ``context`` dict when it takes a parameter, else with
-    none). Agents run in this process are found without importing (so a
-    ``__main__`` agent resumes here).
+    ``module:qualname`` names a module-level ``Agent`` or an ``@afk.agent_factory``
+    function returning one (called with the run's ``context`` dict when it takes a
+    parameter, else with none); anything else it names is never called. Agents run
+    in this process are found without importing (so a ``__main__`` agent resumes
+    here). Run the trust gate first when ``meta`` comes from a store you did not
+    just check (:func:`resume_agent` does).
 
     Raises:
         EntrypointError: no entrypoint, a subagent's run, ``__main__``/notebook
-            code another process cannot import, an import failure, or a factory
-            that raised or returned something else; the message says what to do.
+            code another process cannot import, an import failure, an object that is
+            neither an Agent nor an agent factory, or a factory that raised or
+            returned something else; the message says what to do.
     """
     run_id, entrypoint = meta.run_id, meta.entrypoint
     if entrypoint is None:
@@ -88,11 +93,14 @@ def load_agent(meta: RunMeta) -> Agent:
             "runner.resume(agent, run_id) (or run it again with the same run_id), or move "
             "the agent (or a function returning it) into an importable module"
         ),
+        accept=(Agent, AgentFactory),
+        accept_name=(
+            "an Agent or an @afk.agent_factory function (decorate the function that builds "
+            "the agent with @afk.agent_factory)"
+        ),
     )
     if isinstance(obj, Agent):
         return obj
-    if not callable(obj):
-        raise EntrypointError(run_id, entrypoint, "it is neither an Agent nor a function")
     params = meta.params if isinstance(meta.params, dict) else {}
     context = dict(params.get("context") or {})
     try:
@@ -124,6 +132,7 @@ def resume_agent(
     input: Any = None,
     in_doubt: Any = None,
     on_corrupt: str = "raise",
+    pause_seq: int | None = None,
 ) -> AgentResult:
     """Continue agent run ``run_id`` with no ``Agent`` at hand: rebuilt by :func:`load_agent`.
 
@@ -134,6 +143,7 @@ def resume_agent(
     for agent runs.
 
     Raises:
+        UntrustedStoreError: the trust gate refused the run (nothing was imported).
         EntrypointError: the agent cannot be rebuilt here (the message says why).
     """
     the_store = as_store(store)
@@ -153,14 +163,22 @@ def resume_agent(
         flush_timeout_s=float(timeout) if isinstance(timeout, (int, float)) else 30.0,
         in_doubt=in_doubt if in_doubt is not None else recorded,
     )
-    done = runner._settled(meta, NO_INPUT if input is None else input)
+    done = runner._settled(meta, NO_INPUT if input is None else input, pause_seq)
     if done is not None:
         return done
-    return runner.resume(load_agent(meta), run_id, input=input, on_corrupt=on_corrupt)
+    meta = require_trusted_run(the_store, run_id).meta  # before anything it names is imported
+    return runner.resume(
+        load_agent(meta), run_id, input=input, on_corrupt=on_corrupt, pause_seq=pause_seq
+    )
 
 
 def resume_agent_run(
-    run_id: str, store: StoreLike = None, input: Any = None, *, in_doubt: Any = None
+    run_id: str,
+    store: StoreLike = None,
+    input: Any = None,
+    *,
+    in_doubt: Any = None,
+    pause_seq: int | None = None,
 ) -> Any:
     """``afk-local resume`` of an agent run, in the CLI's terms (what ``resume_run`` calls).
 
@@ -168,7 +186,7 @@ def resume_agent_run(
     :class:`~afk_local.RunPaused` for a paused one (exit 0, the prompt printed)
     and :class:`AgentFailedError` for a failed one (exit 1).
     """
-    result = resume_agent(run_id, store=store, input=input, in_doubt=in_doubt)
+    result = resume_agent(run_id, store=store, input=input, in_doubt=in_doubt, pause_seq=pause_seq)
     if result.state == "paused":
         pending = result.pending or {}
         raise RunPaused(run_id, str(pending.get("kind") or APPROVAL), pending.get("prompt"))

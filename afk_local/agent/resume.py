@@ -28,7 +28,14 @@ from afk_local.runner.resume import aresume_job, resume_job
 from afk_local.storage.store import StoreLike, as_store
 
 
-def resume(run_id: str, *, store: StoreLike = None, input: Any = None, in_doubt: Any = None) -> Any:
+def resume(
+    run_id: str,
+    *,
+    store: StoreLike = None,
+    input: Any = None,
+    in_doubt: Any = None,
+    pause_seq: int | None = None,
+) -> Any:
     """Continue run ``run_id``: re-import its job and run it (see :meth:`DurableFunction.run`).
 
     Agent runs (:func:`~afk_local.agent.rebuild.is_agent_run`) are continued by
@@ -41,23 +48,33 @@ def resume(run_id: str, *, store: StoreLike = None, input: Any = None, in_doubt:
         input: for a paused run, the value its ``ctx.pause`` returns; a paused run
             given no input raises :class:`~afk_local.RunPaused` and changes nothing.
         in_doubt: policy for steps a crash left in doubt (``"retry"`` once you checked).
+        pause_seq: the seq of the paused checkpoint ``input`` answers (``RunMeta.pause.seq``).
+            Given, the answer is applied only while the run still waits there (checked
+            under the run's lock), else :class:`~afk_local.PauseMismatchError` and
+            nothing changes: an answer sent twice is applied once, and never to a later
+            pause.
     """
     the_store = as_store(store)
+    options = {"input": input, "in_doubt": in_doubt, "pause_seq": pause_seq}
     if is_agent_run(the_store.read_meta(run_id)):
-        return resume_agent(run_id, store=the_store, input=input, in_doubt=in_doubt)
-    return resume_job(the_store, run_id, input=input, in_doubt=in_doubt)
+        return resume_agent(run_id, store=the_store, **options)
+    return resume_job(the_store, run_id, **options)
 
 
 async def aresume(
-    run_id: str, *, store: StoreLike = None, input: Any = None, in_doubt: Any = None
+    run_id: str,
+    *,
+    store: StoreLike = None,
+    input: Any = None,
+    in_doubt: Any = None,
+    pause_seq: int | None = None,
 ) -> Any:
     """The async form of :func:`resume` (an agent run is resumed in a worker thread)."""
     the_store = as_store(store)
+    options = {"input": input, "in_doubt": in_doubt, "pause_seq": pause_seq}
     if is_agent_run(the_store.read_meta(run_id)):
-        return await asyncio.to_thread(
-            resume_agent, run_id, store=the_store, input=input, in_doubt=in_doubt
-        )
-    return await aresume_job(the_store, run_id, input=input, in_doubt=in_doubt)
+        return await asyncio.to_thread(resume_agent, run_id, store=the_store, **options)
+    return await aresume_job(the_store, run_id, **options)
 
 
 def resume_run(
@@ -67,6 +84,7 @@ def resume_run(
     *,
     in_doubt: Any = None,
     reenter: bool = False,
+    pause_seq: int | None = None,
 ) -> Any:
     """What ``afk-local resume RUN`` calls: :func:`resume` in the command line's terms.
 
@@ -80,8 +98,10 @@ def resume_run(
     """
     the_store = as_store(store)
     if is_agent_run(the_store.read_meta(run_id)):
-        return resume_agent_run(run_id, the_store, input, in_doubt=in_doubt)
-    return resume_job(the_store, run_id, input=input, in_doubt=in_doubt, reenter=reenter)
+        return resume_agent_run(run_id, the_store, input, in_doubt=in_doubt, pause_seq=pause_seq)
+    return resume_job(
+        the_store, run_id, input=input, in_doubt=in_doubt, reenter=reenter, pause_seq=pause_seq
+    )
 
 
 __all__ = ["aresume", "resume", "resume_run"]

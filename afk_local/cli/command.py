@@ -21,6 +21,7 @@ from afk_local.storage import fsio
 from afk_local.storage.export import to_jsonable
 from afk_local.storage.run_info import RunInfo
 from afk_local.storage.store import ROOT_ENV, Store, default_root
+from afk_local.storage.trust import trust_warnings
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -96,10 +97,17 @@ def suggest(args: argparse.Namespace, *words: object) -> str:
 
 
 def require_run(store: Store, run_id: str) -> None:
-    """Raise :class:`~afk_local.RunNotFoundError` unless ``run_id`` is a run of ``store``."""
-    store.paths(run_id)  # validates the id
-    if not store.exists(run_id):
+    """Raise :class:`~afk_local.RunNotFoundError` unless ``run_id`` is a run of ``store``
+    (:class:`~afk_local.UntrustedStoreError` when its directory is a symlink)."""
+    paths = store.run_dir(run_id)  # validates the id, refuses a symlinked run directory
+    if not os.path.lexists(paths.meta):  # a run.meta that is not a file: reading says so
         raise RunNotFoundError(run_id, str(store.root))
+
+
+def warn_untrusted(store: Store, run_id: str | None = None) -> None:
+    """Read-only commands still read an untrusted store: say why nothing would run from it."""
+    for line in trust_warnings(store, run_id):
+        sys.stderr.write(f"afk-local: warning: {line} (read anyway; nothing is executed)\n")
 
 
 def info_dict(info: RunInfo) -> dict[str, Any]:
@@ -130,4 +138,5 @@ __all__ = [
     "require_run",
     "short",
     "suggest",
+    "warn_untrusted",
 ]

@@ -209,15 +209,29 @@ def report_dict(report: DemoReport, root: Path, keep: bool) -> dict[str, Any]:
     }
 
 
-def main(steps: int = DEFAULT_STEPS, keep: bool = False, *, as_json: bool = False) -> int:
-    """``afk-local demo``: run the demo in a temporary store and print the report."""
+def main(
+    steps: int = DEFAULT_STEPS,
+    keep: bool = False,
+    *,
+    as_json: bool = False,
+    root: Path | None = None,
+) -> int:
+    """``afk-local demo``: run the demo and print the report.
+
+    The store is a temporary directory, removed afterwards unless ``keep``; a
+    ``root`` given by the caller (a new or empty directory) is used and kept.
+    """
 
     def out(text: str = "") -> None:
         if not as_json:
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
 
-    root = Path(tempfile.mkdtemp(prefix="afk-demo-"))
+    if root is None:
+        root = Path(tempfile.mkdtemp(prefix="afk-demo-"))
+    else:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        keep = True
     try:
         out(f"afk-local demo: a {steps}-step batch job, killed with SIGKILL, then resumed")
         out(f"  store: {root} ({'kept' if keep else 'temporary'})")

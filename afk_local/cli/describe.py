@@ -48,6 +48,7 @@ def describe_run(
         "status": meta.status.value,
         "interrupted": info.interrupted,
         "owner_alive": info.owner_alive,
+        "lock_problem": info.lock_problem,
         "owner": to_jsonable(meta.owner) if meta.owner else None,
         "attempt": meta.attempt,
         "progress": ({**progress.to_dict(), "fraction": progress.fraction} if progress else None),
@@ -98,6 +99,8 @@ def describe_run(
         in_doubt=in_doubt,
         hint=hint,
     )
+    if info.lock_problem is not None:
+        facts["next"] = f"repair first: {info.lock_problem} (`{hint('verify', run_id)}`)"
     return facts
 
 

@@ -38,6 +38,12 @@ from afk_local.cli.read import (
     cmd_show,
     cmd_verify,
 )
+from afk_local.cli.remote import (
+    add_pull_arguments,
+    add_push_arguments,
+    cmd_pull,
+    cmd_push,
+)
 from afk_local.cli.watch import add_submit_arguments, add_watch_arguments, cmd_submit, cmd_watch
 from afk_local.cli.write import (
     cmd_cancel,
@@ -45,6 +51,7 @@ from afk_local.cli.write import (
     cmd_fork,
     cmd_gc,
     cmd_import,
+    cmd_pack,
     cmd_resume,
     cmd_settle,
 )
@@ -59,6 +66,13 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _at_least_one(text: str) -> int:
+    value = _positive_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
     return value
 
 
@@ -122,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("runs", cmd_runs, "list runs, newest first")
     add_filter_arguments(p)
+    p.add_argument("--remote", metavar="URL", help="list the runs on this remote instead")
 
     p = add("show", cmd_show, "everything about one run")
     p.add_argument("run", metavar="RUN")
@@ -165,7 +180,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="effects a crash left in doubt: call them again (retry) or stop (raise)",
     )
     p.add_argument(
+        "--pause-seq",
+        type=_seq,
+        metavar="SEQ",
+        help="apply --input only while the run waits at the pause of checkpoint SEQ",
+    )
+    p.add_argument(
         "--via-watcher", action="store_true", help="ask the running watcher to resume it"
+    )
+    p.add_argument(
+        "--trust",
+        action="store_true",
+        help="vouch for the run as it is on disk: run an imported run, accept a run put "
+        "back from a backup (docs/security.md)",
     )
 
     p = add("settle", cmd_settle, "record what happened to an effect left in doubt")
@@ -230,9 +257,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-age-days", type=float, metavar="DAYS")
     p.add_argument("--max-bytes", type=_size, metavar="SIZE", help="e.g. 500M, 2G")
 
+    p = add("pack", cmd_pack, "fold older checkpoint files into pack files (fewer files)")
+    p.add_argument("runs", metavar="RUN", nargs="*", help="default: every run")
+    p.add_argument(
+        "--keep-loose",
+        type=_at_least_one,
+        default=1,
+        metavar="N",
+        help="the newest N checkpoint files of each run stay loose (default 1)",
+    )
+    p.add_argument(
+        "--no-merge", action="store_true", help="add a pack, leave the existing packs alone"
+    )
+    p.add_argument("--dry-run", action="store_true", help="say what would be packed, do nothing")
+
     p = add("demo", cmd_demo, "crash a job with SIGKILL and resume it (a few seconds)")
     p.add_argument("--steps", type=_positive_int, default=40)
     p.add_argument("--keep", action="store_true", help="keep the temporary store and print it")
+
+    p = add("push", cmd_push, "upload runs to a remote, incrementally (remote extra)")
+    add_push_arguments(p)
+    p = add("pull", cmd_pull, "copy a run from a remote, verified; --take moves its lease")
+    add_pull_arguments(p)
 
     p = add("watch", cmd_watch, "resume interrupted runs now and as they appear", json_flag=False)
     add_watch_arguments(p)

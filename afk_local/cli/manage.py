@@ -10,6 +10,7 @@ and continues it exactly as ``afk-local resume`` does.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from afk_local.cli.command import (
@@ -24,7 +25,7 @@ from afk_local.cli.command import (
 from afk_local.cli.write import cmd_resume
 from afk_local.runner.origin import cannot_resume
 from afk_local.runner.restart import restart_run
-from afk_local.storage.records import RunStatus
+from afk_local.storage.records import RunMeta, RunStatus
 from afk_local.storage.store import Store
 
 
@@ -36,7 +37,11 @@ def _refusal(args: argparse.Namespace, store: Store, run_id: str) -> str | None:
             f"run {run_id!r} is live (a process holds its lock): stop that process first; "
             "nothing was removed"
         )
-    status = info.status
+    return _status_refusal(args, run_id, info.status)
+
+
+def _status_refusal(args: argparse.Namespace, run_id: str, status: RunStatus) -> str | None:
+    """Why ``rm`` must not delete a run with ``status`` (None: it may)."""
     if status in (RunStatus.RUNNING, RunStatus.CREATED, RunStatus.PAUSED):
         what = "paused" if status is RunStatus.PAUSED else "interrupted"
         cancel, force = suggest(args, "cancel", run_id), suggest(args, "rm", run_id, "--force")
@@ -52,6 +57,17 @@ def _refusal(args: argparse.Namespace, store: Store, run_id: str) -> str | None:
     return None
 
 
+def _under_lock(args: argparse.Namespace, run_id: str) -> Callable[[RunMeta], None]:
+    """The status check again, under the run's lock: a resume may have started meanwhile."""
+
+    def check(meta: RunMeta) -> None:
+        refusal = _status_refusal(args, run_id, meta.status)
+        if refusal is not None:
+            raise CliError(refusal)
+
+    return check
+
+
 def cmd_rm(args: argparse.Namespace) -> int:
     """``rm RUN... [--force] [--with-effects]``: delete runs; all or none are removed."""
     store = open_store(args)
@@ -63,7 +79,9 @@ def cmd_rm(args: argparse.Namespace) -> int:
             raise CliError(refusal)
     removed: list[dict[str, Any]] = []
     for run_id in dict.fromkeys(args.runs):
-        kept = store.delete(run_id, keep_effects=not args.with_effects)
+        kept = store.delete(
+            run_id, keep_effects=not args.with_effects, check=_under_lock(args, run_id)
+        )
         removed.append({"run_id": run_id, "effects_kept_in": str(kept) if kept else None})
     if args.json:
         emit_json({"removed": removed})

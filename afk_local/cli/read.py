@@ -22,10 +22,12 @@ from afk_local.cli.command import (
     require_run,
     short,
     suggest,
+    warn_untrusted,
 )
 from afk_local.cli.describe import describe_failure, describe_run
 from afk_local.cli.listing import describe_filters, list_runs
 from afk_local.cli.metrics import metric_lines, on_terminal
+from afk_local.cli.remote import cmd_remote_runs
 from afk_local.cli.render import (
     effect_rows,
     log_rows,
@@ -46,6 +48,8 @@ from afk_local.storage.store import Store
 
 
 def _state_label(info: RunInfo, reason: str | None) -> str:
+    if info.lock_problem is not None:
+        return f"{info.status.value} (owner.lock damaged)"
     if info.interrupted:
         blocked = ", cannot resume" if reason else ""
         return f"{info.status.value} (interrupted{blocked})"
@@ -72,8 +76,12 @@ def _reasons(store: Store, infos: list[RunInfo]) -> dict[str, str]:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    """``runs``: one line per run, newest first (filters: :mod:`afk_local.cli.listing`)."""
+    """``runs``: one line per run, newest first (filters: :mod:`afk_local.cli.listing`;
+    ``--remote URL``: the runs on a remote)."""
+    if getattr(args, "remote", None):
+        return cmd_remote_runs(args)
     store = open_store(args)
+    warn_untrusted(store)
     infos = list_runs(store, args)
     reasons = _reasons(store, infos)
     if args.json:
@@ -109,6 +117,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     """``show RUN``: the run's meta, position, effects and what a resume would do."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     facts = describe_run(store, args.run, hint=lambda *words: suggest(args, *words))
     if args.json:
         emit_json(facts)
@@ -150,6 +159,7 @@ def cmd_log(args: argparse.Namespace) -> int:
     """``log RUN``: the checkpoint chain (seq, step, phase, time, size, keyframe or delta)."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     rows = log_rows(store.open(args.run), limit=args.limit)
     if args.json:
         emit_json(rows)
@@ -191,6 +201,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     """``inspect RUN [SEQ] [--path a.b.c]``: one checkpoint's payload, pretty."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     record = _load_checkpoint(store, args.run, args.seq)
     value = payload_at(record.payload, args.path, run_id=args.run, seq=record.seq)
     if args.json:
@@ -219,6 +230,7 @@ def cmd_effects(args: argparse.Namespace) -> int:
     """``effects RUN``: every journaled call and its outcome; in doubt first, with how to settle."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     rows = effect_rows(store.open(args.run))
     if args.json:
         emit_json(rows)
@@ -270,6 +282,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     """``diff RUN SEQ_A SEQ_B``: added, removed and changed paths between two payloads."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     a = _load_checkpoint(store, args.run, args.seq_a)
     b = _load_checkpoint(store, args.run, args.seq_b)
     changes = structural_diff(a.payload, b.payload)
@@ -295,6 +308,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     """``verify [RUN ...]``: check every file; exit 1 when anything is damaged."""
     store = open_store(args)
+    warn_untrusted(store)
     run_ids = args.runs or store.run_ids()
     for run_id in args.runs:
         require_run(store, run_id)
@@ -328,6 +342,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     """``export RUN``: meta, checkpoints and effects as JSON (or JSON lines)."""
     store = open_store(args)
     require_run(store, args.run)
+    warn_untrusted(store, args.run)
     records = export_records(store.open(args.run))
     if args.format == "jsonl":
         text = "".join(json.dumps(to_jsonable(r), ensure_ascii=False) + "\n" for r in records)

@@ -8,7 +8,6 @@ run's lock is free.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -79,20 +78,26 @@ def log_rows(reader: RunReader, *, limit: int | None = None) -> list[dict[str, A
         files = files[-limit:] if limit else []
     rows = []
     for f in files:
-        path = reader.paths.dir / f.name
         row: dict[str, Any] = {
             "seq": f.seq,
             "step": None,
             "phase": f.phase,
             "timestamp_ms": None,
-            "bytes": _size(path),
+            "bytes": 0,
             "frame": "?",
             "base_seq": None,
+            "pack": f.pack,
             "error": None,
         }
         try:
-            header = _header(path)
+            data = reader.stored_bytes(f)
+            row["bytes"] = len(data)
+            header, _ = codec.unpack_frame(
+                data, reader.location(f), expect_kind=codec.KIND_CHECKPOINT
+            )
             row["frame"] = f"delta<-{header.base_seq}" if header.is_delta else "keyframe"
+            if f.pack is not None:
+                row["frame"] += " (packed)"
             row["base_seq"] = header.base_seq or None
             record = reader.load(f)
             row["step"], row["timestamp_ms"] = record.step, record.timestamp_ms
@@ -100,21 +105,6 @@ def log_rows(reader: RunReader, *, limit: int | None = None) -> list[dict[str, A
             row["error"] = str(getattr(exc, "reason", exc))
         rows.append(row)
     return rows
-
-
-def _header(path: os.PathLike[str]) -> codec.FrameHeader:
-    from afk_local.storage import fsio  # noqa: PLC0415
-
-    data = fsio.read_bounded(path, codec.DEFAULT_MAX_RECORD_BYTES * 2)
-    header, _ = codec.unpack_frame(data, os.fspath(path), expect_kind=codec.KIND_CHECKPOINT)
-    return header
-
-
-def _size(path: os.PathLike[str]) -> int:
-    try:
-        return os.stat(path, follow_symlinks=False).st_size
-    except OSError:
-        return 0
 
 
 def effect_rows(reader: RunReader) -> list[dict[str, Any]]:
@@ -241,11 +231,9 @@ def _walk(a: Any, b: Any, path: str, out: dict[str, Any]) -> None:
 
 def verify_run(store: Store, run_id: str, *, repair: bool = True) -> dict[str, Any]:
     """Verify one run; with ``repair``, truncate a torn journal tail if the lock is free."""
-    from afk_local.storage.reader import RunReader  # noqa: PLC0415
-
     # Not store.open(): a damaged (or, in a keyed store, wrongly signed) run.meta must
     # be reported like any other damaged file, not stop the command.
-    reader = RunReader(store.paths(run_id), record_codec=store.codec)
+    reader = store.reader(run_id)
     report = reader.verify()
     result: dict[str, Any] = {
         "run_id": run_id,

@@ -270,9 +270,18 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def request_resume(args: argparse.Namespace, store: Store, value: Any) -> int:
-    """``afk-local resume RUN --via-watcher``: drop a resume request for the watcher."""
+    """``afk-local resume RUN --via-watcher``: drop a resume request for the watcher.
+
+    An answer (``--input``) names the pause it is for: the one the run waits at now,
+    or ``--pause-seq``; the watcher applies it at most once, and only to that pause.
+    """
     has_input = getattr(args, "input", None) is not None
-    path = resume_request(store, args.run, value, has_input=has_input)
+    problem = store.key_problem()
+    if problem is not None:  # the watcher would reject an unsigned request: say so now
+        raise CliError(problem)
+    path = resume_request(
+        store, args.run, value, has_input=has_input, pause_seq=getattr(args, "pause_seq", None)
+    )
     if getattr(args, "json", False):
         sys.stdout.write(
             json.dumps({"run_id": args.run, "status": "requested", "request": str(path)}) + "\n"

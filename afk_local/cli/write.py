@@ -1,9 +1,9 @@
-"""The write commands of ``afk-local``: import, fork, resume, settle, cancel, gc, demo.
+"""The write commands of ``afk-local``: import, fork, resume, settle, cancel, gc, pack, demo.
 
 Each changes the store: a new run (import, fork), an attempt of a run
 (resume), the outcome of an effect left in doubt (settle), a terminal status
-(cancel), compaction (gc); ``resume --via-watcher`` hands over to the watcher
-(:mod:`afk_local.cli.watch`).
+(cancel), compaction (gc), fewer files (pack); ``resume --via-watcher`` hands over
+to the watcher (:mod:`afk_local.cli.watch`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from afk_local.storage.notebook import format_bytes
 from afk_local.storage.records import RunStatus
 from afk_local.storage.retention import DEFAULT_ALWAYS_KEEP, RetentionPolicy
 from afk_local.storage.store import Store
+from afk_local.storage.trust import require_trusted_run, trust_run
 
 
 def parse_json_option(name: str, text: str) -> Any:
@@ -114,11 +115,17 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    """``resume RUN [--input JSON] [--in-doubt retry|raise]``: continue a run in this process."""
+    """``resume RUN [--input JSON [--pause-seq SEQ]] [--in-doubt retry|raise]``: continue a run."""
     has_input = args.input is not None
     value = parse_json_option("--input", args.input) if has_input else None
+    pause_seq = getattr(args, "pause_seq", None)
+    if pause_seq is not None and not has_input:
+        raise CliError("--pause-seq names the pause an --input answers: give --input too")
     store = open_store(args)
     require_run(store, args.run)
+    if getattr(args, "trust", False):
+        trust_run(store, args.run)  # the person vouches for the run as it is on disk now
+        sys.stderr.write(f"afk-local: run {args.run} trusted (as it is on disk now)\n")
     meta = store.read_meta(args.run)
     if has_input and meta.status is not RunStatus.PAUSED:
         raise CliError(
@@ -139,6 +146,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
             raise CliError(f"run {args.run!r} cannot be resumed: {reason}")
     if args.via_watcher:
         return request_resume(args, store, value)
+    # The trust gate before anything the run names runs here: the interpreter it hands
+    # over to, the module it imports, the script it re-enters (docs/security.md).
+    meta = require_trusted_run(store, args.run).meta
     plan = reentry_plan(meta)
     if plan.other_interpreter and not os.environ.get(REENTERED_ENV):
         return _hand_over(args, store, plan)
@@ -146,7 +156,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
     job_output = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     try:
         with job_output:
-            result = resume_run(args.run, store, value, in_doubt=args.in_doubt, reenter=True)
+            result = resume_run(
+                args.run,
+                store,
+                value,
+                in_doubt=args.in_doubt,
+                reenter=True,
+                pause_seq=pause_seq,
+            )
     except RunLockedError as exc:  # another process is resuming it: the watcher's "taken"
         sys.stderr.write(f"afk-local: {exc}\n")
         return EXIT_LOCKED
@@ -219,6 +236,8 @@ def _hand_over(args: argparse.Namespace, store: Store, plan: ReentryPlan) -> int
     command.append(args.run)
     if args.input is not None:
         command += ["--input", args.input]
+    if getattr(args, "pause_seq", None) is not None:  # an afk-local without it refuses: safe
+        command += ["--pause-seq", str(args.pause_seq)]
     if args.in_doubt is not None:
         command += ["--in-doubt", args.in_doubt]
     if args.json:
@@ -331,13 +350,59 @@ def cmd_gc(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if report.errors else EXIT_OK
 
 
+def cmd_pack(args: argparse.Namespace) -> int:
+    """``pack [RUN ...]``: fold older checkpoint files into pack files."""
+    store = open_store(args)
+    for run_id in args.runs:
+        require_run(store, run_id)
+    reports = store.pack(
+        args.runs or None, full=not args.no_merge, keep_loose=args.keep_loose, dry_run=args.dry_run
+    )
+    if args.json:
+        emit_json([r.to_dict() for r in reports])
+        return EXIT_PROBLEMS if any(r.errors for r in reports) else EXIT_OK
+    rows = [
+        (
+            r.run_id,
+            r.packed_files,
+            r.packs_merged,
+            f"{r.files_before} -> {r.files_after}",
+            f"{format_bytes(r.bytes_before)} -> {format_bytes(r.bytes_after)}",
+        )
+        for r in reports
+        if not r.skipped and not r.errors
+    ]
+    if rows:
+        print_table(
+            ("RUN", "FILES PACKED", "PACKS MERGED", "FILES", "SIZE"), rows, align_right=(1, 2)
+        )
+    prefix = "dry run: " if args.dry_run else ""
+    packed = sum(r.packed_files for r in reports)
+    out(f"{prefix}{len(reports)} run(s) checked, {packed} checkpoint file(s) packed")
+    skipped = [r.run_id for r in reports if r.skipped]
+    if skipped:
+        out(f"skipped (owner alive, it packs as it writes): {', '.join(skipped)}")
+    for r in reports:
+        for error in r.errors:
+            out(f"error: run {r.run_id}: {error}")
+    return EXIT_PROBLEMS if any(r.errors for r in reports) else EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """``demo``: crash a small job with SIGKILL, resume it, show that nothing ran twice."""
     from afk_local.cli.demo import main as demo_main  # noqa: PLC0415 - imports the runner
 
     if args.steps < 2:
         raise CliError(f"--steps must be at least 2, got {args.steps}")
-    return demo_main(steps=args.steps, keep=args.keep, as_json=args.json)
+    root = None
+    if args.root is not None:  # given with --root: the demo's own store there, kept
+        root = Path(args.root).expanduser()
+        if root.is_symlink() or (root.exists() and (not root.is_dir() or any(root.iterdir()))):
+            raise CliError(
+                f"demo --root {args.root}: not a new or empty directory; the demo writes its "
+                "own store there (leave --root out for a temporary one)"
+            )
+    return demo_main(steps=args.steps, keep=args.keep, as_json=args.json, root=root)
 
 
 __all__ = [
@@ -346,6 +411,7 @@ __all__ = [
     "cmd_fork",
     "cmd_gc",
     "cmd_import",
+    "cmd_pack",
     "cmd_resume",
     "cmd_settle",
     "parse_json_option",

@@ -20,13 +20,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
 from afk_local.errors import (
     EffectInDoubtError,
     EffectMismatchError,
+    ForkedWriterError,
     WriterFailedError,
 )
 from afk_local.journal.replay import (
@@ -39,7 +40,7 @@ from afk_local.journal.replay import (
 )
 from afk_local.storage import fsio, values
 from afk_local.storage.codec import EncHook, RecordCodec
-from afk_local.storage.integrity import NO_MAC, Signer, record_digest
+from afk_local.storage.integrity import MAC_SIZE, NO_MAC, Signer, record_digest
 from afk_local.storage.journal_format import (
     DEFAULT_MAX_FRAME_BYTES,
     FRAME_HEADER_SIZE,
@@ -53,8 +54,6 @@ from afk_local.storage.records import Effect, ErrorInfo
 
 log = logging.getLogger("afk_local")
 
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 InDoubtPolicy = str | Callable[["EffectState"], str]
 
@@ -133,6 +132,21 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class AppendListener(Protocol):
+    """Told about a writable journal's appends (a run's remote mirror satisfies it)."""
+
+    def before_append(self) -> None:
+        """Called before a record is appended; raising refuses the append."""
+
+    def synced(self, end: int) -> None:
+        """Called after an fsync: the file is durable up to byte ``end``. Must not block."""
+
+    def appended(self, end: int) -> None:
+        """Called in the appending thread once its record (ending at byte ``end``) is
+        durable, outside the journal's lock: the one place a listener may wait, and
+        raising here fails that append (a mirror that keeps effects remote-durable)."""
+
+
 class Journal:
     """An open ``effects.log``: an in-memory index over an append-only file.
 
@@ -147,6 +161,11 @@ class Journal:
         writable: open for appending; the caller must own the run's lock.
         record_codec: encodes records (its ``enc_hook`` applies to results).
         max_frame_bytes: largest record accepted on write and on read.
+        listener: told before each append (it may refuse by raising) and after each
+            fsync, with the durable end of the file (a remote mirror, say).
+        on_durable: called as ``on_durable(end, tail)`` after each fsync, with the
+            durable length of the file and its last 32 bytes (a keyed record's MAC):
+            a keyed store's head record follows the journal this way.
     """
 
     def __init__(
@@ -157,10 +176,16 @@ class Journal:
         writable: bool,
         record_codec: RecordCodec | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        listener: AppendListener | None = None,
+        on_durable: Callable[[int, bytes], None] | None = None,
     ) -> None:
         self.path = Path(path)
+        self._listener = listener
+        self._on_durable = on_durable
+        self._tail = b""  # the last bytes written (up to MAC_SIZE): what on_durable reports
         self.run_id = run_id
         self.writable = writable
+        self._pid = os.getpid()  # appends belong to the process that opened it, never a fork
         self.torn_tail: TornTail | None = None
         self.replayed_count = 0
         """How many :meth:`call` invocations this instance replayed instead of executing."""
@@ -178,7 +203,7 @@ class Journal:
         self._closed = False
         self._syncing = False
         self._pending: list[tuple[int, int, EffectHead]] = []  # written, not yet fsynced
-        self._in_flight: set[str] = set()
+        self._in_flight: dict[str, int] = {}  # key -> the thread running its call
         self._fd = self._open()
         self._frames = FrameReader(
             self._fd,
@@ -194,11 +219,14 @@ class Journal:
             os.close(self._fd)
             raise
         self._written_end = self._synced_end = self._end
+        if self._fd >= 0 and self._end:
+            start = max(self._end - MAC_SIZE, 0)
+            self._tail = os.pread(self._fd, self._end - start, start)
 
     def _open(self) -> int:
         if not self.writable:
             try:
-                return os.open(self.path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+                return fsio.open_regular(self.path)
             except FileNotFoundError:
                 return -1  # no journal yet: an empty view
         existed = self.path.exists()
@@ -299,6 +327,9 @@ class Journal:
         """
         if not self.writable:
             raise ValueError(f"journal {self.path} of run {self.run_id!r} is open read-only")
+        self._check_process()
+        if self._listener is not None:
+            self._listener.before_append()
         body = self._codec.encode(effect, enc_hook=enc_hook)
         if len(body) > self._max_frame:
             raise ValueError(
@@ -322,9 +353,11 @@ class Journal:
             except BaseException as exc:
                 self._failed = exc
                 self._cond.notify_all()
+                self._discard_unsynced_locked()
                 raise WriterFailedError(self.run_id, exc) from exc
             if mac is not None:
                 self._last_mac = mac
+            self._tail = (self._tail + frame)[-MAC_SIZE:]
             self._written_end = mine = offset + len(frame)
             self._pending.append((offset, len(frame) - FRAME_HEADER_SIZE, head))
             while self._synced_end < mine:
@@ -336,11 +369,13 @@ class Journal:
                     self._cond.wait()
                     continue
                 self._sync_locked()
+        if self._listener is not None:
+            self._listener.appended(mine)
 
     def _sync_locked(self) -> None:
         """Fsync everything written so far; called with the lock held, releases it meanwhile."""
         self._syncing = True
-        target = self._written_end
+        target, tail = self._written_end, self._tail
         batch, self._pending = self._pending, []
         self._cond.release()
         error: BaseException | None = None
@@ -354,11 +389,47 @@ class Journal:
         if error is not None:
             self._failed = error  # never retried: the kernel may have dropped the dirty pages
             self._cond.notify_all()
+            self._discard_unsynced_locked()
             raise WriterFailedError(self.run_id, error) from error
         self._synced_end = target
         for offset, length, head in batch:  # the index only ever shows durable records
             self._apply(offset, length, head)
+        if self._on_durable is not None:
+            self._on_durable(target, tail)
+        if self._listener is not None:
+            self._listener.synced(target)
         self._cond.notify_all()
+
+    def _discard_unsynced_locked(self) -> None:
+        """After a failed write or fsync: cut the file back to its last durable byte.
+
+        The bytes after it are still in the page cache, readable and crc-valid, but
+        the disk may never get them (fsyncgate: after an fsync error the kernel may
+        mark the lost pages clean, and a later fsync succeeds without writing them).
+        Left in place, the next process to open the journal would take them as
+        recorded: an outcome that may vanish would be replayed as done. Cut, a call
+        whose outcome was lost is in doubt, as it is. Called with the lock held.
+        """
+        while self._syncing:  # an fsync in flight may still acknowledge what it covers
+            self._cond.wait()
+        try:
+            fsio.truncate(self._fd, self._synced_end, self.path)
+        except OSError as exc:
+            log.error(
+                "run %s: %s: could not cut the unacknowledged tail at offset %d: %s",
+                self.run_id, self.path, self._synced_end, exc,
+            )  # fmt: skip
+        self._written_end = self._synced_end
+        self._pending = []
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The write or fsync error that made this journal refuse appends, if any."""
+        return self._failed
+
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:
+            raise ForkedWriterError(self.run_id, self._pid, os.getpid())
 
     def _check_writable(self) -> None:
         if self._closed:
@@ -462,11 +533,58 @@ class Journal:
 
         >>> journal.call("email:42", send_email, ("a@b.c", "hi"))  # doctest: +SKIP
         """
+        if self.writable:
+            self._check_process()  # before _calling's lock, which a parent's thread may hold
         kwargs = dict(kwargs or {})
         args = tuple(args)
         call_name = name if name is not None else getattr(fn, "__name__", type(fn).__name__)
         hook = values.hash_hook(enc_hook) if enc_hook is not None else self._hash_hook
         digest = input_hash(call_name, args, kwargs, enc_hook=hook)
+        with self._calling(key):
+            return self._call_claimed(
+                key, fn, args, kwargs, call_name, digest, step, idempotent, in_doubt,
+                retry_errors, enc_hook, result_type,
+            )  # fmt: skip
+
+    @contextlib.contextmanager
+    def _calling(self, key: str) -> Iterator[None]:
+        """Hold ``key`` for one call: a second thread calling the same key waits, then replays.
+
+        Deciding (lookup) and executing happen under the claim, so two threads can
+        never both find no record and both run the effect.
+        """
+        me = threading.get_ident()
+        with self._cond:
+            while key in self._in_flight:
+                if self._in_flight[key] == me:
+                    raise RuntimeError(
+                        f"run {self.run_id!r}: effect {key!r} is already running in this thread "
+                        "(a journaled call calls itself)"
+                    )
+                self._cond.wait()
+            self._in_flight[key] = me
+        try:
+            yield
+        finally:
+            with self._cond:
+                del self._in_flight[key]
+                self._cond.notify_all()
+
+    def _call_claimed(  # noqa: PLR0917 - private; the arguments of call()
+        self,
+        key: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        call_name: str,
+        digest: str,
+        step: int,
+        idempotent: bool,
+        in_doubt: InDoubtPolicy | None,
+        retry_errors: bool,
+        enc_hook: EncHook | None,
+        result_type: Any,
+    ) -> Any:
         state = self.lookup(key)
         if state is not None and state.input_hash and state.input_hash != digest:
             recorded = state.intent
@@ -519,35 +637,25 @@ class Journal:
         step: int,
         enc_hook: EncHook | None,
     ) -> Any:
-        with self._cond:
-            if key in self._in_flight:
-                raise RuntimeError(f"run {self.run_id!r}: effect {key!r} is already running")
-            self._in_flight.add(key)
+        idem = idempotency_key(self.run_id, key)
+        self.record_intent(key, name=call_name, input_hash=digest, idempotency_key=idem, step=step)
+        call_kwargs = kwargs
+        if "idempotency_key" not in kwargs and accepts_idempotency_key(fn):
+            call_kwargs = {**kwargs, "idempotency_key": idem}
         try:
-            idem = idempotency_key(self.run_id, key)
-            self.record_intent(
-                key, name=call_name, input_hash=digest, idempotency_key=idem, step=step
-            )
-            call_kwargs = kwargs
-            if "idempotency_key" not in kwargs and accepts_idempotency_key(fn):
-                call_kwargs = {**kwargs, "idempotency_key": idem}
-            try:
-                result = fn(*args, **call_kwargs)
-            except Exception as exc:
-                self.record_outcome(key, status="error", error=error_info(exc))
-                raise
-            try:
-                self.record_outcome(key, status="ok", result=result, enc_hook=enc_hook)
-            except (TypeError, msgspec.EncodeError, ValueError) as exc:
-                raise TypeError(
-                    f"run {self.run_id!r}: effect {key!r} ran, but its result cannot be "
-                    f"journaled ({exc}); it stays in doubt. Return msgpack-able data or pass "
-                    "enc_hook"
-                ) from exc
-            return result
-        finally:
-            with self._cond:
-                self._in_flight.discard(key)
+            result = fn(*args, **call_kwargs)
+        except Exception as exc:
+            self.record_outcome(key, status="error", error=error_info(exc))
+            raise
+        try:
+            self.record_outcome(key, status="ok", result=result, enc_hook=enc_hook)
+        except (TypeError, msgspec.EncodeError, ValueError) as exc:
+            raise TypeError(
+                f"run {self.run_id!r}: effect {key!r} ran, but its result cannot be "
+                f"journaled ({exc}); it stays in doubt. Return msgpack-able data or pass "
+                "enc_hook"
+            ) from exc
+        return result
 
     # -- lifetime -----------------------------------------------------------------
 
@@ -557,7 +665,17 @@ class Journal:
         return self._closed
 
     def close(self) -> None:
-        """Close the file once appends in progress are durable (or failed). Idempotent."""
+        """Close the file once appends in progress are durable (or failed). Idempotent.
+
+        In a forked child it only closes the inherited descriptor: no lock (a parent's
+        thread may have held it at the fork), no fsync.
+        """
+        if os.getpid() != self._pid:
+            if not self._closed:
+                self._closed = True
+                if self._fd >= 0:
+                    os.close(self._fd)
+            return
         with self._cond:
             while self._syncing:
                 self._cond.wait()
@@ -582,6 +700,7 @@ class Journal:
 
 
 __all__ = [
+    "AppendListener",
     "EffectState",
     "InDoubtPolicy",
     "Journal",

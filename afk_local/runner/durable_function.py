@@ -28,6 +28,7 @@ from afk_local.errors import (
     UnstorableValueError,
     WriterFailedError,
 )
+from afk_local.runner.answers import check_answer
 from afk_local.runner.attempt import (
     attempt_ended,
     attempt_extra,
@@ -47,6 +48,7 @@ from afk_local.storage.run import RunWriter
 from afk_local.storage.run_info import TAGS_KEY
 from afk_local.storage.run_progress import PROGRESS_KEY
 from afk_local.storage.store import Store, StoreLike, as_store
+from afk_local.storage.trust import require_trusted_run
 
 log = logging.getLogger("afk_local")
 
@@ -230,11 +232,13 @@ class DurableFunction(Generic[R]):
         input_value: Any,
         in_doubt: Any,
         tags: Mapping[str, str] | None = None,
+        pause_seq: int | None = None,
     ) -> R:
         _check_not_stopping()
         begun = self._begin(
-            store, run_id, args, kwargs, input_value=input_value, in_doubt=in_doubt, tags=tags
-        )
+            store, run_id, args, kwargs, input_value=input_value, in_doubt=in_doubt,
+            tags=tags, pause_seq=pause_seq,
+        )  # fmt: skip
         if not isinstance(begun, _Attempt):
             return begun.result  # type: ignore[no-any-return]
         if self.is_async:
@@ -257,11 +261,13 @@ class DurableFunction(Generic[R]):
         input_value: Any,
         in_doubt: Any,
         tags: Mapping[str, str] | None = None,
+        pause_seq: int | None = None,
     ) -> R:
         _check_not_stopping()
         begun = self._begin(
-            store, run_id, args, kwargs, input_value=input_value, in_doubt=in_doubt, tags=tags
-        )
+            store, run_id, args, kwargs, input_value=input_value, in_doubt=in_doubt,
+            tags=tags, pause_seq=pause_seq,
+        )  # fmt: skip
         if not isinstance(begun, _Attempt):
             return begun.result  # type: ignore[no-any-return]
         return await self._drive_async(begun)
@@ -303,11 +309,14 @@ class DurableFunction(Generic[R]):
         input_value: Any,
         in_doubt: Any,
         tags: Mapping[str, str] | None = None,
+        pause_seq: int | None = None,
     ) -> _Attempt | Settled:
         params = self._params(store, args, kwargs) if (args or kwargs) else None
         tags = checked_tags(tags) if tags else None
         if run_id is not None and store.exists(run_id):
-            return self._reopen(store, run_id, params, input_value, in_doubt, tags=tags)
+            return self._reopen(
+                store, run_id, params, input_value, in_doubt, tags=tags, pause_seq=pause_seq
+            )
         if input_value is not NO_INPUT:
             raise ValueError(f"run {run_id!r} does not exist: there is no pause to answer")
         params = params or {"args": [], "kwargs": {}}
@@ -322,7 +331,9 @@ class DurableFunction(Generic[R]):
             )
         except RunExistsError:  # another process created it just now
             assert run_id is not None
-            return self._reopen(store, run_id, params, input_value, in_doubt, tags=tags)
+            return self._reopen(
+                store, run_id, params, input_value, in_doubt, tags=tags, pause_seq=pause_seq
+            )
         return self._attempt(store, run, params, None, input_value=NO_INPUT, in_doubt=in_doubt)
 
     def _reopen(
@@ -334,8 +345,10 @@ class DurableFunction(Generic[R]):
         in_doubt: Any,
         *,
         tags: dict[str, str] | None = None,
+        pause_seq: int | None = None,
     ) -> _Attempt | Settled:
-        meta = store.read_meta(run_id)
+        # The run's arguments come from its run.meta: the same checks as any resume.
+        meta = require_trusted_run(store, run_id).meta
         if meta.entrypoint is not None and meta.entrypoint != self.entrypoint:
             raise ValueError(
                 f"run {run_id!r} belongs to {meta.entrypoint}, not {self.entrypoint}: "
@@ -346,7 +359,7 @@ class DurableFunction(Generic[R]):
                 f"run {run_id!r} was started with other arguments ({_short(meta.params)}); "
                 "call job.run(run_id=...) without arguments to continue it, or use a new run_id"
             )
-        done = settled(store, meta, input_value)
+        done = settled(store, meta, input_value, pause_seq)
         if done is not None:
             return done
         check_code(
@@ -359,7 +372,7 @@ class DurableFunction(Generic[R]):
         run = store.resume_writer(run_id)
         try:
             meta = run.meta  # re-read under the lock: another process may have finished it
-            done = settled(store, meta, input_value)
+            done = settled(store, meta, input_value, pause_seq)
         except BaseException:
             run.close()
             raise
@@ -501,8 +514,16 @@ class Settled:
     result: Any
 
 
-def settled(store: Store, meta: RunMeta, input_value: Any) -> Settled | None:
-    """The outcome when a run needs no attempt (completed), or raise for cancelled/paused."""
+def settled(
+    store: Store, meta: RunMeta, input_value: Any, pause_seq: int | None = None
+) -> Settled | None:
+    """The outcome when a run needs no attempt (completed), or raise for cancelled/paused.
+
+    An answer bound to ``pause_seq`` raises :class:`~afk_local.errors.PauseMismatchError`
+    unless the run waits at that pause (:mod:`afk_local.runner.answers`).
+    """
+    if input_value is not NO_INPUT:
+        check_answer(meta, pause_seq)
     if meta.status is RunStatus.COMPLETED:
         state = store.open(meta.run_id).resume_state()
         return Settled(state.result)

@@ -3,18 +3,21 @@
 Durable functions, rebuildable agents and watcher ``submit`` requests all name
 their code this way; this module validates such names and imports what they
 name, with errors that say why another process cannot.
+
+:func:`import_entrypoint` is the only place that turns a name from a store into
+an object, and it accepts only the types its caller names (an ``@afk.durable``
+function; an ``Agent`` or an ``@afk.agent_factory``): whatever else a crafted
+``run.meta`` names (``subprocess:run``, ``os:system``) is refused before it is
+called. Callers run the trust gate first (:func:`afk_local.storage.trust.require_trusted_run`).
 """
 
 from __future__ import annotations
 
 import importlib
-import re
 from typing import Any
 
 from afk_local.errors import EntrypointError
-
-ENTRYPOINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
-"""What a valid entrypoint looks like: ``package.module:Qual.name``."""
+from afk_local.storage.layout import ENTRYPOINT
 
 
 def is_entrypoint(text: object) -> bool:
@@ -22,17 +25,27 @@ def is_entrypoint(text: object) -> bool:
     return isinstance(text, str) and ENTRYPOINT.fullmatch(text) is not None
 
 
-def import_entrypoint(run_id: str, entrypoint: str, *, unimportable_hint: str) -> Any:
-    """Import the object ``entrypoint`` names.
+def import_entrypoint(
+    run_id: str,
+    entrypoint: str,
+    *,
+    unimportable_hint: str,
+    accept: tuple[type, ...],
+    accept_name: str,
+) -> Any:
+    """Import the object ``entrypoint`` names, refusing any object not of the ``accept`` types.
 
     Args:
         run_id: the run, for the error message.
         entrypoint: ``module:qualname``.
         unimportable_hint: what to tell the user when the object lives in
             ``__main__``, a notebook or a function body (no other process can import it).
+        accept: the types the object must have (checked with ``isinstance``).
+        accept_name: those types in words, for the error message.
 
     Raises:
-        EntrypointError: the name is malformed, unimportable, or not found.
+        EntrypointError: the name is malformed, unimportable, not found, or names
+            something else than ``accept`` (which is then never called).
     """
     module_name, _, qualname = entrypoint.partition(":")
     if module_name == "__main__" or "<locals>" in qualname:
@@ -47,4 +60,11 @@ def import_entrypoint(run_id: str, entrypoint: str, *, unimportable_hint: str) -
         raise EntrypointError(
             run_id, entrypoint, f"{exc}; is its package installed / on PYTHONPATH here?"
         ) from exc
+    if not isinstance(obj, accept):
+        raise EntrypointError(
+            run_id,
+            entrypoint,
+            f"it names a {type(obj).__name__}, and afk-local calls nothing else a run "
+            f"names: it is not {accept_name}",
+        )
     return obj

@@ -16,6 +16,7 @@ from afk_local.errors import EntrypointError
 from afk_local.runner.origin import ORIGIN_KEY, cannot_resume
 from afk_local.storage.run_info import TAGS_KEY, tags_of
 from afk_local.storage.store import StoreLike, as_store
+from afk_local.storage.trust import require_trusted_run
 
 RESTARTED_FROM_KEY = "restarted_from"
 """``RunMeta.extra`` key naming the run a restart was made from."""
@@ -29,12 +30,16 @@ def restart_run(run_id: str, *, store: StoreLike = None, new_run_id: str | None 
 
     Raises:
         RunNotFoundError: no run ``run_id``.
+        UntrustedStoreError: the old run fails the trust checks every resume applies
+            (docs/security.md): its job is not started under a new name either.
         RunExistsError: ``new_run_id`` is taken.
         EntrypointError: the run is not a durable job's that another process can run
             (an agent run, a StateCheckpoint, a job defined in a notebook...).
     """
     the_store = as_store(store)
-    meta = the_store.read_meta(run_id)
+    # The new run is this process's own (signed with its key): it must not launder an
+    # entrypoint that someone else wrote into the old one. The old run passes the gate.
+    meta = require_trusted_run(the_store, run_id).meta
     if meta.extra.get("kind") == "agent":
         raise EntrypointError(
             run_id,

@@ -19,8 +19,8 @@ from afk_local.runner.entrypoints import import_entrypoint
 from afk_local.runner.origin import cannot_resume
 from afk_local.runner.reentry import enter_origin, run_main
 from afk_local.runner.run_context import NO_INPUT
-from afk_local.storage.records import RunMeta
 from afk_local.storage.store import Store
+from afk_local.storage.trust import TrustedRun, require_trusted_run
 
 
 def load_entrypoint(entrypoint: str | None, run_id: str = "?") -> DurableFunction[Any]:
@@ -36,7 +36,7 @@ def load_entrypoint(entrypoint: str | None, run_id: str = "?") -> DurableFunctio
     found = registered(entrypoint)
     if found is not None:
         return found
-    obj = import_entrypoint(
+    job: DurableFunction[Any] = import_entrypoint(
         run_id,
         entrypoint,
         unimportable_hint=(
@@ -44,24 +44,28 @@ def load_entrypoint(entrypoint: str | None, run_id: str = "?") -> DurableFunctio
             "which another process cannot import. Resume it from the same script/notebook with "
             "job.run(run_id=...), or move the job into an importable module"
         ),
+        accept=(DurableFunction,),
+        accept_name="an @afk.durable function",
     )
-    if not isinstance(obj, DurableFunction):
-        raise EntrypointError(run_id, entrypoint, "it is not an @afk.durable function")
-    return obj
+    return job
 
 
-def load_job(meta: RunMeta, *, reenter: bool = False) -> DurableFunction[Any]:
-    """The durable function that continues ``meta``'s run.
+def load_job(trusted: TrustedRun, *, reenter: bool = False) -> DurableFunction[Any]:
+    """The durable function that continues a run that passed the trust gate.
 
-    Found in this process's registry first, else imported by its entrypoint. With
-    ``reenter`` (only in a process started to continue this one run: it changes
-    the working directory and ``sys.path``), the process first goes back to where
-    the job ran, and a job defined in a script is found by running the script again
-    up to its first durable run.
+    Found in this process's registry first, else imported by its entrypoint (which
+    must name an ``@afk.durable`` function). With ``reenter`` (only in a process
+    started to continue this one run: it changes the working directory and
+    ``sys.path``), the process first goes back to where the job ran, and a job
+    defined in a script is found by running the script again up to its first
+    durable run. Importing a module or running a script is executing what the
+    store names: it takes a :class:`~afk_local.storage.trust.TrustedRun`, which only
+    :func:`~afk_local.storage.trust.require_trusted_run` makes.
 
     Raises:
         EntrypointError: the job cannot be found here; the message says why.
     """
+    meta = trusted.meta
     run_id, entrypoint = meta.run_id, meta.entrypoint
     if entrypoint is not None:
         found = registered(entrypoint)
@@ -105,36 +109,54 @@ def _absolute(store: Store) -> Store:
 
 
 def resume_job(
-    store: Store, run_id: str, *, input: Any = None, in_doubt: Any = None, reenter: bool = False
+    store: Store,
+    run_id: str,
+    *,
+    input: Any = None,
+    in_doubt: Any = None,
+    reenter: bool = False,
+    pause_seq: int | None = None,
 ) -> Any:
     """Continue the durable job's run ``run_id`` (see :func:`afk_local.resume`).
 
     ``reenter``: this process was started to continue this run (see :func:`load_job`).
+    ``pause_seq``: the pause ``input`` answers (:mod:`afk_local.runner.answers`).
+
+    Raises:
+        UntrustedStoreError: the trust gate refused the run (nothing was imported or run).
+        EntrypointError: its entrypoint is not an ``@afk.durable`` function here.
     """
-    meta = store.read_meta(run_id)
     value = NO_INPUT if input is None else input
-    done = settled(store, meta, value)  # completed/paused/cancelled: no import needed
+    done = settled(store, store.read_meta(run_id), value, pause_seq)  # answered from disk
     if done is not None:
         return done.result
+    trusted = require_trusted_run(store, run_id)  # before anything it names is imported or run
     if reenter:
         store = _absolute(store)
-    job = load_job(meta, reenter=reenter)
+    job = load_job(trusted, reenter=reenter)
+    options = {"input_value": value, "in_doubt": in_doubt, "pause_seq": pause_seq}
     if job.is_async:
-        return run_coroutine(
-            job._async(store, run_id, (), {}, input_value=value, in_doubt=in_doubt)
-        )
-    return job._sync(store, run_id, (), {}, input_value=value, in_doubt=in_doubt)
+        return run_coroutine(job._async(store, run_id, (), {}, **options))
+    return job._sync(store, run_id, (), {}, **options)
 
 
-async def aresume_job(store: Store, run_id: str, *, input: Any = None, in_doubt: Any = None) -> Any:
+async def aresume_job(
+    store: Store,
+    run_id: str,
+    *,
+    input: Any = None,
+    in_doubt: Any = None,
+    pause_seq: int | None = None,
+) -> Any:
     """The async form of :func:`resume_job`."""
-    meta = store.read_meta(run_id)
     value = NO_INPUT if input is None else input
-    done = settled(store, meta, value)
+    done = settled(store, store.read_meta(run_id), value, pause_seq)
     if done is not None:
         return done.result
-    job = load_job(meta)
-    return await job._async(store, run_id, (), {}, input_value=value, in_doubt=in_doubt)
+    job = load_job(require_trusted_run(store, run_id))
+    return await job._async(
+        store, run_id, (), {}, input_value=value, in_doubt=in_doubt, pause_seq=pause_seq
+    )
 
 
 __all__ = ["aresume_job", "load_entrypoint", "load_job", "resume_job"]

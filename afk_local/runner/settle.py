@@ -48,7 +48,7 @@ def settle(
         SettleError: no effect ``key`` in the run, or it is not in doubt.
     """
     the_store = as_store(store)
-    with the_store.resume_writer(run_id) as run:
+    with the_store.resume_writer(run_id, new_attempt=False) as run:
         journal = run.effects
         state = journal.lookup(key)
         if state is None:

@@ -17,6 +17,12 @@ synchronously, and pause/terminal writes first flush what is queued, then
 write synchronously. A failed write (an fsync error above all) is fatal: the
 writer never retries it, and the error reaches the job at its next call.
 
+A writer belongs to the process that opened it. A child made by ``os.fork()``
+inherits the object, its queue and its atexit hook, but not the background thread
+nor the right to write: every write there raises
+:class:`~afk_local.errors.ForkedWriterError`, and its exit and ``close()`` write
+nothing and wait for nothing.
+
 Example:
     >>> import afk_local as afk
     >>> from afk_local.runner.writer import DurableWriter
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -39,7 +46,12 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import msgspec
 
-from afk_local.errors import AfkLocalError, UnstorableValueError, WriterFailedError
+from afk_local.errors import (
+    AfkLocalError,
+    ForkedWriterError,
+    UnstorableValueError,
+    WriterFailedError,
+)
 from afk_local.storage.layout import validate_phase
 from afk_local.storage.metrics import METRICS_KEY, Batch, add_batch, merge_batches
 from afk_local.storage.records import Checkpoint, ErrorInfo, Phase
@@ -75,6 +87,8 @@ class _Pending(NamedTuple):
     phase: str
     payload: msgspec.Raw
     step: int
+    journal_records: int
+    """The journal position when the state was snapshotted, not when it is written."""
     metrics: Batch | None = None
     """Kept apart from the encoded payload, so a coalesced checkpoint hands its points on."""
 
@@ -125,6 +139,7 @@ class DurableWriter:
         self.flush_timeout_s = flush_timeout_s
         self.coalesce_runtime_state = coalesce_runtime_state
         self._max_queue = max(1, max_queue)
+        self._pid = os.getpid()
         # Encode with the run's own hooks so custom payload types behave as in sync mode.
         self._encode = run.record_codec.encode
         self._max_record_bytes = run.max_record_bytes
@@ -229,7 +244,9 @@ class DurableWriter:
                 f"run {self.run_id!r}: checkpoint payload of {len(data)} bytes exceeds "
                 f"max_record_bytes={self._max_record_bytes}"
             )
-        item = _Pending(phase_name, msgspec.Raw(data), step, metrics or None)
+        item = _Pending(
+            phase_name, msgspec.Raw(data), step, self.run.journal_records(), metrics or None
+        )
         with self._cond:
             if self.durability == "async":
                 while len(self._queue) >= self._max_queue and self._error is None:
@@ -249,12 +266,26 @@ class DurableWriter:
             self._cond.notify_all()
 
     def flush(self) -> None:
-        """Write everything queued, in order; return when it is durable.
+        """Write everything queued, in order; return when it is durable (and mirrored).
+
+        With a remote mirror (``Store(mirror=...)``) this also waits until the mirror
+        has uploaded everything written so far.
 
         Raises:
             FlushTimeoutError: the queue was not written within ``flush_timeout_s``.
             WriterFailedError: the background writer failed (first time: its own error).
+            ForkedWriterError: called in a forked child of the process that opened the run.
+            MirrorError: the mirror failed or did not catch up within ``flush_timeout_s``.
+            LeaseLostError: another store took the run (``pull --take``).
         """
+        self._flush_local()
+        self.run.flush_mirror(self.flush_timeout_s)
+
+    def _flush_local(self) -> None:
+        # Pause and terminal writes wait for the disk only: a slow or failed mirror must
+        # not keep a finished run from being recorded as finished (close() raises it).
+        if os.getpid() != self._pid:
+            raise ForkedWriterError(self.run_id, self._pid, os.getpid())
         if self.durability == "exit":
             self._drain_here()
             return
@@ -278,7 +309,12 @@ class DurableWriter:
                         return
                     item = self._queue.popleft()
                 try:
-                    self.run.checkpoint(item.phase, item.record_payload(), step=item.step)
+                    self.run.checkpoint(
+                        item.phase,
+                        item.record_payload(),
+                        step=item.step,
+                        journal_records=item.journal_records,
+                    )
                 except BaseException as exc:
                     self._set_error(exc)
                     self._error_surfaced = True
@@ -289,25 +325,25 @@ class DurableWriter:
 
     def finish(self, result: Any = None, **extra: Any) -> Checkpoint:
         """Flush, then durably write the ``run_terminal`` checkpoint of a completed run."""
-        self.flush()
+        self._flush_local()
         with self._io_lock:
             return self.run.finish(result, **self._with_step(extra))
 
     def fail(self, error: BaseException | ErrorInfo | str, **extra: Any) -> Checkpoint:
         """Flush, then durably mark the run failed with ``error``."""
-        self.flush()
+        self._flush_local()
         with self._io_lock:
             return self.run.fail(error, **self._with_step(extra))
 
     def pause(self, kind: str = "input", prompt: Any = None, **extra: Any) -> Checkpoint:
         """Flush, then durably write the ``paused`` checkpoint and mark the run paused."""
-        self.flush()
+        self._flush_local()
         with self._io_lock:
             return self.run.pause(kind, prompt, **self._with_step(extra))
 
     def cancel(self, reason: str = "cancelled") -> Checkpoint:
         """Flush, then durably make the run terminal with state ``cancelled``."""
-        self.flush()
+        self._flush_local()
         with self._io_lock:
             return self.run.cancel(reason, **self._with_step({}))
 
@@ -328,12 +364,18 @@ class DurableWriter:
         """Flush what is queued, stop the background thread and release the run's lock.
 
         Idempotent. An error that was already raised to the caller is not raised again.
+        In a forked child it writes nothing and waits for nothing (the queue and the
+        lock are the parent's).
         """
         if self._closed:
             return
+        if os.getpid() != self._pid:
+            self._closed = True
+            self.run.close()  # lets go of inherited descriptors only
+            return
         try:
             if self._error is None:
-                self.flush()
+                self._flush_local()  # the run's close then waits for its mirror
         finally:
             self._closed = True
             with self._cond:
@@ -354,10 +396,12 @@ class DurableWriter:
 
     def _at_exit(self) -> None:
         # Interpreter exit without close(): persist what is queued; the lock goes with the process.
-        if self._closed or self._error is not None:
+        # Not in a forked child: the queue is the parent's (and written by the parent),
+        # the background thread did not survive the fork, and its locks may be held.
+        if self._closed or self._error is not None or os.getpid() != self._pid:
             return
         try:
-            self.flush()
+            self._flush_local()
         except BaseException:
             log.exception("run %s: could not write queued checkpoints at exit", self.run_id)
 
@@ -375,7 +419,12 @@ class DurableWriter:
                 self._cond.notify_all()
             try:
                 with self._io_lock:
-                    self.run.checkpoint(item.phase, item.record_payload(), step=item.step)
+                    self.run.checkpoint(
+                        item.phase,
+                        item.record_payload(),
+                        step=item.step,
+                        journal_records=item.journal_records,
+                    )
             except BaseException as exc:
                 log.error(
                     "run %s: background checkpoint write failed, writer stopped: %s",
@@ -403,6 +452,8 @@ class DurableWriter:
             log.error("run %s: %d queued checkpoint(s) were not written", self.run_id, dropped)
 
     def _check_usable(self) -> None:
+        if os.getpid() != self._pid:  # before any lock: one held at the fork stays held
+            raise ForkedWriterError(self.run_id, self._pid, os.getpid())
         if self._closed:
             raise WriterFailedError(self.run_id, RuntimeError("writer is closed"))
         with self._cond:

@@ -10,89 +10,240 @@ checks a signature: the reader does.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import OrderedDict
+from collections.abc import Iterator
+from typing import NamedTuple
 
 from afk_local.errors import CheckpointCorruptionError
 from afk_local.storage import codec, fsio
+from afk_local.storage.catalog import PACK_SEPARATOR, RunCatalog
 from afk_local.storage.integrity import NO_MAC
-from afk_local.storage.layout import RunPaths, scan_checkpoints
+from afk_local.storage.layout import CheckpointFile, RunPaths, scan_checkpoints
 from afk_local.storage.records import Phase
 
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_HARD_CHAIN_LIMIT = 100_000  # far above any max_chain a writer uses; stops a crafted loop
+MAX_READ_CHAIN = 1024
+"""Longest delta chain a reader follows (writers default to 32 and may not exceed this):
+a crafted chain longer than that is damage, not a reason to read a thousand files."""
+_BATCH_BODY_BYTES = 16 << 20  # a cold chain this small is decoded in one zstd call
 _PHASE_GUESSES = tuple(p.value for p in Phase)
 # A checkpoint's predecessor (for the signature chain): runtime_state is its most common phase.
 _LINK_GUESSES = (Phase.RUNTIME_STATE.value, *_PHASE_GUESSES)
 
 
+class _Link(NamedTuple):
+    """One checkpoint of a chain being read: a loose file, or an image from a pack."""
+
+    seq: int
+    name: str
+    path: str  # the file, or ``<pack path>#<name>``: what messages name
+    image: bytes | None  # a packed checkpoint's bytes; None: read the loose file
+
+
+class DecodeBudgetError(CheckpointCorruptionError):
+    """One read decoded more delta frames than its budget allows: it stops, it never
+    turns quadratic. Loops over candidates re-raise it instead of trying the next."""
+
+
 class ChainDecoder:
     """Decodes checkpoint files to record bytes, following delta chains with a small cache.
+
+    Memory: a chain is followed back to its keyframe by reading headers only (every
+    frame's declared size checked against ``max_bytes``, every base's against
+    :data:`~afk_local.storage.codec.MAX_DELTA_BASE_BYTES`), then decoded forward, so
+    decoding one record holds at most its own bound plus one base of at most 64 MiB.
+
+    Checkpoints are read loose or, when their file is gone, from the run's packs
+    (through ``catalog``); a chain may cross from one to the other. A packed
+    checkpoint is held to the same bounds as a loose file.
 
     Args:
         paths: the run directory.
         max_bytes: the largest decoded record accepted (``max_record_bytes``).
         cache_bytes: how many decoded bytes of bases to keep for later deltas.
+        catalog: the run's loose and packed checkpoints (default: one of its own).
     """
 
-    def __init__(self, paths: RunPaths, max_bytes: int, cache_bytes: int = 64 << 20) -> None:
+    def __init__(
+        self,
+        paths: RunPaths,
+        max_bytes: int,
+        cache_bytes: int = 64 << 20,
+        catalog: RunCatalog | None = None,
+    ) -> None:
         self._paths = paths
+        self.catalog = catalog or RunCatalog(paths)
         self._max_bytes = max_bytes
         self._max_file_bytes = max_bytes + (max_bytes >> 7) + 4096  # zstd worst-case growth
         self._cache: OrderedDict[int, bytes] = OrderedDict()
         self._cache_bytes = 0
         self._cache_limit = cache_bytes
-        self._names: dict[int, str] | None = None
+        self._names: dict[int, CheckpointFile] | None = None
         self._dir = str(paths.dir) + os.sep
+        self._budget: int | None = None
+        self.frames_decoded = 0
+        """Frames decompressed by this decoder so far (what a decode budget counts)."""
 
-    def decode(self, seq: int, name: str) -> tuple[bytes, bytes | None]:
+    @contextlib.contextmanager
+    def budget(self, frames: int) -> Iterator[None]:
+        """Allow at most ``frames`` frames to be followed or decoded inside the block.
+
+        Past it :class:`DecodeBudgetError` is raised. Nested budgets keep the outer one.
+        """
+        if self._budget is not None:
+            yield
+            return
+        self._budget = frames
+        try:
+            yield
+        finally:
+            self._budget = None
+
+    def _spend(self, path: str) -> None:
+        if self._budget is None:
+            return
+        if self._budget <= 0:
+            raise DecodeBudgetError(
+                str(self._paths.dir),
+                f"gave up at {os.path.basename(path)}: this read followed more delta frames "
+                "than its budget (crafted or badly damaged chains)",
+            )
+        self._budget -= 1
+
+    def decode(self, seq: int, name: str, pack: str | None = None) -> tuple[bytes, bytes | None]:
         """The decoded record bytes of checkpoint ``seq`` and its file's MAC (None: unsigned).
 
+        ``pack`` names the pack holding it (None: a loose file, or a pack if it is gone).
         The MAC is not checked here; only the file's own MAC is returned, because a
         delta's MAC covers its decoded bytes and so vouches for its bases too.
         """
-        # Walk back from ``seq`` to a cached base or a keyframe, then decode forward.
-        frames: list[tuple[int, str, bytes]] = []
+        # Walk back from ``seq`` to a cached base or a keyframe, headers only.
+        links: list[tuple[_Link, codec.FrameHeader]] = []
         base: bytes | None = None
-        cur_seq: int = seq
-        path = self._dir + name
-        data = self._read(path)
-        mac: bytes | None = None
+        cur_seq = seq
+        link = self._locate(seq, name, pack)
         while True:
-            header, body = codec.unpack_frame(data, path, expect_kind=codec.KIND_CHECKPOINT)
-            if not frames:
-                mac = header.mac
-            codec.check_content_size(body, path, self._max_bytes)
-            frames.append((cur_seq, path, body))
+            self._spend(link.path)
+            header, declared, link = self._peek(link)
+            if links and declared > codec.MAX_DELTA_BASE_BYTES:
+                raise CheckpointCorruptionError(
+                    links[-1][0].path,
+                    f"delta base {os.path.basename(link.path)} declares {declared} bytes, over "
+                    f"the {codec.MAX_DELTA_BASE_BYTES} no writer uses as a base",
+                )
+            links.append((link, header))
             if not header.is_delta:
                 break
-            if header.base_seq >= cur_seq or len(frames) > _HARD_CHAIN_LIMIT:
-                raise CheckpointCorruptionError(path, f"bad delta base {header.base_seq}")
+            if header.base_seq >= cur_seq:
+                raise CheckpointCorruptionError(link.path, f"bad delta base {header.base_seq}")
+            if len(links) >= MAX_READ_CHAIN:
+                raise CheckpointCorruptionError(
+                    link.path, f"delta chain longer than {MAX_READ_CHAIN} checkpoints"
+                )
             cur_seq = header.base_seq
             cached = self._cache.get(cur_seq)
             if cached is not None:
                 self._cache.move_to_end(cur_seq)
                 base = cached
                 break
-            found = self._read_base(cur_seq, path)
+            found = self._base(cur_seq, link.path)
             if found is None:
-                raise CheckpointCorruptionError(path, f"delta base checkpoint {cur_seq} is missing")
-            path, data = found
-        frames.reverse()
-        if base is None and len(frames) > 1:
-            # A cold chain from its keyframe: one C call decodes it (zstd content-dictionary chain).
-            raw = codec.decompress_chain([body for _, _, body in frames], [p for _, p, _ in frames])
+                raise CheckpointCorruptionError(
+                    link.path, f"delta base checkpoint {cur_seq} is missing"
+                )
+            link = found
+        links.reverse()
+        mac: bytes | None = None
+        small = sum(h.body_len for _, h in links) <= _BATCH_BODY_BYTES
+        if base is None and len(links) > 1 and small:
+            # A small cold chain from its keyframe: one C call decodes it.
+            bodies = []
+            for frame_link, expected in links:
+                header, body = self._frame(frame_link, expected)
+                bodies.append(body)
+                mac = header.mac
+            self.frames_decoded += len(bodies)
+            raw = codec.decompress_chain(bodies, [lk.path for lk, _ in links])
         else:
             current = base
-            for _, frame_path, body in frames:
+            for frame_link, expected in links:
+                header, body = self._frame(frame_link, expected)
+                mac = header.mac
                 current = codec.decompress(
-                    body, frame_path, base=current, max_bytes=self._max_bytes
+                    body, frame_link.path, base=current, max_bytes=self._max_bytes
                 )
+                del body
+                self.frames_decoded += 1
             assert current is not None
             raw = current
         self._remember(seq, raw)
         return raw, mac
+
+    def _locate(self, seq: int, name: str, pack: str | None) -> _Link:
+        """Checkpoint ``seq`` as listed: a loose file (read when needed), or its packed image."""
+        if pack is None:
+            return _Link(seq, name, self._dir + name, None)
+        file = self.catalog.packed(seq)
+        if file is None or file.name != name:
+            raise CheckpointCorruptionError(self._dir + name, "file vanished while reading")
+        return self._in_pack(file)
+
+    def _in_pack(self, file: CheckpointFile) -> _Link:
+        return _Link(
+            file.seq, file.name, self.catalog.location(file), self.catalog.packed_image(file)
+        )
+
+    def _moved(self, link: _Link) -> _Link:
+        """A loose file gone since it was listed: packed meanwhile (same name), or damage."""
+        file = self.catalog.packed(link.seq)
+        if file is None or file.name != link.name:
+            raise CheckpointCorruptionError(link.path, "file vanished while reading")
+        return self._in_pack(file)
+
+    def _peek(self, link: _Link) -> tuple[codec.FrameHeader, int, _Link]:
+        """The frame header of ``link`` and its declared decoded size, both bounded."""
+        if link.image is None:
+            try:
+                fd = fsio.open_regular(link.path)
+            except FileNotFoundError:
+                return self._peek(self._moved(link))
+            except OSError as exc:
+                raise CheckpointCorruptionError(link.path, f"cannot read: {exc.strerror}") from None
+            try:
+                size = os.fstat(fd).st_size
+                head = os.pread(fd, codec.PEEK_SIZE, 0)
+            finally:
+                os.close(fd)
+        else:
+            size, head = len(link.image), link.image[: codec.PEEK_SIZE]
+        if size > self._max_file_bytes:
+            raise CheckpointCorruptionError(
+                link.path, f"{size} bytes, over the bound of {self._max_file_bytes}"
+            )
+        header, declared = codec.peek_frame(
+            head, size, link.path, expect_kind=codec.KIND_CHECKPOINT
+        )
+        if declared > self._max_bytes:
+            raise CheckpointCorruptionError(
+                link.path,
+                f"declares {declared} decoded bytes, over max_record_bytes={self._max_bytes}",
+            )
+        return header, declared, link
+
+    def _frame(self, link: _Link, expected: codec.FrameHeader) -> tuple[codec.FrameHeader, bytes]:
+        data = link.image
+        if data is None:
+            try:
+                data = self._read_file(link.path)
+            except FileNotFoundError:
+                data = self._moved(link).image
+                assert data is not None
+        header, body = codec.unpack_frame(data, link.path, expect_kind=codec.KIND_CHECKPOINT)
+        if header[:4] != expected[:4]:
+            raise CheckpointCorruptionError(link.path, "file changed while its chain was read")
+        codec.check_content_size(body, link.path, self._max_bytes)
+        return header, body
 
     def link(self, seq: int, hint: str, names: dict[int, str] | None = None) -> bytes | None:
         """The chain value checkpoint ``seq`` passes on: its MAC, :data:`NO_MAC` when it
@@ -103,45 +254,60 @@ class ChainDecoder:
         """
         if names is not None:
             name = names.get(seq)
-            return None if name is None else read_link_value(self._dir + name)
+            if name is None:
+                return None
+            return read_link_value(self._dir + name) or self._packed_link(seq)
         for phase in dict.fromkeys((hint, *_LINK_GUESSES)):
             value = read_link_value(f"{self._dir}{seq:012d}.{phase}.ckpt")
             if value is not None:
                 return value
+        packed = self._packed_link(seq)
+        if packed is not None:
+            return packed
         # Not a usual phase: list (fresh, since a writer may have added it meanwhile).
         for file in scan_checkpoints(self._paths.dir):
             if file.seq == seq:
                 return read_link_value(self._dir + file.name)
         return None
 
-    def _read(self, path: str) -> bytes:
+    def _packed_link(self, seq: int) -> bytes | None:
+        try:
+            file = self.catalog.packed(seq)
+        except CheckpointCorruptionError:
+            return NO_MAC  # a damaged pack claims it: nothing to chain on
+        return None if file is None else self.catalog.link_value(file)
+
+    def _read_file(self, path: str) -> bytes:
+        """A loose file's bytes (FileNotFoundError when it does not exist)."""
         try:
             return fsio.read_bounded(path, self._max_file_bytes)
         except FileNotFoundError:
-            raise CheckpointCorruptionError(path, "file vanished while reading") from None
+            raise
         except ValueError as exc:
             raise CheckpointCorruptionError(path, str(exc)) from None
         except OSError as exc:
             raise CheckpointCorruptionError(path, f"cannot read: {exc.strerror}") from None
 
-    def _read_base(self, seq: int, dependent: str) -> tuple[str, bytes] | None:
-        """The path and bytes of checkpoint ``seq`` (a delta's base), or None if missing."""
+    def _base(self, seq: int, dependent: str) -> _Link | None:
+        """Checkpoint ``seq`` (a delta's base), or None if the run has none."""
         if self._names is None:
-            # Guess the base's phase first: an open per guess beats listing a huge directory.
+            if PACK_SEPARATOR in dependent:  # a packed delta's base is packed too
+                packed = self.catalog.packed(seq)
+                if packed is not None:
+                    return self._in_pack(packed)
+            # Guess the base's phase first: a stat per guess beats listing a huge directory.
             hint = dependent.rsplit(".", 2)[-2]
             for phase in (hint, *_PHASE_GUESSES):
-                path = f"{self._dir}{seq:012d}.{phase}.ckpt"
-                try:
-                    return path, fsio.read_bounded(path, self._max_file_bytes)
-                except FileNotFoundError:
-                    continue
-                except (OSError, ValueError):
-                    break
-            self._names = {f.seq: f.name for f in scan_checkpoints(self._paths.dir)}
-        name = self._names.get(seq)
-        if name is None:
-            return None
-        return self._dir + name, self._read(self._dir + name)
+                name = f"{seq:012d}.{phase}.ckpt"
+                if os.path.lexists(self._dir + name):
+                    return _Link(seq, name, self._dir + name, None)
+                if phase == hint:  # not loose under its likely name: packed?
+                    packed = self.catalog.packed(seq)
+                    if packed is not None:
+                        return self._in_pack(packed)
+            self._names = {f.seq: f for f in self.catalog.files()}
+        file = self._names.get(seq)
+        return None if file is None else self._locate(seq, file.name, file.pack)
 
     def _remember(self, seq: int, raw: bytes) -> None:
         if len(raw) > self._cache_limit:
@@ -160,7 +326,7 @@ def read_link_value(path: str) -> bytes | None:
     None when the file does not exist. Reads the header and the trailer only.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        fd = fsio.open_regular(path)
     except FileNotFoundError:
         return None
     except OSError:
@@ -181,7 +347,7 @@ def read_link_value(path: str) -> bytes | None:
 def is_signed_file(path: str | os.PathLike[str]) -> bool:
     """True when a checkpoint or meta file's header has the signed flag (nothing checked)."""
     try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        fd = fsio.open_regular(path)
     except OSError:
         return False
     try:

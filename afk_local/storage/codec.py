@@ -16,6 +16,7 @@ as a raw-content dictionary. With flag bit 1 set (a keyed store, see
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import struct
@@ -26,10 +27,10 @@ from typing import Any, NamedTuple, TypeVar
 import msgspec
 import zstandard
 
-from afk_local.errors import CheckpointCorruptionError, SchemaVersionError
+from afk_local.errors import CheckpointCorruptionError, RecordTooDeepError, SchemaVersionError
 from afk_local.storage import migrate, values
 from afk_local.storage.integrity import MAC_SIZE, Signer
-from afk_local.storage.records import SCHEMA_VERSION, Checkpoint, Effect, RunMeta
+from afk_local.storage.records import MAX_NESTING_DEPTH, SCHEMA_VERSION, Checkpoint, Effect, RunMeta
 
 MAGIC = b"AFK1"
 KIND_CHECKPOINT = 1
@@ -45,13 +46,18 @@ _HEADER = struct.Struct("<4sBBQQI")
 HEADER_SIZE = _HEADER.size
 _CRC_COVERED = HEADER_SIZE - 4  # every header byte before the crc field
 
-DEFAULT_MAX_RECORD_BYTES = 1 << 30
-"""Largest decoded record a reader accepts (1 GiB)."""
+DEFAULT_MAX_RECORD_BYTES = 256 << 20
+"""Largest decoded record a store writes or reads (256 MiB; ``Store(max_record_bytes=...)``
+or ``$AFK_LOCAL_MAX_RECORD_BYTES`` change it). Decompressing a record allocates its
+declared size once, so a crafted frame (a "zstd bomb") costs at most this much."""
+
 
 DEFAULT_LEVEL = 3
 MAX_DELTA_BASE_BYTES = 64 << 20
 """Bases above this are not used as dictionaries: the match tables would cost
-more memory than the delta saves. Such checkpoints are written as keyframes."""
+more memory than the delta saves. Such checkpoints are written as keyframes, and
+readers refuse a delta whose base declares more (no writer makes one), which keeps
+decoding a delta within its bound plus 64 MiB."""
 
 _MAX_WINDOW_SIZE = 1 << 28  # enough for a 64 MiB base plus a record of the same size
 
@@ -97,31 +103,65 @@ def unpack_frame(data: bytes, path: str, *, expect_kind: int) -> tuple[FrameHead
     Raises:
         CheckpointCorruptionError: naming ``path`` and what is wrong.
     """
-    if len(data) < HEADER_SIZE:
-        raise CheckpointCorruptionError(path, f"{len(data)} bytes, shorter than the header")
-    magic, kind, flags, base_seq, body_len, crc = _HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise CheckpointCorruptionError(path, f"bad magic {magic!r}")
-    trailer = MAC_SIZE if flags & FLAG_SIGNED else 0
-    if len(data) - HEADER_SIZE - trailer != body_len:
-        raise CheckpointCorruptionError(
-            path,
-            f"body is {len(data) - HEADER_SIZE - trailer} bytes, header says {body_len}"
-            + (" (plus a signature)" if trailer else ""),
-        )
+    header = _parse_layout(data, len(data), path)
+    trailer = MAC_SIZE if header.flags & FLAG_SIGNED else 0
     if trailer:
         body, mac = data[HEADER_SIZE:-trailer], data[-trailer:]
     else:
         body, mac = data[HEADER_SIZE:], None
+    _, _, _, _, _, crc = _HEADER.unpack_from(data)
     if zlib.crc32(body, zlib.crc32(data[:_CRC_COVERED])) != crc:
         raise CheckpointCorruptionError(path, "crc32 mismatch")
-    if kind != expect_kind:
-        raise CheckpointCorruptionError(path, f"kind {kind}, expected {expect_kind}")
-    if flags & ~_KNOWN_FLAGS:
-        raise CheckpointCorruptionError(path, f"unknown flags {flags:#x}")
-    if bool(flags & FLAG_DELTA) != (base_seq != 0):
+    _check_fields(header, path, expect_kind)
+    return header._replace(mac=mac), body
+
+
+PEEK_SIZE = HEADER_SIZE + 18
+"""Bytes of a file :func:`peek_frame` needs: the header and a zstd frame header (at most 18)."""
+
+
+def peek_frame(head: bytes, size: int, path: str, *, expect_kind: int) -> tuple[FrameHeader, int]:
+    """The header of a file of ``size`` bytes and the decoded size its frame declares.
+
+    ``head`` is the file's first :data:`PEEK_SIZE` bytes. Nothing is decompressed and
+    the crc is not checked (that needs the whole body): this lets a reader follow a
+    delta chain back to its keyframe, refusing it before reading any body in full.
+    """
+    header = _parse_layout(head, size, path)
+    _check_fields(header, path, expect_kind)
+    try:
+        declared = zstandard.frame_content_size(head[HEADER_SIZE:])
+    except zstandard.ZstdError as exc:
+        raise CheckpointCorruptionError(path, f"bad zstd frame header: {exc}") from None
+    if declared < 0:
+        raise CheckpointCorruptionError(path, "zstd frame does not declare its content size")
+    return header, int(declared)
+
+
+def _parse_layout(data: bytes, size: int, path: str) -> FrameHeader:
+    """Magic and lengths of a file of ``size`` bytes whose first bytes are ``data``."""
+    if size < HEADER_SIZE or len(data) < HEADER_SIZE:
+        raise CheckpointCorruptionError(path, f"{size} bytes, shorter than the header")
+    magic, kind, flags, base_seq, body_len, _ = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise CheckpointCorruptionError(path, f"bad magic {magic!r}")
+    trailer = MAC_SIZE if flags & FLAG_SIGNED else 0
+    if size - HEADER_SIZE - trailer != body_len:
+        raise CheckpointCorruptionError(
+            path,
+            f"body is {size - HEADER_SIZE - trailer} bytes, header says {body_len}"
+            + (" (plus a signature)" if trailer else ""),
+        )
+    return FrameHeader(kind, flags, base_seq, body_len)
+
+
+def _check_fields(header: FrameHeader, path: str, expect_kind: int) -> None:
+    if header.kind != expect_kind:
+        raise CheckpointCorruptionError(path, f"kind {header.kind}, expected {expect_kind}")
+    if header.flags & ~_KNOWN_FLAGS:
+        raise CheckpointCorruptionError(path, f"unknown flags {header.flags:#x}")
+    if bool(header.flags & FLAG_DELTA) != (header.base_seq != 0):
         raise CheckpointCorruptionError(path, "delta flag and base_seq disagree")
-    return FrameHeader(kind, flags, base_seq, body_len, mac), body
 
 
 def signature_offset(head: bytes, size: int) -> int | None:
@@ -170,20 +210,48 @@ def compress(raw: bytes, base: bytes | None = None, *, level: int = DEFAULT_LEVE
     """
     if base is None:
         return _keyframe_compressor(level).compress(raw)
-    window_log = max(10, min(30, math.ceil(math.log2(len(base) + len(raw) + 1))))
-    table_log = max(6, min(28, math.ceil(math.log2(max(len(base), 64) / 8))))
-    params = zstandard.ZstdCompressionParameters.from_level(
+    return zstandard.ZstdCompressor(
+        dict_data=_dictionary(base), compression_params=delta_parameters(level, len(base), len(raw))
+    ).compress(raw)
+
+
+def _size_tier(size: int) -> int:
+    # zstd picks a level's search parameters from one of four source-size tables
+    # (<= 16 KiB, <= 128 KiB, <= 256 KiB, larger): any size of a tier gives the same ones.
+    for bound in (16 << 10, 128 << 10, 256 << 10):
+        if size <= bound:
+            return bound
+    return 1 << 30
+
+
+@functools.lru_cache(maxsize=256)
+def _tier_parameters(
+    level: int, tier: int, window_log: int, table_log: int
+) -> zstandard.ZstdCompressionParameters:
+    return zstandard.ZstdCompressionParameters.from_level(
         level,
-        source_size=len(raw),
+        source_size=tier,
         window_log=window_log,
         hash_log=table_log,
         chain_log=table_log,
         write_content_size=1,
         write_checksum=1,
     )
-    return zstandard.ZstdCompressor(
-        dict_data=_dictionary(base), compression_params=params
-    ).compress(raw)
+
+
+def delta_parameters(
+    level: int, base_size: int, raw_size: int
+) -> zstandard.ZstdCompressionParameters:
+    """The zstd parameters :func:`compress` uses for a delta of ``raw_size`` bytes against
+    a base of ``base_size`` bytes.
+
+    Cached (the same object for the same sizes' window, table and size tier), since
+    building them costs as much as compressing a small delta, and the checkpoints
+    of one run repeat a handful of them.
+    """
+    window_log = max(10, min(30, (base_size + raw_size).bit_length()))
+    table_log = max(6, min(28, math.ceil(math.log2(max(base_size, 64) / 8))))
+    return _tier_parameters(level, _size_tier(raw_size), window_log, table_log)
 
 
 def check_content_size(body: bytes, path: str, max_bytes: int) -> int:
@@ -235,6 +303,83 @@ def decompress(body: bytes, path: str, *, base: bytes | None, max_bytes: int) ->
     return raw
 
 
+_CONTAINER_HEADS = bytes(range(0x80, 0xA0)) + b"\xdc\xdd\xde\xdf"
+_NOT_CONTAINER_HEAD = bytes(b for b in range(256) if b not in _CONTAINER_HEADS)
+_ARRAY_OF_RAW = msgspec.msgpack.Decoder(list[msgspec.Raw])
+_MAP_OF_RAW = msgspec.msgpack.Decoder(dict[str, msgspec.Raw])
+# Bytes after a msgpack head byte before the next value: fixed-size scalars, then
+# the size fields of str/bin/ext (their payload follows) and of arrays/maps.
+_FIXED = {0xC0: 0, 0xC2: 0, 0xC3: 0, 0xCC: 1, 0xD0: 1, 0xCD: 2, 0xD1: 2, 0xCA: 4, 0xCE: 4}
+_FIXED.update({0xD2: 4, 0xCB: 8, 0xCF: 8, 0xD3: 8, 0xD4: 2, 0xD5: 3, 0xD6: 5, 0xD7: 9, 0xD8: 17})
+_SIZED = {0xC4: (1, 0), 0xD9: (1, 0), 0xC5: (2, 0), 0xDA: (2, 0), 0xC6: (4, 0), 0xDB: (4, 0)}
+_SIZED.update({0xC7: (1, 1), 0xC8: (2, 1), 0xC9: (4, 1)})  # ext: size, then a type byte
+_COUNTED = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}
+
+
+def nesting_within(data: bytes, limit: int = MAX_NESTING_DEPTH) -> bool:
+    """True when the msgpack value ``data`` nests lists and maps at most ``limit`` deep.
+
+    Cheap for ordinary records: a value with no more container heads than ``limit``
+    (counted at C speed) cannot nest deeper, so only subtrees that might are looked
+    into, one level at a time.
+    """
+    if len(data) <= limit or len(data.translate(None, _NOT_CONTAINER_HEAD)) <= limit:
+        return True
+    head = data[0]
+    if not (0x80 <= head <= 0x9F or 0xDC <= head <= 0xDF):
+        return True  # a scalar (a long string, say): nothing nests in it
+    if limit <= 0:
+        return False
+    try:
+        is_map = head <= 0x8F or head >= 0xDE
+        children = list(_MAP_OF_RAW.decode(data).values()) if is_map else _ARRAY_OF_RAW.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return _scan_nesting(data, limit)  # keys that are not strings, or too deep to skip
+    return all(len(c) < limit or nesting_within(bytes(c), limit - 1) for c in children)
+
+
+def _scan_nesting(data: bytes, limit: int) -> bool:
+    """The exact, iterative form of :func:`nesting_within` (any keys, any depth)."""
+    remaining = [1]  # values still to read at each open level
+    pos, end = 0, len(data)
+    while remaining:
+        if remaining[-1] == 0:
+            remaining.pop()
+            continue
+        remaining[-1] -= 1
+        if pos >= end:
+            return True  # truncated: not ours to judge here, the decoder refuses it
+        b = data[pos]
+        pos += 1
+        count = 0
+        if b <= 0x7F or b >= 0xE0:
+            continue
+        if b <= 0x8F:
+            count = (b & 0x0F) * 2
+        elif b <= 0x9F:
+            count = b & 0x0F
+        elif b <= 0xBF:
+            pos += b & 0x1F
+            continue
+        elif b in _FIXED:
+            pos += _FIXED[b]
+            continue
+        elif b in _SIZED:
+            width, extra = _SIZED[b]
+            pos += width + extra + int.from_bytes(data[pos : pos + width], "big")
+            continue
+        elif b in _COUNTED:
+            width, per = _COUNTED[b]
+            count = per * int.from_bytes(data[pos : pos + width], "big")
+            pos += width
+        else:
+            return True  # 0xc1 (never used): the decoder refuses it
+        remaining.append(count)
+        if len(remaining) - 1 > limit:
+            return False
+    return True
+
+
 class RecordCodec:
     """msgpack encoding of records, with typed values and optional hooks for custom types.
 
@@ -275,8 +420,19 @@ class RecordCodec:
 
         Raises:
             UnstorableValueError: a value in it has a type nothing can store.
+            RecordTooDeepError: it nests deeper than :data:`MAX_NESTING_DEPTH`, so a
+                reader might not decode it: refused before anything is written.
         """
-        return self._encoder.encode(self.tag(record, enc_hook or self._enc_hook))
+        tagged = self.tag(record, enc_hook or self._enc_hook)  # bounds the user data's depth
+        try:
+            raw = self._encoder.encode(tagged)
+        except RecursionError:
+            raise RecordTooDeepError("(the record)", MAX_NESTING_DEPTH) from None
+        # tag() walked the user data (a payload, a result, any plain value) and bounded its
+        # depth; run.meta also holds data it does not walk (extra, the pause prompt).
+        if isinstance(record, RunMeta) and not nesting_within(raw):
+            raise RecordTooDeepError(f"(a {type(record).__name__})", MAX_NESTING_DEPTH)
+        return raw
 
     @staticmethod
     def tag(record: Any, enc_hook: EncHook | None = None) -> Any:
@@ -319,19 +475,50 @@ class RecordCodec:
         self, decoder: msgspec.msgpack.Decoder[_T], cls: type[_T], raw: bytes, path: str
     ) -> _T:
         try:
-            record = decoder.decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            # Not necessarily damage (the crc passed): maybe an older schema.
             try:
+                record = decoder.decode(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                # Not necessarily damage (the crc passed): maybe an older or newer schema.
+                # Look at the version alone first: decoding a crafted record untyped could
+                # build far more objects than its bytes (a list of a million empty lists).
+                version = _schema_version(raw)
+                if version is None or version == SCHEMA_VERSION:
+                    raise CheckpointCorruptionError(
+                        path, f"record does not decode: {exc}"
+                    ) from None
+                if version > SCHEMA_VERSION:
+                    raise SchemaVersionError(path, version, SCHEMA_VERSION) from None
+                try:
+                    return migrate.upgrade(cls, msgspec.msgpack.decode(raw), path)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    raise CheckpointCorruptionError(
+                        path, f"record does not decode: {exc}"
+                    ) from None
+            version = record.schema_version  # type: ignore[attr-defined]
+            if version > SCHEMA_VERSION:
+                raise SchemaVersionError(path, version, SCHEMA_VERSION)
+            if version < SCHEMA_VERSION:
                 return migrate.upgrade(cls, msgspec.msgpack.decode(raw), path)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                raise CheckpointCorruptionError(path, f"record does not decode: {exc}") from None
-        version = record.schema_version  # type: ignore[attr-defined]
-        if version > SCHEMA_VERSION:
-            raise SchemaVersionError(path, version, SCHEMA_VERSION)
-        if version < SCHEMA_VERSION:
-            return migrate.upgrade(cls, msgspec.msgpack.decode(raw), path)
-        return record
+            return record
+        except RecursionError:
+            raise CheckpointCorruptionError(
+                path, f"record nests deeper than Python can decode (over {MAX_NESTING_DEPTH})"
+            ) from None
+
+
+class _Versioned(msgspec.Struct):
+    schema_version: int = 1
+
+
+_VERSION_ONLY = msgspec.msgpack.Decoder(_Versioned)
+
+
+def _schema_version(raw: bytes) -> int | None:
+    """The ``schema_version`` of a record's map, skipping every other field; None if none."""
+    try:
+        return _VERSION_ONLY.decode(raw).schema_version
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
 
 
 def encode_meta(codec: RecordCodec, meta: RunMeta, *, level: int = DEFAULT_LEVEL) -> bytes:

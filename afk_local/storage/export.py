@@ -6,16 +6,20 @@ strings, and custom payload types come back as plain data. An import writes ever
 checkpoint as a keyframe under its original seq, in a temporary directory renamed
 into place, so a crash leaves no half-imported run.
 
-An export carries no signatures (it is plain JSON anyone can edit). Importing into
-a keyed store signs every record afresh with that store's key: an import is a
-trust decision, and the way to sign the runs of a store that had no key before.
+An export carries no signatures (it is plain JSON anyone can edit), so an import
+checks every field first and marks the run as imported: nothing it names is
+executed until someone trusts it (``afk-local resume RUN --trust``). Importing into
+a keyed store signs every record with that store's key so it can be read; the
+imported mark is signed with it, so the signature cannot launder the run into one
+the watcher would execute.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -28,11 +32,20 @@ from afk_local.storage.integrity import (
     record_digest,
     with_chain_links,
 )
-from afk_local.storage.journal_format import write_journal_file
-from afk_local.storage.layout import RunPaths, checkpoint_name, validate_phase, validate_run_id
+from afk_local.storage.journal_format import DEFAULT_MAX_FRAME_BYTES, write_journal_file
+from afk_local.storage.layout import (
+    ENTRYPOINT,
+    RunPaths,
+    checkpoint_name,
+    validate_phase,
+    validate_run_id,
+)
 from afk_local.storage.reader import RunReader
-from afk_local.storage.records import Checkpoint, Effect, RunMeta
+from afk_local.storage.records import SCHEMA_VERSION, Checkpoint, Effect, RunMeta
 from afk_local.storage.store import Store
+from afk_local.storage.trust import IMPORTED_KEY, imported_mark
+
+_T = TypeVar("_T")
 
 EXPORT_FORMAT = "afk-local-export"
 
@@ -86,40 +99,124 @@ def _parse(text: str, source: str) -> tuple[dict[str, Any], list[Any], list[Any]
             }
     except (json.JSONDecodeError, AttributeError, KeyError, TypeError) as exc:
         raise ImportFormatError(source, f"not JSON or JSON lines: {exc}") from None
+    except RecursionError:
+        raise ImportFormatError(source, "nested too deeply to read") from None
     if not isinstance(doc, dict) or doc.get("format") != EXPORT_FORMAT:
         raise ImportFormatError(source, f"no {EXPORT_FORMAT!r} format marker")
     if not isinstance(doc.get("meta"), dict):
         raise ImportFormatError(source, "no run meta")
-    return doc["meta"], list(doc.get("checkpoints") or []), list(doc.get("effects") or [])
+    checkpoints, effects = doc.get("checkpoints") or [], doc.get("effects") or []
+    if not isinstance(checkpoints, list) or not isinstance(effects, list):
+        raise ImportFormatError(source, "checkpoints and effects must be lists")
+    return doc["meta"], checkpoints, effects
+
+
+class ImportFieldError(ImportFormatError):
+    """A record of an export has a field afk-local will not store (one line, naming it)."""
+
+    def __init__(self, source: str, where: str, reason: str) -> None:
+        AfkLocalError.__init__(
+            self, f"{source}: {where}: {reason}; nothing was imported (fix or re-export the run)"
+        )
+
+
+def _convert(doc: Any, cls: type[_T], source: str, where: str) -> _T:
+    try:
+        return msgspec.convert(doc, cls, str_keys=True)
+    except msgspec.ValidationError as exc:
+        raise ImportFieldError(source, where, str(exc)) from None
+    except RecursionError:
+        raise ImportFieldError(source, where, "nested too deeply") from None
+
+
+def _validated(
+    store: Store, source: str, meta_doc: Any, checkpoint_docs: list[Any], effect_docs: list[Any]
+) -> tuple[RunMeta, list[Checkpoint], list[Effect]]:
+    """Every record of an export, checked field by field before anything is written."""
+    meta = _convert(meta_doc, RunMeta, source, "meta")
+    if meta.entrypoint is not None and ENTRYPOINT.fullmatch(meta.entrypoint) is None:
+        raise ImportFieldError(source, "meta.entrypoint", f"{meta.entrypoint!r} is not module:name")
+    for name in ("attempt", "watcher_attempts", "next_attempt_ms", "created_ms", "updated_ms"):
+        if getattr(meta, name) < 0:
+            raise ImportFieldError(source, f"meta.{name}", "is negative")
+    if meta.schema_version > SCHEMA_VERSION:
+        raise ImportFieldError(
+            source, "meta.schema_version", f"{meta.schema_version} is newer than this afk_local"
+        )
+    _encodable(store, meta, source, "meta")
+    checkpoints: list[Checkpoint] = []
+    seen: set[int] = set()
+    for i, doc in enumerate(checkpoint_docs):
+        where = f"checkpoint #{i + 1}"
+        c = _convert(doc, Checkpoint, source, where)
+        where = f"checkpoint #{i + 1} (seq {c.seq})"
+        try:
+            validate_phase(c.phase)
+            checkpoint_name(c.seq, c.phase)  # seq range
+        except ValueError as exc:
+            raise ImportFieldError(source, where, str(exc)) from None
+        if c.seq in seen:
+            raise ImportFieldError(source, where, "a second checkpoint with this seq")
+        seen.add(c.seq)
+        if not 1 <= c.schema_version <= SCHEMA_VERSION:
+            raise ImportFieldError(source, where, f"schema_version {c.schema_version}")
+        if c.step < 0 or c.timestamp_ms < 0:
+            raise ImportFieldError(source, where, "negative step or timestamp")
+        _encodable(store, c, source, where)
+        checkpoints.append(c)
+    effects: list[Effect] = []
+    for i, doc in enumerate(effect_docs):
+        where = f"effect #{i + 1}"
+        e = _convert(doc, Effect, source, where)
+        if e.kind not in ("intent", "outcome") or not e.key:
+            raise ImportFieldError(source, where, f"kind {e.kind!r} / key {e.key!r}")
+        if e.kind == "outcome" and e.status not in ("ok", "error"):
+            raise ImportFieldError(source, where, f"outcome status {e.status!r}")
+        if len(_encodable(store, e, source, where)) > DEFAULT_MAX_FRAME_BYTES:
+            raise ImportFieldError(source, where, f"over {DEFAULT_MAX_FRAME_BYTES} bytes")
+        effects.append(e)
+    return meta, checkpoints, effects
+
+
+def _encodable(store: Store, record: Any, source: str, where: str) -> bytes:
+    try:
+        raw = store.codec.encode(record)
+    except (TypeError, ValueError, msgspec.EncodeError) as exc:
+        raise ImportFieldError(source, where, str(exc)) from None
+    if len(raw) > store.max_record_bytes:
+        raise ImportFieldError(
+            source, where, f"{len(raw)} bytes, over max_record_bytes={store.max_record_bytes}"
+        )
+    return raw
 
 
 def import_run(store: Store, text: str, *, new_run_id: str | None = None, source: str = "-") -> str:
     """Recreate an exported run in ``store``; returns its run id.
 
+    Every field is checked before anything is written. The run is marked as
+    imported (``RunMeta.extra["imported"]``): nothing it names is ever executed
+    until someone trusts it (``afk-local resume RUN --trust``). In a keyed store its
+    records are signed so they can be read, and the mark is signed with them: the
+    signature says "imported here", not "written by a trusted process".
+
     Raises:
-        ImportFormatError: ``text`` is not an export.
+        ImportFormatError: ``text`` is not an export, or a field is wrong
+            (:class:`ImportFieldError`, naming the record and the field).
         RunExistsError: the run id is taken (pass ``new_run_id``).
-        msgspec.ValidationError: a record has the wrong shape (names the field).
     """
 
     meta_doc, checkpoint_docs, effect_docs = _parse(text, source)
-    meta = msgspec.convert(meta_doc, RunMeta, str_keys=True)
+    meta, checkpoints, effects = _validated(store, source, meta_doc, checkpoint_docs, effect_docs)
     run_id = validate_run_id(new_run_id or meta.run_id)
-    meta = msgspec.structs.replace(meta, run_id=run_id, owner=None)
-    if LINKS_KEY in meta.extra or HISTORY_UNTIL_KEY in meta.extra:
-        # Signature bookkeeping of the exporting store means nothing here.
-        extra = {k: v for k, v in meta.extra.items() if k not in (LINKS_KEY, HISTORY_UNTIL_KEY)}
-        meta = msgspec.structs.replace(meta, extra=extra)
-    checkpoints = [
-        msgspec.structs.replace(msgspec.convert(c, Checkpoint, str_keys=True), run_id=run_id)
-        for c in checkpoint_docs
-    ]
-    for c in checkpoints:
-        validate_phase(c.phase)
-        checkpoint_name(c.seq, c.phase)  # range check
-    effects = [msgspec.convert(e, Effect, str_keys=True) for e in effect_docs]
-    target = store.paths(run_id)
-    if target.dir.exists():
+    extra = dict(meta.extra)
+    for key in (LINKS_KEY, HISTORY_UNTIL_KEY):
+        extra.pop(key, None)  # signature bookkeeping of the exporting store means nothing here
+    extra[IMPORTED_KEY] = imported_mark(source)
+    meta = msgspec.structs.replace(meta, run_id=run_id, owner=None, extra=extra)
+    checkpoints = [msgspec.structs.replace(c, run_id=run_id) for c in checkpoints]
+    store.prepare_write(run_id)
+    target = store.run_dir(run_id)
+    if os.path.lexists(target.dir):
         raise RunExistsError(run_id, str(target.dir))
     fsio.make_dirs(store.runs_dir)
     tmp_dir = fsio.temp_path(store.runs_dir, f"import-{run_id}")
@@ -153,4 +250,6 @@ def import_run(store: Store, text: str, *, new_run_id: str | None = None, source
     except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
+    if store.heads is not None:
+        store.heads.anchor(target, meta.updated_ms)
     return run_id

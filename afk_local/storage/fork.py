@@ -1,11 +1,24 @@
 """Time travel: fork a run at one of its checkpoints into a new run.
 
 The fork's history is the source's up to ``at_seq``, shared through hard links
-(checkpoint files are immutable, so sharing is safe; a compaction that rewrites
-a file replaces the name, never the inode's bytes) or copied where the
-filesystem refuses links. Its effect journal holds the source's effect records
+(checkpoint and pack files are immutable, so sharing is safe; a compaction that
+rewrites a file replaces the name, never the inode's bytes) or copied where the
+filesystem refuses links. A pack that reaches past ``at_seq`` is written anew
+with the entries the fork shares. Its effect journal holds the source's effect records
 up to that checkpoint, so resuming the fork replays those calls and executes
 the rest anew.
+
+"Up to that checkpoint" is the journal position the checkpoint recorded
+(``Checkpoint.journal_records``: how many records were durable when it was
+taken), never a comparison of clocks: records journaled in the same millisecond
+or after the wall clock stepped back stay out. The fork's journal is that prefix
+of the source's, byte for byte in record order, so the positions its inherited
+checkpoints recorded hold in the fork too (a fork of the fork works the same
+way). A call in flight when the checkpoint was taken (intent before it, outcome
+after) is in doubt in the fork, as it was at that instant. A source whose
+journal gc trimmed (``max_effects_per_run``) is refused: the fork would repeat the
+effects gc dropped. Checkpoints written before positions were recorded fall
+back to timestamps (with a warning).
 
 In a keyed store the shared files keep their signatures (made for the source's
 run id): the fork's ``run.meta`` lists up to which seq it holds each ancestor's
@@ -38,7 +51,7 @@ from typing import Any
 
 import msgspec
 
-from afk_local.errors import RunExistsError
+from afk_local.errors import AfkLocalError, RunExistsError
 from afk_local.storage import codec, fsio
 from afk_local.storage.integrity import (
     HISTORY_KEY,
@@ -50,8 +63,9 @@ from afk_local.storage.integrity import (
     with_chain_links,
 )
 from afk_local.storage.journal_format import write_journal_file
-from afk_local.storage.layout import CheckpointFile, RunPaths, checkpoint_name
+from afk_local.storage.layout import CheckpointFile, RunPaths, checkpoint_name, parse_pack_name
 from afk_local.storage.metrics import METRICS_KEY, copy_archive
+from afk_local.storage.pack import MAX_PACK_BYTES, PackEntry, encode_pack
 from afk_local.storage.reader import CheckpointNotFoundError, RunReader
 from afk_local.storage.records import (
     SCHEMA_VERSION,
@@ -65,6 +79,9 @@ from afk_local.storage.records import (
 from afk_local.storage.state_edit import apply_updates
 
 log = logging.getLogger("afk_local")
+
+JOURNAL_TRIMMED_KEY = "journal_trimmed"
+"""``RunMeta.extra`` key gc sets before it trims a run's journal: forks of it are refused."""
 
 
 _LINK_REFUSED = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP)
@@ -118,8 +135,7 @@ def fork_run(
     fsio.make_dir(tmp_dir)
     try:
         tmp = RunPaths(target_id, tmp_dir)
-        for f in files:
-            _link_or_copy(source.paths.dir / f.name, tmp_dir / f.name)
+        _share_history(source, files, at_seq, tmp)
         if effects:
             write_journal_file(tmp.journal, effects, record_codec, run_id=target_id)
         copy_archive(source, tmp, at_seq)
@@ -209,6 +225,40 @@ def _write_edited(source: RunReader, tmp: RunPaths, at_seq: int, edited: Checkpo
     return name
 
 
+def _share_history(
+    source: RunReader, files: list[CheckpointFile], at_seq: int, tmp: RunPaths
+) -> None:
+    """Put the source's checkpoints up to ``at_seq`` into the fork's directory ``tmp``.
+
+    Loose files and packs wholly before ``at_seq`` are hard-linked; a pack reaching
+    past it is written anew for the fork with its entries up to ``at_seq`` (signed for
+    the fork in a keyed store). The fork point itself is always a loose file, so the
+    fork's ``latest`` names a file of its own.
+    """
+    record_codec = source.record_codec
+    for f in files:
+        if f.pack is None:
+            _link_or_copy(source.paths.dir / f.name, tmp.dir / f.name)
+    for name in sorted({f.pack for f in files if f.pack is not None}):
+        pack = parse_pack_name(name)
+        if pack is not None and pack.last <= at_seq:
+            _link_or_copy(source.paths.dir / name, tmp.dir / name)
+            continue
+        reader = source.catalog.pack_reader(name)
+        index = reader.index
+        entries = [
+            PackEntry(seq, index.phase(i), reader.image(i))
+            for i, seq in enumerate(index.seqs)
+            if seq < at_seq
+        ]
+        if entries:
+            pack_file, data = encode_pack(entries, run_id=tmp.run_id, signer=record_codec.signer)
+            fsio.write_new_file(tmp.dir / pack_file, data)
+    at = files[-1]
+    if at.pack is not None:
+        fsio.write_new_file(tmp.dir / at.name, source.stored_bytes(at))
+
+
 def _link_or_copy(src: os.PathLike[str], dst: os.PathLike[str]) -> None:
     try:
         fsio.hard_link(src, dst)
@@ -216,22 +266,53 @@ def _link_or_copy(src: os.PathLike[str], dst: os.PathLike[str]) -> None:
     except OSError as exc:
         if exc.errno not in _LINK_REFUSED:
             raise
-    data = fsio.read_bounded(src, codec.DEFAULT_MAX_RECORD_BYTES * 2)
+    data = fsio.read_bounded(src, max(codec.DEFAULT_MAX_RECORD_BYTES * 2, MAX_PACK_BYTES))
     fsio.write_new_file(dst, data)
 
 
 def _effects_until(source: RunReader, at: Checkpoint) -> list[Effect]:
-    """Journal records written no later than the fork checkpoint ``at``.
+    """Journal records the fork inherits: those durable when checkpoint ``at`` was taken.
 
-    Timestamps order records and checkpoints; within the checkpoint's own
-    millisecond, an intent's ``step`` (the runner's step counter, also stored in
-    the checkpoint) decides. An intent whose outcome came after the checkpoint is
-    left out with its outcome: in the fork that call has not started yet. An
-    intent that never got an outcome stays (in doubt in the fork as in the source).
+    Raises:
+        AfkLocalError: the source's journal was trimmed by gc, or holds fewer records
+            than the checkpoint says were durable (then it lost some).
     """
     if not source.paths.journal.exists():
         return []
+    extra = source.meta.extra if isinstance(source.meta.extra, dict) else {}
+    if extra.get(JOURNAL_TRIMMED_KEY):
+        raise AfkLocalError(
+            f"run {source.run_id!r}: not forked: gc trimmed its effect journal "
+            "(max_effects_per_run), so the effects before checkpoint "
+            f"{at.seq} are no longer all there and the fork would run them again. Fork runs "
+            "before trimming their journals"
+        )
     records: list[Effect] = list(source.effects())
+    if at.journal_records is None:
+        log.warning(
+            "run %s: checkpoint %d predates journal positions; the fork's effects are chosen "
+            "by their timestamps",
+            source.run_id,
+            at.seq,
+        )
+        return _effects_by_time(records, at)
+    if at.journal_records > len(records):
+        raise AfkLocalError(
+            f"run {source.run_id!r}: not forked: checkpoint {at.seq} was taken with "
+            f"{at.journal_records} effect records durable, but {source.paths.journal} holds "
+            f"{len(records)}: the journal lost records. Run `afk-local verify {source.run_id}`"
+        )
+    return records[: at.journal_records]
+
+
+def _effects_by_time(records: list[Effect], at: Checkpoint) -> list[Effect]:
+    """The old rule, for checkpoints without a journal position: by timestamp, then step.
+
+    Timestamps order records and checkpoints; within the checkpoint's own
+    millisecond, an intent's ``step`` decides. An intent whose outcome came after
+    the checkpoint is left out with its outcome. Wrong when the clock stepped back
+    or a later record shares the millisecond and the step: positions are exact.
+    """
     included: dict[str, bool] = {}  # key -> was its newest intent before the checkpoint
     early: list[Effect] = []
     for r in records:

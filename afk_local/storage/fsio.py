@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import secrets
+import shutil
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -54,6 +57,84 @@ DIR_MODE = 0o700
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+class NotRegularFileError(OSError):
+    """A path where a regular file is expected is a FIFO, socket, device or directory.
+
+    Raised without blocking: the file is opened ``O_NONBLOCK`` and checked with
+    ``fstat`` before anything is read, so a planted FIFO cannot hang a reader.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], kind: str) -> None:
+        super().__init__(errno.EINVAL, f"is a {kind}, not a regular file", os.fspath(path))
+        self.kind = kind
+
+
+def file_kind(mode: int) -> str:
+    """What an ``st_mode`` is, in words (``regular file``, ``FIFO``, ``symlink``...)."""
+    for test, name in (
+        (stat.S_ISREG, "regular file"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISLNK, "symlink"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def open_regular(path: str | os.PathLike[str], flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
+    """Open a regular file without following a symlink and without blocking; returns the fd.
+
+    ``O_NOFOLLOW`` refuses a symlink (``ELOOP``); ``O_NONBLOCK`` keeps a FIFO from
+    blocking the open, and ``fstat`` then refuses anything but a regular file
+    (:class:`NotRegularFileError`). The descriptor is switched back to blocking mode.
+    """
+    try:
+        fd = os.open(path, flags | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(
+                errno.ELOOP, "is a symlink, refused (never followed)", os.fspath(path)
+            ) from None
+        if exc.errno == errno.ENXIO:  # a socket, or a FIFO opened for writing with no reader
+            raise NotRegularFileError(path, "socket or FIFO") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFileError(path, file_kind(st.st_mode))
+        if _O_NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+_O_CREATE_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
+_DARWIN = sys.platform == "darwin"
+
+
+# Temp names: the pid, a random token drawn once per process and a counter. Unique
+# among processes (pid, token) and within one (counter), and far cheaper per write
+# than drawing random bytes (a getrandom call) every time.
+class _TempNames:
+    token = secrets.token_hex(4)
+    counter = itertools.count()
+
+    @classmethod
+    def renew(cls) -> None:
+        cls.token = secrets.token_hex(4)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_TempNames.renew)
 
 _io_hook: IoHook | None = None
 _io_recorder: IoRecorder | None = None
@@ -91,12 +172,16 @@ def _record(call: IoCall) -> None:
         _io_recorder(call)
 
 
+def _temp_name(name: str) -> str:
+    return f"{TEMP_PREFIX}{name}.{os.getpid()}.{_TempNames.token}{next(_TempNames.counter):x}"
+
+
 def fsync_fd(fd: int, path: str | os.PathLike[str] = "") -> None:
     """Flush ``fd`` to stable storage (``F_FULLFSYNC`` on macOS, where fsync is not enough)."""
     _before("fsync", path)
     if _io_recorder is not None:
         _record(IoCall("fsync", os.fspath(path)))
-    if sys.platform == "darwin":
+    if _DARWIN:
         import fcntl  # noqa: PLC0415 - only on macOS
 
         try:
@@ -123,10 +208,11 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
 def write_all(fd: int, data: bytes | memoryview, path: str | os.PathLike[str] = "") -> None:
     """Write every byte of ``data`` to ``fd`` (looping over short writes)."""
     _before("write", path)
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+    written = os.write(fd, data)
+    if written < len(data):
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view) :]
     if _io_recorder is not None:
         end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND descriptors write at the end
         _record(IoCall("write", os.fspath(path), data=bytes(data), offset=end - len(data)))
@@ -135,8 +221,9 @@ def write_all(fd: int, data: bytes | memoryview, path: str | os.PathLike[str] = 
 def write_new_file(path: str | os.PathLike[str], data: bytes, *, sync: bool = True) -> None:
     """Create ``path`` (which must not exist), write ``data``, fsync it, close it."""
     _before("open", path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
-    _record(IoCall("open", os.fspath(path)))
+    fd = os.open(path, _O_CREATE_NEW, FILE_MODE)
+    if _io_recorder is not None:
+        _record(IoCall("open", os.fspath(path)))
     try:
         write_all(fd, data, path)
         if sync:
@@ -147,21 +234,23 @@ def write_new_file(path: str | os.PathLike[str], data: bytes, *, sync: bool = Tr
 
 def temp_path(directory: str | os.PathLike[str], name: str) -> Path:
     """A fresh temporary name for ``name`` inside ``directory``."""
-    return Path(directory) / f"{TEMP_PREFIX}{name}.{os.getpid()}.{secrets.token_hex(4)}"
+    return Path(directory) / _temp_name(name)
 
 
 def rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
     """Atomically rename ``src`` over ``dst`` (same directory)."""
     _before("rename", dst)
     os.replace(src, dst)
-    _record(IoCall("rename", os.fspath(dst), source=os.fspath(src)))
+    if _io_recorder is not None:
+        _record(IoCall("rename", os.fspath(dst), source=os.fspath(src)))
 
 
 def hard_link(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
     """Make ``dst`` a new hard link to the file ``src`` (a symlink is linked, not followed)."""
     _before("link", dst)
     os.link(src, dst, follow_symlinks=False)
-    _record(IoCall("link", os.fspath(dst), source=os.fspath(src)))
+    if _io_recorder is not None:
+        _record(IoCall("link", os.fspath(dst), source=os.fspath(src)))
 
 
 def unlink(path: str | os.PathLike[str], *, missing_ok: bool = True) -> None:
@@ -173,12 +262,16 @@ def unlink(path: str | os.PathLike[str], *, missing_ok: bool = True) -> None:
         if not missing_ok:
             raise
         return
-    _record(IoCall("unlink", os.fspath(path)))
+    if _io_recorder is not None:
+        _record(IoCall("unlink", os.fspath(path)))
 
 
 def _temp_sibling(path: str) -> str:
-    directory, name = os.path.split(path)
-    return os.path.join(directory, f"{TEMP_PREFIX}{name}.{os.getpid()}.{secrets.token_hex(4)}")
+    if os.altsep:  # Windows: either separator may be in the path
+        directory, name = os.path.split(path)
+        return os.path.join(directory, _temp_name(name))
+    directory, sep, name = path.rpartition(os.sep)
+    return f"{directory}{sep}{_temp_name(name)}"
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, *, sync_dir: bool = True) -> None:
@@ -228,6 +321,57 @@ def atomic_symlink(target: str, link: str | os.PathLike[str], *, sync_dir: bool 
         fsync_dir(os.path.dirname(link_path) or ".")
 
 
+def publish_with_link(
+    prefix: str, name: str, data: bytes, link: str, *, dir_fd: int | None = None
+) -> None:
+    """Durably publish ``data`` as ``prefix + name`` and point ``prefix + link`` at it.
+
+    A sync checkpoint (DESIGN §4.1) in one call: a temp file written and fsynced,
+    renamed into place, the link swapped (:func:`atomic_symlink`), then one fsync of
+    the directory, which makes the new name and the new link durable together. The
+    same durable calls, hooks and recordings as :func:`atomic_write`,
+    :func:`atomic_symlink` and :func:`fsync_dir` one after the other, with less
+    overhead; ``dir_fd`` (the directory, opened once by a caller that publishes
+    many files there) spares opening the directory for every fsync.
+
+    Args:
+        prefix: the directory, ending with a path separator.
+        name: the new file's name (it must not exist yet).
+        data: its bytes.
+        link: the name of the link in the same directory.
+        dir_fd: an open descriptor of the directory, or None.
+    """
+    tmp = prefix + _temp_name(name)
+    _before("open", tmp)
+    fd = os.open(tmp, _O_CREATE_NEW, FILE_MODE)
+    try:
+        if _io_recorder is not None:
+            _record(IoCall("open", tmp))
+        try:
+            write_all(fd, data, tmp)
+            fsync_fd(fd, tmp)
+        finally:
+            os.close(fd)
+        rename(tmp, prefix + name)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    atomic_symlink(name, prefix + link, sync_dir=False)
+    if dir_fd is None:
+        fsync_dir(prefix)
+    else:
+        fsync_fd(dir_fd, prefix)
+
+
+def open_dir(path: str | os.PathLike[str]) -> int | None:
+    """A descriptor of directory ``path`` to fsync it through, or None where directories
+    cannot be opened (Windows; :func:`fsync_dir` does nothing there)."""
+    if sys.platform == "win32":
+        return None
+    return os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+
+
 def read_link(link: str | os.PathLike[str], *, max_bytes: int = 4096) -> str | None:
     """The target name of a symlink or pointer file, or None when there is none."""
     try:
@@ -250,9 +394,11 @@ def read_link(link: str | os.PathLike[str], *, max_bytes: int = 4096) -> str | N
 def read_bounded(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     """Read a regular file (not following symlinks) of at most ``max_bytes``.
 
-    Raises ValueError when the file is larger than the bound, before reading it.
+    Raises ValueError when the file is larger than the bound, before reading it;
+    OSError for a symlink and :class:`NotRegularFileError` for a FIFO, socket or
+    device (without blocking on it).
     """
-    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+    fd = open_regular(path)
     try:
         size = os.fstat(fd).st_size
         if size > max_bytes:
@@ -268,6 +414,41 @@ def read_bounded(path: str | os.PathLike[str], max_bytes: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def regular_file_problem(path: str | os.PathLike[str]) -> str | None:
+    """What is wrong with ``path`` where afk_local expects a regular file of its own, or None.
+
+    None also when nothing is there. Never blocks and never follows a symlink: a
+    symlink, a FIFO, a socket, a device or a directory is named as such, and a
+    file that cannot be opened for reading says why (permission denied).
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be examined: {exc.strerror or exc}"
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"is a symlink (to {target!r}), which afk_local never makes"
+    if not stat.S_ISREG(st.st_mode):
+        return f"is a {file_kind(st.st_mode)}, not a regular file"
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be opened: {exc.strerror or exc}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the lstat
+            return "is not a regular file"
+    finally:
+        os.close(fd)
+    return None
 
 
 def make_dir(path: str | os.PathLike[str], *, exist_ok: bool = False) -> bool:
@@ -318,11 +499,57 @@ def publish_dir(tmp_dir: str | os.PathLike[str], target: str | os.PathLike[str])
 
 
 def open_append(path: str | os.PathLike[str]) -> int:
-    """Open (creating 0600) a file for appending; returns the descriptor."""
+    """Open (creating 0600) a regular file for appending; returns the descriptor.
+
+    A symlink, FIFO, socket or device there is refused without blocking (see
+    :func:`open_regular`).
+    """
     _before("open", path)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+    fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
     _record(IoCall("open", os.fspath(path), append=True))
     return fd
+
+
+def replace_unsynced(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` by ``data`` all at once (temp file + rename), with no fsync.
+
+    Only for small records kept *outside* a store that may lag behind a crash but
+    never lead (a keyed store's head records): not a durable write, so neither the
+    I/O hook nor the recorder sees it.
+    """
+    target = os.fspath(path)
+    tmp = _temp_sibling(target)
+    try:
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE
+        )
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def remove_temp_entry(path: str | os.PathLike[str]) -> None:
+    """Remove a stale ``.tmp-*`` entry of a crashed writer: a file, a symlink or a directory.
+
+    A directory is removed with everything in it, never following a symlink out of it.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        _before("unlink", path)
+        shutil.rmtree(path)
+    else:
+        unlink(path)
 
 
 def truncate(fd: int, size: int, path: str | os.PathLike[str] = "") -> None:

@@ -52,6 +52,8 @@ checkpoints of each ancestor the fork shares (a fork made without a key has none
 _CHECKPOINT_TAG = b"afk-local/checkpoint/v1\x00"
 _META_TAG = b"afk-local/meta/v1\x00"
 _EFFECT_TAG = b"afk-local/effect/v1\x00"
+_DOCUMENT_TAG = b"afk-local/document/v1\x00"
+_PACK_TAG = b"afk-local/pack/v1\x00"
 _U64 = struct.Struct("<Q")
 _U16 = struct.Struct("<H")
 
@@ -102,6 +104,30 @@ class Signer:
         message = b"".join((_META_TAG, _field(run_id), record_digest(raw)))
         return hmac.digest(self._key, message, "sha256")
 
+    def document_mac(self, tag: str, body: bytes) -> bytes:
+        """MAC of a small signed document (a head record, a request, the keyed-store marker).
+
+        ``tag`` says what the document is, so one kind can never pass for another.
+        """
+        message = b"".join((_DOCUMENT_TAG, _field(tag), record_digest(body)))
+        return hmac.digest(self._key, message, "sha256")
+
+    def sign_document(self, tag: str, body: bytes) -> bytes:
+        """``body`` (one line, no newline) followed by a line holding its hex MAC."""
+        if b"\n" in body:
+            raise ValueError("a signed document's body is one line")
+        return body + b"\n" + self.document_mac(tag, body).hex().encode() + b"\n"
+
+    def open_document(self, tag: str, data: bytes) -> bytes:
+        """The body of a document made by :meth:`sign_document`; ValueError when its MAC
+        is missing or does not match (edited, another kind of document, another key)."""
+        body, mac = split_document(data)
+        if mac is None:
+            raise ValueError("unsigned (a keyed store signs it)")
+        if not self.matches(self.document_mac(tag, body), mac):
+            raise ValueError("HMAC mismatch: edited, or signed with another key")
+        return body
+
     def effect_mac(self, run_id: str, prev: bytes, digest: bytes) -> bytes:
         """MAC of one ``effects.log`` record, chained on ``prev`` (the previous record's MAC).
 
@@ -110,10 +136,28 @@ class Signer:
         message = b"".join((_EFFECT_TAG, _field(run_id), prev, digest))
         return hmac.digest(self._key, message, "sha256")
 
+    def pack_mac(self, run_id: str, digest: bytes) -> bytes:
+        """MAC of a pack file of ``run_id``; ``digest`` is the SHA-256 of its header and index."""
+        message = b"".join((_PACK_TAG, _field(run_id), digest))
+        return hmac.digest(self._key, message, "sha256")
+
     @staticmethod
     def matches(expected: bytes, given: bytes | memoryview) -> bool:
         """Constant-time comparison of two MACs."""
         return hmac.compare_digest(expected, bytes(given))
+
+
+def split_document(data: bytes) -> tuple[bytes, bytes | None]:
+    """A document's body and its MAC (None when it has no MAC line); nothing is checked."""
+    body, newline, rest = data.partition(b"\n")
+    line = rest.strip()
+    if not newline or not line:
+        return body, None
+    try:
+        mac = bytes.fromhex(line.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        return body, None
+    return (body, mac) if len(mac) == MAC_SIZE and b"\n" not in line else (body, None)
 
 
 def signer_for(key: bytes | str | Signer | None) -> Signer | None:
@@ -184,5 +228,6 @@ __all__ = [
     "history_until",
     "record_digest",
     "signer_for",
+    "split_document",
     "with_chain_links",
 ]

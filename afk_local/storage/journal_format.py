@@ -45,8 +45,6 @@ SIGNED_FRAME = 0x8000_0000
 MAX_FRAME_BYTES = SIGNED_FRAME - 1
 """The largest record a journal can hold: bit 31 of the length field marks signed frames."""
 _READ_CHUNK = 1 << 20
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 # Every Effect frame body starts with a msgpack map header and then the first
 # field name, "kind": the resync search after a bad frame looks for this.
 _FIELD_KIND = b"\xa4kind"
@@ -384,7 +382,7 @@ def read_journal(
             that does not decode, or (keyed) a signature that does not verify.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        fd = fsio.open_regular(path)
     except FileNotFoundError:
         return JournalContents([], None, 0)
     try:

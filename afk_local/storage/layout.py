@@ -10,7 +10,7 @@ import os
 import re
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from afk_local.errors import InvalidRunIdError
@@ -18,6 +18,9 @@ from afk_local.errors import InvalidRunIdError
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _PHASE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _CHECKPOINT_NAME = re.compile(r"(\d{12})\.([a-z][a-z0-9_]{0,31})\.ckpt")
+ENTRYPOINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+"""What a valid entrypoint looks like: ``package.module:Qual.name``."""
+_PACK_NAME = re.compile(r"pack-(\d{12})-(\d{12})-([0-9a-f]{8})\.pack")
 
 META_NAME = "run.meta"
 LOCK_NAME = "owner.lock"
@@ -38,11 +41,18 @@ def validate_run_id(run_id: object) -> str:
     return run_id
 
 
+_valid_phases: set[str] = set()  # phase names already checked (a run uses a handful)
+
+
 def validate_phase(phase: object) -> str:
     """Return ``phase`` if it can be part of a checkpoint file name, else raise ValueError."""
+    if type(phase) is str and phase in _valid_phases:
+        return phase
     text = str(phase.value if hasattr(phase, "value") else phase)
     if _PHASE.fullmatch(text) is None:
         raise ValueError(f"invalid phase {phase!r}: use 1-32 of a-z 0-9 _, starting with a letter")
+    if len(_valid_phases) < 1024:
+        _valid_phases.add(text)
     return text
 
 
@@ -55,11 +65,17 @@ def checkpoint_name(seq: int, phase: str) -> str:
 
 @dataclass(frozen=True, order=True)
 class CheckpointFile:
-    """A checkpoint file found in a run directory (name parsed, content not read)."""
+    """A checkpoint of a run directory (name parsed, content not read).
+
+    Usually a file of its own (loose); a checkpoint folded into a pack keeps its name,
+    and :attr:`pack` names the pack file that holds its bytes.
+    """
 
     seq: int
     phase: str
     name: str
+    pack: str | None = field(default=None, compare=False)
+    """The pack file holding this checkpoint, None for a loose file (see storage/pack.py)."""
 
 
 def parse_checkpoint_name(name: str) -> CheckpointFile | None:
@@ -73,8 +89,62 @@ def parse_checkpoint_name(name: str) -> CheckpointFile | None:
     return CheckpointFile(seq, match.group(2), name)
 
 
+@dataclass(frozen=True, order=True)
+class PackFile:
+    """A pack file found in a run directory: the seq range its name claims (not checked)."""
+
+    first: int
+    last: int
+    name: str
+
+
+def pack_name(first: int, last: int, digest: str) -> str:
+    """The file name of a pack holding checkpoints ``first`` .. ``last``:
+    ``pack-<first:012d>-<last:012d>-<8 hex digits of its content's SHA-256>.pack``."""
+    if not 1 <= first <= last <= MAX_SEQ:
+        raise ValueError(f"pack range {first}..{last} out of range")
+    return f"pack-{first:012d}-{last:012d}-{digest[:8]}.pack"
+
+
+def parse_pack_name(name: str) -> PackFile | None:
+    """Parse a pack file name; None for any other name."""
+    match = _PACK_NAME.fullmatch(name)
+    if match is None:
+        return None
+    first, last = int(match.group(1)), int(match.group(2))
+    if not 1 <= first <= last:
+        return None
+    return PackFile(first, last, name)
+
+
+def scan_run_files(
+    run_dir: str | os.PathLike[str],
+) -> tuple[list[CheckpointFile], list[PackFile]]:
+    """The loose checkpoint files and the pack files of a run, each in order (one listing)."""
+    loose: list[CheckpointFile] = []
+    packs: list[PackFile] = []
+    with os.scandir(run_dir) as entries:
+        for entry in entries:
+            name = entry.name
+            if name.endswith(".ckpt"):
+                parsed = parse_checkpoint_name(name)
+                if parsed is not None and entry.is_file(follow_symlinks=False):
+                    loose.append(parsed)
+            elif name.endswith(".pack"):
+                pack = parse_pack_name(name)
+                if pack is not None and entry.is_file(follow_symlinks=False):
+                    packs.append(pack)
+    loose.sort()
+    packs.sort()
+    return loose, packs
+
+
 def scan_checkpoints(run_dir: str | os.PathLike[str]) -> list[CheckpointFile]:
-    """Every checkpoint file of a run, in seq order (one directory listing)."""
+    """Every loose checkpoint file of a run, in seq order (one directory listing).
+
+    Packed checkpoints are not listed: :class:`~afk_local.storage.catalog.RunCatalog`
+    lists both.
+    """
     found = []
     with os.scandir(run_dir) as entries:
         for entry in entries:

@@ -60,6 +60,8 @@ def format_bytes(size: int) -> str:
 
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], caption: str = "") -> str:
     """A small escaped HTML table."""
+    import html  # noqa: PLC0415 - only notebooks render HTML; html.entities is large
+
     parts = ['<table class="afk-local">']
     if caption:
         parts.append(f"<caption>{html.escape(caption)}</caption>")

@@ -5,6 +5,18 @@ life; the kernel drops it when the process dies, however it dies. The
 :class:`~afk_local.storage.records.OwnerInfo` (pid, hostname, boot id, process start
 time) is recorded in ``run.meta`` for display and for filesystems without
 working locks.
+
+Asking "is the owner alive?" (:func:`probe_owner`) must never fail or block an
+owner. flock offers no query, so the probe takes a *shared* lock for the two
+system calls it needs; an owner whose exclusive attempt meets only such shared
+holders (no exclusive holder: a shared lock of its own would succeed) tries again
+instead of giving up (:func:`acquire_lock`), so a probe costs an owner at most a
+few microseconds, never a spurious :class:`~afk_local.errors.RunLockedError`.
+
+An ``owner.lock`` that is not a regular file afk_local can open (a symlink, a
+FIFO, a directory, an unreadable file: planted, or damaged) is neither a live
+owner nor a free lock: the probe reports it as damage (without following or
+blocking on it) and nothing takes it as a lock.
 """
 
 from __future__ import annotations
@@ -13,13 +25,16 @@ import contextlib
 import functools
 import hashlib
 import os
+import random
 import socket
+import stat
 import sys
 import time
+from dataclasses import dataclass
 
 from filelock import FileLock, Timeout
 
-from afk_local.errors import RunLockedError
+from afk_local.errors import CheckpointCorruptionError, RunLockedError
 from afk_local.storage import fsio
 from afk_local.storage.codec import RecordCodec
 from afk_local.storage.layout import RunPaths
@@ -28,6 +43,10 @@ from afk_local.storage.records import OwnerInfo
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+PROBE_GRACE_S = 1.0
+"""How long past its ``lock_timeout`` an owner keeps trying while only probes hold the lock."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -82,27 +101,74 @@ def current_owner() -> OwnerInfo:
     )
 
 
-def lock_is_held(lock_path: str | os.PathLike[str]) -> bool:
-    """True when some process (this one included) holds ``owner.lock`` exclusively.
+@dataclass(frozen=True)
+class OwnerProbe:
+    """What :func:`probe_owner` found: a live owner, a free lock, or a damaged lock file."""
 
-    Probes with a shared, non-blocking flock on a descriptor of its own, so it
-    never creates the file and never blocks; a missing lock file means nobody holds it.
+    held: bool
+    """True when some process (this one included) holds ``owner.lock`` exclusively."""
+    problem: str | None = None
+    """Set when ``owner.lock`` is not a lock afk_local can use (a symlink, a FIFO...)."""
+
+
+def probe_owner(lock_path: str | os.PathLike[str]) -> OwnerProbe:
+    """Whether a process holds ``owner.lock``, without blocking, following or failing anyone.
+
+    A missing lock file means nobody holds it. A lock file that is not a regular
+    file afk_local can open is reported as a problem, never as a live owner.
     """
+    path = os.fspath(lock_path)
+    problem = fsio.regular_file_problem(path)
+    if problem is not None:
+        return OwnerProbe(held=False, problem=f"owner.lock {problem}")
     try:
-        fd = os.open(lock_path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
     except FileNotFoundError:
-        return False
-    except OSError:
-        return True  # cannot tell (permissions, a symlink planted there): do not touch the run
+        return OwnerProbe(held=False)
+    except OSError as exc:
+        return OwnerProbe(held=False, problem=f"owner.lock cannot be opened: {exc.strerror}")
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return OwnerProbe(held=False, problem="owner.lock is not a regular file")
         try:
             import fcntl  # noqa: PLC0415 - not on Windows
         except ImportError:  # pragma: no cover - Windows
-            return _held_windows(str(lock_path))
+            return OwnerProbe(held=_held_windows(path))
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            return True
+        except BlockingIOError:
+            return OwnerProbe(held=True)
+        except OSError as exc:  # no flock on this filesystem: nobody can own the run here
+            return OwnerProbe(held=False, problem=f"owner.lock cannot be locked: {exc.strerror}")
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return OwnerProbe(held=False)
+    finally:
+        os.close(fd)
+
+
+def lock_is_held(lock_path: str | os.PathLike[str]) -> bool:
+    """True when some process (this one included) holds ``owner.lock`` exclusively.
+
+    A damaged lock file counts as not held; :func:`probe_owner` says what is wrong with it.
+    """
+    return probe_owner(lock_path).held
+
+
+def _exclusive_holder(lock_path: str) -> bool:
+    """True unless a shared lock on ``lock_path`` can be had now (then only probes hold it)."""
+    try:
+        import fcntl  # noqa: PLC0415 - not on Windows
+    except ImportError:  # pragma: no cover - Windows: no shared probes there
+        return True
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
         fcntl.flock(fd, fcntl.LOCK_UN)
         return False
     finally:
@@ -122,7 +188,24 @@ def _held_windows(lock_path: str) -> bool:  # pragma: no cover - Windows
 
 
 def acquire_lock(paths: RunPaths, timeout: float) -> FileLock:
-    """Take ``owner.lock`` or raise :class:`RunLockedError` (after ``timeout`` seconds)."""
+    """Take ``owner.lock`` or raise :class:`RunLockedError` (after ``timeout`` seconds).
+
+    A contention that only probes caused (shared holders, no exclusive one) is
+    retried, for up to :data:`PROBE_GRACE_S` past ``timeout``: probing never fails
+    an owner.
+
+    Raises:
+        RunLockedError: another process owns the run.
+        CheckpointCorruptionError: ``owner.lock`` is not a regular file (a symlink,
+            a FIFO...): never followed, never used as a lock.
+    """
+    problem = fsio.regular_file_problem(paths.lock)
+    if problem is not None:
+        raise CheckpointCorruptionError(
+            str(paths.lock),
+            f"{problem}; it is no lock afk_local made: remove it once no process uses the run",
+            paths.run_id,
+        )
     lock = FileLock(
         str(paths.lock),
         timeout=timeout,
@@ -131,9 +214,18 @@ def acquire_lock(paths: RunPaths, timeout: float) -> FileLock:
         fallback_to_soft=False,
         preserve_lock_file=True,
     )
-    try:
-        lock.acquire()
-    except Timeout:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            # A negative timeout waits for ever, as in filelock.
+            lock.acquire(timeout=timeout if timeout < 0 else max(deadline - time.monotonic(), 0.0))
+            return lock
+        except Timeout:
+            if time.monotonic() < deadline + PROBE_GRACE_S and not _exclusive_holder(
+                str(paths.lock)
+            ):
+                time.sleep(random.uniform(0.0002, 0.002))  # a probe's shared lock: gone at once
+                continue
         owner = None
         try:
             meta_owner = read_meta(paths, RecordCodec()).owner
@@ -142,4 +234,3 @@ def acquire_lock(paths: RunPaths, timeout: float) -> FileLock:
         except Exception:
             owner = None
         raise RunLockedError(paths.run_id, str(paths.lock), owner) from None
-    return lock

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,10 +18,13 @@ from afk_local.errors import (
     AfkLocalError,
     CheckpointCorruptionError,
     RunNotFoundError,
+    SchemaVersionError,
 )
 from afk_local.storage import codec, fsio
-from afk_local.storage.chain import ChainDecoder, is_signed_file
+from afk_local.storage.catalog import RunCatalog
+from afk_local.storage.chain import MAX_READ_CHAIN, ChainDecoder, DecodeBudgetError, is_signed_file
 from afk_local.storage.codec import RecordCodec
+from afk_local.storage.heads import HeadStore
 from afk_local.storage.integrity import (
     NO_MAC,
     chain_links,
@@ -33,12 +37,12 @@ from afk_local.storage.layout import (
     CheckpointFile,
     RunPaths,
     parse_checkpoint_name,
-    scan_checkpoints,
 )
 from afk_local.storage.metrics import MetricLog, read_metrics
 from afk_local.storage.notebook import run_reader_html
+from afk_local.storage.pack import verify_pack
 from afk_local.storage.records import Checkpoint, Effect, Phase, RunMeta, RunStatus
-from afk_local.storage.verify import VerifyProblem, VerifyReport, verify_journal
+from afk_local.storage.verify import VerifyProblem, VerifyReport, verify_journal, verify_latest
 
 log = logging.getLogger("afk_local")
 
@@ -93,12 +97,19 @@ class RunReader:
         *,
         record_codec: RecordCodec | None = None,
         max_record_bytes: int = codec.DEFAULT_MAX_RECORD_BYTES,
+        heads: HeadStore | None = None,
     ) -> None:
         self.paths = paths
+        self._heads = heads
         self.run_id = paths.run_id
         self._codec = record_codec or RecordCodec()
         self._max_bytes = max_record_bytes
-        self._chain = ChainDecoder(paths, max_record_bytes)
+        self._catalog = RunCatalog(
+            paths,
+            signer=self._codec.signer,
+            owners=lambda: (self.run_id, *self._shared_history()),
+        )
+        self._chain = ChainDecoder(paths, max_record_bytes, catalog=self._catalog)
         self._meta: RunMeta | None = None
         self.skipped: list[Skipped] = []
         """Files that :meth:`latest`, :meth:`history` or :meth:`resume_state` passed over."""
@@ -127,8 +138,17 @@ class RunReader:
         self._meta = None
 
     def checkpoint_files(self) -> list[CheckpointFile]:
-        """The checkpoint files on disk, in seq order (names only, nothing decoded)."""
-        return scan_checkpoints(self.paths.dir)
+        """Every checkpoint on disk, loose or packed, in seq order (nothing decoded)."""
+        return self._catalog.files()
+
+    @property
+    def catalog(self) -> RunCatalog:
+        """The run's loose and packed checkpoints (where each one's bytes are)."""
+        return self._catalog
+
+    def location(self, file: CheckpointFile) -> str:
+        """Where ``file``'s bytes are: its path, or ``<pack path>#<name>`` when packed."""
+        return self._catalog.location(file)
 
     def load(self, file: CheckpointFile) -> Checkpoint:
         """Decode one checkpoint file; raises :class:`CheckpointCorruptionError` if damaged.
@@ -149,7 +169,15 @@ class RunReader:
         Raises:
             CheckpointCorruptionError: ``file`` or a base in its chain is damaged.
         """
-        return self._chain.decode(file.seq, file.name)
+        return self._chain.decode(file.seq, file.name, file.pack)
+
+    def stored_bytes(self, file: CheckpointFile) -> bytes:
+        """The exact bytes stored for ``file``: its AFK1 frame, from its file or its pack.
+
+        Raises:
+            CheckpointCorruptionError: it cannot be read.
+        """
+        return self._catalog.stored_bytes(file, self._max_bytes + (self._max_bytes >> 7) + 4096)
 
     def _load(
         self,
@@ -157,15 +185,15 @@ class RunReader:
         names: dict[int, str] | None = None,
         macs: dict[int, bytes] | None = None,
     ) -> tuple[Checkpoint, bytes | None]:
-        path = str(self.paths.dir / file.name)
+        path = self._catalog.location(file)
         try:
-            raw, mac = self._chain.decode(file.seq, file.name)
+            raw, mac = self._chain.decode(file.seq, file.name, file.pack)
             if self._codec.signer is not None:
                 self._check_signature(file, path, raw, mac, names=names, macs=macs)
             record = self._codec.decode_checkpoint(raw, path)
         except CheckpointCorruptionError as exc:
-            if exc.run_id is None:
-                raise CheckpointCorruptionError(exc.path, exc.reason, self.run_id) from None
+            if exc.run_id is None:  # name the run; keep the kind (a DecodeBudgetError stays one)
+                raise type(exc)(exc.path, exc.reason, self.run_id) from None
             raise
         if (
             record.seq != file.seq
@@ -191,8 +219,8 @@ class RunReader:
         """
         if self._codec.signer is None:
             raise ValueError("chain values exist in keyed stores only")
-        path = str(self.paths.dir / file.name)
-        raw, mac = self._chain.decode(file.seq, file.name)
+        path = self._catalog.location(file)
+        raw, mac = self._chain.decode(file.seq, file.name, file.pack)
         return self._check_signature(file, path, raw, mac)
 
     def _check_signature(
@@ -273,11 +301,11 @@ class RunReader:
             return ()
 
     def get(self, seq: int) -> Checkpoint:
-        """The checkpoint with sequence number ``seq``."""
-        for file in self.checkpoint_files():
-            if file.seq == seq:
-                return self.load(file)
-        raise CheckpointNotFoundError(self.run_id, seq)
+        """The checkpoint with sequence number ``seq`` (loose or packed)."""
+        file = self._catalog.find(seq)
+        if file is None:
+            raise CheckpointNotFoundError(self.run_id, seq)
+        return self.load(file)
 
     def latest_file(self) -> CheckpointFile | None:
         """The file ``latest`` names, if it is a sound checkpoint name in this run."""
@@ -290,30 +318,45 @@ class RunReader:
         return parsed
 
     def latest(self) -> Checkpoint | None:
-        """The newest valid checkpoint (O(1) through ``latest``; a scan when that fails)."""
+        """The newest valid checkpoint (O(1) through ``latest``; a scan when that fails).
+
+        Raises:
+            DecodeBudgetError: falling back through damaged checkpoints would decode
+                more delta frames than a read may (a crafted run); nothing is returned.
+        """
         file = self.latest_file()
         if file is not None:
             try:
                 return self.load(file)
+            except DecodeBudgetError:
+                raise
             except CheckpointCorruptionError as exc:
                 self._skip(file.name, exc.reason)
-        for candidate in reversed(self.checkpoint_files()):
-            if candidate == file:
-                continue
-            try:
-                return self.load(candidate)
-            except CheckpointCorruptionError as exc:
-                self._skip(candidate.name, exc.reason)
+        files = self.checkpoint_files()
+        with self._chain.budget(_read_budget(files)):
+            for candidate in reversed(files):
+                if candidate == file:
+                    continue
+                try:
+                    return self.load(candidate)
+                except DecodeBudgetError:
+                    raise
+                except CheckpointCorruptionError as exc:
+                    self._skip(candidate.name, exc.reason)
         return None
 
     def history(self) -> list[Checkpoint]:
         """Every valid checkpoint in seq order; damaged ones are skipped and recorded."""
         result = []
-        for file in self.checkpoint_files():
-            try:
-                result.append(self.load(file))
-            except CheckpointCorruptionError as exc:
-                self._skip(file.name, exc.reason)
+        files = self.checkpoint_files()
+        with self._chain.budget(_read_budget(files)):
+            for file in files:
+                try:
+                    result.append(self.load(file))
+                except DecodeBudgetError:
+                    raise
+                except CheckpointCorruptionError as exc:
+                    self._skip(file.name, exc.reason)
         return result
 
     def resume_state(self, *, on_corrupt: str = "raise") -> ResumeState:
@@ -331,13 +374,28 @@ class RunReader:
         skipped: list[Skipped] = []
         files = self.checkpoint_files()
         latest_seq = files[-1].seq if files else 0
+        with self._chain.budget(_read_budget(files)):
+            return self._resume_state(
+                files, wanted, status, latest_seq, skipped=skipped, on_corrupt=on_corrupt
+            )
+
+    def _resume_state(
+        self,
+        files: list[CheckpointFile],
+        wanted: str | None,
+        status: RunStatus,
+        latest_seq: int,
+        *,
+        skipped: list[Skipped],
+        on_corrupt: str,
+    ) -> ResumeState:
         for file in reversed(files):
             if file.phase not in (wanted, Phase.RUNTIME_STATE.value):
                 continue
             try:
                 record = self.load(file)
             except CheckpointCorruptionError as exc:
-                if on_corrupt == "raise":
+                if on_corrupt == "raise" or isinstance(exc, DecodeBudgetError):
                     raise
                 skipped.append(Skipped(file.name, exc.reason))
                 self._skip(file.name, exc.reason)
@@ -360,50 +418,123 @@ class RunReader:
         """Check every file of the run; problems are reported, not raised."""
         report = VerifyReport(self.run_id)
         signed = 0
+        status: RunStatus | None = None
         try:
-            read_meta(self.paths, self._codec)
+            status = read_meta(self.paths, self._codec).status
             report.checked_files += 1
             signed += self._codec.signer is None and is_signed_file(self.paths.meta)
         except (CheckpointCorruptionError, RunNotFoundError) as exc:
             report.problems.append(VerifyProblem(str(self.paths.meta), str(exc)))
+        except SchemaVersionError as exc:
+            report.problems.append(VerifyProblem(str(self.paths.meta), _newer_schema(exc)))
         files = self.checkpoint_files()
         names = {f.seq: f.name for f in files}
         macs: dict[int, bytes] = {}  # MACs of the files read so far: the next one chains on them
-        for file in files:
-            report.checked_files += 1
-            own = str(self.paths.dir / file.name)
-            try:
-                mac = self._load(file, names, macs)[1]
-                if mac is not None:
-                    signed += 1
-                    macs[file.seq] = mac
-            except CheckpointCorruptionError as exc:
-                reason = exc.reason
-                if exc.path != own:
-                    reason = f"its delta base {os.path.basename(exc.path)} is damaged ({reason})"
-                report.problems.append(VerifyProblem(own, reason))
-        target = fsio.read_link(self.paths.latest)
-        if target is not None:
-            parsed = parse_checkpoint_name(target)
-            if parsed is None:
-                report.problems.append(
-                    VerifyProblem(str(self.paths.latest), f"points at {target!r}, outside the run")
+        valid: list[int] = []
+        with self._chain.budget(_read_budget(files)):
+            for file in files:
+                report.checked_files += 1
+                own = self._catalog.location(file)
+                try:
+                    mac = self._load(file, names, macs)[1]
+                    valid.append(file.seq)
+                    if mac is not None:
+                        signed += 1
+                        macs[file.seq] = mac
+                except DecodeBudgetError as exc:
+                    report.problems.append(VerifyProblem(exc.path, exc.reason))
+                    break
+                except CheckpointCorruptionError as exc:
+                    reason = exc.reason
+                    if exc.path != own:
+                        base = os.path.basename(exc.path)
+                        reason = f"its delta base {base} is damaged ({reason})"
+                    report.problems.append(VerifyProblem(own, reason))
+                except SchemaVersionError as exc:
+                    report.problems.append(VerifyProblem(own, _newer_schema(exc)))
+        verify_latest(self.paths, valid, status, report, packed=self._is_packed)
+        self._verify_packs(report)
+        lock_problem = fsio.regular_file_problem(self.paths.lock)
+        if lock_problem is not None:
+            report.problems.append(
+                VerifyProblem(
+                    str(self.paths.lock),
+                    f"{lock_problem}: nobody can own the run; remove it once no process uses it",
                 )
-            elif not (self.paths.dir / parsed.name).is_file():
-                report.notes.append(f"latest names missing {target} (ignored; a crash can do this)")
-        elif files:
-            report.notes.append("no latest pointer (readers scan instead)")
+            )
+        temps = []
         with os.scandir(self.paths.dir) as entries:
-            temps = [e.name for e in entries if e.name.startswith(fsio.TEMP_PREFIX)]
+            for entry in entries:
+                if entry.name.startswith(fsio.TEMP_PREFIX):
+                    temps.append(entry.name)
+                elif parse_checkpoint_name(entry.name) is not None and not entry.is_file(
+                    follow_symlinks=False
+                ):
+                    kind = fsio.file_kind(entry.stat(follow_symlinks=False).st_mode)
+                    report.problems.append(
+                        VerifyProblem(entry.path, f"is a {kind}, not a regular file (ignored)")
+                    )
+        try:
+            latest_mode = os.lstat(self.paths.latest).st_mode
+        except OSError:
+            latest_mode = stat.S_IFLNK
+        if not (stat.S_ISLNK(latest_mode) or stat.S_ISREG(latest_mode)):
+            report.problems.append(
+                VerifyProblem(
+                    str(self.paths.latest),
+                    f"is a {fsio.file_kind(latest_mode)}, not a symlink or pointer file (ignored)",
+                )
+            )
         if temps:
             report.notes.append(f"{len(temps)} unpublished temp file(s), removed on next open")
         signed += verify_journal(self.paths, self._codec, report)
+        if self._heads is not None:
+            self._verify_head(report)
         if signed and self._codec.signer is None:
             report.notes.append(
                 f"{signed} signed file(s)/record(s): signatures not checked, this store has no "
                 "key (set AFK_LOCAL_KEY or pass Store(key=...))"
             )
         return report
+
+    def _verify_packs(self, report: VerifyReport) -> None:
+        """Every pack file: header, index, MAC and every block (its entries were loaded)."""
+        for pack in self._catalog.packs():
+            report.checked_files += 1
+            path = str(self.paths.dir / pack.name)
+            try:
+                problems = verify_pack(self._catalog.pack_reader(pack).index)
+            except FileNotFoundError:
+                continue  # merged into another pack meanwhile
+            except CheckpointCorruptionError as exc:
+                problems = [exc.reason]
+            report.problems += [VerifyProblem(path, reason) for reason in problems]
+
+    def _is_packed(self, file: CheckpointFile) -> bool:
+        try:
+            return self._catalog.packed(file.seq) is not None
+        except CheckpointCorruptionError:
+            return False
+
+    def _verify_head(self, report: VerifyReport) -> None:
+        """Compare the run with its head record (keyed stores: rollback protection)."""
+        assert self._heads is not None
+        try:
+            updated: int | None = read_meta(self.paths, self._codec).updated_ms
+        except AfkLocalError:
+            updated = None
+        for reason in self._heads.behind(self.paths, updated):
+            report.problems.append(VerifyProblem(str(self.paths.dir), f"rolled back: {reason}"))
+        try:
+            present = self._heads.read(self.run_id) is not None
+        except ValueError as exc:
+            report.notes.append(f"{exc}: rollback is not checked until the run is next written")
+            return
+        if not present:
+            report.notes.append(
+                "no head record: rollback is not checked for this run until it is next "
+                "written (it predates rollback protection, or the store moved)"
+            )
 
     def effects(self) -> list[Effect]:
         """Every record of the effect journal in file order (a torn tail is ignored).
@@ -420,6 +551,19 @@ class RunReader:
     def _skip(self, name: str, reason: str) -> None:
         log.warning("run %s: skipped %s: %s", self.run_id, name, reason)
         self.skipped.append(Skipped(name, reason))
+
+
+def _read_budget(files: list[CheckpointFile]) -> int:
+    """Delta frames one pass over a run's files may follow: linear in the files, so a
+    fallback through damaged checkpoints never re-decodes chain after chain."""
+    return 2 * MAX_READ_CHAIN + 4 * len(files)
+
+
+def _newer_schema(exc: SchemaVersionError) -> str:
+    return (
+        f"schema version {exc.found} (this afk_local reads up to {exc.supported}): "
+        "written by a newer afk_local; upgrade to read it"
+    )
 
 
 def read_meta(paths: RunPaths, record_codec: RecordCodec) -> RunMeta:
@@ -446,6 +590,7 @@ def read_meta(paths: RunPaths, record_codec: RecordCodec) -> RunMeta:
 __all__ = [
     "MAX_META_BYTES",
     "CheckpointNotFoundError",
+    "DecodeBudgetError",
     "ResumeState",
     "RunReader",
     "Skipped",

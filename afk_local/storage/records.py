@@ -16,6 +16,13 @@ import msgspec
 SCHEMA_VERSION = 1
 """Schema version written into every Checkpoint and RunMeta."""
 
+MAX_NESTING_DEPTH = 256
+"""Deepest nesting of lists and maps a record may have, the record itself counting as 1
+(a checkpoint's payload is level 2). Deeper records are refused when written
+(:class:`~afk_local.errors.RecordTooDeepError`, before any I/O): Python decodes nested
+msgpack recursively, and a reader near its recursion limit (the CLI, a watcher child)
+could not read them back. A deeper record on disk reads as damaged, never as a crash."""
+
 
 class Phase(str, enum.Enum):
     """The checkpoint phases of the agent protocol (docs/agent.md)."""
@@ -55,8 +62,17 @@ class RunStatus(str, enum.Enum):
         """True for statuses after which nothing runs unless a person asks."""
         return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 
+    @property
+    def is_final(self) -> bool:
+        """True for statuses no resume ever continues: ``completed`` and ``cancelled``.
 
-class Checkpoint(msgspec.Struct, kw_only=True, frozen=True):
+        A ``failed`` run is terminal but not final: a retry resumes it and replays
+        its effect journal, so nothing it needs may be thrown away.
+        """
+        return self in (RunStatus.COMPLETED, RunStatus.CANCELLED)
+
+
+class Checkpoint(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     """One immutable checkpoint of a run: ``<seq:012d>.<phase>.ckpt``."""
 
     schema_version: int
@@ -67,6 +83,10 @@ class Checkpoint(msgspec.Struct, kw_only=True, frozen=True):
     phase: str
     timestamp_ms: int
     payload: Any
+    journal_records: int | None = None
+    """How many records of the run's effect journal were durable when this checkpoint
+    was taken: its position in the journal, which a fork inherits exactly. None in
+    checkpoints written before afk_local recorded it (then left out of the file)."""
 
 
 class OwnerInfo(msgspec.Struct, kw_only=True, frozen=True):
@@ -143,3 +163,12 @@ class Effect(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
 def now_ms() -> int:
     """Wall-clock milliseconds, as stored in records."""
     return time.time_ns() // 1_000_000
+
+
+def later_ms(previous: int) -> int:
+    """The ``updated_ms`` of a record replacing one stamped ``previous``: now, but always later.
+
+    ``run.meta`` stamps only ever grow, so a copy put back (an older meta) is told
+    from a newer one even when the clock stepped back.
+    """
+    return max(now_ms(), previous + 1)

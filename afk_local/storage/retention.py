@@ -47,11 +47,18 @@ import msgspec
 
 from afk_local.errors import AfkLocalError, CheckpointCorruptionError
 from afk_local.storage import codec, fsio
+from afk_local.storage.catalog import RunCatalog
 from afk_local.storage.chain import is_signed_file
+from afk_local.storage.fork import JOURNAL_TRIMMED_KEY
 from afk_local.storage.integrity import chain_links, with_chain_links
 from afk_local.storage.journal_format import read_journal, write_journal_file
-from afk_local.storage.layout import CheckpointFile, parse_checkpoint_name, scan_checkpoints
+from afk_local.storage.layout import (
+    CheckpointFile,
+    RunPaths,
+    parse_checkpoint_name,
+)
 from afk_local.storage.metrics import archive_metrics
+from afk_local.storage.packing import drop_from_packs
 from afk_local.storage.reader import RunReader
 from afk_local.storage.records import Effect, Phase
 from afk_local.storage.run_info import RunInfo
@@ -85,12 +92,17 @@ class RetentionPolicy:
         always_keep_phases: phases whose checkpoints are never compacted away.
         keep_latest_step: keep every checkpoint from the last ``step_started`` on (the
             step in flight).
-        max_effects_per_run: for terminal runs, keep the journal records of at most this
-            many effect keys (the newest). Non-terminal runs keep every effect: a resume
-            may replay any of them.
-        max_runs: keep at most this many runs; the oldest terminal runs are deleted whole.
-        max_age_days: delete terminal runs not updated for this many days.
-        max_bytes: delete the oldest terminal runs while the store is larger than this.
+        max_effects_per_run: for final runs (``completed``, ``cancelled``), keep the
+            journal records of at most this many effect keys (the newest). Every other run
+            keeps every effect: a resume may replay any of them, and a ``failed`` run is
+            resumed by its retry.
+        max_runs: keep at most this many runs; the oldest final runs are deleted whole.
+        max_age_days: delete final runs not updated for this many days.
+        max_bytes: delete the oldest final runs while the store is larger than this.
+
+    Only final runs ever lose effects or are deleted: a ``failed`` run counts towards
+    the limits like a live, paused or interrupted one, but stays whole until a person
+    removes it (``afk-local rm``) or a retry completes it.
     """
 
     keep_runtime_states: int = 3
@@ -122,6 +134,8 @@ class FileFacts:
     name: str
     base_seq: int = 0
     size: int = 0
+    pack: str | None = None
+    """The pack holding it (None: a loose file)."""
 
 
 @dataclass(frozen=True)
@@ -223,7 +237,7 @@ def plan_run(
 
 
 def plan_effects(records: Sequence[Effect], max_effects: int | None) -> list[Effect]:
-    """The journal records a terminal run keeps: those of the newest ``max_effects`` keys."""
+    """The journal records a final run keeps: those of the newest ``max_effects`` keys."""
     if max_effects is None:
         return list(records)
     last_seen: dict[str, int] = {}
@@ -235,10 +249,12 @@ def plan_effects(records: Sequence[Effect], max_effects: int | None) -> list[Eff
 
 
 def runs_to_delete(infos: Iterable[RunInfo], policy: RetentionPolicy, *, now_ms: int) -> list[str]:
-    """Terminal runs past ``max_age_days``, then the oldest over ``max_runs`` / ``max_bytes``.
+    """Final runs past ``max_age_days``, then the oldest over ``max_runs`` / ``max_bytes``.
 
-    Only terminal runs are ever chosen; live, paused and interrupted runs count
-    towards the limits but are never deleted.
+    Only final runs (``completed``, ``cancelled``) are ever chosen; live, paused,
+    interrupted and failed runs count towards the limits but are never deleted: each
+    of them may still be resumed, and a deleted run's retry would start over and
+    repeat every side effect.
     """
     infos = sorted(infos, key=lambda i: i.updated_ms)  # oldest first
     doomed: list[str] = []
@@ -247,7 +263,7 @@ def runs_to_delete(infos: Iterable[RunInfo], policy: RetentionPolicy, *, now_ms:
         doomed += [
             i.run_id
             for i in infos
-            if i.status.is_terminal and not i.owner_alive and i.updated_ms < cutoff
+            if i.status.is_final and not i.owner_alive and i.updated_ms < cutoff
         ]
     count = len(infos) - len(doomed)
     total = sum(i.bytes for i in infos if i.run_id not in doomed)
@@ -256,7 +272,7 @@ def runs_to_delete(infos: Iterable[RunInfo], policy: RetentionPolicy, *, now_ms:
         over_bytes = policy.max_bytes is not None and total > policy.max_bytes
         if not (over_count or over_bytes):
             break
-        if info.status.is_terminal and info.run_id not in doomed and not info.owner_alive:
+        if info.status.is_final and info.run_id not in doomed and not info.owner_alive:
             doomed.append(info.run_id)
             count -= 1
             total -= info.bytes
@@ -267,9 +283,13 @@ def runs_to_delete(infos: Iterable[RunInfo], policy: RetentionPolicy, *, now_ms:
 
 
 def read_file_facts(
-    run_dir: str | os.PathLike[str], files: Sequence[CheckpointFile]
+    run_dir: str | os.PathLike[str],
+    files: Sequence[CheckpointFile],
+    catalog: RunCatalog | None = None,
 ) -> list[FileFacts]:
     """Sizes and delta bases of ``files``, from their headers only.
+
+    Packed files are read through ``catalog`` (required when there are any).
 
     Raises:
         CheckpointCorruptionError: a header is unreadable (the run should be verified).
@@ -278,9 +298,15 @@ def read_file_facts(
     for f in files:
         path = os.path.join(run_dir, f.name)
         try:
-            with open(path, "rb", buffering=0) as fh:
-                head = fh.read(codec.HEADER_SIZE)
-                size = os.fstat(fh.fileno()).st_size
+            if f.pack is not None:
+                if catalog is None:
+                    raise ValueError("packed checkpoints need the run's catalog")
+                image = catalog.packed_image(f)
+                head, size, path = image[: codec.HEADER_SIZE], len(image), catalog.location(f)
+            else:
+                with open(path, "rb", buffering=0) as fh:
+                    head = fh.read(codec.HEADER_SIZE)
+                    size = os.fstat(fh.fileno()).st_size
         except OSError as exc:
             raise CheckpointCorruptionError(path, f"cannot read: {exc.strerror}") from None
         if len(head) < _HEAD.size:
@@ -289,7 +315,7 @@ def read_file_facts(
         if magic != codec.MAGIC or kind != codec.KIND_CHECKPOINT:
             raise CheckpointCorruptionError(path, "bad header")
         base = base_seq if flags & codec.FLAG_DELTA else 0
-        facts.append(FileFacts(f.seq, f.phase, f.name, base, size))
+        facts.append(FileFacts(f.seq, f.phase, f.name, base, size, f.pack))
     return facts
 
 
@@ -302,7 +328,7 @@ def compact_run(
         CheckpointCorruptionError: a file could not be read; nothing was deleted.
     """
     paths = reader.paths
-    facts = read_file_facts(paths.dir, reader.checkpoint_files())
+    facts = read_file_facts(paths.dir, reader.checkpoint_files(), reader.catalog)
     target = fsio.read_link(paths.latest)
     latest = parse_checkpoint_name(target) if target else None
     plan = plan_run(paths.run_id, facts, policy, latest_name=latest.name if latest else None)
@@ -314,7 +340,7 @@ def compact_run(
     )
     status = reader.meta.status
     effects_keep: list[Effect] | None = None
-    if policy.max_effects_per_run is not None and status.is_terminal:
+    if policy.max_effects_per_run is not None and status.is_final:
         records = _journal_records(reader)
         if records is not None:
             kept = plan_effects(records, policy.max_effects_per_run)
@@ -331,32 +357,60 @@ def compact_run(
     # 0. the files a resume starts from must decode before anything older goes away.
     for f in plan.keep:
         if f.phase == Phase.RUNTIME_STATE.value or f.seq == plan.keep[-1].seq:
-            reader.load(CheckpointFile(f.seq, f.phase, f.name))
+            reader.load(CheckpointFile(f.seq, f.phase, f.name, pack=f.pack))
     # 0b. keyed: record the chain links of the survivors before their predecessors go.
     extra = chain_links_after_delete(
         reader,
         {f.seq for f in plan.delete},
-        [CheckpointFile(f.seq, f.phase, f.name) for f in plan.keep],
+        [CheckpointFile(f.seq, f.phase, f.name, pack=f.pack) for f in plan.keep],
     )
     if extra is not None:
+        # updated_ms stays: compaction does not make a run younger (gc's age order)
         meta = msgspec.structs.replace(reader.meta, extra=extra)
         fsio.atomic_write(paths.meta, codec.encode_meta(reader.record_codec, meta))
         reader.refresh()
     # 0c. the metrics the doomed checkpoints carry go to the run's metrics.archive (durably).
-    archive_metrics(reader, [CheckpointFile(f.seq, f.phase, f.name) for f in plan.delete])
-    # 1. rewrite kept deltas whose chain would be cut, as keyframes with identical content.
+    archive_metrics(
+        reader, [CheckpointFile(f.seq, f.phase, f.name, pack=f.pack) for f in plan.delete]
+    )
+    # 1-2. rewrite what would lose its base, then delete, in crash-safe order.
+    remove_checkpoints(reader, plan)
+    # 3. replace the journal atomically, once run.meta says it is trimmed: the positions
+    #    its checkpoints recorded no longer hold, so a fork must refuse it (storage/fork.py).
+    if effects_keep is not None:
+        _mark_journal_trimmed(reader, result.effects_dropped)
+        _rewrite_journal(reader, effects_keep)
+    return result
+
+
+def remove_checkpoints(reader: RunReader, plan: RunPlan) -> None:
+    """Delete ``plan.delete`` after rewriting ``plan.rewrite``, crash-safely (steps 1-2 above).
+
+    1. every kept delta whose base goes is rewritten as a keyframe with the same decoded
+       bytes (a packed one gets a loose keyframe copy, which readers prefer);
+    2. every pack holding a doomed checkpoint (or the old copy of a rewritten one) is
+       published again without them, the old pack kept for now;
+    3. loose files are deleted in durable rounds (:func:`deletion_rounds`), then the
+       replaced packs (packed checkpoints never depend on loose ones).
+
+    The caller holds the run's lock and, in a keyed store, has recorded the chain
+    links first (:func:`chain_links_after_delete`).
+    """
+    paths = reader.paths
     for f in plan.rewrite:
-        rewrite_as_keyframe(reader, CheckpointFile(f.seq, f.phase, f.name))
-    # 2. delete dependents before what they depend on, each round made durable before
-    # the next: a crash never leaves a file whose delta base or signed predecessor is gone.
-    for batch in deletion_rounds(plan.delete, keyed=reader.record_codec.signer is not None):
+        rewrite_as_keyframe(reader, CheckpointFile(f.seq, f.phase, f.name, pack=f.pack))
+    drop = {f.seq for f in plan.delete if f.pack is not None}
+    drop |= {f.seq for f in plan.rewrite if f.pack is not None}
+    replaced = drop_from_packs(paths, reader.record_codec, reader.catalog, drop) if drop else []
+    loose = [f for f in plan.delete if f.pack is None]
+    for batch in deletion_rounds(loose, keyed=reader.record_codec.signer is not None):
         for f in batch:
             fsio.unlink(paths.dir / f.name)
         fsio.fsync_dir(paths.dir)
-    # 3. replace the journal atomically.
-    if effects_keep is not None:
-        _rewrite_journal(reader, effects_keep)
-    return result
+    if replaced:
+        for name in replaced:
+            fsio.unlink(paths.dir / name)
+        fsio.fsync_dir(paths.dir)
 
 
 def deletion_rounds(doomed: Sequence[FileFacts], *, keyed: bool) -> list[list[FileFacts]]:
@@ -384,6 +438,14 @@ def deletion_rounds(doomed: Sequence[FileFacts], *, keyed: bool) -> list[list[Fi
     for f in sorted(doomed, key=lambda f: f.seq, reverse=True):
         rounds[after[f.seq]].append(f)
     return rounds
+
+
+def _mark_journal_trimmed(reader: RunReader, dropped: int) -> None:
+    extra = dict(reader.meta.extra) if isinstance(reader.meta.extra, dict) else {}
+    extra[JOURNAL_TRIMMED_KEY] = int(extra.get(JOURNAL_TRIMMED_KEY) or 0) + dropped
+    meta = msgspec.structs.replace(reader.meta, extra=extra)
+    fsio.atomic_write(reader.paths.meta, codec.encode_meta(reader.record_codec, meta))
+    reader.refresh()
 
 
 def rewrite_as_keyframe(reader: RunReader, file: CheckpointFile) -> None:
@@ -474,8 +536,9 @@ def remove_stale_builds(runs_dir: Path) -> int:
 
 
 def runtime_state_count(run_dir: str | os.PathLike[str]) -> int:
-    """How many ``runtime_state`` checkpoint files a run holds (for checks and tests)."""
-    return sum(1 for f in scan_checkpoints(run_dir) if f.phase == Phase.RUNTIME_STATE.value)
+    """How many ``runtime_state`` checkpoints a run holds, loose or packed (checks, tests)."""
+    paths = RunPaths(os.path.basename(os.path.normpath(run_dir)), Path(run_dir))
+    return sum(1 for f in RunCatalog(paths).files() if f.phase == Phase.RUNTIME_STATE.value)
 
 
 __all__ = [
@@ -489,6 +552,7 @@ __all__ = [
     "deletion_rounds",
     "plan_effects",
     "plan_run",
+    "remove_checkpoints",
     "remove_stale_builds",
     "runs_to_delete",
 ]

@@ -52,11 +52,18 @@ class RunInfo:
     tags: dict[str, str] = field(default_factory=dict, hash=False)
     progress: RunProgress | None = None
     """From the newest checkpoint (None when it records none: other writers, older runs)."""
+    lock_problem: str | None = None
+    """Set when ``owner.lock`` is damaged (a symlink, a FIFO...): nobody can own the run
+    until a person removes it; ``afk-local verify`` lists it."""
 
     @property
     def interrupted(self) -> bool:
         """Running (or created) with nobody holding its lock: a crash left it behind."""
-        return self.status in (RunStatus.RUNNING, RunStatus.CREATED) and not self.owner_alive
+        return (
+            self.status in (RunStatus.RUNNING, RunStatus.CREATED)
+            and not self.owner_alive
+            and self.lock_problem is None
+        )
 
     @property
     def live(self) -> bool:
@@ -115,6 +122,8 @@ class RunInfo:
 
     def __repr__(self) -> str:
         alive = ", owner alive" if self.owner_alive else ""
+        if self.lock_problem is not None:
+            alive = f", {self.lock_problem}"
         return (
             f"RunInfo(run_id={self.run_id!r}, status={self.status.value}, step={self.step}, "
             f"seq={self.seq}, phase={self.phase}, updated={format_ms(self.updated_ms)}, "

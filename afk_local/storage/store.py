@@ -15,23 +15,31 @@ import contextlib
 import html
 import os
 import shutil
+import stat
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from afk_local.errors import (
     AfkLocalError,
+    KeyRequiredError,
     RunExistsError,
     RunLockedError,
     RunNotFoundError,
+    UntrustedStoreError,
 )
 from afk_local.storage import codec, fsio
+from afk_local.storage.chain import MAX_READ_CHAIN
 from afk_local.storage.codec import DecHook, EncHook, RecordCodec
 from afk_local.storage.fork import fork_run
+from afk_local.storage.heads import HeadStore, default_head_dir, store_dir
 from afk_local.storage.integrity import signer_for
 from afk_local.storage.layout import REQUESTS_DIR, RUNS_DIR, RunPaths, validate_run_id
 from afk_local.storage.layout import new_run_id as fresh_run_id
-from afk_local.storage.ownership import acquire_lock, lock_is_held
+from afk_local.storage.mirror import Mirror, default_mirror_url, open_mirror
+from afk_local.storage.ownership import acquire_lock, lock_is_held, probe_owner
+from afk_local.storage.packing import DEFAULT_LOOSE_LIMIT, PackReport, pack_run
 from afk_local.storage.reader import RunReader, read_meta
 from afk_local.storage.records import RunMeta, RunStatus, now_ms
 from afk_local.storage.removal import keep_journal
@@ -42,13 +50,17 @@ from afk_local.storage.retention import (
     remove_stale_builds,
     runs_to_delete,
 )
-from afk_local.storage.run import RunWriter, open_writer
+from afk_local.storage.run import RunWriter, open_writer, require_not_behind
 from afk_local.storage.run_filter import RunFilter
 from afk_local.storage.run_info import RunInfo, RunList, tags_of
 from afk_local.storage.run_progress import progress_of
+from afk_local.storage.store_key import check_marker, marker_exists, marker_path, write_marker
 
 ROOT_ENV = "AFK_LOCAL_ROOT"
 DEFAULT_ROOT = ".afk"
+MAX_RECORD_BYTES_ENV = "AFK_LOCAL_MAX_RECORD_BYTES"
+"""Environment variable giving ``max_record_bytes`` to stores made without one (the CLI,
+the watcher and its children), so every process of a store uses the same bound."""
 
 
 def default_root() -> Path:
@@ -62,13 +74,28 @@ class Store:
     Args:
         root: the store's directory; default ``$AFK_LOCAL_ROOT``, else ``./.afk``.
         enc_hook / dec_hook: msgspec hooks for custom payload types (never pickle).
-        max_record_bytes: largest decoded record a reader accepts.
+        max_record_bytes: largest decoded record written or read (default
+            ``$AFK_LOCAL_MAX_RECORD_BYTES``, else 256 MiB). Reading a record allocates at
+            most this much (plus one delta base of at most 64 MiB).
         lock_timeout: seconds a writer waits for a run's lock before RunLockedError.
-        max_chain: deltas after which a new keyframe is written.
+        max_chain: deltas after which a new keyframe is written (at most 1024).
         key: a secret (bytes or text) that turns on tamper evidence: every file and
             journal record is signed with HMAC-SHA256, and unsigned or wrongly signed
             ones count as damaged (docs/format.md, "Tamper evidence"). Default:
             ``$AFK_LOCAL_KEY`` when set, else no key (files are not signed).
+        mirror: a remote to mirror every run this store writes to, as a URL
+            (``s3://bucket/prefix``, ``gs://``, ``az://``, ``file:///abs/path``; needs the
+            ``remote`` extra) or a :class:`~afk_local.storage.mirror.Mirror`. Each
+            acknowledged checkpoint and journal record is uploaded in the background,
+            in order; a writer's flush and close wait for it and raise its errors, and
+            a run whose lease another store took refuses writes (docs/remote.md).
+            Default: ``$AFK_LOCAL_MIRROR`` when set, else none; ``""`` means none.
+        head_dir: where a keyed store keeps its runs' head records (rollback
+            protection, docs/security.md); it must be outside the store. Default
+            ``$AFK_LOCAL_HEAD_DIR``, else the user's state directory.
+        pack_loose_limit: loose checkpoint files a writer lets accumulate before it
+            folds the older ones into a pack (docs/format.md, "Packs"); None or 0:
+            never (``Store.pack`` and ``afk-local pack`` still pack on request).
     """
 
     def __init__(
@@ -77,20 +104,57 @@ class Store:
         *,
         enc_hook: EncHook | None = None,
         dec_hook: DecHook | None = None,
-        max_record_bytes: int = codec.DEFAULT_MAX_RECORD_BYTES,
+        max_record_bytes: int | None = None,
         lock_timeout: float = 0.0,
         max_chain: int = 32,
         key: bytes | str | None = None,
+        mirror: str | Mirror | None = None,
+        head_dir: str | os.PathLike[str] | None = None,
+        pack_loose_limit: int | None = DEFAULT_LOOSE_LIMIT,
     ) -> None:
+        if not 0 <= max_chain <= MAX_READ_CHAIN:
+            raise ValueError(f"max_chain must be 0..{MAX_READ_CHAIN}, not {max_chain}")
         self.root = Path(root) if root is not None else default_root()
         self.codec = RecordCodec(enc_hook=enc_hook, dec_hook=dec_hook, signer=signer_for(key))
-        self.max_record_bytes = max_record_bytes
+        self.max_record_bytes = (
+            max_record_bytes if max_record_bytes is not None else default_max_record_bytes()
+        )
         self.lock_timeout = lock_timeout
         self.max_chain = max_chain
+        if mirror is None:
+            mirror = default_mirror_url()
+        self._mirror: Mirror | None = None
+        self.mirror_url: str | None = None
+        """The URL of the remote this store mirrors its runs to, if any."""
+        if isinstance(mirror, str):
+            self.mirror_url = mirror or None
+        elif mirror is not None:
+            self.mirror_url, self._mirror = mirror.url, mirror
+        self.head_dir = Path(head_dir) if head_dir is not None else default_head_dir()
+        """Where this store's head records live (used when the store is keyed)."""
+        self._head_dir_given = head_dir is not None
+        signer = self.codec.signer
+        self.heads: HeadStore | None = (
+            None if signer is None else HeadStore(self.root, self.head_dir, signer)
+        )
+        """The store's head records (None without a key: rollback protection needs one)."""
+        self.pack_loose_limit = pack_loose_limit
 
     def __repr__(self) -> str:
         keyed = ", keyed" if self.keyed else ""
-        return f"Store(root={str(self.root)!r}{keyed})"
+        mirrored = f", mirror={self.mirror_url!r}" if self.mirror_url else ""
+        return f"Store(root={str(self.root)!r}{keyed}{mirrored})"
+
+    @property
+    def mirror(self) -> Mirror | None:
+        """The store's remote mirror, opened on first use (None without one).
+
+        Raises:
+            MirrorError: the URL's scheme has no implementation here (the extra is missing).
+        """
+        if self._mirror is None and self.mirror_url is not None:
+            self._mirror = open_mirror(self.mirror_url, self.root)
+        return self._mirror
 
     def _repr_html_(self) -> str:
         """Notebook view: every run as a table (status colours, progress bars)."""
@@ -108,6 +172,74 @@ class Store:
         return self.codec.signer is not None
 
     @property
+    def known_keyed(self) -> bool:
+        """True when the store says it is keyed: its marker, or head records kept for it.
+
+        A process without the key refuses to write into such a store or to execute
+        anything from it (read-only commands read it, with a warning).
+        """
+        return marker_exists(self.root) or store_dir(self.root, self.head_dir).is_dir()
+
+    @property
+    def head_dir_given(self) -> bool:
+        """True when ``head_dir`` was passed explicitly (the watcher hands it to children)."""
+        return self._head_dir_given
+
+    def key_problem(self) -> str | None:
+        """Why this process may not write into (or execute from) this store; None when it may.
+
+        A store that is keyed but opened without the key, or with another key.
+        """
+        signer = self.codec.signer
+        if signer is None:
+            if self.known_keyed:
+                return (
+                    f"{self.root} is a keyed store (see {marker_path(self.root)}) and this "
+                    "process has no key: set AFK_LOCAL_KEY (or pass Store(key=...))"
+                )
+            return None
+        return check_marker(self.root, signer)
+
+    def prepare_write(self, run_id: str = "") -> None:
+        """Check that this process may write into the store and, if keyed, mark it so.
+
+        Raises:
+            KeyRequiredError: a keyed store opened without the key.
+            UntrustedStoreError: a keyed store opened with another key.
+        """
+        problem = self.key_problem()
+        if problem is not None:
+            if self.codec.signer is None:
+                raise KeyRequiredError(run_id, str(marker_path(self.root)), keyed_store=True)
+            raise UntrustedStoreError(
+                str(marker_path(self.root)), problem, "use the store's own key", run_id or None
+            )
+        if self.codec.signer is not None:
+            write_marker(self.root, self.codec.signer)
+
+    def run_dir(self, run_id: str) -> RunPaths:
+        """The paths of run ``run_id``, refusing a run directory that is a symlink.
+
+        Raises:
+            UntrustedStoreError: ``runs/<run_id>`` (or ``runs/``) is a symlink or not a
+                directory: it is never followed out of the store.
+        """
+        paths = self.paths(run_id)
+        for path in (self.runs_dir, paths.dir):
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                return paths
+            if not stat.S_ISDIR(mode):
+                raise UntrustedStoreError(
+                    str(path),
+                    f"is a {fsio.file_kind(mode)}, not a directory",
+                    "afk-local never follows a link out of the store; remove it",
+                    run_id,
+                )
+        return paths
+
+    @property
     def runs_dir(self) -> Path:
         """``<root>/runs``."""
         return self.root / RUNS_DIR
@@ -122,8 +254,14 @@ class Store:
         return RunPaths(validate_run_id(run_id), self.runs_dir / run_id)
 
     def exists(self, run_id: str) -> bool:
-        """True when the run has a ``run.meta``."""
-        return self.paths(run_id).meta.is_file()
+        """True when the run has a ``run.meta`` (a symlinked run directory does not count)."""
+        paths = self.paths(run_id)
+        try:
+            return stat.S_ISDIR(os.lstat(paths.dir).st_mode) and stat.S_ISREG(
+                os.lstat(paths.meta).st_mode
+            )
+        except OSError:
+            return False
 
     # -- writing ------------------------------------------------------------------
 
@@ -143,14 +281,20 @@ class Store:
         paths = self.paths(run_id if run_id is not None else fresh_run_id())
         if parent_run_id is not None:
             validate_run_id(parent_run_id)
+        self.prepare_write(paths.run_id)
         fsio.make_dirs(self.runs_dir)
+        self.run_dir(paths.run_id)
         try:
             fsio.make_dir(paths.dir)
         except FileExistsError:
             # A crash between mkdir and the first run.meta leaves a directory with no
             # meta and no owner: adopt it, or that run id could never be used again.
-            if paths.meta.exists() or lock_is_held(paths.lock) or not paths.dir.is_dir():
+            # (open_writer checks again under the lock: another creator may be just
+            # ahead of us.) The crash may also have come before mkdir's parent fsync.
+            self.run_dir(paths.run_id)  # but never through a symlink
+            if os.path.lexists(paths.meta) or lock_is_held(paths.lock):
                 raise RunExistsError(paths.run_id, str(paths.dir)) from None
+            fsio.fsync_dir(self.runs_dir)
         stamp = now_ms()
         meta = RunMeta(
             run_id=paths.run_id,
@@ -166,18 +310,24 @@ class Store:
         )
         return open_writer(paths, new_meta=meta, **self._writer_options(0.0))
 
-    def resume_writer(self, run_id: str, *, lock_timeout: float | None = None) -> RunWriter:
+    def resume_writer(
+        self, run_id: str, *, lock_timeout: float | None = None, new_attempt: bool = True
+    ) -> RunWriter:
         """Take the lock of an existing run and return its writer.
+
+        ``new_attempt=False`` for writes that are not an attempt to run it (cancel,
+        settle): the run's ``attempt`` count stays as it is.
 
         Raises:
             RunNotFoundError: no such run.
             RunLockedError: another writer holds it (after ``lock_timeout``).
         """
-        paths = self.paths(run_id)
-        if not paths.meta.is_file():
+        paths = self.run_dir(run_id)
+        if not self.exists(run_id):
             raise RunNotFoundError(run_id, str(self.root))
+        self.prepare_write(run_id)
         timeout = self.lock_timeout if lock_timeout is None else lock_timeout
-        return open_writer(paths, **self._writer_options(timeout))
+        return open_writer(paths, new_attempt=new_attempt, **self._writer_options(timeout))
 
     def _writer_options(self, lock_timeout: float) -> dict[str, Any]:
         return {
@@ -185,20 +335,51 @@ class Store:
             "lock_timeout": lock_timeout,
             "max_record_bytes": self.max_record_bytes,
             "max_chain": self.max_chain,
+            "mirror": self.mirror,
+            "heads": self.heads,
+            "pack_loose_limit": self.pack_loose_limit,
         }
 
-    def delete(self, run_id: str, *, keep_effects: bool = False) -> Path | None:
+    def delete(
+        self,
+        run_id: str,
+        *,
+        keep_effects: bool = False,
+        check: Callable[[RunMeta], None] | None = None,
+    ) -> Path | None:
         """Delete a run whole. Refuses (RunLockedError) while its owner is alive.
 
         With ``keep_effects``, the run's effect journal (and meta) is first kept under
         ``<root>/removed/`` (:mod:`.removal`); returns that directory (None otherwise).
+        ``check`` is called with the run's meta under the run's lock, before anything
+        changes: it raises to keep the run (a status that changed since it was listed).
         """
-        paths = self.paths(run_id)
+        return self._delete(run_id, only_final=False, keep_effects=keep_effects, check=check)[1]
+
+    def _delete(
+        self,
+        run_id: str,
+        *,
+        only_final: bool,
+        keep_effects: bool = False,
+        check: Callable[[RunMeta], None] | None = None,
+    ) -> tuple[bool, Path | None]:
+        """Delete a run under its lock; with ``only_final``, only if it is still final then.
+
+        Returns whether it was deleted (False when ``only_final`` spared it: a resume
+        reopened it since gc listed it) and where its journal was kept.
+        """
+        paths = self.run_dir(run_id)
         if not paths.dir.is_dir():
             raise RunNotFoundError(run_id, str(self.root))
         lock = acquire_lock(paths, 0.0)
         kept = None
         try:
+            meta = read_meta(paths, self.codec) if only_final or check else None
+            if only_final and meta is not None and not meta.status.is_final:
+                return False, None
+            if check is not None and meta is not None:
+                check(meta)
             if keep_effects:
                 kept = keep_journal(paths, self.root)
             # Rename first: the run vanishes from listings at once, and a crash
@@ -209,16 +390,30 @@ class Store:
         finally:
             lock.release()
         shutil.rmtree(trash, ignore_errors=True)
-        return kept
+        if self.heads is not None:
+            self.heads.remove(run_id)  # deleted on purpose: not a rollback
+        return True, kept
 
     # -- reading ------------------------------------------------------------------
 
     def open(self, run_id: str) -> RunReader:
         """A read-only view of a run (no lock)."""
-        paths = self.paths(run_id)
-        reader = RunReader(paths, record_codec=self.codec, max_record_bytes=self.max_record_bytes)
+        reader = self.reader(run_id)
         reader.meta  # noqa: B018 - raises RunNotFoundError now rather than later
         return reader
+
+    def reader(self, run_id: str) -> RunReader:
+        """A read-only view of a run that may be damaged (nothing is read yet; see :meth:`open`).
+
+        Raises:
+            UntrustedStoreError: the run directory is a symlink (never followed).
+        """
+        return RunReader(
+            self.run_dir(run_id),
+            record_codec=self.codec,
+            max_record_bytes=self.max_record_bytes,
+            heads=self.heads,
+        )
 
     def run_ids(self) -> list[str]:
         """Ids of every run directory, sorted (unvalidated names are ignored)."""
@@ -235,7 +430,7 @@ class Store:
 
     def read_meta(self, run_id: str) -> RunMeta:
         """The ``run.meta`` of a run (cheap: one small file)."""
-        return read_meta(self.paths(run_id), self.codec)
+        return read_meta(self.run_dir(run_id), self.codec)
 
     def owner_alive(self, run_id: str) -> bool:
         """True when a process holds the run's ``owner.lock``."""
@@ -246,6 +441,7 @@ class Store:
         reader = self.open(run_id)
         meta = reader.meta
         latest = reader.latest()
+        owner = probe_owner(reader.paths.lock)
         size = 0
         with os.scandir(reader.paths.dir) as entries:
             for entry in entries:
@@ -259,7 +455,7 @@ class Store:
             phase=latest.phase if latest else None,
             seq=latest.seq if latest else 0,
             updated_ms=max(meta.updated_ms, latest.timestamp_ms if latest else 0),
-            owner_alive=self.owner_alive(run_id),
+            owner_alive=owner.held,
             bytes=size,
             thread_id=meta.thread_id,
             parent_run_id=meta.parent_run_id,
@@ -268,6 +464,7 @@ class Store:
             created_ms=meta.created_ms,
             tags=tags_of(meta.extra),
             progress=progress_of(latest.payload) if latest else None,
+            lock_problem=owner.problem,
         )
 
     def runs(
@@ -307,24 +504,29 @@ class Store:
         return result
 
     def interrupted(self) -> list[str]:
-        """Ids of runs whose status says running (or created) but whose lock is free."""
+        """Ids of runs whose status says running (or created) but whose lock is free.
+
+        A run whose ``owner.lock`` is damaged is not listed: nobody can take it over
+        until a person repairs it (:attr:`RunInfo.lock_problem`).
+        """
         found = []
         for run_id in self.run_ids():
             try:
                 meta = self.read_meta(run_id)
             except AfkLocalError:
                 continue
-            if meta.status in (RunStatus.RUNNING, RunStatus.CREATED) and not self.owner_alive(
-                run_id
-            ):
-                found.append(run_id)
+            if meta.status in (RunStatus.RUNNING, RunStatus.CREATED):
+                owner = probe_owner(self.paths(run_id).lock)
+                if not owner.held and owner.problem is None:
+                    found.append(run_id)
         return found
 
     def gc(self, policy: RetentionPolicy | None = None, *, dry_run: bool = False) -> GcReport:
-        """Compact runs and delete old terminal runs per ``policy`` (:mod:`.retention`).
+        """Compact runs and delete old final runs per ``policy`` (:mod:`.retention`).
 
-        Runs whose owner is alive are never touched; kill -9 at any instant leaves
-        every run resumable.
+        Runs whose owner is alive are never touched; only final runs (completed,
+        cancelled) lose effects or are deleted, decided under each run's lock; kill -9
+        at any instant leaves every run resumable.
         """
         policy = policy or RetentionPolicy()
         report = GcReport(dry_run=dry_run)
@@ -341,8 +543,8 @@ class Store:
                 report.deleted_runs.append(run_id)
                 continue
             try:
-                self.delete(run_id)
-                report.deleted_runs.append(run_id)
+                if self._delete(run_id, only_final=True)[0]:
+                    report.deleted_runs.append(run_id)
             except RunLockedError:
                 report.skipped_locked.append(run_id)
             except (AfkLocalError, OSError) as exc:
@@ -350,8 +552,13 @@ class Store:
         return report
 
     def _compact(self, run_id: str, policy: RetentionPolicy, report: GcReport) -> None:
-        """Compact one run under its lock; a run whose owner is alive is skipped untouched."""
-        paths = self.paths(run_id)
+        """Compact one run under its lock; a run whose owner is alive is skipped untouched,
+        and so is a keyed run that is behind its head record (rolled back)."""
+        try:
+            paths = self.run_dir(run_id)
+        except UntrustedStoreError as exc:
+            report.errors.append(f"run {run_id}: skipped: {exc}")
+            return
         if lock_is_held(paths.lock):
             report.skipped_locked.append(run_id)
             return
@@ -360,16 +567,69 @@ class Store:
         except RunLockedError:
             report.skipped_locked.append(run_id)
             return
-        except OSError as exc:
+        except (AfkLocalError, OSError) as exc:
             report.errors.append(f"run {run_id}: cannot lock {paths.lock}: {exc}")
             return
         try:
             reader = self.open(run_id)
+            if self.heads is not None:
+                require_not_behind(self.heads, paths, reader.meta.updated_ms)
             report.compacted.append(compact_run(reader, policy, dry_run=report.dry_run))
+            if self.heads is not None and not report.dry_run:
+                reader.refresh()  # compaction may have rewritten the meta and the journal
+                self.heads.anchor(paths, reader.meta.updated_ms)
         except (AfkLocalError, OSError) as exc:
             report.errors.append(f"run {run_id}: skipped: {exc}")
         finally:
             lock.release()
+
+    def pack(
+        self,
+        run_ids: list[str] | None = None,
+        *,
+        full: bool = True,
+        keep_loose: int = 1,
+        dry_run: bool = False,
+    ) -> list[PackReport]:
+        """Fold the loose checkpoint files of runs into pack files (docs/format.md, "Packs").
+
+        Every checkpoint stays readable by seq, through every reader, and a crash at
+        any instant loses nothing. A run whose owner is alive is skipped (its writer
+        packs as it goes); a run that cannot be packed (in a keyed store: one behind
+        its head record, rolled back) is reported, never raised.
+
+        Args:
+            run_ids: the runs (default: every run of the store).
+            full: merge each run's packs into as few as the size bounds allow.
+            keep_loose: the newest loose files of each run that stay loose (>= 1).
+            dry_run: say what would happen, change nothing.
+        """
+        reports = []
+        for run_id in run_ids if run_ids is not None else self.run_ids():
+            paths = self.paths(run_id)
+            report = PackReport(run_id)
+            if not paths.meta.is_file():
+                report.errors.append(f"run {run_id!r} not found under {self.root}")
+                reports.append(report)
+                continue
+            try:
+                lock = acquire_lock(paths, 0.0)
+            except RunLockedError:
+                report.skipped = "its owner is alive (a writer packs as it writes)"
+                reports.append(report)
+                continue
+            try:
+                if self.heads is not None:  # a run put back from an older copy: not touched
+                    require_not_behind(self.heads, paths, read_meta(paths, self.codec).updated_ms)
+                report = pack_run(
+                    paths, self.codec, full=full, keep_loose=keep_loose, dry_run=dry_run
+                )
+            except (AfkLocalError, OSError) as exc:
+                report.errors.append(f"not packed: {exc}")
+            finally:
+                lock.release()
+            reports.append(report)
+        return reports
 
     def fork(
         self,
@@ -384,7 +644,11 @@ class Store:
         ``updates`` (``{"state.total": 5}``) edits the state the fork continues from.
         """
         target_id = validate_run_id(new_run_id) if new_run_id is not None else fresh_run_id()
-        fork_run(self.open(run_id), at_seq, self.paths(target_id), updates=updates)
+        self.prepare_write(target_id)
+        target = self.run_dir(target_id)
+        fork_run(self.open(run_id), at_seq, target, updates=updates)
+        if self.heads is not None:
+            self.heads.anchor(target, self.read_meta(target_id).updated_ms)
         return self.info(target_id)
 
     def ensure_unlocked(self, run_id: str) -> None:
@@ -392,6 +656,22 @@ class Store:
         paths = self.paths(run_id)
         if lock_is_held(paths.lock):
             raise RunLockedError(run_id, str(paths.lock))
+
+
+def default_max_record_bytes() -> int:
+    """``$AFK_LOCAL_MAX_RECORD_BYTES`` (a whole number of bytes), else 256 MiB."""
+    text = os.environ.get(MAX_RECORD_BYTES_ENV)
+    if not text:
+        return codec.DEFAULT_MAX_RECORD_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(
+            f"{MAX_RECORD_BYTES_ENV}={text!r} is not a whole number of bytes"
+        ) from None
+    if value < 1:
+        raise ValueError(f"{MAX_RECORD_BYTES_ENV} must be >= 1, not {value}")
+    return value
 
 
 StoreLike = Store | str | os.PathLike[str] | None

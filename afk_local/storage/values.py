@@ -40,7 +40,8 @@ from typing import Any
 
 import msgspec
 
-from afk_local.errors import UnstorableValueError
+from afk_local.errors import RecordTooDeepError, UnstorableValueError
+from afk_local.storage.records import MAX_NESTING_DEPTH
 
 log = logging.getLogger("afk_local")
 
@@ -72,7 +73,9 @@ _PATH_CLASSES = {
     "PureWindowsPath": pathlib.PureWindowsPath,
 }
 _inner = msgspec.msgpack.Encoder()
-_MAX_DEPTH = 400
+# A record is level 1 and its payload level 2; a flat dict of plain values at the bottom
+# is not walked (one more level): deeper user data would not fit MAX_NESTING_DEPTH.
+_MAX_DEPTH = MAX_NESTING_DEPTH - 3
 
 Where = tuple[Any, ...] | None
 """A value's position as a linked list ``(parent, key)``; turned into text only for errors."""
@@ -104,9 +107,7 @@ def tag(value: Any, enc_hook: EncHook | None = None, where: Where = None) -> Any
     try:
         return _tag(value, enc_hook, where, 0)
     except RecursionError:
-        raise UnstorableValueError(
-            where_text(where), "a structure nested too deeply (or containing itself)"
-        ) from None
+        raise RecordTooDeepError(where_text(where), MAX_NESTING_DEPTH) from None
 
 
 def _tag(value: Any, hook: EncHook | None, where: Where, depth: int) -> Any:

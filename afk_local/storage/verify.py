@@ -1,4 +1,4 @@
-"""What :meth:`RunReader.verify` reports, and the check of a run's effect journal.
+"""What :meth:`RunReader.verify` reports, and the checks of a run's ``latest`` and journal.
 
 Verifying lists problems instead of raising them: a :class:`VerifyReport`
 holds every damaged file (:class:`VerifyProblem`) and notes about harmless
@@ -7,12 +7,15 @@ oddities (a torn journal tail, effects in doubt, unpublished temp files).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from afk_local.errors import EffectLogCorruptionError
+from afk_local.storage import fsio
 from afk_local.storage.codec import RecordCodec
 from afk_local.storage.journal_format import read_journal
-from afk_local.storage.layout import RunPaths
+from afk_local.storage.layout import CheckpointFile, RunPaths, parse_checkpoint_name
+from afk_local.storage.records import RunStatus
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,63 @@ class VerifyReport:
     def ok(self) -> bool:
         """True when nothing is damaged."""
         return not self.problems
+
+
+def verify_latest(
+    paths: RunPaths,
+    valid: Sequence[int],
+    status: RunStatus | None,
+    report: VerifyReport,
+    *,
+    packed: Callable[[CheckpointFile], bool] | None = None,
+) -> None:
+    """Check ``latest`` into ``report``: inside the run, and not behind its newest checkpoint.
+
+    ``valid`` are the seqs of the checkpoints that decoded, in order (``packed`` says
+    whether one that is not a loose file is in a pack); ``status`` is
+    the run's (None when ``run.meta`` is unreadable). A crash between publishing
+    checkpoint N and swapping ``latest`` leaves ``latest`` at N-1 (N was never
+    acknowledged): a note. ``latest`` further behind, or behind at all once the
+    run is paused or terminal (its meta is written only after ``latest`` moved),
+    is what a second writer leaves, such as a forked child flushing an old queue:
+    a problem, since readers that follow ``latest`` see an older state.
+    """
+    target = fsio.read_link(paths.latest)
+    if target is None:
+        if valid:
+            report.notes.append("no latest pointer (readers scan instead)")
+        return
+    parsed = parse_checkpoint_name(target)
+    if parsed is None:
+        report.problems.append(
+            VerifyProblem(str(paths.latest), f"points at {target!r}, outside the run")
+        )
+        return
+    if not (paths.dir / parsed.name).is_file() and not (packed is not None and packed(parsed)):
+        report.notes.append(f"latest names missing {target} (ignored; a crash can do this)")
+        return
+    newest = valid[-1] if valid else 0
+    if parsed.seq >= newest or parsed.seq not in valid:
+        return  # at the newest, or at a damaged file (reported with that file)
+    settled = (
+        status is not None and status is not RunStatus.RUNNING and status is not RunStatus.CREATED
+    )
+    if parsed.seq < newest - 1 or settled:
+        report.problems.append(
+            VerifyProblem(
+                str(paths.latest),
+                f"points at checkpoint {parsed.seq}, below the newest valid one ({newest})"
+                + (f" of a {status.value} run" if settled and status is not None else "")
+                + ": rolled back by a second writer (a forked child's flush?); readers that "
+                "follow latest see an older state (resume scans and uses the newest)",
+            )
+        )
+    else:
+        report.notes.append(
+            f"latest points at checkpoint {parsed.seq}, one below the newest ({newest}): a crash "
+            "between publishing it and swapping latest (it was never acknowledged); the next "
+            "write moves latest on"
+        )
 
 
 def verify_journal(paths: RunPaths, record_codec: RecordCodec, report: VerifyReport) -> int:

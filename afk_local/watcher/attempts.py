@@ -26,10 +26,11 @@ import msgspec
 
 from afk_local.errors import AfkLocalError, RunLockedError
 from afk_local.storage import codec, fsio
-from afk_local.storage.layout import LOGS_NAME, scan_checkpoints
+from afk_local.storage.catalog import RunCatalog
+from afk_local.storage.layout import LOGS_NAME
 from afk_local.storage.ownership import acquire_lock
 from afk_local.storage.reader import read_meta
-from afk_local.storage.records import Phase, RunMeta, RunStatus, now_ms
+from afk_local.storage.records import Phase, RunMeta, RunStatus, later_ms, now_ms
 from afk_local.storage.store import Store
 
 log = logging.getLogger("afk_local")
@@ -77,18 +78,22 @@ def update_meta_unowned(
     paths = store.paths(run_id)
     try:
         lock = acquire_lock(paths, 0.0)
-    except (RunLockedError, OSError):
+    except (AfkLocalError, OSError):  # locked, or owner.lock damaged (the sweep reports that)
         return None
     try:
         try:
             meta = read_meta(paths, store.codec)
         except AfkLocalError:
             return None
+        if store.heads is not None and store.heads.behind(paths, meta.updated_ms):
+            return None  # rolled back: never written on (the trust gate reports it)
         changes = change(meta)
         if changes is None:
             return None
-        new = msgspec.structs.replace(meta, updated_ms=now_ms(), **changes)
+        new = msgspec.structs.replace(meta, updated_ms=later_ms(meta.updated_ms), **changes)
         fsio.atomic_write(paths.meta, codec.encode_meta(store.codec, new))
+        if store.heads is not None:
+            store.heads.update_meta(run_id, new.updated_ms)
         return new
     finally:
         lock.release()
@@ -128,7 +133,7 @@ def claim(host: AttemptHost, run_id: str, *, manual: bool) -> Claim | None:
             **numbering,
         }
 
-    files = scan_checkpoints(paths.dir) if paths.dir.is_dir() else []
+    files = RunCatalog(paths).files() if paths.dir.is_dir() else []
     seq = files[-1].seq if files else 0
     meta = update_meta_unowned(host.store, run_id, decide)
     if meta is None:
@@ -176,7 +181,7 @@ def attempt_died(
     paths = host.store.paths(run_id)
     progressed = any(
         f.seq > seq_at_start and f.phase == Phase.RUNTIME_STATE.value
-        for f in scan_checkpoints(paths.dir)
+        for f in RunCatalog(paths).files()
     )
     if progressed:
         attempts = 0

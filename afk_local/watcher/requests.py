@@ -9,11 +9,28 @@ stops the watcher. Handling is idempotent, so two watchers reading the same
 request do no harm (the run's lock decides who resumes it; a second submit of
 the same run id finds the run already there).
 
-Format (``kind`` decides the other fields)::
+An answer (a resume with input) names the pause it answers: ``pause_seq``, the
+seq of the ``paused`` checkpoint the run waited at when the answer was given. The
+watcher applies it only while the run still waits there and its child checks
+again under the run's lock (``--pause-seq``), so a request that a killed watcher
+left behind, or a second watcher read too, is applied at most once and never to
+a later pause: once the run moved on, the request is moved to ``rejected/``.
 
-    {"kind": "resume", "run_id": "RUN", "input": <JSON>, "has_input": true}
+Format (``kind`` decides the other fields; fields with their default value are
+left out)::
+
+    {"kind": "resume", "run_id": "RUN", "input": <JSON>, "has_input": true, "pause_seq": 7}
     {"kind": "submit", "run_id": "RUN", "entrypoint": "module:function",
      "args": [...], "kwargs": {...}}
+
+In a keyed store the JSON is followed by a second line: the hex HMAC of the whole
+first line (:meth:`~afk_local.storage.integrity.Signer.sign_document`), so any field,
+including fields added later, is covered. The watcher acts only on request files
+owned by its user, in a ``requests/`` directory nobody else can write, and — keyed —
+carrying a valid MAC; a watcher without the key never acts on a keyed store.
+A submit request only creates the run: the child that runs it resolves the
+entrypoint through the trust gate and refuses anything but an ``@afk.durable``
+function.
 """
 
 from __future__ import annotations
@@ -31,18 +48,23 @@ from typing import Any, Protocol
 import msgspec
 
 from afk_local.errors import AfkLocalError, RunExistsError
+from afk_local.runner.answers import check_answer, waiting_at
 from afk_local.runner.entrypoints import is_entrypoint
 from afk_local.runner.origin import cannot_resume
 from afk_local.storage import fsio
+from afk_local.storage.integrity import split_document
 from afk_local.storage.layout import new_run_id, validate_run_id
 from afk_local.storage.records import RunStatus, now_ms
 from afk_local.storage.store import Store
+from afk_local.storage.trust import request_file_problem
 
 MAX_REQUEST_BYTES = 1 << 20
 REJECTED_DIR = "rejected"
+REQUEST_TAG = "afk-local/request"
+"""What a request's MAC is made for (a request's MAC never passes for another document's)."""
 
 
-class Request(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class Request(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """One request file's content."""
 
     kind: str
@@ -54,6 +76,8 @@ class Request(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     input: Any = None
     has_input: bool = False
     created_ms: int = 0
+    pause_seq: int = 0
+    """For an answer: the seq of the paused checkpoint it answers (required with input)."""
 
 
 def validate(request: Request) -> Request:
@@ -65,6 +89,13 @@ def validate(request: Request) -> Request:
     if request.kind == "resume":
         if request.entrypoint is not None or request.args or request.kwargs:
             raise ValueError("a resume request takes no entrypoint, args or kwargs")
+        if request.has_input and request.pause_seq < 1:
+            raise ValueError(
+                "an answer must name the pause it answers (pause_seq): write it with "
+                "`afk-local resume RUN --via-watcher --input JSON`"
+            )
+        if not request.has_input and request.pause_seq:
+            raise ValueError("pause_seq names the pause an input answers: give the input too")
     elif request.kind == "submit":
         if not is_entrypoint(request.entrypoint):
             raise ValueError(
@@ -85,16 +116,36 @@ def write_request(store: Store, request: Request) -> Path:
         request = msgspec.structs.replace(request, created_ms=now_ms())
     name = f"{request.created_ms:013d}-{request.kind}-{secrets.token_hex(4)}.json"
     path = store.requests_dir / name
-    fsio.atomic_write(path, msgspec.json.encode(request))
+    body = msgspec.json.encode(request)
+    signer = store.codec.signer
+    fsio.atomic_write(path, body if signer is None else signer.sign_document(REQUEST_TAG, body))
     return path
 
 
 def resume_request(
-    store: Store, run_id: str, value: Any = None, *, has_input: bool = False
+    store: Store,
+    run_id: str,
+    value: Any = None,
+    *,
+    has_input: bool = False,
+    pause_seq: int | None = None,
 ) -> Path:
-    """Ask the watcher to resume ``run_id`` (with ``value`` as the answer of a paused run)."""
+    """Ask the watcher to resume ``run_id`` (with ``value`` as the answer of a paused run).
+
+    An answer is bound to the pause it answers: ``pause_seq``, by default the one the
+    run waits at now.
+
+    Raises:
+        PauseMismatchError: ``has_input`` but the run waits at no pause (or not at ``pause_seq``).
+    """
+    seq = 0
+    if has_input:
+        meta = store.read_meta(run_id)
+        seq = pause_seq if pause_seq is not None else (waiting_at(meta) or 0)
+        check_answer(meta, seq)
     return write_request(
-        store, Request(kind="resume", run_id=run_id, input=value, has_input=has_input)
+        store,
+        Request(kind="resume", run_id=run_id, input=value, has_input=has_input, pause_seq=seq),
     )
 
 
@@ -117,17 +168,37 @@ def submit_request(
     return rid, path
 
 
-def read_request(path: Path) -> Request:
-    """Read and validate one request file; ValueError saying why it is unusable."""
+def read_request(path: Path, store: Store | None = None) -> Request:
+    """Read, check and validate one request file; ValueError saying why it is unusable.
+
+    With ``store``: the file must be owned by this user in a ``requests/`` nobody else
+    can write, and in a keyed store carry a valid MAC over its whole body.
+    """
     try:
-        data = fsio.read_bounded(path, MAX_REQUEST_BYTES)
-    except ValueError as exc:
-        raise ValueError(f"too large: {exc}") from None
+        fd = fsio.open_regular(path)  # a symlink, FIFO or device is refused, unblocked
     except OSError as exc:
         raise ValueError(f"cannot read: {exc.strerror or exc}") from None
     try:
-        request = msgspec.json.decode(data, type=Request)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        problem = None if store is None else request_file_problem(store, path, fd)
+        if problem is not None:
+            raise ValueError(f"untrusted: {problem}")
+        size = os.fstat(fd).st_size
+        if size > MAX_REQUEST_BYTES:
+            raise ValueError(f"too large: {size} bytes, over the bound of {MAX_REQUEST_BYTES}")
+        data = os.read(fd, MAX_REQUEST_BYTES + 1)
+    finally:
+        os.close(fd)
+    signer = None if store is None else store.codec.signer
+    if signer is not None:
+        try:
+            body = signer.open_document(REQUEST_TAG, data)
+        except ValueError as exc:
+            raise ValueError(f"untrusted: {exc}") from None
+    else:
+        body = split_document(data)[0]
+    try:
+        request = msgspec.json.decode(body, type=Request)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise ValueError(f"not a request: {exc}") from None
     return validate(request)
 
@@ -188,8 +259,15 @@ class RequestHost(Protocol):
     def emit(self, kind: str, run_id: str | None = None, message: str = "", /) -> None:
         """Report an event."""
 
-    def start(self, run_id: str, *, manual: bool = False, input_json: str | None = None) -> bool:
-        """Start a child resuming ``run_id``; False if its lock is taken."""
+    def start(
+        self,
+        run_id: str,
+        *,
+        manual: bool = False,
+        input_json: str | None = None,
+        pause_seq: int | None = None,
+    ) -> bool:
+        """Start a child resuming ``run_id`` (answering the pause at ``pause_seq``)."""
 
 
 def process_requests(watcher: RequestHost) -> None:
@@ -199,20 +277,28 @@ def process_requests(watcher: RequestHost) -> None:
         if watcher.stop_event.is_set():
             return
         try:
-            request = read_request(path)
+            request = read_request(path, store)
         except ValueError as exc:
-            if path.exists():
-                reject(store, path, str(exc))
-                watcher.emit("rejected", None, f"{path.name}: {exc}")
+            if os.path.lexists(path):
+                _reject(watcher, path, str(exc), None)
             continue
         try:
             done = _handle(watcher, request)
         except (AfkLocalError, ValueError, TypeError, OSError) as exc:
-            reject(store, path, f"{type(exc).__name__}: {exc}")
-            watcher.emit("rejected", request.run_id, f"{path.name}: {exc}")
+            _reject(watcher, path, f"{type(exc).__name__}: {exc}", request.run_id)
             continue
         if done:
             fsio.unlink(path)
+
+
+def _reject(watcher: RequestHost, path: Path, reason: str, run_id: str | None) -> None:
+    try:
+        reject(watcher.store, path, reason)
+    except OSError as exc:  # requests/rejected is in the way (a file, a symlink): leave it be
+        reason = f"{reason} (not moved to {REJECTED_DIR}/: {exc})"
+        with contextlib.suppress(OSError):
+            fsio.unlink(path)
+    watcher.emit("rejected", run_id, f"{path.name}: {reason}")
 
 
 def _handle(watcher: RequestHost, request: Request) -> bool:
@@ -234,6 +320,8 @@ def _handle(watcher: RequestHost, request: Request) -> bool:
             watcher.pending.append(request.run_id)
         return True
     meta = store.read_meta(request.run_id)  # RunNotFoundError: rejected with the reason
+    pause_seq = request.pause_seq if request.has_input else None
+    check_answer(meta, pause_seq)  # a stale answer: applied already, or the run moved on
     if meta.status is RunStatus.COMPLETED:
         watcher.emit("request", request.run_id, "already completed; nothing to do")
         return True
@@ -246,7 +334,7 @@ def _handle(watcher: RequestHost, request: Request) -> bool:
     if len(watcher.children) >= watcher.concurrency:
         return False
     input_json = json.dumps(request.input) if request.has_input else None
-    if not watcher.start(request.run_id, manual=True, input_json=input_json):
+    if not watcher.start(request.run_id, manual=True, input_json=input_json, pause_seq=pause_seq):
         with contextlib.suppress(AfkLocalError):
             if store.owner_alive(request.run_id):
                 watcher.emit("taken", request.run_id, "its owner is alive; left alone")

@@ -34,13 +34,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from afk_local.errors import AfkLocalError
+from afk_local.errors import (
+    AfkLocalError,
+    CheckpointCorruptionError,
+    SchemaVersionError,
+    UntrustedStoreError,
+)
 from afk_local.runner.origin import cannot_resume, reentry_plan
 from afk_local.storage import fsio
-from afk_local.storage.ownership import boot_id, lock_is_held
+from afk_local.storage.heads import HEAD_DIR_ENV
+from afk_local.storage.ownership import boot_id, probe_owner
 from afk_local.storage.reader import read_meta
 from afk_local.storage.records import RunMeta, RunStatus, now_ms
-from afk_local.storage.store import Store
+from afk_local.storage.store import MAX_RECORD_BYTES_ENV, Store
+from afk_local.storage.trust import path_problem, require_trusted_run, store_problems
 from afk_local.watcher.attempts import (
     RESUMABLE,
     attempt_died,
@@ -63,8 +70,11 @@ class WatchEvent:
 
     ``kind`` is one of ``started``, ``resumed``, ``completed``, ``paused``,
     ``failed``, ``backoff``, ``gave_up``, ``stopped``, ``taken`` (another
-    process holds the run), ``skipped`` (an interrupted run no process can resume,
-    said once), ``submitted``, ``request``, ``rejected``, ``stopping``.
+    process holds the run), ``skipped`` (an interrupted run no process can resume, or
+    whose ``run.meta`` cannot be read, e.g. a newer schema version; said once),
+    ``damaged`` (its ``owner.lock`` is not a lock: left for a person), ``refused``
+    (the trust gate refused the run: nothing was started; said once per change of
+    the run), ``submitted``, ``request``, ``rejected``, ``stopping``.
     """
 
     kind: str
@@ -166,6 +176,8 @@ class Watcher:
         self.counts: dict[str, int] = {}
         self._cache: dict[str, _Cached] = {}
         self._skipped: dict[str, str] = {}  # run id -> why it cannot be resumed (said once)
+        self._damaged: dict[str, str] = {}  # run id -> the lock problem already reported
+        self._reported: dict[str, tuple[int, ...]] = {}  # refused/skipped, by _state_key
         self._stopping = False
 
     def __repr__(self) -> str:
@@ -195,8 +207,16 @@ class Watcher:
         cached = self._cache.get(run_id)
         if cached is not None and cached.key == key:
             return cached.meta
+        reported = self._reported.get(run_id)
+        if reported is not None and reported == self._state_key(run_id):
+            return None  # refused or unreadable, and unchanged since: said so already
         try:
             meta = read_meta(paths, self.store.codec)
+        except (SchemaVersionError, CheckpointCorruptionError) as exc:
+            # A newer schema, or damaged (keyed: unsigned) meta: said once, left alone.
+            self._cache.pop(run_id, None)
+            self._report(run_id, "skipped", f"{exc}; the watcher leaves it alone")
+            return None
         except AfkLocalError:
             self._cache.pop(run_id, None)
             return None
@@ -207,13 +227,46 @@ class Watcher:
         """Drop the cached ``run.meta`` of ``run_id``: it changed (or is about to)."""
         self._cache.pop(run_id, None)
 
+    def _report(self, run_id: str, kind: str, message: str) -> None:
+        self._reported[run_id] = self._state_key(run_id)
+        self.emit(kind, run_id, message)
+
+    def _state_key(self, run_id: str) -> tuple[int, ...]:
+        """What must change for a refused run to be looked at again: its ``run.meta``
+        (``--trust``, a new attempt) or its directory (``chmod``, ``chown``)."""
+        paths = self.store.paths(run_id)
+        key: list[int] = []
+        for path in (paths.meta, paths.dir):
+            try:
+                st = os.stat(path, follow_symlinks=False)
+                key += [st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_mode]
+            except OSError:
+                key += [0, 0, 0, 0, 0]
+        return tuple(key)
+
+    def _trusted(self, run_id: str) -> bool:
+        """Run the trust gate on ``run_id`` before starting anything for it.
+
+        A refusal is reported once (per version of the run's meta) and the run is
+        left alone; the watcher goes on with the others.
+        """
+        try:
+            require_trusted_run(self.store, run_id)
+            self._logs_dir(run_id)
+        except (AfkLocalError, OSError) as exc:
+            self.forget(run_id)
+            self._report(run_id, "refused", f"nothing started: {exc}")
+            return False
+        return True
+
     def interrupted(self, now: int | None = None) -> list[str]:
         """Runs a watcher should resume now: interrupted, resumable, not backing off.
 
         A run without an entrypoint (not an ``@afk.durable`` job nor an agent run
         with a rebuildable agent: a StateCheckpoint, a LangGraph thread, a
         subagent's child run) has nothing to re-import and is left alone; so is
-        every run whose lock is held.
+        every run whose lock is held, and every run whose ``owner.lock`` is damaged
+        (reported once as a ``damaged`` event; the sweep goes on with the others).
         """
         stamp = now_ms() if now is None else now
         found = []
@@ -225,7 +278,12 @@ class Watcher:
                 continue
             if meta.next_attempt_ms > stamp:
                 continue
-            if lock_is_held(self.store.paths(run_id).lock):
+            owner = probe_owner(self.store.paths(run_id).lock)
+            if owner.problem is not None:
+                self._report_damage(run_id, owner.problem)
+                continue
+            self._damaged.pop(run_id, None)
+            if owner.held:
                 continue
             reason = cannot_resume(meta)
             if reason is not None:  # knowable now: no doomed attempts, never marked failed
@@ -236,6 +294,17 @@ class Watcher:
             self._skipped.pop(run_id, None)
             found.append(run_id)
         return found
+
+    def _report_damage(self, run_id: str, problem: str) -> None:
+        if self._damaged.get(run_id) == problem:
+            return  # said already; a person has to act
+        self._damaged[run_id] = problem
+        self.emit(
+            "damaged",
+            run_id,
+            f"{problem}: not resumed; remove it once no process uses the run "
+            f"(`afk-local verify {run_id}`)",
+        )
 
     def sweep(self) -> list[str]:
         """Queue every interrupted run (keeping the queue free of duplicates); returns them."""
@@ -257,32 +326,67 @@ class Watcher:
         """
         return update_meta_unowned(self.store, run_id, change)
 
+    def _logs_dir(self, run_id: str) -> Path:
+        """``runs/<id>/logs``, made if missing; a symlink or non-directory there is refused."""
+        logs = attempt_log(self.store.paths(run_id).dir, 1).parent
+        problem = path_problem(logs, directory=True)
+        if problem is not None:
+            raise UntrustedStoreError(
+                str(logs), problem, "remove it; the watcher writes attempt logs there", run_id
+            )
+        fsio.make_dir(logs, exist_ok=True)
+        return logs
+
     def _open_log(self, run_id: str, attempt: int) -> tuple[int, Path]:
-        path = attempt_log(self.store.paths(run_id).dir, attempt)
-        fsio.make_dir(path.parent, exist_ok=True)
-        fd = fsio.open_append(path)
+        path = attempt_log(self._logs_dir(run_id).parent, attempt)
+        fd = fsio.open_append(path)  # a symlink, FIFO or device there is refused, unblocked
         return fd, path
 
     def child_command(
-        self, run_id: str, input_json: str | None = None, *, python: str | None = None
+        self,
+        run_id: str,
+        input_json: str | None = None,
+        pause_seq: int | None = None,
+        *,
+        python: str | None = None,
     ) -> list[str]:
-        """The command line of the child that resumes ``run_id`` (under ``python``, if given)."""
+        """The command line of the child that resumes ``run_id`` (under ``python``, if given).
+
+        An answer goes with the pause it answers, which the child checks under the
+        run's lock: a request delivered twice is applied once.
+        """
         cmd = [python or self.python, "-m", "afk_local", "resume", run_id]
         cmd += ["--root", str(self.store.root.absolute())]
         if input_json is not None:
             cmd += ["--input", input_json]
+            if pause_seq is not None:
+                cmd += ["--pause-seq", str(pause_seq)]
         return cmd
 
-    def start(self, run_id: str, *, manual: bool = False, input_json: str | None = None) -> bool:
+    def start(
+        self,
+        run_id: str,
+        *,
+        manual: bool = False,
+        input_json: str | None = None,
+        pause_seq: int | None = None,
+    ) -> bool:
         """Claim ``run_id`` and start its child; False when it is not ours to resume."""
         if run_id in self.children or self._stopping:
+            return False
+        if not self._trusted(run_id):
             return False
         claimed = claim(self, run_id, manual=manual)
         if claimed is None:
             return False
         meta, seq = claimed.meta, claimed.seq_at_start
         attempt = meta.attempt + 1
-        fd, log_path = self._open_log(run_id, attempt)
+        try:
+            fd, log_path = self._open_log(run_id, attempt)
+        except (OSError, AfkLocalError) as exc:
+            self.emit("refused", run_id, f"cannot open its attempt log: {exc}")
+            release(self, run_id, meta.watcher_attempts)
+            return False
         try:
             header = (
                 f"# afk-local watcher (pid {os.getpid()}, boot {boot_id()[:8]}) "
@@ -294,11 +398,14 @@ class Watcher:
             # else the watcher's: the child finds the job where it ran (runner.origin).
             plan = reentry_plan(meta)
             env = dict(os.environ)
+            if self.store.head_dir_given:  # the child's Store must find the same head records
+                env[HEAD_DIR_ENV] = str(self.store.head_dir)
+            env[MAX_RECORD_BYTES_ENV] = str(self.store.max_record_bytes)
             env.update(self.env)
             env.update(plan.env)
             env.setdefault("PYTHONUNBUFFERED", "1")
             proc = subprocess.Popen(
-                self.child_command(run_id, input_json, python=plan.python),
+                self.child_command(run_id, input_json, pause_seq, python=plan.python),
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=subprocess.STDOUT,
@@ -397,7 +504,7 @@ class Watcher:
                 self.stop_event.wait(0.05)
         self.shutdown()
         bad = self.counts.get("failed", 0) + self.counts.get("gave_up", 0)
-        bad += self.counts.get("backoff", 0)
+        bad += self.counts.get("backoff", 0) + self.counts.get("damaged", 0)
         return 1 if bad else 0
 
     def serve(self, on_tick: Callable[[], None] | None = None) -> int:
@@ -439,8 +546,21 @@ class Watcher:
         return 0
 
     def _prepare(self) -> None:
+        """Refuse a store nothing may be executed from; make its directories.
+
+        Raises:
+            UntrustedStoreError: the store's root or ``runs/`` is a symlink, not the
+                user's, or writable by others; or the store is keyed and this watcher
+                has no key (or another key).
+        """
+        for path, reason in store_problems(self.store):
+            raise UntrustedStoreError(
+                path, reason, "the watcher executes nothing from this store; fix it and restart"
+            )
         fsio.make_dirs(self.store.runs_dir)
         fsio.make_dirs(self.store.requests_dir)
+        if self.store.keyed:
+            self.store.prepare_write()
 
     def stop(self) -> None:
         """Ask :meth:`serve` / :meth:`run_once` to end (safe from a signal handler)."""

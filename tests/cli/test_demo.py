@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -30,3 +31,27 @@ def test_demo_runs_and_every_side_effect_happens_once() -> None:
     assert f"{n} lines, {n} distinct of {n}" in out
     assert "every side effect happened exactly once" in out
     assert re.search(r"bytes on disk\s+[\d.]+ [kM]?B in \d+ files", out)
+
+
+def test_demo_with_root_keeps_its_store_there_and_refuses_a_used_directory(tmp_path) -> None:
+    root = tmp_path / "demo-store"
+    demo = [sys.executable, "-m", "afk_local", "demo", "--steps", "6", "--root", str(root)]
+    result = subprocess.run([*demo, "--json"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    report = json.loads(result.stdout)
+    assert report["store"] == str(root)
+    log = subprocess.run(
+        [sys.executable, "-m", "afk_local", "--root", str(root), "log", report["run_id"]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert log.returncode == 0, log.stderr
+    assert log.stdout.strip()
+
+    before = sorted(p.name for p in root.iterdir())
+    again = subprocess.run(demo, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2
+    assert again.stdout == ""
+    assert again.stderr.count("\n") == 1 and "not a new or empty directory" in again.stderr
+    assert sorted(p.name for p in root.iterdir()) == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -19,7 +20,10 @@ EXAMPLES: dict[str, tuple[list[list[str]], str]] = {
     "notebook_loop.py": ([[], []], "already done: {'final_loss': 0.05, 'epochs': 20}"),
     "human_approval.py": ([[], ["--answer", "yes"]], "'sent': True"),
     "agent_resume.py": ([["--delay", "0"]], "completed: Researched 6 topics"),
+    "fanout_dask.py": ([["--images", "6", "--workers", "1"]], "uploads: 6"),
 }
+# script -> the module an optional extra brings (the example is skipped without it)
+NEEDS = {"fanout_dask.py": "distributed"}
 
 
 def run_example(script: str, args: list[str], root: Path, timeout: float = 120):
@@ -36,6 +40,8 @@ def run_example(script: str, args: list[str], root: Path, timeout: float = 120):
 
 @pytest.mark.parametrize("script", sorted(EXAMPLES))
 def test_example_runs_to_completion(script, tmp_path):
+    if script in NEEDS and importlib.util.find_spec(NEEDS[script]) is None:
+        pytest.skip(f"{script} needs {NEEDS[script]} (an optional extra)")
     commands, expect = EXAMPLES[script]
     for args in commands:
         done = run_example(script, args, tmp_path / "store")

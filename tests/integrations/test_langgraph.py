@@ -349,6 +349,74 @@ def test_delete_for_runs_keeps_other_checkpoints_decodable(tmp_path):
         assert [t.checkpoint["channel_values"]["x"][-1] for t in left] == list("86420")
 
 
+def test_a_packed_thread_reads_the_same_and_a_new_process_decodes_one_file(tmp_path, monkeypatch):
+    latest = {"configurable": {"thread_id": "t"}}
+    with AfkLocalSaver(afk.Store(tmp_path, pack_loose_limit=6)) as saver:
+        parent = None
+        for i in range(40):
+            _put(saver, "t", f"{i:04d}", parent, x=i, text="words " * i)
+            parent = f"{i:04d}"
+            if i % 7 == 0:
+                saver.put_writes(
+                    {"configurable": {"thread_id": "t", "checkpoint_id": parent}},
+                    [("ch", i)],
+                    f"task-{i}",
+                )
+        listed = [t.config["configurable"]["checkpoint_id"] for t in saver.list(latest)]
+        assert listed == [f"{i:04d}" for i in reversed(range(40))]
+    run_dir = afk.Store(tmp_path).paths(thread_run_id("t")).dir
+    assert any(p.suffix == ".pack" for p in run_dir.iterdir())
+    assert len(scan_checkpoints(run_dir)) <= 12
+    loads: list[str] = []
+    original = afk.RunReader.load
+
+    def counting(self, file):
+        loads.append(file.name)
+        return original(self, file)
+
+    monkeypatch.setattr(afk.RunReader, "load", counting)
+    with AfkLocalSaver(tmp_path) as fresh:
+        assert fresh.get_tuple(latest).checkpoint["channel_values"]["x"] == 39
+        assert len(loads) == 1  # ids came from the trusted cache: no other file decoded
+        packed = {"configurable": {"thread_id": "t", "checkpoint_id": "0007"}}
+        found = fresh.get_tuple(packed)
+        assert found.checkpoint["channel_values"]["x"] == 7
+        assert found.pending_writes == [("task-7", "ch", 7)]
+        fresh.prune(["t"])  # deletes packed checkpoints: packs are rewritten without them
+        assert [t.checkpoint["channel_values"]["x"] for t in fresh.list(latest)] == [39]
+    assert afk.Store(tmp_path).open(thread_run_id("t")).verify().ok
+
+
+def test_a_reused_name_is_never_taken_for_its_old_content(tmp_path):
+    """delete_for_runs deletes the newest checkpoint; the next put reuses its name, and a
+    crash loses that put's (unsynced) cache entry: the durable tombstone keeps a new
+    process from trusting the old entry of that name."""
+    with AfkLocalSaver(tmp_path) as saver:
+        parent = None
+        for i in range(5):
+            conf: dict[str, Any] = {"thread_id": "t", "checkpoint_ns": ""}
+            if parent:
+                conf["checkpoint_id"] = parent
+            saver.put(
+                {"configurable": conf},
+                _checkpoint(f"{i:04d}", {"x": i}),
+                {"source": "loop", "step": i, "run_id": "doomed" if i == 4 else "kept"},
+                {},
+            )
+            parent = f"{i:04d}"
+        saver.delete_for_runs(["doomed"])
+        cache = afk.Store(tmp_path).paths(thread_run_id("t")).dir / "langgraph.index"
+        size = cache.stat().st_size
+        _put(saver, "t", "0099", "0003", x=99)  # takes the deleted checkpoint's name
+    with open(cache, "r+b") as fh:
+        fh.truncate(size)  # the crash: the new entry never reached the disk
+    with AfkLocalSaver(tmp_path) as fresh:
+        latest = fresh.get_tuple({"configurable": {"thread_id": "t"}})
+        assert latest.checkpoint["id"] == "0099"
+        listed = [t.checkpoint["id"] for t in fresh.list({"configurable": {"thread_id": "t"}})]
+        assert listed == ["0099", "0003", "0002", "0001", "0000"]
+
+
 def test_torn_writes_tail_is_ignored_then_cut(tmp_path):
     with AfkLocalSaver(tmp_path) as saver:
         config = _put(saver, "t", "0001", None, x=1)

@@ -10,6 +10,7 @@ import zlib
 from pathlib import Path
 
 import msgspec
+import proc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -449,12 +450,11 @@ def test_eight_threads_lose_nothing_and_group_commit(tmp_path: Path) -> None:
 def test_failed_fsync_is_never_retried_and_refuses_appends(tmp_path: Path) -> None:
     path = tmp_path / "effects.log"
     journal = Journal(path, "run-f", writable=True)
-    fsyncs = 0
+    ops: list[str] = []
 
     def hook(operation: str, target: str) -> None:
-        nonlocal fsyncs
+        ops.append(operation)
         if operation == "fsync":
-            fsyncs += 1
             raise OSError(5, "Input/output error")
 
     previous = fsio.set_io_hook(hook)
@@ -469,7 +469,9 @@ def test_failed_fsync_is_never_retried_and_refuses_appends(tmp_path: Path) -> No
         assert calls == []  # no intent, no call
     finally:
         fsio.set_io_hook(previous)
-    assert fsyncs == 1
+    # the failed fsync, then only the cut of what it did not make durable: never a retry
+    assert ops == ["write", "fsync", "truncate", "fsync"]
+    assert path.stat().st_size == 0
     assert journal.lookup("a") is None  # never acknowledged, never indexed
     journal.close()
 
@@ -580,3 +582,71 @@ def test_state_stays_live_after_later_records(tmp_path: Path) -> None:
         journal.record_intent("k", name="f", input_hash="h2", idempotency_key="i")
         assert state.in_doubt and state.outcome is None
         assert state.intent is not None and state.intent.input_hash == "h2"
+
+
+# The outcome's fsync fails with EIO (the disk lost the page); the process lives on.
+EIO_CHILD = r"""
+import sys, afk_local as afk
+from afk_local.storage import fsio
+store = afk.Store(sys.argv[1])
+calls = 0
+def charge():
+    global calls
+    calls += 1
+    return "receipt"
+def eio_on_the_second_journal_fsync(operation, path):
+    global calls
+    if operation == "fsync" and path.endswith("effects.log") and calls:
+        raise OSError(5, "Input/output error")
+with store.create("r") as run:
+    fsio.set_io_hook(eio_on_the_second_journal_fsync)
+    try:
+        run.effects.call("charge", charge)
+    except afk.WriterFailedError as exc:
+        print("failed", calls, flush=True)
+"""
+
+
+def test_an_outcome_whose_fsync_failed_is_never_seen_as_recorded(tmp_path: Path) -> None:
+    """fsyncgate: after EIO the page cache still holds the bytes; nobody may take them as done."""
+    store = afk.Store(tmp_path / "store")
+    done = proc.run(EIO_CHILD, str(store.root))
+    assert done.returncode == 0 and done.stdout.split() == ["failed", "1"], done.stderr
+    # Another process opens the run: the call ran, but its outcome never became durable,
+    # so it is in doubt (a person checks) rather than replayed as done.
+    with store.resume_writer("r") as run:
+        state = run.effects.lookup("charge")
+        assert state is not None and state.in_doubt, state
+        with pytest.raises(afk.EffectInDoubtError):
+            run.effects.call("charge", lambda: "again", name="charge")
+    assert [e.kind for e in store.open("r").effects()] == ["intent"]
+
+
+def test_two_threads_calling_one_key_execute_it_once(tmp_path: Path, trials) -> None:
+    """Both callers get the one result; the second waits for the first and replays it."""
+    for trial in range(trials(50, 2000)):
+        journal = Journal(tmp_path / f"effects-{trial}.log", "r", writable=True)
+        calls: list[int] = []
+        barrier = threading.Barrier(2)
+        results: list[object] = []
+
+        def effect(trial: int = trial) -> int:
+            calls.append(1)
+            if trial % 2:
+                time.sleep(0.002)  # half the trials: the second caller arrives mid-call
+            return trial
+
+        def caller() -> None:
+            barrier.wait()
+            try:
+                results.append(journal.call("charge", effect))
+            except Exception as exc:
+                results.append(exc)
+
+        threads = [threading.Thread(target=caller) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        journal.close()
+        assert (len(calls), results) == (1, [trial, trial]), f"trial {trial}"

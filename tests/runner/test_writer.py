@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import random
+import subprocess
 import threading
 
 import proc
@@ -192,3 +193,129 @@ def test_invalid_mode(store):
     with pytest.raises(ValueError, match="durability"):
         DurableWriter(run, "sometimes")
     run.close()
+
+
+# An async writer on a stuck disk: close() gives up waiting (flush timeout), while the
+# background thread is still inside its write. The process lives on (a notebook, a server).
+STUCK_OWNER = """
+import sys, threading, time, afk_local as afk
+from afk_local.runner.writer import DurableWriter, FlushTimeoutError
+from afk_local.storage import fsio
+store, stall = afk.Store(sys.argv[1]), float(sys.argv[2])
+writer = DurableWriter(store.create("r"), "async", flush_timeout_s=0.2)
+writer.checkpoint("runtime_state", {"by": "first owner", "n": 1}, step=1)
+writer.flush()
+def stuck_disk(operation, path):
+    if operation == "fsync" and threading.current_thread().name.startswith("afk-writer"):
+        time.sleep(stall)
+fsio.set_io_hook(stuck_disk)
+writer.checkpoint("runtime_state", {"by": "first owner", "n": 2}, step=2)
+try:
+    writer.close()
+except FlushTimeoutError:
+    print("closed", flush=True)
+time.sleep(stall + 1)
+"""
+
+# Takes the run over as soon as its lock is free and acknowledges one checkpoint.
+NEXT_OWNER = """
+import sys, time, afk_local as afk
+store = afk.Store(sys.argv[1])
+deadline = time.monotonic() + 60
+while True:
+    try:
+        run = store.resume_writer("r")
+        break
+    except afk.RunLockedError:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+record = run.checkpoint("runtime_state", {"by": "next owner"}, step=9)
+print(record.seq, flush=True)
+run.close()
+"""
+
+
+def test_close_after_a_flush_timeout_keeps_the_lock_until_the_last_write_ends(tmp_path, trials):
+    """A new owner never has its acknowledged checkpoints overwritten by the old one's thread."""
+    for trial in range(trials(1, 5)):
+        root = tmp_path / f"s{trial}"
+        owner = proc.spawn(STUCK_OWNER, str(root), "1.5")
+        try:
+            assert owner.stdout is not None
+            assert owner.stdout.readline().strip() == "closed", owner.stderr
+            taken = proc.run(NEXT_OWNER, str(root))
+            assert taken.returncode == 0, taken.stderr
+            acked = int(taken.stdout)
+            owner.wait(timeout=60)
+        finally:
+            if owner.poll() is None:
+                owner.kill()
+                owner.wait()
+        reader = afk.Store(root).open("r")
+        assert reader.get(acked).payload == {"by": "next owner"}
+        assert reader.verify().ok, reader.verify().problems
+
+
+# os.fork() while a writer is open: the child inherits the writer, its queue and its
+# atexit hook. It must never write into the parent's run: not at exit, not on demand.
+FORKING_OWNER = """
+import os, sys, threading, time, afk_local as afk
+from afk_local.runner.writer import DurableWriter
+from afk_local.storage import fsio
+root, mode, done = sys.argv[1], sys.argv[2], sys.argv[3]
+store = afk.Store(root)
+writer = DurableWriter(store.create("r"), mode, flush_timeout_s=60)
+writer.checkpoint("runtime_state", {"n": 1}, step=1)
+writer.flush()
+if mode == "async":  # fork while the background thread is busy with a queued write
+    started = threading.Event()
+    def slow_disk(operation, path):
+        if operation == "fsync" and threading.current_thread().name.startswith("afk-writer"):
+            started.set()
+            time.sleep(0.5)
+    fsio.set_io_hook(slow_disk)
+for n in range(2, 5):
+    writer.checkpoint("runtime_state", {"n": n}, step=n)
+if mode == "async":
+    started.wait(10)
+pid = os.fork()
+if pid == 0:  # the child: tries to write, then waits for the parent to finish, then exits
+    fsio.set_io_hook(None)
+    try:
+        writer.checkpoint("runtime_state", {"n": "child"}, step=99)
+        writer.flush()
+        print("child wrote", flush=True)
+    except afk.AfkLocalError as exc:
+        print("child refused", type(exc).__name__, flush=True)
+    while not os.path.exists(done):
+        time.sleep(0.01)
+    sys.exit(0)  # interpreter exit: atexit hooks run in the child too
+fsio.set_io_hook(None)
+writer.finish("parent done")
+writer.close()
+open(done, "w").close()
+_, status = os.waitpid(pid, 0)
+print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "exit"])
+def test_a_forked_child_never_writes_into_its_parents_run(tmp_path, mode):
+    root, done = tmp_path / "s", tmp_path / "parent-done"
+    child = proc.spawn(FORKING_OWNER, str(root), mode, str(done))
+    try:
+        out, err = child.communicate(timeout=30)  # the child must not hang at exit
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, err = child.communicate()
+        pytest.fail(f"the forked child hung at exit: {out} {err}")
+    assert child.returncode == 0, err
+    assert "child refused" in out and "child exit 0" in out, out + err
+    reader = afk.Store(root).open("r")
+    assert reader.meta.status is afk.RunStatus.COMPLETED
+    history = reader.history()
+    assert [c.payload.get("n") for c in history[:-1]] == [1, 2, 3, 4] or mode != "sync"
+    assert "child" not in [c.payload.get("n") for c in history]
+    assert history[-1].phase == "run_terminal"
+    assert reader.latest() == history[-1]  # latest not rolled back
+    assert reader.verify().ok, reader.verify().problems

@@ -6,6 +6,7 @@ import hashlib
 import os
 import random
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -173,3 +174,60 @@ def test_sigkill_during_fork_or_import_never_leaves_a_half_made_run(
         leftovers = [p.name for p in (root / "runs").iterdir() if p.name.startswith(".tmp-")]
         assert leftovers == [], (kill_at, leftovers)
     assert published >= 1  # the whole-run branch was exercised
+
+
+# A run that journals one effect right after each checkpoint, with that checkpoint's step
+# (as the agent protocol does: a post_llm checkpoint, then the tool calls of that step).
+# With "step-back" the wall clock steps back 5 s halfway (NTP, a VM resumed).
+JOURNALING_CHILD = r"""
+import sys, time, afk_local as afk
+root, n, clock = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+store = afk.Store(root)
+real_time_ns = time.time_ns
+with store.create("src") as run:
+    for i in range(1, n + 1):
+        if clock == "step-back" and i == n // 2:
+            time.time_ns = lambda: real_time_ns() - 5_000_000_000
+        run.checkpoint("runtime_state", {"i": i}, step=i)
+        run.effects.call(f"tool-{i}", lambda i=i: i, step=i)
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("clock", ["steady", "step-back"])
+def test_fork_inherits_exactly_the_effects_journaled_before_its_checkpoint(
+    tmp_path: Path, clock: str
+) -> None:
+    """Selected by journal position, never by time: same-millisecond effects and a clock
+    stepped back leak nothing from after the fork point into the fork."""
+    shm = Path("/dev/shm")
+    base = Path(tempfile.mkdtemp(dir=shm)) if shm.is_dir() else tmp_path
+    try:
+        n = 60
+        done = proc.run(JOURNALING_CHILD, str(base / "store"), str(n), clock)
+        assert done.returncode == 0, done.stderr
+        store = afk.Store(base / "store")
+        wrong = {}
+        for seq in range(1, n + 1):  # checkpoint seq i is written before effect tool-i
+            store.fork("src", seq, f"fork-{seq}")
+            keys = {e.key for e in store.open(f"fork-{seq}").effects()}
+            expected = {f"tool-{i}" for i in range(1, seq)}
+            if keys != expected:
+                wrong[seq] = (sorted(keys - expected)[:3], sorted(expected - keys)[:3])
+        examples = dict(list(wrong.items())[:3])
+        assert not wrong, f"{len(wrong)} of {n} forks: (extra, missing) e.g. {examples}"
+    finally:
+        if base != tmp_path:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def test_fork_of_a_run_whose_journal_gc_trimmed_is_refused(source: tuple[afk.Store, Path]) -> None:
+    """The positions its checkpoints recorded no longer hold: a fork would redo dropped effects."""
+    store, _ = source
+    at = _seq_after_items(store.open("src"), FORK_AFTER)
+    report = store.gc(RetentionPolicy(max_effects_per_run=2, keep_runtime_states=10**6))
+    assert report.compacted[0].effects_dropped > 0
+    assert store.read_meta("src").extra["journal_trimmed"] == report.compacted[0].effects_dropped
+    with pytest.raises(afk.AfkLocalError, match="trimmed"):
+        store.fork("src", at, "fork")
+    assert "fork" not in store.run_ids()

@@ -67,7 +67,7 @@ def files(store: afk.Store, run_id: str) -> list[Path]:
 
 def problems(store: afk.Store, run_id: str) -> dict[str, str]:
     """File name -> reason for every problem verify() reports (the meta may be bad too)."""
-    report = RunReader(store.paths(run_id), record_codec=store.codec).verify()
+    report = store.reader(run_id).verify()
     return {os.path.basename(p.path): p.reason for p in report.problems}
 
 
@@ -275,15 +275,20 @@ def test_deleted_middle_record_is_detected(tmp_path: Path) -> None:
 
 
 def test_rolled_back_record_is_detected(tmp_path: Path) -> None:
-    """Seq 3 is written twice (the first write never acknowledged: a crash took it back);
-    restoring the older version is caught by the record after it."""
+    """Seq 3 is written twice (the first write never acknowledged: a crash took it back,
+    head record and all); restoring the older version is caught by the record after it."""
     store = keyed(tmp_path)
     with store.create("r") as run:
-        for i in range(1, 4):
+        for i in range(1, 3):
             run.checkpoint(f"p{i}", {"i": i}, step=i)
+    head = store.heads.path("r")
+    head_before_three = head.read_bytes()
+    with store.resume_writer("r") as run:
+        run.checkpoint("p3", {"i": 3}, step=3)
     old_three = files(store, "r")[2]
     saved = old_three.read_bytes()
     old_three.unlink()
+    head.write_bytes(head_before_three)  # as if seq 3 had never been acknowledged
     with store.resume_writer("r") as run:
         run.checkpoint("p3", {"i": "3 again"}, step=3)
         run.checkpoint("p4", {"i": 4}, step=4)
@@ -330,18 +335,29 @@ def test_unkeyed_store_reads_signed_runs_and_notes_it(tmp_path: Path) -> None:
     report = reader.verify()
     assert report.ok
     assert any("signatures not checked" in n for n in report.notes), report.notes
-    # A keyed store refuses an unkeyed run: every record is unsigned.
-    write_run(plain, "plain")
+    # A store without the key may not write into a keyed store...
+    with pytest.raises(afk.KeyRequiredError, match="the store is keyed"):
+        write_run(plain, "plain")
+    # ...and a keyed store refuses an unkeyed run copied in: every record is unsigned.
+    write_run(afk.Store(tmp_path / "elsewhere"), "plain")
+    shutil.copytree(tmp_path / "elsewhere" / "runs" / "plain", tmp_path / "runs" / "plain")
     found = problems(keyed(tmp_path), "plain")
     assert found and all("unsigned record in a keyed store" in r for r in found.values())
 
 
-def test_documented_limit_truncating_the_newest_records_is_not_detected(tmp_path: Path) -> None:
+def test_truncating_the_newest_records_is_caught_by_the_head_record(tmp_path: Path) -> None:
     store = keyed(tmp_path)
     keyframe_run(store, "r", 4)
+    head = store.heads.path("r")
     files(store, "r")[-1].unlink()
     store.paths("r").latest.unlink()
-    assert store.open("r").verify().ok  # an outside anchor would be needed (docs/format.md)
+    found = problems(store, "r")
+    assert list(found) == ["r"] and "rolled back" in found["r"], found
+    with pytest.raises(afk.RunRolledBackError, match="newest on disk is 3"):
+        store.resume_writer("r")
+    # Without its head record (kept outside the store) nothing inside the run can tell.
+    head.unlink()
+    assert store.open("r").verify().ok
 
 
 # -- attacks on the journal ------------------------------------------------------------
@@ -367,11 +383,16 @@ def journal_store(tmp_path: Path, count: int = 4) -> tuple[afk.Store, Path]:
 
 def assert_journal_refused(store: afk.Store, match: str) -> None:
     found = problems(store, "r")
-    assert list(found) == ["effects.log"] and match in found["effects.log"], found
+    # The records' own MACs catch it; the head record (the run dir) sees it too.
+    assert set(found) <= {"effects.log", "r"} and match in found["effects.log"], found
     with pytest.raises(afk.EffectLogCorruptionError, match=match):
         store.open("r").effects()
+    head = store.heads.path("r")
+    saved = head.read_bytes()
+    head.unlink()  # the MACs alone, without the head record:
     with pytest.raises(afk.EffectLogCorruptionError, match=match), store.resume_writer("r") as run:
         run.effects  # opening the journal checks it
+    head.write_bytes(saved)
 
 
 def test_journal_deleted_edited_or_reordered_record_is_detected(tmp_path: Path) -> None:
@@ -596,7 +617,10 @@ def test_langgraph_delete_on_a_keyed_store_keeps_the_thread_verifiable(
     def unsigned_cache(path: Path) -> dict[str, Any]:
         raise AssertionError(f"a keyed store read the index cache {path}")
 
-    monkeypatch.setattr("afk_local.integrations.langgraph.index._read_index_file", unsigned_cache)
+    for where in ("index", "threads"):  # the index build and the cold get_tuple
+        monkeypatch.setattr(
+            f"afk_local.integrations.langgraph.{where}.read_index_cache", unsigned_cache
+        )
     with AfkLocalSaver(keyed(tmp_path)) as fresh:
         assert [t.metadata for t in fresh.list({"configurable": {"thread_id": "t"}})] == listed
         fresh.prune(["t"])

@@ -25,6 +25,7 @@ from afk_local.storage.retention import (
     read_file_facts,
     runtime_state_count,
 )
+from afk_local.testing import run_and_kill
 
 TESTS = str(SUPPORT)
 
@@ -315,3 +316,37 @@ def test_kill_9_during_gc_leaves_every_run_resumable(tmp_path: Path, trials) -> 
         # a second gc (no crash) finishes the job
         assert not store.gc(RetentionPolicy(keep_runtime_states=2, max_runs=4)).errors
         assert not [p for p in os.listdir(store.runs_dir) if p.startswith(fsio.TEMP_PREFIX)]
+
+
+def _afk_cli(root: Path, *args: str) -> None:
+    """Run ``afk-local ARGS --root ROOT`` in its own process; it must succeed."""
+    done = proc.run(
+        "import sys; from afk_local.cli.main import main; sys.exit(main(sys.argv[1:]))",
+        *args,
+        "--root",
+        str(root),
+        env={"PYTHONPATH": TESTS},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_gc_never_takes_a_failed_runs_retry_away(tmp_path: Path) -> None:
+    """A failed run is resumable: gc keeps its journal and the run, its retry repeats nothing.
+
+    One gc with every policy that could cost it: trim the journal to nothing, keep no
+    run, keep nothing older than now.
+    """
+    store = afk.Store(tmp_path / "store")
+    charges, flag = tmp_path / "charges.txt", tmp_path / "down"
+    job = cli_jobs.charges_then_failure
+    first = run_and_kill(job, str(charges), str(flag), at=None, store=store, run_id="pay")
+    assert first.returncode != 0 and "shipping service is down" in first.stderr, first.stderr
+    assert store.read_meta("pay").status is afk.RunStatus.FAILED
+
+    policy = ["--max-effects-per-run", "0", "--max-runs", "0", "--max-age-days", "0"]
+    _afk_cli(store.root, "gc", *policy)
+
+    retry = run_and_kill(job, str(charges), str(flag), at=None, store=store, run_id="pay")
+    assert retry.returncode == 0, retry.stderr
+    assert store.read_meta("pay").status is afk.RunStatus.COMPLETED
+    assert charges.read_text().splitlines() == [f"charge {n}" for n in range(1, 5)]

@@ -191,8 +191,8 @@ def _install_kills(spec: dict[str, Any]) -> None:
     if after_n is not None or after_phase is not None:
         original = RunWriter._write
 
-        def write(self: RunWriter, phase: str, payload: Any, step: int) -> Any:
-            record = original(self, phase, payload, step)
+        def write(self: RunWriter, phase: str, payload: Any, step: int, *more: Any) -> Any:
+            record = original(self, phase, payload, step, *more)
             count[0] += 1
             if after_n is not None and count[0] == after_n:
                 os.kill(os.getpid(), signal.SIGKILL)

@@ -2,7 +2,7 @@
 
 - ``researcher``: a module-level ``Agent``; runs record ``agent_watcher_jobs:researcher``
   (found by identity). Its outside files go to ``$AFK_TEST_AGENT_OUT``.
-- ``build(context)``: a factory named by ``Agent(entrypoint=...)``; the run's
+- ``build(context)``: an ``@afk.agent_factory`` named by ``Agent(entrypoint=...)``; the run's
   ``context`` says where the outside files go and how the agent behaves, so a
   fresh process rebuilds the very same agent.
 
@@ -58,6 +58,7 @@ def _slow(fn: Any, delay: float, out: Path) -> Any:
     return slow
 
 
+@afk.agent_factory
 def build(context: dict[str, Any]) -> afk.Agent:
     """The agent of ``context``: out, steps, per_step, parallel, approval, delay (tool seconds)."""
     out = Path(context["out"])

@@ -65,6 +65,27 @@ def charge_job(ctx: afk.RunContext, outside: str, amount: int) -> dict[str, obje
     return {"receipt": ctx.step("charge", charge, outside, amount)}
 
 
+def card_charge(path: str, n: int) -> str:
+    """A side effect that does NOT deduplicate (a card charge): running it twice shows."""
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(f"charge {n}\n")
+    return f"receipt {n}"
+
+
+@durable
+def charges_then_failure(ctx: afk.RunContext, charges: str, flag: str) -> list[str]:
+    """Four journaled charges, then a failure on the first attempt; a retry finishes.
+
+    The retry must replay the four charges from the journal: the outside file
+    shows every charge that really ran.
+    """
+    receipts = [ctx.step("charge", card_charge, charges, n) for n in range(1, 5)]
+    if not os.path.exists(flag):
+        Path(flag).touch()
+        raise RuntimeError("the shipping service is down; retry later")
+    return receipts
+
+
 def expected_total(n: int) -> int:
     """What count_job returns for ``n`` items."""
     return sum(i * i for i in range(n))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import afk_local as afk
@@ -86,3 +87,50 @@ def flaky(ctx: afk.RunContext, log_path: str, fail_at: int = 7) -> list[str]:
 @afk.durable
 def pid_job(ctx: afk.RunContext) -> int:
     return os.getpid()
+
+
+@afk.durable
+def gated(ctx: afk.RunContext, gate: str) -> str:
+    """Checkpoints, prints ``waiting``, then holds the run until the file ``gate`` exists."""
+    ctx.checkpoint()
+    print("waiting", flush=True)
+    while not os.path.exists(gate):
+        time.sleep(0.005)
+    return "opened"
+
+
+def fork_helper(store_root: str, run_id: str) -> int:
+    """Forks a helper process (as daemonizing code does); the child exits once the run ended."""
+    pid = os.fork()
+    if pid:
+        return pid
+    store = afk.Store(store_root)
+    deadline = time.monotonic() + 30
+    while store.read_meta(run_id).status is not afk.RunStatus.COMPLETED:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    raise SystemExit(0)  # unwinds the inherited job's stack, then the interpreter exits
+
+
+def _forking(ctx: afk.RunContext, store_root: str) -> int:
+    ctx.state.setdefault("n", 0)
+    for _ in ctx.iterate(range(3), progress=False):
+        ctx.state["n"] += 1
+    ctx.step("helper", fork_helper, store_root, ctx.run_id)
+    for _ in ctx.iterate(range(3), progress=False):
+        ctx.state["n"] += 1
+    return int(ctx.state["n"])
+
+
+def _forking_job(mode: str) -> afk.DurableFunction[int]:
+    def job(ctx: afk.RunContext, store_root: str) -> int:
+        return _forking(ctx, store_root)
+
+    job.__name__ = job.__qualname__ = f"forking_{mode}"
+    return afk.durable(durability=mode, flush_timeout_s=60)(job)
+
+
+forking_exit = _forking_job("exit")
+forking_async = _forking_job("async")
+forking_sync = _forking_job("sync")

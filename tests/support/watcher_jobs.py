@@ -80,3 +80,22 @@ def slow_counter(ctx: afk.RunContext, out: str, n: int = 6, delay: float = 0.2) 
         print(f"start {i}", flush=True)
         ctx.state["sum"] += ctx.step("slow", slow_record, out, i, delay)
     return int(ctx.state["sum"])
+
+
+def charge(path: str, what: str) -> str:
+    """A charge that does NOT deduplicate: every line in the file is money taken."""
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(f"charged {what}\n")
+    return what
+
+
+@afk.durable
+def two_approvals(ctx: afk.RunContext, out: str) -> list[object]:
+    """Asks twice; each "yes" charges. An answer meant for one must never approve the other."""
+    first = ctx.pause({"approve": "charge 1"})
+    if first == "yes":
+        ctx.step("charge-1", charge, out, "1")
+    second = ctx.pause({"approve": "charge 2"})
+    if second == "yes":
+        ctx.step("charge-2", charge, out, "2")
+    return [first, second]

@@ -347,3 +347,30 @@ def test_malformed_requests_are_rejected_and_the_watcher_keeps_serving(tmp_path:
         assert watcher.stop() == 0
     assert store.open("flaky").resume_state().result == "fine"
     assert not [p for p in store.requests_dir.iterdir() if p.is_file()]
+
+
+# -- 8. a planted owner.lock is damage: reported, and the watcher goes on ------------------
+
+
+def test_planted_owner_lock_is_reported_and_the_watcher_goes_on(tmp_path: Path) -> None:
+    """A symlink or a FIFO in place of owner.lock never freezes a run as live nor the watcher."""
+    root = tmp_path / "store"
+    for run_id in ("ok", "symlinked", "fifo"):
+        interrupt(root, "counter", run_id, str(tmp_path / f"{run_id}.txt"), 4, 0.05, acks=2)
+    store = Store(root)
+    (tmp_path / "elsewhere").write_text("")
+    store.paths("symlinked").lock.unlink()
+    store.paths("symlinked").lock.symlink_to(tmp_path / "elsewhere")
+    store.paths("fifo").lock.unlink()
+    os.mkfifo(store.paths("fifo").lock)
+
+    code, events = watch_once(root, timeout=60)
+
+    assert of(events, "completed", "ok"), events
+    effects_once(tmp_path / "ok.txt", 4)
+    for run_id in ("symlinked", "fifo"):
+        (damaged,) = of(events, "damaged", run_id)
+        assert "owner.lock" in damaged["message"], damaged
+        assert not of(events, "resumed", run_id), events
+        assert status(store, run_id) is RunStatus.RUNNING  # left for a person to repair
+    assert code == 1  # damage is a problem found

@@ -1,11 +1,19 @@
 """A LangGraph thread's checkpoint files: what each holds, and the index of them.
 
 Each LangGraph checkpoint is one checkpoint file of phase ``langgraph`` whose
-payload is a :class:`Payload`. :class:`ThreadIndex` maps ``(ns, checkpoint_id)``
-to those files without their values; it is rebuilt from a directory scan and
-extended as files appear. ``langgraph.index`` caches each file's ids and
-metadata (keyed by the crc32 of the file's header), so a new process need not
-decode every file; it is a cache, never the truth. This module needs no LangGraph.
+payload is a :class:`Payload` (loose, or packed: see docs/format.md, "Packs").
+:class:`ThreadIndex` maps ``(ns, checkpoint_id)`` to those checkpoints without
+their values; it is rebuilt from a directory scan and extended as files appear.
+
+``langgraph.index`` caches each checkpoint's ids and metadata, so a new process
+need not decode every file. It is a cache, never the truth, and unsigned (a keyed
+store decodes everything). A cache that starts with a version-2 marker is trusted
+by name: a checkpoint's content never changes under its name (packing and
+compaction keep the record; a crash can only take back a file whose entry was
+never written), except when a deleted name is used again, and every deletion
+first appends a durable *tombstone* for the name. So an entry is used when it is
+the last record of its name. An older cache (no marker) is checked against each
+file's header crc, then rewritten as version 2. This module needs no LangGraph.
 """
 
 from __future__ import annotations
@@ -13,16 +21,18 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from afk_local.errors import AfkLocalError, CheckpointCorruptionError
-from afk_local.integrations.langgraph.frames import bad_frame, encode_frame, frame_body
+from afk_local.integrations.langgraph.frames import FRAME_HEADER, encode_frame
 from afk_local.storage import codec, fsio
+from afk_local.storage.catalog import RunCatalog
 from afk_local.storage.layout import CheckpointFile, parse_checkpoint_name
 from afk_local.storage.reader import RunReader
 
@@ -40,9 +50,12 @@ PAYLOAD_FORMAT = 1
 # One checkpoint file: (file name, crc32 from its AFK1 header, ns, id, parent, run_id, metadata)
 _IndexFrame = tuple[str, int, str, str, str | None, str | None, tuple[str, bytes]]
 _INDEX_DECODER = msgspec.msgpack.Decoder(_IndexFrame)
+_MARKER = "afk-local/langgraph-index"
+_VERSION = 2
+_MARKER_FRAME: _IndexFrame = (_MARKER, _VERSION, "", "", None, None, ("", b""))
+_TOMBSTONE = -1
+"""The crc of a tombstone frame: the name was deleted (older readers never match it)."""
 _MAX_INDEX_BYTES = 256 << 20
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class Payload(msgspec.Struct, kw_only=True, frozen=True):
@@ -60,20 +73,23 @@ class Payload(msgspec.Struct, kw_only=True, frozen=True):
 
 @dataclass(frozen=True)
 class IndexEntry:
-    """One ``langgraph`` checkpoint file, as the index knows it (no values)."""
+    """One ``langgraph`` checkpoint, as the index knows it (no values)."""
 
     seq: int
     name: str
     ino: int
+    """Its file's inode, or for a packed checkpoint a negative number naming its pack."""
     ns: str
     checkpoint_id: str
     parent_id: str | None
     metadata: tuple[str, bytes]
     run_id: str | None
+    pack: str | None = None
+    """The pack holding it (None: a loose file)."""
 
     @classmethod
     def of(cls, file: CheckpointFile, ino: int, payload: Payload) -> IndexEntry:
-        """The entry of checkpoint file ``file`` (inode ``ino``) holding ``payload``."""
+        """The entry of checkpoint ``file`` (identity ``ino``) holding ``payload``."""
         return cls(
             seq=file.seq,
             name=file.name,
@@ -83,7 +99,13 @@ class IndexEntry:
             parent_id=payload.parent,
             metadata=payload.metadata,
             run_id=payload.run_id,
+            pack=file.pack,
         )
+
+    @property
+    def file(self) -> CheckpointFile:
+        """The checkpoint, to load through the thread's reader."""
+        return CheckpointFile(self.seq, PHASE, self.name, pack=self.pack)
 
 
 @dataclass
@@ -101,14 +123,22 @@ class ThreadIndex:
         self.entries[entry.name] = entry
         key = (entry.ns, entry.checkpoint_id)
         current = self.by_key.get(key)
-        if current is None or current.seq < entry.seq:  # a re-put id: the newest file wins
+        if current is None or current.seq <= entry.seq:  # a re-put id: the newest file wins
             self.by_key[key] = entry
 
     def is_stale(self, found: dict[str, tuple[CheckpointFile, int]]) -> bool:
-        """True when a file of the index vanished or was replaced (appends keep it fresh)."""
-        return any(
-            name not in found or found[name][1] != entry.ino for name, entry in self.entries.items()
-        )
+        """True when a checkpoint of the index vanished or its loose file was replaced.
+
+        A checkpoint that moved into a pack (or got a loose copy) kept its content:
+        :meth:`update` notes where it is now.
+        """
+        for name, entry in self.entries.items():
+            now = found.get(name)
+            if now is None:
+                return True
+            if entry.ino >= 0 and now[1] >= 0 and now[1] != entry.ino:
+                return True
+        return False
 
     def update(self, found: dict[str, tuple[CheckpointFile, int]], thread_id: str) -> None:
         """Add the files of ``found`` the index lacks, from the index cache or by decoding them.
@@ -118,17 +148,26 @@ class ThreadIndex:
             CheckpointCorruptionError: a file is damaged or not a LangGraph checkpoint.
         """
         run_dir = self.reader.paths.dir
+        for name, entry in list(self.entries.items()):
+            file, ino = found[name]
+            if ino != entry.ino:  # packed since (or a loose copy appeared): same content
+                self.add(replace(entry, ino=ino, pack=file.pack))
         missing = sorted(set(found) - set(self.entries))
         # The cache is not signed: a keyed store decodes (and so checks) every file.
         trusted = self.reader.record_codec.signer is None
-        cached = _read_index_file(run_dir / INDEX_NAME) if len(missing) > 1 and trusted else {}
+        cache = read_index_cache(run_dir / INDEX_NAME) if len(missing) > 1 and trusted else None
         for name in missing:
             file, ino = found[name]
-            hit = cached.get(name)
-            if hit is not None and hit[1] == header_crc(run_dir / name):
+            hit = None if cache is None else cache.get(name)
+            if hit is not None and (
+                (cache is not None and cache.trusted)
+                or (file.pack is None and hit[1] == header_crc(run_dir / name))
+            ):
                 _, _crc, ns, checkpoint_id, parent, run_id, metadata = hit
                 self.add(
-                    IndexEntry(file.seq, name, ino, ns, checkpoint_id, parent, metadata, run_id)
+                    IndexEntry(
+                        file.seq, name, ino, ns, checkpoint_id, parent, metadata, run_id, file.pack
+                    )
                 )
                 continue
             record = self.reader.load(file)
@@ -169,20 +208,34 @@ class ThreadIndex:
         return payload
 
 
-def scan_thread_files(run_dir: Path) -> dict[str, tuple[CheckpointFile, int]] | None:
-    """The ``langgraph`` checkpoint files of a run directory with their inodes, by name.
+def scan_thread_files(
+    run_dir: Path, catalog: RunCatalog | None = None
+) -> dict[str, tuple[CheckpointFile, int]] | None:
+    """The ``langgraph`` checkpoints of a run directory with their identities, by name.
 
+    A loose file's identity is its inode; a packed checkpoint's (found through
+    ``catalog``) is a negative number derived from its pack's name (packs are
+    immutable and uniquely named). A loose file wins over a packed copy.
     Returns None when the directory does not exist.
     """
     found: dict[str, tuple[CheckpointFile, int]] = {}
+    packs: list[str] = []
     try:
         with os.scandir(run_dir) as entries:
             for item in entries:
-                parsed = parse_checkpoint_name(item.name)
+                name = item.name
+                if name.endswith(".pack"):
+                    packs.append(name)
+                    continue
+                parsed = parse_checkpoint_name(name)
                 if parsed and parsed.phase == PHASE and item.is_file(follow_symlinks=False):
-                    found[item.name] = (parsed, item.inode())
+                    found[name] = (parsed, item.inode())
     except FileNotFoundError:
         return None
+    if packs and catalog is not None:
+        for file in catalog.files():
+            if file.pack is not None and file.phase == PHASE and file.name not in found:
+                found[file.name] = (file, -1 - zlib.crc32(file.pack.encode()))
     return found
 
 
@@ -208,21 +261,45 @@ def append_to_index_file(fd: int | None, path: Path, payload: Payload, run_id: s
     index_path = path.parent / INDEX_NAME
     try:
         if fd is None:
-            opened = fsio.open_append(index_path)
-            good = _index_frames(index_path)[1]
-            if os.fstat(opened).st_size > good:  # a torn tail would hide every later entry
-                fsio.truncate(opened, good, index_path)
-            fd = opened
+            fd = open_index_cache(index_path)
         fsio.write_all(fd, encode_frame(frame), index_path)
     except OSError as exc:
         log.warning("run %s: index cache %s not updated: %s", run_id, index_path, exc)
     return fd
 
 
+def open_index_cache(index_path: Path) -> int:
+    """Open a run's index cache for appending: a torn tail cut off, an older cache (no
+    version-2 marker) replaced by its entries that still match their files' crc."""
+    frames, good = _index_frames(index_path)
+    if not frames or frames[0][0] != _MARKER:
+        run_dir = index_path.parent
+        keep = [f for f in frames if f[0] != _MARKER and f[1] == header_crc(run_dir / f[0])]
+        data = b"".join(encode_frame(f) for f in [_MARKER_FRAME, *keep])
+        fsio.atomic_write(index_path, data)
+        good = len(data)
+    fd = fsio.open_append(index_path)
+    if os.fstat(fd).st_size > good:  # a torn tail would hide every later entry
+        fsio.truncate(fd, good, index_path)
+    return fd
+
+
+def record_deletions(fd: int | None, index_path: Path, names: Sequence[str]) -> int:
+    """Append a tombstone for each name to the index cache and fsync it, before those
+    checkpoints are deleted: their names may be used again by later checkpoints, whose
+    cache entries a crash may lose. Returns the descriptor to keep using."""
+    if fd is None:
+        fd = open_index_cache(index_path)
+    frames = [encode_frame((n, _TOMBSTONE, "", "", None, None, ("", b""))) for n in names]
+    fsio.write_all(fd, b"".join(frames), index_path)
+    fsio.fsync_fd(fd, index_path)
+    return fd
+
+
 def header_crc(path: Path) -> int | None:
     """The crc32 field of an AFK1 file's header (identifies its exact bytes), or None."""
     try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        fd = fsio.open_regular(path)
     except OSError:
         return None
     try:
@@ -242,30 +319,95 @@ def _index_frames(path: Path) -> tuple[list[_IndexFrame], int]:
     except (OSError, ValueError):
         return [], 0
     frames: list[_IndexFrame] = []
-    pos = 0
-    while pos < len(data) and bad_frame(data, pos, _MAX_INDEX_BYTES) is None:
-        body, end = frame_body(data, pos)
+    view = memoryview(data)
+    unpack, crc32, decode = FRAME_HEADER.unpack_from, zlib.crc32, _INDEX_DECODER.decode
+    pos, size = 0, len(data)
+    # The checks of frames.bad_frame, inlined: a new process reads every frame here.
+    while size - pos >= FRAME_HEADER.size:
+        length, crc = unpack(data, pos)
+        start = pos + FRAME_HEADER.size
+        end = start + length
+        if length == 0 or length > _MAX_INDEX_BYTES or end > size:
+            break
+        body = view[start:end]
+        if crc32(body) != crc:
+            break
         try:
-            frames.append(_INDEX_DECODER.decode(body))
+            frames.append(decode(body))
         except msgspec.DecodeError:
             break
         pos = end
     return frames, pos
 
 
-def _read_index_file(path: Path) -> dict[str, _IndexFrame]:
-    """Index cache entries by file name (the newest entry of a name wins)."""
-    return {frame[0]: frame for frame in _index_frames(path)[0]}
+@dataclass(frozen=True)
+class IndexCache:
+    """A run's index cache as read: the last record of each name, and whether it is trusted."""
+
+    frames: dict[str, _IndexFrame]
+    trusted: bool
+    """A version-2 cache: its entries hold without checking each file's header."""
+
+    def get(self, name: str) -> _IndexFrame | None:
+        """The cached entry of checkpoint ``name`` (None: none, or a tombstone last)."""
+        frame = self.frames.get(name)
+        return None if frame is None or frame[1] == _TOMBSTONE else frame
+
+
+def newest_in_cache(cache: IndexCache, latest: CheckpointFile, ns: str) -> IndexEntry | None:
+    """The newest checkpoint of namespace ``ns`` by the cache alone, or None when the
+    cache cannot tell (not trusted, or it does not reach ``latest``, the newest file).
+
+    The cache is appended in seq order after each checkpoint is durable, and a crash
+    only ever loses its tail: when it holds an entry for the newest file, it holds one
+    for every checkpoint before it (deleted ones carry tombstones).
+    """
+    if not cache.trusted or cache.get(latest.name) is None:
+        return None
+    best: _IndexFrame | None = None
+    best_id, best_seq, newest = "", 0, 0
+    for name, frame in cache.frames.items():
+        if frame[1] == _TOMBSTONE or name == _MARKER:
+            continue
+        digits = name[:12]
+        if not digits.isdigit():
+            return None
+        seq = int(digits)
+        newest = max(newest, seq)
+        if frame[2] == ns:
+            checkpoint_id = frame[3]
+            if (
+                best is None
+                or checkpoint_id > best_id
+                or (checkpoint_id == best_id and seq > best_seq)
+            ):
+                best, best_id, best_seq = frame, checkpoint_id, seq
+    if best is None or newest != latest.seq:
+        return None
+    name, _crc, ns, checkpoint_id, parent, run_id, metadata = best
+    return IndexEntry(best_seq, name, -1, ns, checkpoint_id, parent, metadata, run_id)
+
+
+def read_index_cache(path: Path) -> IndexCache:
+    """A run's index cache (empty when missing or unreadable)."""
+    frames = _index_frames(path)[0]
+    trusted = bool(frames) and frames[0][0] == _MARKER and frames[0][1] == _VERSION
+    return IndexCache({frame[0]: frame for frame in frames}, trusted)
 
 
 __all__: Sequence[str] = [
     "INDEX_NAME",
     "PAYLOAD_FORMAT",
     "PHASE",
+    "IndexCache",
     "IndexEntry",
     "Payload",
     "ThreadIndex",
     "append_to_index_file",
     "header_crc",
+    "newest_in_cache",
+    "open_index_cache",
+    "read_index_cache",
+    "record_deletions",
     "scan_thread_files",
 ]

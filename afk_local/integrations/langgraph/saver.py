@@ -63,7 +63,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "afk_local.integrations.langgraph needs LangGraph: pip install 'afk_local[langgraph]'"
     ) from exc
 
-from afk_local.errors import RunNotFoundError
+from afk_local.errors import CheckpointCorruptionError, RunNotFoundError
 from afk_local.integrations.langgraph.frames import encode_frame
 from afk_local.integrations.langgraph.index import (
     INDEX_NAME,
@@ -80,7 +80,6 @@ from afk_local.integrations.langgraph.threads import (
     thread_run_id,
 )
 from afk_local.integrations.langgraph.writes import WRITES_NAME, Typed, WriteFrame, encode_writes
-from afk_local.storage.layout import CheckpointFile
 from afk_local.storage.store import Store
 
 
@@ -177,6 +176,12 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
         ns = str(conf.get("checkpoint_ns", ""))
         checkpoint_id = get_checkpoint_id(config)
         with self._lock:
+            if not checkpoint_id:
+                cold = self._threads.newest_cold(thread_id, ns)
+                if cold is not None:
+                    with contextlib.suppress(CheckpointCorruptionError):
+                        return self._tuple(thread_id, *cold)
+                    # the cache and the file disagree: build the index, as without it
             index = self._threads.index(thread_id)
             if index is None:
                 return None
@@ -242,7 +247,7 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
                     metadata = self._loads(entry.metadata)
                     if not all(metadata.get(k) == v for k, v in filter.items()):
                         continue
-                found.append(self._tuple(thread_id, index, entry))
+                found.append(self._tuple(thread_id, index, entry, one=False))
         return found
 
     def put(
@@ -350,7 +355,7 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
             handle = self._threads.handle(target)
             chunks = []
             for entry in sorted(index.by_key.values(), key=lambda e: e.seq):
-                record = index.reader.load(CheckpointFile(entry.seq, PHASE, entry.name))
+                record = index.reader.load(entry.file)
                 payload = index.payload(record.payload, entry)
                 copied = msgspec.structs.replace(payload, thread_id=target)
                 self._threads.write_checkpoint(handle, copied, record.step)
@@ -469,12 +474,23 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
             )
         return self.serde.loads_typed(typed)
 
-    def _tuple(self, thread_id: str, index: ThreadIndex, entry: IndexEntry) -> CheckpointTuple:
-        record = index.reader.load(CheckpointFile(entry.seq, PHASE, entry.name))
+    def _tuple(
+        self, thread_id: str, index: ThreadIndex, entry: IndexEntry, *, one: bool = True
+    ) -> CheckpointTuple:
+        record = index.reader.load(entry.file)
         payload = index.payload(record.payload, entry)
-        writes = self._threads.load_writes(index.reader.run_id).get(
-            (entry.ns, entry.checkpoint_id), {}
-        )
+        if payload.thread_id != thread_id or payload.ns != entry.ns:
+            raise CheckpointCorruptionError(
+                index.reader.location(entry.file),
+                f"holds thread {payload.thread_id!r}, namespace {payload.ns!r}, not what the "
+                "index expected there",
+                index.reader.run_id,
+            )
+        run_id = index.reader.run_id
+        if one:  # one checkpoint asked for: read only its writes
+            writes = self._threads.checkpoint_writes(run_id, entry.ns, entry.checkpoint_id)
+        else:
+            writes = self._threads.load_writes(run_id).get((entry.ns, entry.checkpoint_id), {})
         ordered = sorted(writes.items(), key=lambda kv: writes_sort_key(kv[1][3], *kv[0]))
         parent_config: RunnableConfig | None = None
         if payload.parent:

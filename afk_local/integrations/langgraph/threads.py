@@ -22,31 +22,43 @@ from dataclasses import dataclass
 
 from afk_local.errors import AfkLocalError, RunExistsError
 from afk_local.integrations.langgraph.index import (
+    INDEX_NAME,
     PHASE,
     IndexEntry,
     Payload,
     ThreadIndex,
     append_to_index_file,
+    newest_in_cache,
+    read_index_cache,
+    record_deletions,
     scan_thread_files,
 )
 from afk_local.integrations.langgraph.writes import (
     WRITES_NAME,
+    CheckpointWrites,
     PendingWrites,
     TaskWrites,
     append_writes,
     open_writes,
+    read_checkpoint_writes,
     read_writes,
     rewrite_writes,
 )
 from afk_local.storage import fsio
-from afk_local.storage.layout import CheckpointFile, validate_run_id
+from afk_local.storage.layout import (
+    CheckpointFile,
+    RunPaths,
+    checkpoint_name,
+    parse_checkpoint_name,
+    validate_run_id,
+)
 from afk_local.storage.reader import RunReader
 from afk_local.storage.records import PauseInfo, RunStatus
 from afk_local.storage.retention import (
+    RunPlan,
     chain_links_after_delete,
-    deletion_rounds,
     read_file_facts,
-    rewrite_as_keyframe,
+    remove_checkpoints,
 )
 from afk_local.storage.run import RunWriter
 from afk_local.storage.store import Store
@@ -138,27 +150,62 @@ class ThreadFiles:
         """The index of ``thread_id``'s checkpoint files (None when it has no run directory)."""
         run_id = thread_run_id(thread_id)
         paths = self.store.paths(run_id)
-        found = scan_thread_files(paths.dir)
+        index = self._indexes.get(run_id)
+        reader = index.reader if index is not None else self._reader(paths)
+        found = scan_thread_files(paths.dir, reader.catalog)
         if found is None:
             self._indexes.pop(run_id, None)
             return None
-        index = self._indexes.get(run_id)
         if index is None or index.is_stale(found):
             # A file vanished or was replaced: start over (appends keep the cache).
-            index = ThreadIndex(
-                RunReader(
-                    paths,
-                    record_codec=self.store.codec,
-                    max_record_bytes=self.store.max_record_bytes,
-                )
-            )
+            index = ThreadIndex(reader if index is None else self._reader(paths))
             self._indexes[run_id] = index
         index.update(found, thread_id)
         return index
 
-    def load_writes(self, run_id: str) -> dict[tuple[str, str], TaskWrites]:
+    def newest_cold(self, thread_id: str, ns: str) -> tuple[ThreadIndex, IndexEntry] | None:
+        """A new process's first look at a thread's newest checkpoint of ``ns``: from
+        ``latest`` and the index cache, without listing the directory or building the
+        index. None when that cannot be trusted (a keyed store, the thread already
+        indexed, an old or incomplete cache, ``latest`` not the newest file); the caller
+        then builds the index. The entry is checked against its file when loaded.
+        """
+        run_id = thread_run_id(thread_id)
+        if run_id in self._indexes or self.store.codec.signer is not None:
+            return None
+        paths = self.store.paths(run_id)
+        target = fsio.read_link(paths.latest)
+        latest = parse_checkpoint_name(target) if target else None
+        if latest is None or latest.phase != PHASE:
+            return None
+        after = paths.dir / checkpoint_name(latest.seq + 1, PHASE)
+        if os.path.lexists(after):  # latest lags behind a newer file (a crash): list
+            return None
+        entry = newest_in_cache(read_index_cache(paths.dir / INDEX_NAME), latest, ns)
+        if entry is None:
+            return None
+        return ThreadIndex(self._reader(paths)), entry
+
+    def _reader(self, paths: RunPaths) -> RunReader:
+        return RunReader(
+            paths, record_codec=self.store.codec, max_record_bytes=self.store.max_record_bytes
+        )
+
+    def load_writes(self, run_id: str) -> CheckpointWrites:
         """The pending writes of a thread's run by ``(ns, checkpoint_id)``."""
         return self._writes_state(run_id).by_checkpoint
+
+    def checkpoint_writes(self, run_id: str, ns: str, checkpoint_id: str) -> TaskWrites:
+        """The pending writes of one checkpoint: from the parsed writes file when this
+        process has read it, else by reading only that checkpoint's frames."""
+        if run_id not in self._writes:
+            path = self.store.paths(run_id).dir / WRITES_NAME
+            found = read_checkpoint_writes(
+                path, ns, checkpoint_id, max_bytes=self.store.max_record_bytes
+            )
+            if found is not None:
+                return found
+        return self.load_writes(run_id).get((ns, checkpoint_id), {})
 
     def _writes_state(self, run_id: str) -> PendingWrites:
         """The parsed writes file of a run, reading only what was appended since last time."""
@@ -193,7 +240,12 @@ class ThreadFiles:
 
     def _open_writer(self, run_id: str, thread_id: str) -> RunWriter:
         paths = self.store.paths(run_id)
-        if paths.dir.is_dir() and not paths.meta.is_file() and not any(paths.dir.glob("*.ckpt")):
+        if (
+            paths.dir.is_dir()
+            and not paths.meta.is_file()
+            and not any(paths.dir.glob("*.ckpt"))
+            and not any(paths.dir.glob("*.pack"))
+        ):
             # A crash between mkdir and the first run.meta: nothing was stored yet.
             log.info("run %s: removing a run directory left half-created by a crash", run_id)
             self.store.delete(run_id)
@@ -279,13 +331,15 @@ class ThreadFiles:
     # -- deleting single checkpoints ----------------------------------------------
 
     def delete_files(self, thread_id: str, doomed: set[str]) -> None:
-        """Delete checkpoint files ``doomed`` of a thread, and the writes of checkpoints gone.
+        """Delete checkpoints ``doomed`` (by name) of a thread, and the writes of those gone.
 
-        Crash-safe in the order of afk_local's compaction: in a keyed store the
-        chain links of survivors go into ``run.meta`` first, kept deltas whose base
-        goes away are rewritten as keyframes (same decoded bytes), then files are
-        deleted in durable rounds, a delta before its base (``deletion_rounds``), then
-        the writes file is replaced atomically.
+        Crash-safe in the order of afk_local's compaction: in a keyed store the chain
+        links of survivors go into ``run.meta`` first; the index cache gets a durable
+        tombstone per doomed name (a later checkpoint may reuse it); then
+        :func:`~afk_local.storage.retention.remove_checkpoints` rewrites kept deltas
+        whose base goes as keyframes (same decoded bytes), republishes packs without
+        the doomed entries and deletes in durable rounds; then ``latest`` moves and the
+        writes file is replaced atomically.
         """
         run_id = thread_run_id(thread_id)
         handle = self.handle(thread_id)  # holds the lock for the whole operation
@@ -294,32 +348,42 @@ class ThreadFiles:
             if index is None:
                 return
             paths = handle.writer.paths
-            files = sorted(CheckpointFile(e.seq, PHASE, e.name) for e in index.entries.values())
-            facts = {f.seq: f for f in read_file_facts(paths.dir, files)}
+            files = sorted(e.file for e in index.entries.values())
+            facts = read_file_facts(paths.dir, files, index.reader.catalog)
             doomed_seqs = {f.seq for f in files if f.name in doomed}
             index.reader.refresh()
             survivors = [f for f in files if f.seq not in doomed_seqs]
             extra = chain_links_after_delete(index.reader, doomed_seqs, survivors)
             if extra is not None:
                 handle.writer.update_meta(extra=extra)
-            for fact in facts.values():
-                if fact.seq in doomed_seqs or not fact.base_seq:
-                    continue
-                if fact.base_seq in doomed_seqs or fact.base_seq not in facts:
-                    rewrite_as_keyframe(
-                        index.reader, CheckpointFile(fact.seq, fact.phase, fact.name)
-                    )
-            keyed = index.reader.record_codec.signer is not None
-            for batch in deletion_rounds([facts[s] for s in doomed_seqs], keyed=keyed):
-                for fact in batch:
-                    fsio.unlink(paths.dir / fact.name)
-                fsio.fsync_dir(paths.dir)
+            by_seq = {f.seq: f for f in facts}
+            keep = [f for f in facts if f.seq not in doomed_seqs]
+            rewrite = [
+                f
+                for f in keep
+                if f.base_seq and (f.base_seq in doomed_seqs or f.base_seq not in by_seq)
+            ]
+            handle.index_fd = record_deletions(
+                handle.index_fd,
+                paths.dir / INDEX_NAME,
+                sorted(f.name for f in files if f.name in doomed),
+            )
+            remove_checkpoints(
+                index.reader,
+                RunPlan(
+                    run_id,
+                    tuple(keep),
+                    tuple(rewrite),
+                    tuple(f for f in facts if f.seq in doomed_seqs),
+                ),
+            )
             kept = [f for f in files if f.seq not in doomed_seqs]
             if kept:
                 fsio.atomic_symlink(kept[-1].name, paths.latest, sync_dir=False)
             else:
                 fsio.unlink(paths.latest)
             fsio.fsync_dir(paths.dir)
+            handle.writer.anchor_head()  # deleted on purpose: not a rollback
             remaining = {
                 (e.ns, e.checkpoint_id) for e in index.entries.values() if e.name not in doomed
             }

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import msgspec
 
 from afk_local.errors import CheckpointCorruptionError
 from afk_local.integrations.langgraph.frames import (
+    FRAME_HEADER,
     bad_frame,
     encode_frame,
     frame_body,
@@ -45,9 +47,58 @@ Each item is ``(idx, channel, type, bytes)``.
 TaskWrites = dict[tuple[str, int], tuple[str, str, Typed, str]]
 """The writes of one checkpoint: ``(task_id, idx) -> (task_id, channel, value, task_path)``."""
 
-_WRITE_DECODER = msgspec.msgpack.Decoder(WriteFrame)
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+# A frame's address decoded, its items left as bytes: a read decodes the items of the
+# checkpoints it is asked for, not the whole history of the thread.
+_ENCODER = msgspec.msgpack.Encoder()
+_FRAME_HEAD_DECODER = msgspec.msgpack.Decoder(tuple[str, str, str, str, msgspec.Raw])
+_ITEMS_DECODER = msgspec.msgpack.Decoder(list[tuple[int, str, str, bytes]])
+_Key = tuple[str, str]
+_RawFrame = tuple[str, str, msgspec.Raw]  # (task_id, task_path, items)
+
+
+class CheckpointWrites(Mapping[_Key, TaskWrites]):
+    """``(ns, checkpoint_id)`` -> the writes of that checkpoint, decoded on first use."""
+
+    def __init__(self) -> None:
+        self._raw: dict[_Key, list[_RawFrame]] = {}
+        self._done: dict[_Key, TaskWrites] = {}
+
+    def add(self, key: _Key, task_id: str, task_path: str, items: msgspec.Raw) -> None:
+        """Add one ``put_writes`` call's frame (its items still encoded), in file order."""
+        done = self._done.get(key)
+        if done is not None:
+            _apply(done, task_id, task_path, _ITEMS_DECODER.decode(items))
+        else:
+            self._raw.setdefault(key, []).append((task_id, task_path, items))
+
+    def __getitem__(self, key: _Key) -> TaskWrites:
+        done = self._done.get(key)
+        if done is None:
+            frames = self._raw.pop(key)  # KeyError: no writes for that checkpoint
+            done = self._done[key] = {}
+            for task_id, task_path, items in frames:
+                _apply(done, task_id, task_path, _ITEMS_DECODER.decode(items))
+        return done
+
+    def __iter__(self) -> Iterator[_Key]:
+        yield from list(self._done)
+        yield from list(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._done) + len(self._raw)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._done or key in self._raw
+
+
+def _apply(
+    slot: TaskWrites, task_id: str, task_path: str, items: list[tuple[int, str, str, bytes]]
+) -> None:
+    for idx, channel, type_, data in items:
+        key = (task_id, idx)
+        if idx >= 0 and key in slot:
+            continue  # regular writes: the first one wins (a retried task writes again)
+        slot[key] = (task_id, channel, (type_, data), task_path)  # special: the last wins
 
 
 @dataclass
@@ -56,18 +107,8 @@ class PendingWrites:
 
     ino: int = -1
     offset: int = 0
-    by_checkpoint: dict[tuple[str, str], TaskWrites] = field(default_factory=dict)
-    """``(ns, checkpoint_id)`` -> the writes of that checkpoint."""
-
-    def apply(self, frame: WriteFrame) -> None:
-        """Add the writes of one ``put_writes`` call."""
-        ns, checkpoint_id, task_id, task_path, items = frame
-        slot = self.by_checkpoint.setdefault((ns, checkpoint_id), {})
-        for idx, channel, type_, data in items:
-            key = (task_id, idx)
-            if idx >= 0 and key in slot:
-                continue  # regular writes: the first one wins (a retried task writes again)
-            slot[key] = (task_id, channel, (type_, data), task_path)  # special: the last wins
+    by_checkpoint: CheckpointWrites = field(default_factory=CheckpointWrites)
+    """``(ns, checkpoint_id)`` -> the writes of that checkpoint (decoded on first use)."""
 
     def parse(self, data: bytes, path: str, run_id: str, max_bytes: int) -> None:
         """Apply the frames of ``data`` (the file from ``offset`` on), stopping at a torn tail."""
@@ -77,11 +118,11 @@ class PendingWrites:
             if bad is None:
                 body, end = frame_body(data, pos)
                 try:
-                    frame = _WRITE_DECODER.decode(body)
+                    ns, checkpoint_id, task_id, task_path, items = _FRAME_HEAD_DECODER.decode(body)
                 except msgspec.DecodeError as exc:
                     bad = f"record does not decode: {exc}"
                 else:
-                    self.apply(frame)
+                    self.by_checkpoint.add((ns, checkpoint_id), task_id, task_path, items)
                     self.offset += end - pos
                     pos = end
                     continue
@@ -115,7 +156,7 @@ def read_writes(
         CheckpointCorruptionError: the file is over ``max_bytes`` or damaged.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        fd = fsio.open_regular(path)
     except FileNotFoundError:
         return None
     try:
@@ -134,6 +175,50 @@ def read_writes(
     finally:
         os.close(fd)
     return state
+
+
+def read_checkpoint_writes(
+    path: Path, ns: str, checkpoint_id: str, *, max_bytes: int
+) -> TaskWrites | None:
+    """The writes of one checkpoint, reading the file without decoding the others.
+
+    Every frame's length and crc are checked, but only the frames of this checkpoint
+    are decoded, so a new process answering one ``get_tuple`` does not parse the
+    thread's whole history. None when a frame does not check out (a torn tail or
+    damage, which :func:`read_writes` tells apart) or the file is too large; an empty
+    dict when there is no file.
+    """
+    try:
+        data = fsio.read_bounded(path, max_bytes)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError):
+        return None
+    key = _ENCODER.encode(ns) + _ENCODER.encode(checkpoint_id)
+    view = memoryview(data)
+    unpack = FRAME_HEADER.unpack_from
+    found: TaskWrites = {}
+    pos, end = 0, len(data)
+    while pos < end:
+        if end - pos < FRAME_HEADER.size:
+            return None
+        length, crc = unpack(data, pos)
+        start = pos + FRAME_HEADER.size
+        pos = start + length
+        if length == 0 or pos > end:
+            return None
+        body = view[start:pos]
+        if zlib.crc32(body) != crc:
+            return None
+        # A frame body is a 5-array (one header byte), then ns, then checkpoint_id.
+        if data.startswith(key, start + 1):
+            try:
+                ns_, cid, task_id, task_path, items = _FRAME_HEAD_DECODER.decode(body)
+            except msgspec.DecodeError:
+                return None
+            if (ns_, cid) == (ns, checkpoint_id):
+                _apply(found, task_id, task_path, _ITEMS_DECODER.decode(items))
+    return found
 
 
 def open_writes(path: Path, state: PendingWrites, run_id: str) -> int:
@@ -170,7 +255,7 @@ def append_writes(fd: int, data: bytes, path: Path) -> None:
 
 def rewrite_writes(
     path: Path,
-    by_checkpoint: dict[tuple[str, str], TaskWrites],
+    by_checkpoint: Mapping[tuple[str, str], TaskWrites],
     keep: set[tuple[str, str]],
 ) -> None:
     """Replace the writes file atomically with the writes of the checkpoints in ``keep``."""
@@ -197,6 +282,7 @@ def _pread_all(fd: int, offset: int, size: int) -> bytes:
 
 __all__: Sequence[str] = [
     "WRITES_NAME",
+    "CheckpointWrites",
     "PendingWrites",
     "TaskWrites",
     "Typed",
@@ -204,6 +290,7 @@ __all__: Sequence[str] = [
     "append_writes",
     "encode_writes",
     "open_writes",
+    "read_checkpoint_writes",
     "read_writes",
     "rewrite_writes",
 ]

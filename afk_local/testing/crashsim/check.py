@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ def check_state(
     (those made before the crash).
     """
     store = workload.store(root / "store")
+    if store.heads is not None:  # a state may reuse the last one's directory: its own heads
+        shutil.rmtree(store.heads.dir.parent, ignore_errors=True)
     acked: dict[str, int] = {}
     for ack in sorted(acks, key=lambda a: a.at):
         acked.setdefault(ack.run_id, ack.at)

@@ -14,7 +14,7 @@ A :class:`Workload` has three parts:
   ``{run_id: outcome}`` for the runs it found; ``expected`` says what each
   outcome must be.
 
-Adding one (packing, say): write the three functions, give the expected
+Adding one (the ``pack`` workloads are the newest): write the three functions, give the expected
 outcomes, add the :class:`Workload` to :data:`WORKLOADS`. The explorer, the
 command line and the tests pick it up by name; docs/guarantees.md lists the
 state counts per workload.
@@ -32,6 +32,7 @@ from typing import Any
 from afk_local.errors import EffectInDoubtError
 from afk_local.runner.durable_function import DurableFunction
 from afk_local.storage.export import export_records, import_run, to_jsonable
+from afk_local.storage.packing import pack_run
 from afk_local.storage.retention import RetentionPolicy
 from afk_local.storage.store import Store
 from afk_local.testing.crashsim.jobs import (
@@ -69,8 +70,14 @@ class Workload:
     """A store key: the workload runs, and is checked, in a keyed (signed) store."""
 
     def store(self, root: Path) -> Store:
-        """The workload's store at ``root``."""
-        return Store(root, key=self.key)
+        """The workload's store at ``root``.
+
+        A keyed store's head records (kept outside the store, never fsynced, so not part
+        of the recorded I/O) go next to the directory that holds it, outside what is
+        recorded: each crash state is checked with its own, empty, head directory, as a
+        store restored without them would be.
+        """
+        return Store(root, key=self.key, head_dir=f"{root.parent}-heads")
 
 
 def _job_workload(
@@ -172,6 +179,32 @@ def _gc_record(session: Session, _prepared: Any) -> None:
         session.status_acked(run_id, since=0)
 
 
+# -- pack -------------------------------------------------------------------------------
+
+
+def _pack_setup(store: Store, _scratch: Path) -> None:
+    # Two interleaved delta chains and a few effects; the oldest checkpoints already
+    # packed, so the recorded pack merges that pack with the files after it.
+    _write_run(store, "idle", 5, effects=2, steps=True)
+    pack_run(store.paths("idle"), store.codec, keep_from=5)
+
+
+def _pack_record(session: Session, _prepared: Any) -> None:
+    for run_id in ("idle",):  # what the pack folds was there before it started
+        session.checkpoints_acked(run_id, since=0)
+        session.outcomes_acked(run_id, since=0)
+        session.status_acked(run_id, since=0)
+    (report,) = session.store.pack(["idle"])
+    if report.errors or not report.packs_merged or report.loose_left != 1:
+        raise ResumeFailed(f"pack did not do what the workload expects: {report.to_dict()}")
+    # A live writer past its loose-file limit packs by itself, acknowledging on the way.
+    session.store.pack_loose_limit = 3
+    with session.store.create("live") as run:
+        for i in range(6):
+            run.checkpoint("runtime_state", _state_payload(i), step=i)
+            session.checkpoints_acked("live")
+
+
 # -- fork -------------------------------------------------------------------------------
 
 
@@ -254,6 +287,24 @@ WORKLOADS: dict[str, Workload] = {
             _continue_runs("done", "live"),
             {"done": {"completed": "done result"}, "live": "resumed"},
             setup=_gc_setup,
+            key="crashsim key",
+        ),
+        Workload(
+            "pack",
+            "afk-local pack of an idle run (an older pack merged, every file but the newest "
+            "folded in), then a live writer packing by itself past 3 loose files",
+            _pack_record,
+            _continue_runs("idle", "live"),
+            {"idle": "resumed", "live": "resumed"},
+            setup=_pack_setup,
+        ),
+        Workload(
+            "pack-keyed",
+            "the pack workload in a keyed store (signed packs, signature chains across them)",
+            _pack_record,
+            _continue_runs("idle", "live"),
+            {"idle": "resumed", "live": "resumed"},
+            setup=_pack_setup,
             key="crashsim key",
         ),
         Workload(

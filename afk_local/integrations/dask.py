@@ -1,0 +1,147 @@
+"""Many durable runs on a Dask cluster (extra ``[dask]``): :func:`map_durable`.
+
+Each item is one durable run and one Dask task. Dask schedules the tasks and
+re-runs those whose worker died; a re-run task resumes its run from the last
+checkpoint, so finished ``ctx.step`` calls are replayed, never repeated.
+Storage is a directory every worker sees (docs/fanout.md says what that asks
+of a network filesystem).
+
+Example:
+    >>> from distributed import Client  # doctest: +SKIP
+    >>> from afk_local.integrations.dask import map_durable  # doctest: +SKIP
+    >>> with Client(n_workers=2) as client:  # doctest: +SKIP
+    ...     sizes = map_durable(resize, paths, store="/shared/afk", client=client)
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+try:
+    import distributed
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "afk_local.integrations.dask needs Dask's distributed scheduler: "
+        "pip install 'afk_local[dask]'"
+    ) from exc
+
+from afk_local.integrations.fanout import (
+    FanOutError,
+    FanOutProgress,
+    SharedDirectory,
+    WorkerStore,
+    describe_failure,
+    fanout_run_ids,
+    job_name,
+    portable_job,
+    run_task,
+    worker_store,
+)
+from afk_local.integrations.fanout_results import client_store, completed_results
+from afk_local.storage.store import Store
+
+
+def map_durable(
+    fn: Any,
+    items: Iterable[Any],
+    *,
+    store: Store | str | os.PathLike[str] | WorkerStore,
+    run_id: Callable[[Any], str] | None = None,
+    client: distributed.Client | None = None,
+    retries: int = 0,
+    progress: bool = True,
+) -> list[Any]:
+    """Run ``fn(ctx, item)`` as one durable run per item on Dask; the results in item order.
+
+    Example:
+        >>> @afk.durable  # doctest: +SKIP
+        ... def square(ctx, x):
+        ...     return ctx.step("square", pow, x, 2)
+        >>> map_durable(square, [1, 2, 3], store="/shared/afk", client=client)  # doctest: +SKIP
+        [1, 4, 9]
+
+    A task whose worker died is re-run by Dask (up to the scheduler's
+    ``distributed.scheduler.allowed-failures`` times, 3 by default) and resumes
+    its run from the last checkpoint; a run that already completed returns its
+    stored result without running: the client reads it from the store and
+    submits no task for it (a call over a finished fan-out needs no client).
+    Call it again after any failure: it finds the same runs by their ids.
+
+    Args:
+        fn: an ``@afk.durable`` job taking the item as its one argument
+            (msgpack-able, since it is stored in ``run.meta``).
+        items: the items, one run each.
+        store: where the runs live: a :class:`~afk_local.Store` or directory that
+            every worker reaches at the same path, or a
+            :class:`~afk_local.integrations.fanout.WorkerStore`.
+        run_id: ``run_id(item) -> str``; default ``fanout-<function name>-<index>``.
+        client: the Dask client; default the current one (``distributed.get_client()``).
+        retries: how often Dask re-runs a task whose run raised; each retry resumes
+            the failed run (attempt + 1, finished steps replayed). Default 0.
+        progress: one progress bar for all runs (tqdm when installed, else log lines).
+
+    Returns:
+        Each run's result, in the order of ``items``.
+
+    Raises:
+        FanOutError: some runs failed, paused or were lost with their workers;
+            it names each one's run id. Every other run completed.
+    """
+    job = portable_job(fn)
+    items = list(items)
+    ids = fanout_run_ids(job, items, run_id)
+    site = worker_store(store)
+    results = completed_results(client_store(store), job, items, ids)
+    todo = [index for index in range(len(items)) if index not in results]
+    if not todo:  # nothing left to run (or no items): no task, no client needed
+        return [results[index] for index in range(len(items))]
+    if client is None:
+        try:
+            client = distributed.get_client()
+        except ValueError:
+            raise ValueError(
+                "map_durable needs a Dask client: pass client=distributed.Client(...) or "
+                "create one first (it becomes the default)"
+            ) from None
+    futures = [
+        client.submit(
+            run_task,
+            job,
+            site,
+            items[index],
+            ids[index],
+            key=f"{ids[index]}-{uuid.uuid4().hex}",
+            pure=False,
+            retries=retries,
+        )
+        for index in todo
+    ]
+    desc = f"map_durable {job_name(job)}"
+    bar = FanOutProgress(len(items), desc, enabled=progress, initial=len(results))
+    try:
+        for future in distributed.as_completed(futures):  # type: ignore[no-untyped-call]
+            bar.update(failed=future.status != "finished")
+    finally:
+        bar.close()
+    failures = {
+        ids[index]: _why(future)
+        for index, future in zip(todo, futures, strict=True)
+        if future.status != "finished"
+    }
+    if failures:
+        raise FanOutError(failures, len(items))
+    gathered = client.gather(futures)  # type: ignore[no-untyped-call]
+    results.update(zip(todo, gathered, strict=True))
+    return [results[index] for index in range(len(items))]
+
+
+def _why(future: distributed.Future[Any]) -> str:
+    if future.status == "cancelled":
+        return "CancelledError: the Dask task was cancelled"
+    return describe_failure(future.exception())  # type: ignore[no-untyped-call]
+
+
+__all__ = ["FanOutError", "SharedDirectory", "WorkerStore", "map_durable"]

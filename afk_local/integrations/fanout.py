@@ -1,0 +1,399 @@
+"""What every fan-out engine shares: run ids, the task a worker runs, outcomes, progress.
+
+:func:`afk_local.integrations.dask.map_durable` and
+:func:`afk_local.integrations.ray.map_durable` submit one task per item to
+their engine; each task is :func:`run_task`, which opens the store on the
+worker and calls ``job.run(item, run_id=...)``. That is the whole trick: a
+task the engine re-runs after its worker died resumes the run from its last
+checkpoint (finished ``ctx.step`` calls replayed, never repeated), and a task
+whose run already completed returns the stored result without running. The
+engine schedules and retries; afk_local has no scheduler of its own.
+
+This module imports no engine (the engines' modules import it), so it works
+and is tested without Dask or Ray installed. See docs/fanout.md.
+
+Example:
+    >>> from afk_local.integrations.fanout import default_run_id
+    >>> default_run_id("resize image", 7)
+    'fanout-resize-image-000007'
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+
+from afk_local.errors import AfkLocalError
+from afk_local.runner.durable_function import DurableFunction
+from afk_local.storage.codec import DecHook, EncHook
+from afk_local.storage.layout import validate_run_id
+from afk_local.storage.store import Store
+
+log = logging.getLogger("afk_local")
+
+RUN_PREFIX = "fanout-"
+"""The prefix of :func:`default_run_id`'s ids: ``afk-local runs`` lists a fan-out together."""
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_NAME_MAX = 100  # leaves room for the prefix and the index within the 128 characters of a run id
+_LOG_INTERVAL_S = 5.0
+
+
+class RunFailed(AfkLocalError):
+    """Raised by a fan-out task on its worker: the durable run ``run_id`` did not complete.
+
+    It carries the original error as text (its type, message and traceback),
+    so it pickles the same way everywhere: the engine sends it back to the
+    client, which reports it in a :class:`FanOutError`. The run itself is kept
+    (failed or paused); the next ``map_durable`` call resumes it.
+    """
+
+    def __init__(
+        self, run_id: str, error_type: str, message: str, traceback_text: str = ""
+    ) -> None:
+        self.run_id = run_id
+        self.error_type = error_type
+        self.message = message
+        self.traceback_text = traceback_text
+        super().__init__(f"run {run_id!r} failed: {error_type}: {message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RunFailed, (self.run_id, self.error_type, self.message, self.traceback_text))
+
+    @classmethod
+    def from_exception(cls, run_id: str, exc: BaseException) -> RunFailed:
+        """The :class:`RunFailed` that reports ``exc`` (type, message, traceback) for ``run_id``."""
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(run_id, type(exc).__name__, str(exc), text)
+
+
+class FanOutError(AfkLocalError):
+    """Some runs of a ``map_durable`` call did not complete; every other run did.
+
+    Attributes:
+        failures: run id -> what went wrong (``"ValueError: bad item"``), in item order.
+        total: how many runs the call had.
+    """
+
+    def __init__(self, failures: dict[str, str], total: int) -> None:
+        self.failures = dict(failures)
+        self.total = total
+        shown = "; ".join(f"{rid}: {why}" for rid, why in list(self.failures.items())[:5])
+        more = f" (and {len(self.failures) - 5} more)" if len(self.failures) > 5 else ""
+        super().__init__(
+            f"{len(self.failures)} of {total} fan-out runs did not complete: {shown}{more}. "
+            "Every run is kept: `afk-local show RUN` shows its error; fix the cause and call "
+            "map_durable again: completed runs return their stored results, the others resume"
+        )
+
+
+@runtime_checkable
+class WorkerStore(Protocol):
+    """How a fan-out task reaches its run's store on a worker: the seam for other storage.
+
+    ``map_durable`` pickles one of these into every task. On the worker,
+    :meth:`open` builds the :class:`~afk_local.Store` the run is written to,
+    :meth:`prepare` makes the run available there before ``job.run`` and
+    :meth:`release` runs after it (also when it raised). :class:`SharedDirectory`
+    needs neither hook: every worker sees the same directory. A store mirrored
+    to an object store (``Store(root, mirror=URL)``, docs/fanout.md) would pull the
+    run with ``--take`` semantics in ``prepare`` and push it in ``release``, so no
+    shared filesystem is needed; that variant waits for the remote extra.
+    """
+
+    def open(self) -> Store:
+        """The store this worker writes the run to."""
+        ...
+
+    def prepare(self, store: Store, run_id: str) -> None:
+        """Make run ``run_id`` ready to be opened for writing on this worker."""
+        ...
+
+    def release(self, store: Store, run_id: str) -> None:
+        """Called after the attempt on this worker ended (completed, failed or raised)."""
+        ...
+
+
+class SharedDirectory:
+    """A store every worker reaches at the same path: one machine, or a network filesystem.
+
+    Only the root and the store's options travel to the workers, never a key:
+    a keyed store's workers read ``$AFK_LOCAL_KEY`` from their own environment,
+    and a worker whose key setting differs from the client's refuses to run
+    rather than write unsigned files or fail every signature check.
+
+    Args:
+        root: the store's directory; made absolute on the client, since
+            workers may run in another working directory.
+        keyed: whether the client's store signs its files (default: whether
+            ``Store(root)`` would, i.e. ``$AFK_LOCAL_KEY`` is set here).
+        enc_hook / dec_hook / max_record_bytes / lock_timeout / max_chain: as for
+            :class:`~afk_local.Store`.
+
+    Example:
+        >>> SharedDirectory("/mnt/shared/afk")
+        SharedDirectory('/mnt/shared/afk')
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        keyed: bool | None = None,
+        enc_hook: EncHook | None = None,
+        dec_hook: DecHook | None = None,
+        **options: Any,
+    ) -> None:
+        unknown = set(options) - {"max_record_bytes", "lock_timeout", "max_chain"}
+        if unknown:
+            raise TypeError(
+                f"SharedDirectory takes max_record_bytes, lock_timeout and max_chain, not "
+                f"{', '.join(sorted(unknown))} (a key is never sent to workers: set "
+                "$AFK_LOCAL_KEY in their environment)"
+            )
+        self.root = str(Path(root).absolute())
+        self.keyed = Store(self.root).keyed if keyed is None else keyed
+        self.enc_hook = enc_hook
+        self.dec_hook = dec_hook
+        self.options = dict(options)
+
+    @classmethod
+    def of(cls, store: Store) -> SharedDirectory:
+        """The shared directory of ``store``: its root and options (never its key)."""
+        if store.codec.enc_hook is not None:
+            raise ValueError(
+                f"{store!r} has custom encode/decode hooks, which map_durable cannot read back "
+                "from it: pass store=SharedDirectory(root, enc_hook=..., dec_hook=...)"
+            )
+        return cls(
+            store.root,
+            keyed=store.keyed,
+            max_record_bytes=store.max_record_bytes,
+            lock_timeout=store.lock_timeout,
+            max_chain=store.max_chain,
+        )
+
+    def __repr__(self) -> str:
+        return f"SharedDirectory({self.root!r})"
+
+    def open(self) -> Store:
+        """``Store(root, **options)`` on this worker; refused if its key setting differs."""
+        store = Store(self.root, enc_hook=self.enc_hook, dec_hook=self.dec_hook, **self.options)
+        if store.keyed != self.keyed:
+            has, lacks = ("has", "lacks") if self.keyed else ("lacks", "has")
+            raise AfkLocalError(
+                f"the store at {self.root} {has} a key on the client but this worker {lacks} "
+                "one: map_durable never sends keys to workers; set (or unset) $AFK_LOCAL_KEY "
+                "in the workers' environment to match"
+            )
+        return store
+
+    def prepare(self, store: Store, run_id: str) -> None:
+        """Nothing to do: every worker sees the run's directory."""
+
+    def release(self, store: Store, run_id: str) -> None:
+        """Nothing to do: the run's files are already where every worker sees them."""
+
+
+def worker_store(store: Store | str | os.PathLike[str] | WorkerStore) -> WorkerStore:
+    """What ``map_durable(store=...)`` sends to workers (a path or Store: a SharedDirectory).
+
+    Example:
+        >>> worker_store("/mnt/shared/afk")
+        SharedDirectory('/mnt/shared/afk')
+    """
+    if isinstance(store, Store):
+        return SharedDirectory.of(store)
+    if isinstance(store, (str, os.PathLike)):
+        return SharedDirectory(store)
+    if isinstance(store, WorkerStore):
+        return store
+    raise TypeError(f"store must be a Store, a directory or a WorkerStore, not {store!r}")
+
+
+def default_run_id(name: str, index: int) -> str:
+    """``fanout-<name>-<index:06d>``: the run id of item ``index`` when no ``run_id`` is given.
+
+    Example:
+        >>> default_run_id("resize", 3)
+        'fanout-resize-000003'
+
+    The name is the job's function name with every character a run id cannot
+    hold replaced by ``-``, so the same call finds the same runs again.
+    """
+    safe = _UNSAFE.sub("-", name).strip("-._")[:_NAME_MAX] or "job"
+    return validate_run_id(f"{RUN_PREFIX}{safe}-{index:06d}")
+
+
+def fanout_run_ids(
+    job: DurableFunction[Any], items: Sequence[Any], run_id: Callable[[Any], str] | None
+) -> list[str]:
+    """The run id of every item: ``run_id(item)``, else :func:`default_run_id`; valid and unique.
+
+    Example:
+        >>> fanout_run_ids(resize, ["a.jpg", "b.jpg"], None)  # doctest: +SKIP
+        ['fanout-resize-000000', 'fanout-resize-000001']
+
+    Raises:
+        InvalidRunIdError: ``run_id(item)`` gave an id the run-id rules refuse.
+        ValueError: two items got the same id.
+    """
+    if run_id is None:
+        ids = [default_run_id(job_name(job), i) for i in range(len(items))]
+    else:
+        ids = [validate_run_id(run_id(item)) for item in items]
+    seen: dict[str, int] = {}
+    for index, rid in enumerate(ids):
+        if rid in seen:
+            raise ValueError(
+                f"items {seen[rid]} and {index} both map to run id {rid!r}: each item is one "
+                "run, so run_id(item) must give every item its own id"
+            )
+        seen[rid] = index
+    return ids
+
+
+def job_name(job: DurableFunction[Any]) -> str:
+    """The job's function name, from its ``module:qualname`` entrypoint.
+
+    Example:
+        >>> job_name(resize)  # doctest: +SKIP
+        'resize'
+    """
+    return job.entrypoint.rpartition(":")[2].rpartition(".")[2]
+
+
+def portable_job(fn: Any) -> DurableFunction[Any]:
+    """``fn`` without its own store, ready to be pickled into tasks (TypeError unless durable).
+
+    Example:
+        >>> portable_job(resize).store is None  # doctest: +SKIP
+        True
+    """
+    if not isinstance(fn, DurableFunction):
+        raise TypeError(
+            f"map_durable runs @afk.durable jobs, not {fn!r}: decorate the function with "
+            "@afk.durable (its first parameter is the RunContext, the second the item)"
+        )
+    return fn.with_store(None)
+
+
+def run_task(job: DurableFunction[Any], site: WorkerStore, item: Any, run_id: str) -> Any:
+    """One fan-out task, run by the engine on a worker: start, resume or settle run ``run_id``.
+
+    Example:
+        >>> run_task(portable_job(resize), worker_store(root), "a.jpg", "r-a")  # doctest: +SKIP
+        'a-thumb.jpg'
+
+    Returns the job's result as the store keeps it (msgpack: lists for tuples),
+    the same value whether the run ran now or had completed before, so every
+    ``map_durable`` call over the same items returns equal lists.
+    Raises :class:`RunFailed` when the run failed, was paused or cancelled, or
+    could not be opened: the engine sees a task that raised, and retries it if
+    it was told to.
+    """
+    try:
+        store = site.open()
+        site.prepare(store, run_id)
+        try:
+            result = job.with_store(store).run(item, run_id=run_id)
+        finally:
+            site.release(store, run_id)
+        return msgspec.msgpack.decode(store.codec.encode(result))
+    except Exception as exc:
+        raise RunFailed.from_exception(run_id, exc) from None
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line for :attr:`FanOutError.failures`: ``Type: message`` of the run's own error.
+
+    Example:
+        >>> describe_failure(RunFailed("r-1", "ValueError", "bad item"))
+        'ValueError: bad item'
+    """
+    if isinstance(exc, RunFailed):
+        return f"{exc.error_type}: {exc.message}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class FanOutProgress:
+    """One progress bar for a whole fan-out: tqdm when installed, else a log line every 5 s.
+
+    Args:
+        total: how many runs.
+        desc: the label (``map_durable resize``).
+        enabled: False turns it off.
+        initial: runs already complete before anything was submitted.
+    """
+
+    def __init__(self, total: int, desc: str, *, enabled: bool = True, initial: int = 0) -> None:
+        self.total = total
+        self.desc = desc
+        self.done = initial
+        self.failed = 0
+        self._bar: Any = None
+        self._enabled = enabled
+        self._last_log = time.monotonic()
+        if not enabled:
+            return
+        try:
+            from tqdm.auto import tqdm  # type: ignore[import-untyped,unused-ignore]  # noqa: PLC0415
+        except ImportError:
+            log.info("%s: %d runs submitted", desc, total - initial)
+            return
+        self._bar = tqdm(total=total, initial=initial, desc=desc, unit="run", dynamic_ncols=True)
+
+    def update(self, *, failed: bool = False) -> None:
+        """Count one more run finished (``failed``: it did not complete)."""
+        self.done += 1
+        self.failed += failed
+        if not self._enabled:
+            return
+        if self._bar is not None:
+            self._bar.update(1)
+            if failed:
+                self._bar.set_postfix(failed=self.failed, refresh=False)
+            return
+        now = time.monotonic()
+        if now - self._last_log >= _LOG_INTERVAL_S:
+            self._last_log = now
+            self._log()
+
+    def close(self) -> None:
+        """Finish the bar (or log the final count)."""
+        if not self._enabled:
+            return
+        self._enabled = False
+        if self._bar is not None:
+            self._bar.close()
+        else:
+            self._log()
+
+    def _log(self) -> None:
+        failed = f", {self.failed} failed" if self.failed else ""
+        log.info("%s: %d/%d runs finished%s", self.desc, self.done, self.total, failed)
+
+
+__all__ = [
+    "RUN_PREFIX",
+    "FanOutError",
+    "FanOutProgress",
+    "RunFailed",
+    "SharedDirectory",
+    "WorkerStore",
+    "default_run_id",
+    "describe_failure",
+    "fanout_run_ids",
+    "job_name",
+    "portable_job",
+    "run_task",
+    "worker_store",
+]

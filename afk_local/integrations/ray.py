@@ -1,0 +1,148 @@
+"""Many durable runs on Ray (extra ``[ray]``): :func:`map_durable`.
+
+Each item is one durable run and one Ray task. Ray schedules the tasks and
+re-runs those whose worker process died (the task's ``max_retries``); a re-run
+task resumes its run from the last checkpoint, so finished ``ctx.step`` calls
+are replayed, never repeated. Storage is a directory every worker sees
+(docs/fanout.md says what that asks of a network filesystem).
+
+Example:
+    >>> import ray  # doctest: +SKIP
+    >>> from afk_local.integrations.ray import map_durable  # doctest: +SKIP
+    >>> ray.init(num_cpus=2)  # doctest: +SKIP
+    >>> sizes = map_durable(resize, paths, store="/shared/afk")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
+
+try:
+    import ray
+    from ray.exceptions import RayError, RayTaskError
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("afk_local.integrations.ray needs Ray: pip install 'afk_local[ray]'") from exc
+
+from afk_local.integrations.fanout import (
+    FanOutError,
+    FanOutProgress,
+    SharedDirectory,
+    WorkerStore,
+    describe_failure,
+    fanout_run_ids,
+    job_name,
+    portable_job,
+    run_task,
+    worker_store,
+)
+from afk_local.integrations.fanout_results import client_store, completed_results
+from afk_local.storage.store import Store
+
+WORKER_DEATHS = 3
+"""How often Ray re-runs a task whose worker process died (Ray's own default)."""
+
+_POLL_S = 0.2
+_remote_task: Any = None
+
+
+def map_durable(
+    fn: Any,
+    items: Iterable[Any],
+    *,
+    store: Store | str | os.PathLike[str] | WorkerStore,
+    run_id: Callable[[Any], str] | None = None,
+    retries: int = 0,
+    progress: bool = True,
+) -> list[Any]:
+    """Run ``fn(ctx, item)`` as one durable run per item on Ray; the results in item order.
+
+    Example:
+        >>> @afk.durable  # doctest: +SKIP
+        ... def square(ctx, x):
+        ...     return ctx.step("square", pow, x, 2)
+        >>> map_durable(square, [1, 2, 3], store="/shared/afk")  # doctest: +SKIP
+        [1, 4, 9]
+
+    Uses the Ray cluster this process is connected to (``ray.init()``; without
+    it, Ray starts a local one). A task whose worker process died is re-run by
+    Ray (:data:`WORKER_DEATHS` times) and resumes its run from the last
+    checkpoint; a run that already completed returns its stored result without
+    running: the client reads it from the store and submits no task for it (a
+    call over a finished fan-out does not even start Ray). Call it again after
+    any failure: it finds the same runs by their ids.
+
+    Args:
+        fn: an ``@afk.durable`` job taking the item as its one argument
+            (msgpack-able, since it is stored in ``run.meta``).
+        items: the items, one run each.
+        store: where the runs live: a :class:`~afk_local.Store` or directory that
+            every worker reaches at the same path, or a
+            :class:`~afk_local.integrations.fanout.WorkerStore`.
+        run_id: ``run_id(item) -> str``; default ``fanout-<function name>-<index>``.
+        retries: how often Ray re-runs a task whose run raised; each retry resumes
+            the failed run (attempt + 1, finished steps replayed). Default 0. Ray
+            counts these and worker deaths in one budget of ``3 + retries``.
+        progress: one progress bar for all runs (tqdm when installed, else log lines).
+
+    Returns:
+        Each run's result, in the order of ``items``.
+
+    Raises:
+        FanOutError: some runs failed, paused or were lost with their workers;
+            it names each one's run id. Every other run completed.
+    """
+    job = portable_job(fn)
+    items = list(items)
+    ids = fanout_run_ids(job, items, run_id)
+    site = worker_store(store)
+    results = completed_results(client_store(store), job, items, ids)
+    todo = [index for index in range(len(items)) if index not in results]
+    if not todo:  # nothing left to run (or no items): no task, Ray is not even started
+        return [results[index] for index in range(len(items))]
+    task = _task().options(
+        max_retries=WORKER_DEATHS + retries, retry_exceptions=retries > 0, name=job_name(job)
+    )
+    refs = [task.remote(job, site, items[index], ids[index]) for index in todo]
+    position = {ref: index for ref, index in zip(refs, todo, strict=True)}
+    failures: dict[int, str] = {}
+    desc = f"map_durable {job_name(job)}"
+    bar = FanOutProgress(len(items), desc, enabled=progress, initial=len(results))
+    try:
+        pending = list(refs)
+        while pending:
+            # every task finished by now (at most _POLL_S to wait), not one wait per task
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=_POLL_S)
+            for ref in done:
+                index = position[ref]
+                try:
+                    results[index] = ray.get(ref)
+                except RayError as exc:
+                    failures[index] = describe_failure(_cause(exc))
+                bar.update(failed=index in failures)
+    finally:
+        bar.close()
+    if failures:
+        raise FanOutError({ids[i]: failures[i] for i in sorted(failures)}, len(items))
+    return [results[index] for index in range(len(items))]
+
+
+def _task() -> Any:
+    """:func:`run_task` as a Ray remote function, made once per process."""
+    global _remote_task  # noqa: PLW0603 - one registration per process, made lazily
+    if _remote_task is None:
+        _remote_task = ray.remote(run_task)
+    return _remote_task
+
+
+def _cause(exc: RayError) -> BaseException:
+    """The run's own error inside Ray's wrapper (RayTaskError.cause), else the Ray error."""
+    if isinstance(exc, RayTaskError):
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, BaseException):
+            return cause
+    return exc
+
+
+__all__ = ["WORKER_DEATHS", "FanOutError", "SharedDirectory", "WorkerStore", "map_durable"]

@@ -1,0 +1,80 @@
+"""``afk-local runs --remote URL``: the runs a remote holds, with their lease and state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from afk_local.errors import AfkLocalError, MirrorError
+from afk_local.integrations.remote.bucket import Bucket
+from afk_local.integrations.remote.layout import MAX_META_BYTES, MAX_RUNS
+from afk_local.integrations.remote.remote_run import read_remote_run
+from afk_local.storage.codec import RecordCodec, decode_meta
+from afk_local.storage.layout import validate_run_id
+
+
+@dataclass(frozen=True)
+class RemoteRunInfo:
+    """One run on a remote: who holds it and how far it got."""
+
+    run_id: str
+    epoch: int
+    holder: str
+    """The store id of the lease holder."""
+    host: str
+    status: str | None
+    """From the newest run.meta (None when it cannot be read)."""
+    seq: int
+    updated_ms: int
+    problem: str | None = None
+
+
+def remote_runs(url: str | Bucket, record_codec: RecordCodec | None = None) -> list[RemoteRunInfo]:
+    """Every run under ``url`` that has a lease, newest first; damaged ones carry ``problem``.
+
+    Signatures of run.meta are checked when ``record_codec`` has a key.
+    """
+    bucket = url if isinstance(url, Bucket) else Bucket(url)
+    found = []
+    for name in bucket.list_dirs("", limit=MAX_RUNS):
+        try:
+            run_id = validate_run_id(name)
+        except AfkLocalError:
+            continue  # not a run of ours
+        try:
+            remote = read_remote_run(bucket, run_id)
+        except MirrorError as exc:
+            found.append(RemoteRunInfo(run_id, 0, "", "", None, 0, 0, problem=str(exc)))
+            continue
+        if remote is None:
+            continue
+        head = remote.head
+        status, updated, problem, seq = None, head.taken_ms, None, head.base_seq
+        try:
+            snapshot = remote.snapshot()
+            seq = snapshot.head_seq
+            data = (
+                bucket.get(snapshot.meta_key, MAX_META_BYTES)
+                if snapshot.meta_key
+                else snapshot.lease_meta
+            )
+            if data is not None:
+                meta = decode_meta(
+                    record_codec or RecordCodec(),
+                    data,
+                    f"{run_id}/run.meta",
+                    max_bytes=MAX_META_BYTES,
+                    run_id=run_id,
+                )
+                status, updated = meta.status.value, max(updated, meta.updated_ms)
+        except (AfkLocalError, msgspec.DecodeError) as exc:
+            problem = str(exc)
+        found.append(
+            RemoteRunInfo(run_id, head.epoch, head.owner, head.host, status, seq, updated, problem)
+        )
+    found.sort(key=lambda info: info.updated_ms, reverse=True)
+    return found
+
+
+__all__ = ["RemoteRunInfo", "remote_runs"]

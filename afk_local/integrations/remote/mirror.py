@@ -1,0 +1,322 @@
+"""``Store(root, mirror=URL)``: every acknowledged record uploaded in the background.
+
+:func:`open_remote_mirror` is what the ``afk_local.mirrors`` entry points name. When
+a writer opens a run, :meth:`RemoteMirror.attach` checks the run's lease right away
+(a run another store holds is refused before anything is written) and starts one
+uploader thread for the run. The writer's notifications only record what to send:
+names of published files (a bounded queue; past its bound the thread falls back to
+listing what is missing), the journal's durable length, a dirty flag for run.meta.
+The thread uploads them in order: journal, files, meta. Before each batch it checks
+that no newer lease exists; once one does, the run's writer refuses every further
+checkpoint and effect with LeaseLostError.
+
+A request that fails is retried with backoff for ``retry_for_s`` seconds; then the
+mirror stops and its error is raised by the writer's next flush and by its close
+(logged when it happens). Offline, a run goes on locally; what was not uploaded is
+uploaded by the next writer of the run that has this mirror, or by ``afk-local push``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from afk_local.errors import LeaseLostError, MirrorError
+from afk_local.integrations.remote.bucket import Bucket, BucketRequestError
+from afk_local.integrations.remote.identity import store_id
+from afk_local.integrations.remote.layout import file_seq
+from afk_local.integrations.remote.upload import RunUploader, durable_journal_end, local_files
+from afk_local.storage.codec import RecordCodec
+from afk_local.storage.layout import RunPaths
+
+log = logging.getLogger("afk_local")
+
+DEFAULT_RETRY_FOR_S = 60.0
+DEFAULT_CLOSE_TIMEOUT_S = 60.0
+DEFAULT_MAX_PENDING = 10_000
+"""Queued file names per run; beyond it the uploader lists what is missing instead."""
+
+
+class RunMirrorThread:
+    """Mirrors one run that a writer holds; satisfies :class:`~afk_local.storage.mirror.RunMirror`.
+
+    Args:
+        uploader: uploads into this store's epoch of the run's lease.
+        retry_for_s: how long failing requests are retried before the mirror stops.
+        close_timeout_s: how long :meth:`close` waits for pending uploads.
+        max_pending: queued file names before the queue collapses into one listing.
+        sync_effects: each journal record is uploaded before its append returns, so a
+            step's intent is in the remote before its function runs and its outcome
+            before its result is used (a fan-out worker whose machine dies loses no
+            effect); a mirror that cannot keep up within ``close_timeout_s`` fails the
+            append with MirrorError.
+    """
+
+    def __init__(
+        self,
+        uploader: RunUploader,
+        *,
+        retry_for_s: float = DEFAULT_RETRY_FOR_S,
+        close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        sync_effects: bool = False,
+    ) -> None:
+        self.uploader = uploader
+        self.run_id = uploader.run_id
+        self.url = uploader.bucket.url
+        self._retry_for_s = retry_for_s
+        self._close_timeout_s = close_timeout_s
+        self._max_pending = max_pending
+        self._sync_effects = sync_effects
+        self._cond = threading.Condition()
+        self._files: deque[str] = deque()
+        self._journal_end = 0
+        self._acked_seq = 0
+        self._meta_changes = 0
+        self._catch_up = True  # list the remote and upload what it lacks (first batch, overflow)
+        self._overflows = 0
+        self._requested = 1
+        self._completed = 0
+        self._error: BaseException | None = None
+        self._surfaced = False
+        self._stopping = False
+        self._thread = threading.Thread(
+            target=self._run, name=f"afk-mirror-{self.run_id}", daemon=True
+        )
+
+    def start(self) -> None:
+        """Check the lease now (LeaseLostError if another store holds it), then start.
+
+        Unreachable remote: the run goes on locally and the thread keeps trying.
+        """
+        # What is on disk now (no writer runs yet) counts as acknowledged; later,
+        # only what the writer notifies. Nothing newer is ever uploaded.
+        files = local_files(self.uploader.paths)
+        self._acked_seq = files[-1][0] if files else 0
+        self._journal_end = durable_journal_end(self.uploader.paths)
+        try:
+            self.uploader.acquire()
+        except BucketRequestError as exc:
+            log.warning(
+                "run %s: mirror not reachable yet, retrying in the background: %s", self.run_id, exc
+            )
+        self._thread.start()
+
+    # -- notifications from the writer (enqueue only) -----------------------------
+
+    def published(self, name: str) -> None:
+        """An immutable run file was published (acknowledged)."""
+        with self._cond:
+            self._acked_seq = max(self._acked_seq, file_seq(name) or 0)
+            if len(self._files) >= self._max_pending:
+                self._files.clear()
+                self._catch_up = True
+                self._overflows += 1
+            else:
+                self._files.append(name)
+            self._requested += 1
+            self._cond.notify_all()
+
+    def meta_replaced(self) -> None:
+        """``run.meta`` changed."""
+        with self._cond:
+            self._meta_changes += 1
+            self._requested += 1
+            self._cond.notify_all()
+
+    def synced(self, end: int) -> None:
+        """``effects.log`` is durable up to ``end``."""
+        with self._cond:
+            if end > self._journal_end:
+                self._journal_end = end
+                self._requested += 1
+                self._cond.notify_all()
+
+    def appended(self, end: int) -> None:
+        """With ``sync_effects``, wait until the journal up to ``end`` is in the remote."""
+        if self._sync_effects:
+            self.flush(self._close_timeout_s)
+
+    def before_append(self) -> None:
+        """Refuse an effect once the lease is lost (with ``sync_effects``: once the mirror
+        failed at all, since the record could not be made remote-durable)."""
+        if self._sync_effects and self._error is not None:
+            self._surfaced = True
+            raise self._error
+        self.check()
+
+    def check(self) -> None:
+        """Raise LeaseLostError once another store took the run."""
+        error = self._error
+        if isinstance(error, LeaseLostError):
+            self._surfaced = True
+            raise error
+
+    # -- waiting ------------------------------------------------------------------
+
+    def flush(self, timeout: float) -> None:
+        """Wait until everything notified so far is uploaded (at most ``timeout`` s).
+
+        Raises:
+            LeaseLostError / MirrorError: the mirror stopped on this error.
+            MirrorError: it did not catch up in time.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            target = self._requested
+            while self._completed < target and self._error is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise MirrorError(
+                        self.url,
+                        f"run {self.run_id}: uploads not done within {timeout:g} s (the remote is "
+                        "slow or unreachable); they go on in the background, and `afk-local "
+                        f"push {self.run_id} --to {self.url}` sends whatever is left",
+                    )
+                self._cond.wait(remaining)
+            if self._error is not None:
+                self._surfaced = True
+                raise self._error
+
+    def close(self) -> None:
+        """Wait for pending uploads (bounded), stop the thread, raise the mirror's error."""
+        try:
+            if not (self._surfaced and self._error is not None):
+                self.flush(self._close_timeout_s)
+        finally:
+            with self._cond:
+                self._stopping = True
+                self._cond.notify_all()
+            if self._thread.is_alive() and self._thread is not threading.current_thread():
+                self._thread.join(1.0)
+
+    # -- the uploader thread --------------------------------------------------------
+
+    def _run(self) -> None:
+        failing_since: float | None = None
+        delay = 0.2
+        while True:
+            with self._cond:
+                while self._completed >= self._requested and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                target = self._requested
+                files = list(self._files)
+                journal_end = self._journal_end
+                meta_seen = self._meta_changes
+                overflows = self._overflows
+                catch_up = self._catch_up
+                acked_seq = self._acked_seq
+            try:
+                self._upload(files, journal_end, meta_seen > 0, catch_up, acked_seq)
+            except BucketRequestError as exc:
+                now = time.monotonic()
+                failing_since = failing_since or now
+                if exc.retryable and now - failing_since < self._retry_for_s:
+                    log.info("run %s: mirror upload failed, retrying: %s", self.run_id, exc)
+                    with self._cond:
+                        self._cond.wait(delay)  # a close() cuts the wait short
+                    delay = min(delay * 2, 10.0)
+                    continue
+                self._fail(exc)
+                return
+            except (LeaseLostError, MirrorError, OSError) as exc:
+                self._fail(exc)
+                return
+            failing_since, delay = None, 0.2
+            with self._cond:
+                # Drop what was sent; what was notified meanwhile stays for the next batch.
+                if overflows == self._overflows:  # else the queue was folded into a catch-up
+                    self._catch_up = False
+                    for _ in files:
+                        self._files.popleft()
+                self._meta_changes -= meta_seen
+                self._completed = target
+                self._cond.notify_all()
+
+    def _upload(
+        self, files: list[str], journal_end: int, meta: bool, catch_up: bool, acked_seq: int
+    ) -> None:
+        uploader = self.uploader
+        if uploader.lease is None:
+            uploader.acquire()
+        else:
+            uploader.check_lease()
+        if catch_up:
+            uploader.scan_remote()
+        uploader.upload_journal(journal_end)
+        for name in uploader.missing_files(acked_seq) if catch_up else files:
+            uploader.upload_file(name)
+        if meta or catch_up:
+            uploader.upload_meta()
+
+    def _fail(self, exc: BaseException) -> None:
+        if isinstance(exc, LeaseLostError):
+            log.error("run %s: %s", self.run_id, exc)
+        else:
+            log.error("run %s: mirror %s stopped: %s", self.run_id, self.url, exc)
+        with self._cond:
+            self._error = exc
+            self._cond.notify_all()
+
+
+class RemoteMirror:
+    """A store's mirror on one remote; satisfies :class:`~afk_local.storage.mirror.Mirror`.
+
+    Args:
+        url: the remote (``s3://bucket/prefix``, ``gs://...``, ``az://...``, ``file:///dir``).
+        root: the store's root (its ``store.id`` names the lease owner).
+        retry_for_s / close_timeout_s / max_pending / sync_effects: see
+            :class:`RunMirrorThread`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        root: Path,
+        retry_for_s: float = DEFAULT_RETRY_FOR_S,
+        close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        sync_effects: bool = False,
+    ) -> None:
+        self.url = url
+        self.sync_effects = sync_effects
+        self.root = Path(root)
+        self.bucket = Bucket(url)
+        self._retry_for_s = retry_for_s
+        self._close_timeout_s = close_timeout_s
+        self._max_pending = max_pending
+        self._owner: str | None = None
+
+    def __repr__(self) -> str:
+        return f"RemoteMirror({self.url!r})"
+
+    def attach(self, paths: RunPaths, record_codec: RecordCodec) -> RunMirrorThread:
+        """Start mirroring a run (the caller holds its lock); LeaseLostError if not ours."""
+        if self._owner is None:
+            self._owner = store_id(self.root)
+        mirror = RunMirrorThread(
+            RunUploader(self.bucket, paths, self._owner),
+            retry_for_s=self._retry_for_s,
+            close_timeout_s=self._close_timeout_s,
+            max_pending=self._max_pending,
+            sync_effects=self.sync_effects,
+        )
+        mirror.start()
+        return mirror
+
+    def close(self) -> None:
+        """Nothing to release: each run's thread stops with its writer."""
+
+
+def open_remote_mirror(url: str, *, root: Path) -> RemoteMirror:
+    """The ``afk_local.mirrors`` entry point: a :class:`RemoteMirror` of the store at ``root``."""
+    return RemoteMirror(url, root=root)
+
+
+__all__ = ["RemoteMirror", "RunMirrorThread", "open_remote_mirror"]

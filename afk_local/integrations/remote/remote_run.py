@@ -1,0 +1,181 @@
+"""What a remote holds of one run, and which of its objects make up the run.
+
+:func:`read_remote_run` lists a run's objects once and sorts them by epoch.
+:meth:`RemoteRun.snapshot` picks the objects a pull takes: for each epoch, the
+files whose seq lies between that epoch's base and the next epoch's base, and the
+journal segments from that epoch's journal base up to the next one's; ``run.meta``
+is the newest version of the newest epoch (or the one its lease took over). What
+an old owner uploaded after its lease moved lies past the next base and is left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from afk_local.errors import MirrorError
+from afk_local.integrations.remote.bucket import Bucket
+from afk_local.integrations.remote.layout import (
+    MAX_RUN_OBJECTS,
+    file_key,
+    meta_key,
+    parse_run_key,
+    segment_key,
+)
+from afk_local.integrations.remote.lease import Lease, read_leases
+
+
+@dataclass
+class EpochObjects:
+    """The data objects one epoch's owner uploaded."""
+
+    files: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """File name -> (seq, size)."""
+    segments: dict[int, int] = field(default_factory=dict)
+    """Journal segment offset -> size."""
+    metas: dict[int, int] = field(default_factory=dict)
+    """run.meta version -> size."""
+
+    def journal_end(self, start: int) -> int:
+        """Where the contiguous run of segments from ``start`` ends (``start`` if none)."""
+        end = start
+        while end in self.segments:
+            end += self.segments[end]
+        return end
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One object a pull downloads."""
+
+    key: str
+    name: str
+    seq: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One journal segment a pull downloads."""
+
+    key: str
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The run as a pull takes it: files, journal segments, meta."""
+
+    run_id: str
+    files: list[RemoteFile]
+    segments: list[Segment]
+    journal_end: int
+    head_seq: int
+    meta_key: str | None
+    """The key of the newest run.meta, or None when the head lease's copy is the newest."""
+    lease_meta: bytes | None
+
+
+@dataclass
+class RemoteRun:
+    """A run's leases and objects as listed at one moment."""
+
+    bucket: Bucket
+    run_id: str
+    leases: dict[int, Lease]
+    epochs: dict[int, EpochObjects]
+
+    @property
+    def head(self) -> Lease:
+        """The newest lease: its owner may write the run."""
+        return self.leases[max(self.leases)]
+
+    def objects(self, epoch: int) -> EpochObjects:
+        """The objects uploaded in ``epoch`` (empty if none)."""
+        return self.epochs.get(epoch) or EpochObjects()
+
+    def snapshot(self) -> Snapshot:
+        """The objects that make up the run now (see the module docstring).
+
+        Raises:
+            MirrorError: an older epoch's journal segments do not reach the next base,
+                or there is no run.meta at all.
+        """
+        last = max(self.leases)
+        files: list[RemoteFile] = []
+        segments: list[Segment] = []
+        offset = 0
+        for epoch in range(1, last + 1):
+            lease = self.leases[epoch]
+            upper = self.leases[epoch + 1] if epoch < last else None
+            objects = self.objects(epoch)
+            for name, (seq, size) in objects.files.items():
+                if seq == 0 or (seq > lease.base_seq and (upper is None or seq <= upper.base_seq)):
+                    files.append(RemoteFile(file_key(self.run_id, epoch, name), name, seq, size))
+            offset = lease.journal_base
+            stop = upper.journal_base if upper is not None else None
+            while offset in objects.segments and (stop is None or offset < stop):
+                size = objects.segments[offset]
+                segments.append(Segment(segment_key(self.run_id, epoch, offset), offset, size))
+                offset += size
+            if stop is not None and offset != stop:
+                raise MirrorError(
+                    self.bucket.url,
+                    f"run {self.run_id}: epoch {epoch}'s journal segments end at byte {offset}, "
+                    f"but epoch {epoch + 1} took over at byte {stop}: the remote is damaged",
+                )
+        files.sort(key=lambda f: (f.seq, f.name))
+        head_seq = max((f.seq for f in files), default=0)
+        head_seq = max(head_seq, self.head.base_seq)
+        metas = self.objects(last).metas
+        key = meta_key(self.run_id, last, max(metas)) if metas else None
+        if key is None and self.head.meta is None:
+            raise MirrorError(
+                self.bucket.url,
+                f"run {self.run_id}: no run.meta uploaded yet (its first writer has not "
+                "synced it); push the run again",
+            )
+        return Snapshot(
+            run_id=self.run_id,
+            files=files,
+            segments=segments,
+            journal_end=offset,
+            head_seq=head_seq,
+            meta_key=key,
+            lease_meta=self.head.meta,
+        )
+
+
+def read_remote_run(bucket: Bucket, run_id: str) -> RemoteRun | None:
+    """List the run's leases and objects; None when the remote has no lease for it.
+
+    Objects under the run that are not ours (other names, bad epochs) are ignored.
+    """
+    leases = read_leases(bucket, run_id)
+    if not leases:
+        return None
+    epochs: dict[int, EpochObjects] = {}
+    prefix = len(run_id) + 1
+    last = max(leases)
+    for listed in bucket.list_objects(run_id, limit=MAX_RUN_OBJECTS):
+        parsed = parse_run_key(listed.key[prefix:])
+        if parsed is None or parsed.kind == "lease" or parsed.epoch > last:
+            continue  # an epoch without a lease: a taker that died before creating it
+        objects = epochs.setdefault(parsed.epoch, EpochObjects())
+        if parsed.kind == "file":
+            objects.files[parsed.name] = (parsed.number, listed.size)
+        elif parsed.kind == "segment" and listed.size > 0:
+            objects.segments[parsed.number] = listed.size
+        elif parsed.kind == "meta":
+            objects.metas[parsed.number] = listed.size
+    return RemoteRun(bucket, run_id, leases, epochs)
+
+
+__all__ = [
+    "EpochObjects",
+    "RemoteFile",
+    "RemoteRun",
+    "Segment",
+    "Snapshot",
+    "read_remote_run",
+]

@@ -1,0 +1,236 @@
+"""Where a run's checkpoints are: loose files and pack files, one list for readers.
+
+A checkpoint is *loose* (its own ``<seq>.<phase>.ckpt`` file) or *packed* (its exact
+file bytes inside a ``pack-*.pack`` file, see :mod:`afk_local.storage.pack`); it keeps
+its name either way. :class:`RunCatalog` lists both and hands out the bytes of
+either, so the chain decoder, the reader, verify, gc and fork treat them alike.
+
+A seq found loose and in a pack (a crash between publishing a pack and removing the
+files it holds) is the same bytes twice: the loose file is used. Packs are immutable
+and uniquely named, so an opened pack's index is kept; a pack that vanished (merged
+into a bigger one) is forgotten and the directory listed again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+
+from afk_local.errors import CheckpointCorruptionError
+from afk_local.storage import codec, fsio
+from afk_local.storage.integrity import NO_MAC, Signer
+from afk_local.storage.layout import (
+    CheckpointFile,
+    PackFile,
+    RunPaths,
+    checkpoint_name,
+    scan_run_files,
+)
+from afk_local.storage.pack import PackReader, read_pack_index
+
+PACK_SEPARATOR = "#"
+"""Between a pack's path and a checkpoint's name in the location of a packed checkpoint."""
+
+
+class RunCatalog:
+    """The loose and packed checkpoints of one run directory.
+
+    Args:
+        paths: the run directory.
+        signer: a keyed store's signer: packs must then carry a valid MAC.
+        owners: the run ids a pack's MAC may name (the run and its fork ancestors,
+            whose packs a fork shares); called when a pack is first opened.
+    """
+
+    def __init__(
+        self,
+        paths: RunPaths,
+        *,
+        signer: Signer | None = None,
+        owners: Callable[[], Sequence[str]] | None = None,
+    ) -> None:
+        self.paths = paths
+        self._prefix = str(paths.dir) + os.sep
+        self._signer = signer
+        self._owners = owners or (lambda: (paths.run_id,))
+        self._readers: dict[str, PackReader] = {}
+        self._damaged: dict[str, str] = {}
+        self._listed: list[PackFile] | None = None
+
+    # -- listing ----------------------------------------------------------------------
+
+    def scan(self) -> tuple[list[CheckpointFile], list[PackFile]]:
+        """List the directory: its loose checkpoint files and its pack files, in order."""
+        loose, packs = scan_run_files(self.paths.dir)
+        self._listed = packs
+        names = {p.name for p in packs}
+        for gone in [n for n in self._readers if n not in names]:
+            del self._readers[gone]
+        for gone in [n for n in self._damaged if n not in names]:
+            del self._damaged[gone]
+        return loose, packs
+
+    def files(self) -> list[CheckpointFile]:
+        """Every checkpoint, loose or packed, in seq order (each seq once)."""
+        loose, packs = self.scan()
+        found = {f.seq: f for f in loose}
+        for pack in self._preferred(packs):
+            reader = self._reader(pack)
+            if reader is None:
+                continue
+            index = reader.index
+            for entry, seq in enumerate(index.seqs):
+                if seq not in found:
+                    phase = index.phase(entry)
+                    found[seq] = CheckpointFile(
+                        seq, phase, checkpoint_name(seq, phase), pack=pack.name
+                    )
+        return [found[seq] for seq in sorted(found)]
+
+    def packs(self) -> list[PackFile]:
+        """The pack files of the directory (listed afresh)."""
+        return self.scan()[1]
+
+    def damaged_packs(self) -> dict[str, str]:
+        """Pack name -> why it could not be opened, for the packs met so far."""
+        return dict(self._damaged)
+
+    def pack_reader(self, pack: PackFile | str) -> PackReader:
+        """The reader of one pack of this run (its header and index checked).
+
+        Raises:
+            CheckpointCorruptionError: the pack is damaged.
+            FileNotFoundError: it is gone.
+        """
+        name = pack if isinstance(pack, str) else pack.name
+        reader = self._readers.get(name)
+        if reader is None:
+            self._damaged.pop(name, None)
+            path = self._prefix + name
+            signer = self._signer
+            owners = self._owners() if signer is not None else ()
+            reader = PackReader(read_pack_index(path, signer=signer, owners=owners))
+            self._readers[name] = reader
+        return reader
+
+    def find(self, seq: int) -> CheckpointFile | None:
+        """Checkpoint ``seq``, loose or packed, or None when the run has none.
+
+        Raises:
+            CheckpointCorruptionError: a damaged pack's name claims ``seq``.
+        """
+        loose, packs = self.scan()
+        for file in loose:
+            if file.seq == seq:
+                return file
+        return self._packed(seq, packs)
+
+    def packed(self, seq: int) -> CheckpointFile | None:
+        """Checkpoint ``seq`` if a pack holds it (no listing when a known pack does).
+
+        Raises:
+            CheckpointCorruptionError: a damaged pack's name claims ``seq``.
+        """
+        if self._listed is not None and any(p.first <= seq <= p.last for p in self._listed):
+            found = self._packed(seq, self._listed)
+            if found is not None:
+                return found
+        return self._packed(seq, self.scan()[1])
+
+    def _packed(self, seq: int, packs: list[PackFile]) -> CheckpointFile | None:
+        damage: CheckpointCorruptionError | None = None
+        for pack in self._preferred(p for p in packs if p.first <= seq <= p.last):
+            try:
+                index = self.pack_reader(pack).index
+            except FileNotFoundError:
+                continue
+            except CheckpointCorruptionError as exc:
+                self._damaged[pack.name] = exc.reason
+                damage = damage or exc
+                continue
+            entry = index.find(seq)
+            if entry is not None:
+                phase = index.phase(entry)
+                return CheckpointFile(seq, phase, checkpoint_name(seq, phase), pack=pack.name)
+        if damage is not None:
+            raise damage
+        return None
+
+    def _preferred(self, packs: Iterable[PackFile]) -> list[PackFile]:
+        # Wider packs first: after a crash in a merge, the merged pack is the one kept.
+        found = list(packs)
+        if len(found) > 1:
+            found.sort(key=lambda p: (p.first - p.last, p.first))
+        return found
+
+    def _reader(self, pack: PackFile) -> PackReader | None:
+        try:
+            return self.pack_reader(pack)
+        except FileNotFoundError:
+            return None
+        except CheckpointCorruptionError as exc:
+            self._damaged[pack.name] = exc.reason
+            return None
+
+    # -- bytes ------------------------------------------------------------------------
+
+    def location(self, file: CheckpointFile) -> str:
+        """Where ``file``'s bytes are, for messages: its path, or ``<pack path>#<name>``."""
+        if file.pack is None:
+            return self._prefix + file.name
+        return f"{self._prefix}{file.pack}{PACK_SEPARATOR}{file.name}"
+
+    def packed_image(self, file: CheckpointFile) -> bytes:
+        """The exact file bytes of packed checkpoint ``file``.
+
+        Raises:
+            CheckpointCorruptionError: the pack or the block holding it is damaged, or
+                the pack no longer holds it.
+        """
+        assert file.pack is not None
+        for _ in range(2):
+            try:
+                reader = self.pack_reader(file.pack)
+                entry = reader.index.find(file.seq)
+                if entry is None:
+                    break
+                return reader.image(entry)
+            except FileNotFoundError:
+                # Merged into another pack meanwhile: look for it again.
+                moved = self.packed(file.seq)
+                if moved is None or moved.pack is None:
+                    break
+                file = moved
+        raise CheckpointCorruptionError(self.location(file), "vanished while reading")
+
+    def stored_bytes(self, file: CheckpointFile, max_bytes: int) -> bytes:
+        """The exact bytes stored for ``file``: its loose file (at most ``max_bytes``), or its
+        entry in a pack.
+
+        Raises:
+            CheckpointCorruptionError: it cannot be read.
+        """
+        if file.pack is not None:
+            return self.packed_image(file)
+        path = self._prefix + file.name
+        try:
+            return fsio.read_bounded(path, max_bytes)
+        except FileNotFoundError:
+            packed = self.packed(file.seq)  # packed since it was listed, perhaps
+            if packed is not None and packed.name == file.name:
+                return self.packed_image(packed)
+            raise CheckpointCorruptionError(path, "file vanished while reading") from None
+        except (OSError, ValueError) as exc:
+            raise CheckpointCorruptionError(path, f"cannot read: {exc}") from None
+
+    def link_value(self, file: CheckpointFile) -> bytes:
+        """The MAC trailer of packed checkpoint ``file`` (:data:`NO_MAC` when it has none)."""
+        try:
+            image = self.packed_image(file)
+        except CheckpointCorruptionError:
+            return NO_MAC
+        at = codec.signature_offset(image[: codec.HEADER_SIZE], len(image))
+        return NO_MAC if at is None else image[at:]
+
+
+__all__ = ["PACK_SEPARATOR", "RunCatalog"]

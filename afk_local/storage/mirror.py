@@ -1,0 +1,142 @@
+"""The seam between a run's writer and a remote mirror (``Store(root, mirror=URL)``).
+
+The storage layer never imports a mirror's implementation (it needs a third-party
+object-store client, DESIGN §2 and §10). It declares what a writer tells a mirror
+(:class:`RunMirror`) and finds the implementation for a URL at run time through the
+``afk_local.mirrors`` entry-point group: one entry per URL scheme, naming a callable
+``(url, *, root) -> Mirror``. afk_local's own ``remote`` extra registers ``s3``,
+``gs``, ``az`` and ``file`` (docs/remote.md); another package may register more.
+
+A writer notifies its :class:`RunMirror` only after a record is acknowledged locally,
+and a notification only enqueues: the local durability path never waits on the network.
+
+Example:
+    >>> from afk_local.storage.mirror import mirror_scheme
+    >>> mirror_scheme("s3://bucket/afk")
+    's3'
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+from pathlib import Path
+from typing import Protocol
+
+from afk_local.errors import MirrorError
+from afk_local.storage.codec import RecordCodec
+from afk_local.storage.layout import RunPaths
+
+MIRROR_ENV = "AFK_LOCAL_MIRROR"
+"""The mirror URL a :class:`~afk_local.Store` uses when none is passed (``mirror=None``)."""
+
+ENTRY_POINT_GROUP = "afk_local.mirrors"
+"""The entry-point group that maps a URL scheme to a mirror implementation."""
+
+REMOTE_COPY_KEY = "remote_copy"
+"""``run.meta`` extra of a run pulled without ``--take``: a read-only copy no writer opens."""
+
+REMOTE_EXTRA_HINT = "install the remote extra: pip install 'afk_local[remote]'"
+
+_SCHEME = re.compile(r"^([a-z][a-z0-9+.-]{0,31})://")
+
+
+class RunMirror(Protocol):
+    """What a run's writer tells its mirror; every call but :meth:`flush` only enqueues."""
+
+    def published(self, name: str) -> None:
+        """An immutable run file (a checkpoint, a pack) is durable under ``name``."""
+
+    def meta_replaced(self) -> None:
+        """``run.meta`` was replaced durably."""
+
+    def before_append(self) -> None:
+        """About to append to ``effects.log``: raise if the run may no longer be written."""
+
+    def synced(self, end: int) -> None:
+        """``effects.log`` is durable up to byte ``end``."""
+
+    def appended(self, end: int) -> None:
+        """A record ending at byte ``end`` is durable locally; the appending thread waits
+        here when the mirror keeps effects remote-durable (raising fails the append)."""
+
+    def check(self) -> None:
+        """Raise the error that stops this run's writer (:class:`~afk_local.LeaseLostError`)."""
+
+    def flush(self, timeout: float) -> None:
+        """Return once everything notified so far is uploaded; raise the mirror's error."""
+
+    def close(self) -> None:
+        """Upload what is pending (bounded), stop, and raise the mirror's error if any."""
+
+
+class Mirror(Protocol):
+    """A store's mirror: hands out one :class:`RunMirror` per run opened for writing."""
+
+    url: str
+
+    def attach(self, paths: RunPaths, record_codec: RecordCodec) -> RunMirror:
+        """Start mirroring a run whose lock the caller holds; checks the run's lease.
+
+        Raises:
+            LeaseLostError: another store holds the run's lease.
+        """
+
+    def close(self) -> None:
+        """Release what the mirror holds (connections); run mirrors close on their own."""
+
+
+class MirrorFactory(Protocol):
+    """What an ``afk_local.mirrors`` entry point loads."""
+
+    def __call__(self, url: str, *, root: Path) -> Mirror:
+        """A mirror of the store at ``root`` on ``url``."""
+
+
+def mirror_scheme(url: str) -> str:
+    """The scheme of a mirror URL (``s3``, ``gs``, ``az``, ``file``...); MirrorError if none."""
+    match = _SCHEME.match(url)
+    if match is None:
+        raise MirrorError(url, "not a URL: expected s3://bucket/prefix, gs://, az:// or file:///")
+    return match.group(1)
+
+
+def default_mirror_url() -> str | None:
+    """``$AFK_LOCAL_MIRROR`` when set and not empty."""
+    return os.environ.get(MIRROR_ENV) or None
+
+
+def open_mirror(url: str, root: Path) -> Mirror:
+    """The mirror registered for ``url``'s scheme, for the store at ``root``.
+
+    Raises:
+        MirrorError: no implementation is registered for the scheme, or its extra
+            (``afk_local[remote]``) is not installed.
+    """
+    scheme = mirror_scheme(url)
+    entries = [e for e in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
+    entry = next((e for e in entries if e.name == scheme), None)
+    if entry is None:
+        known = ", ".join(sorted({e.name for e in entries})) or "none"
+        raise MirrorError(
+            url, f"no mirror for scheme {scheme!r} (registered: {known}); {REMOTE_EXTRA_HINT}"
+        )
+    try:
+        factory: MirrorFactory = entry.load()
+    except ImportError as exc:
+        raise MirrorError(url, f"{exc}; {REMOTE_EXTRA_HINT}") from exc
+    return factory(url, root=root)
+
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "MIRROR_ENV",
+    "REMOTE_COPY_KEY",
+    "Mirror",
+    "MirrorFactory",
+    "RunMirror",
+    "default_mirror_url",
+    "mirror_scheme",
+    "open_mirror",
+]

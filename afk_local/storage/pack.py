@@ -1,0 +1,514 @@
+"""Pack files: many checkpoints of one run in one file (the format; docs/format.md, "Packs").
+
+One file per checkpoint is right for publishing (a rename is atomic) and wrong for
+keeping: a long run leaves thousands of small files. A pack folds older checkpoint
+files into one, as git packs its loose objects::
+
+    header   magic "AFKP" | version u8 | flags u8 | reserved u16 | first_seq u64 |
+             last_seq u64 | entry_count u32 | block_count u32 | index_offset u64 |
+             index_len u64 | crc32 u32                                  (52 bytes)
+    blocks   zstd frames back to back, from byte 52 to index_offset
+    index    one zstd frame (index_len bytes)
+    mac      32 bytes HMAC-SHA256, only with flags bit 1 (a keyed store)
+
+Each entry is the exact bytes its loose file had (an AFK1 checkpoint frame with its
+own crc, delta base and MAC), so a packed checkpoint decodes, chains and verifies as
+it did loose. Entries are concatenated in seq order and cut into blocks of about
+:data:`BLOCK_TARGET_BYTES`; each block is one zstd frame, so reading one checkpoint
+decompresses one block. The decompressed index is::
+
+    phase_count u32, then per phase: length u8 + name
+    per block:  size u32 | raw_size u32 | crc32 of its zstd bytes u32 | entry_count u32
+    seq u64 per entry, then length u32 per entry, then phase number u8 per entry
+
+Entries fill their block's raw bytes exactly and in order, so offsets are implied.
+The header crc covers the header's first 48 bytes and the index bytes; each block's
+crc (in the index) covers that block. In a keyed store the MAC covers the run id and
+the SHA-256 of the header's first 48 bytes and the index: it pins which checkpoints
+the pack holds and every block's crc, while each entry's own record MAC vouches for
+its content. Everything read from disk is bounded and checked before use.
+"""
+
+from __future__ import annotations
+
+import array
+import bisect
+import errno
+import hashlib
+import itertools
+import os
+import stat
+import struct
+import sys
+import zlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import zstandard
+
+from afk_local.errors import CheckpointCorruptionError
+from afk_local.storage import codec
+from afk_local.storage.integrity import MAC_SIZE, Signer
+from afk_local.storage.layout import MAX_SEQ, pack_name, validate_phase
+
+PACK_MAGIC = b"AFKP"
+PACK_VERSION = 1
+FLAG_SIGNED = 0x02
+"""Flag bit 1: a 32-byte HMAC-SHA256 trailer follows the index (a keyed store)."""
+
+_HEADER = struct.Struct("<4sBBHQQIIQQI")
+HEADER_SIZE = _HEADER.size
+_CRC_COVERED = HEADER_SIZE - 4
+_BLOCK = struct.Struct("<IIII")
+
+BLOCK_TARGET_BYTES = 128 << 10
+"""Raw bytes a block is filled to before the next one starts (a read decompresses one)."""
+MAX_ENTRY_BYTES = 64 << 20
+"""Larger checkpoint files are never packed (they stay loose)."""
+MAX_PACK_INPUT_BYTES = 256 << 20
+"""Raw entry bytes a packer puts into one pack before it starts another."""
+MAX_PACK_ENTRIES = 1 << 20
+"""Entries one pack may hold."""
+MAX_PACK_BYTES = 1 << 30
+"""Largest pack file a reader accepts."""
+_MAX_BLOCK_RAW = MAX_ENTRY_BYTES + BLOCK_TARGET_BYTES
+_MAX_PHASES = 255
+_LEVEL = 3
+
+_BIG_ENDIAN = sys.byteorder == "big"
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+class PackEntry(NamedTuple):
+    """One checkpoint to pack: its seq, phase and the exact bytes of its file."""
+
+    seq: int
+    phase: str
+    image: bytes
+
+
+class _Block(NamedTuple):
+    offset: int
+    size: int
+    raw_size: int
+    crc: int
+    first_entry: int
+    entry_count: int
+
+
+def encode_pack(
+    entries: Sequence[PackEntry],
+    *,
+    run_id: str,
+    signer: Signer | None = None,
+    level: int = _LEVEL,
+) -> tuple[str, bytes]:
+    """The file name and bytes of a pack holding ``entries`` (seq order, strictly rising).
+
+    Signed with ``signer`` for ``run_id`` when given. Each image must be a checkpoint
+    file's bytes of at most :data:`MAX_ENTRY_BYTES`.
+    """
+    if not entries or len(entries) > MAX_PACK_ENTRIES:
+        raise ValueError(f"a pack holds 1 to {MAX_PACK_ENTRIES} entries, not {len(entries)}")
+    phases: dict[str, int] = {}
+    seqs = array.array("Q")
+    lengths = array.array("I")
+    phase_ids = bytearray()
+    blocks: list[bytes] = []
+    table: list[bytes] = []
+    pending: list[bytes] = []
+    pending_size = 0
+    pending_count = 0
+    compressor = zstandard.ZstdCompressor(level=level, write_content_size=True, write_checksum=True)
+
+    def cut() -> None:
+        nonlocal pending_size, pending_count
+        raw = b"".join(pending)
+        frame = compressor.compress(raw)
+        blocks.append(frame)
+        table.append(_BLOCK.pack(len(frame), len(raw), zlib.crc32(frame), pending_count))
+        pending.clear()
+        pending_size = pending_count = 0
+
+    previous = 0
+    for entry in entries:
+        if not previous < entry.seq <= MAX_SEQ:
+            raise ValueError(f"pack entries must rise in seq: {entry.seq} after {previous}")
+        if not codec.HEADER_SIZE <= len(entry.image) <= MAX_ENTRY_BYTES:
+            raise ValueError(f"checkpoint {entry.seq} ({len(entry.image)} bytes) cannot be packed")
+        previous = entry.seq
+        phase = validate_phase(entry.phase)
+        if phase not in phases:
+            if len(phases) == _MAX_PHASES:
+                raise ValueError(f"a pack holds at most {_MAX_PHASES} phases")
+            phases[phase] = len(phases)
+        seqs.append(entry.seq)
+        lengths.append(len(entry.image))
+        phase_ids.append(phases[phase])
+        pending.append(entry.image)
+        pending_size += len(entry.image)
+        pending_count += 1
+        if pending_size >= BLOCK_TARGET_BYTES:
+            cut()
+    if pending:
+        cut()
+    if _BIG_ENDIAN:  # pragma: no cover - the index is little-endian on every host
+        seqs.byteswap()
+        lengths.byteswap()
+    phase_table = b"".join(bytes((len(p),)) + p.encode() for p in phases)
+    index_raw = b"".join(
+        (
+            struct.pack("<I", len(phases)),
+            phase_table,
+            *table,
+            seqs.tobytes(),
+            lengths.tobytes(),
+            bytes(phase_ids),
+        )
+    )
+    index = compressor.compress(index_raw)
+    body = b"".join(blocks)
+    head = _HEADER.pack(
+        PACK_MAGIC,
+        PACK_VERSION,
+        FLAG_SIGNED if signer is not None else 0,
+        0,
+        entries[0].seq,
+        entries[-1].seq,
+        len(entries),
+        len(blocks),
+        HEADER_SIZE + len(body),
+        len(index),
+        0,
+    )[:_CRC_COVERED]
+    crc = zlib.crc32(index, zlib.crc32(head))
+    parts = [head, struct.pack("<I", crc), body, index]
+    if signer is not None:
+        parts.append(signer.pack_mac(run_id, _pack_digest(head, index)))
+    data = b"".join(parts)
+    return pack_name(entries[0].seq, entries[-1].seq, hashlib.sha256(data).hexdigest()), data
+
+
+def _pack_digest(head: bytes, index: bytes) -> bytes:
+    return hashlib.sha256(head + index).digest()
+
+
+@dataclass(frozen=True)
+class PackIndex:
+    """The checked header and index of one pack file: which checkpoints it holds, where."""
+
+    path: str
+    first: int
+    last: int
+    phases: tuple[str, ...]
+    seqs: array.array[int]
+    lengths: array.array[int]
+    phase_ids: bytes
+    blocks: tuple[_Block, ...]
+    signed: bool
+    size: int
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def find(self, seq: int) -> int | None:
+        """The entry number of checkpoint ``seq``, None when this pack does not hold it."""
+        at = bisect.bisect_left(self.seqs, seq)
+        return at if at < len(self.seqs) and self.seqs[at] == seq else None
+
+    def phase(self, entry: int) -> str:
+        """The phase of entry number ``entry``."""
+        return self.phases[self.phase_ids[entry]]
+
+    def block_of(self, entry: int) -> tuple[_Block, int]:
+        """The block holding entry ``entry`` and the entry's offset in its raw bytes."""
+        number = bisect.bisect_right(self.blocks, entry, key=lambda b: b.first_entry) - 1
+        block = self.blocks[number]
+        return block, sum(self.lengths[block.first_entry : entry])
+
+
+def _bad(path: str, reason: str) -> CheckpointCorruptionError:
+    return CheckpointCorruptionError(path, reason)
+
+
+def read_pack_index(
+    path: str, *, signer: Signer | None = None, owners: Sequence[str] = ()
+) -> PackIndex:
+    """Open the pack at ``path`` and check its header and index (not its blocks).
+
+    With ``signer`` (a keyed store) the pack must be signed for one of ``owners``
+    (the run and the fork ancestors whose files it may share).
+
+    Raises:
+        CheckpointCorruptionError: naming the pack and what is wrong with it.
+        FileNotFoundError: there is no such file (a concurrent repack removed it).
+    """
+    try:
+        fd = _open_read(path)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _bad(path, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, HEADER_SIZE, 0)
+        if len(head) < HEADER_SIZE:
+            raise _bad(path, f"{size} bytes, shorter than a pack header")
+        fields = _HEADER.unpack(head)
+        magic, version, flags, reserved, first, last, count, block_count = fields[:8]
+        index_at, index_len, crc = fields[8:]
+        if magic != PACK_MAGIC:
+            raise _bad(path, f"bad magic {magic!r}")
+        trailer = MAC_SIZE if flags & FLAG_SIGNED else 0
+        if size > MAX_PACK_BYTES:
+            raise _bad(path, f"{size} bytes, over the {MAX_PACK_BYTES} a pack may have")
+        if index_len > size or index_at != size - trailer - index_len or index_at < HEADER_SIZE:
+            raise _bad(path, f"{size} bytes, which does not match the header (cut short?)")
+        index = os.pread(fd, index_len, index_at)
+        mac = os.pread(fd, trailer, index_at + index_len) if trailer else b""
+    except OSError as exc:
+        raise _bad(path, f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(index) != index_len or len(mac) != trailer:
+        raise _bad(path, "changed while it was read")
+    if zlib.crc32(index, zlib.crc32(head[:_CRC_COVERED])) != crc:
+        raise _bad(path, "crc32 mismatch in the header or the index")
+    if version != PACK_VERSION:
+        raise _bad(path, f"pack version {version}, this afk_local reads {PACK_VERSION}: upgrade")
+    if flags & ~FLAG_SIGNED or reserved:
+        raise _bad(path, f"unknown flags {flags:#x}")
+    if not (1 <= count <= MAX_PACK_ENTRIES and 1 <= block_count <= count):
+        raise _bad(path, f"{count} entries in {block_count} blocks")
+    if not 1 <= first <= last <= MAX_SEQ:
+        raise _bad(path, f"seq range {first}..{last}")
+    if signer is not None:
+        if not trailer:
+            raise _bad(path, codec.UNSIGNED_REASON)
+        digest = _pack_digest(head[:_CRC_COVERED], index)
+        if not any(signer.matches(signer.pack_mac(o, digest), mac) for o in owners):
+            raise _bad(path, "HMAC mismatch: edited, copied from another run, or another key")
+    raw = _decode_index(path, index, count, block_count)
+    phases, blocks, seqs, lengths, phase_ids = _parse_index(path, raw, count, block_count)
+    if seqs[0] != first or seqs[-1] != last:
+        raise _bad(path, f"holds {seqs[0]}..{seqs[-1]}, header says {first}..{last}")
+    if sum(b.size for b in blocks) != index_at - HEADER_SIZE:
+        raise _bad(path, "blocks do not fill the space before the index")
+    return PackIndex(
+        path, first, last, phases, seqs, lengths, phase_ids, blocks, bool(trailer), size
+    )
+
+
+def _open_read(path: str) -> int:
+    """Open a pack for reading: never through a symlink, never blocking on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        if _O_NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _decode_index(path: str, index: bytes, count: int, block_count: int) -> bytes:
+    bound = 4 + _MAX_PHASES * 33 + _BLOCK.size * block_count + 13 * count
+    try:
+        declared = zstandard.frame_content_size(index)
+    except zstandard.ZstdError as exc:
+        raise _bad(path, f"bad index frame: {exc}") from None
+    if not 0 <= declared <= bound:
+        raise _bad(path, f"index declares {declared} bytes, over the {bound} its counts allow")
+    try:
+        raw = zstandard.ZstdDecompressor().decompress(index, max_output_size=max(declared, 1))
+    except zstandard.ZstdError as exc:
+        raise _bad(path, f"index: zstd: {exc}") from None
+    if len(raw) != declared:
+        raise _bad(path, f"index decoded to {len(raw)} bytes, declared {declared}")
+    return raw
+
+
+def _parse_index(
+    path: str, raw: bytes, count: int, block_count: int
+) -> tuple[tuple[str, ...], tuple[_Block, ...], array.array[int], array.array[int], bytes]:
+    if len(raw) < 4:
+        raise _bad(path, "index too short")
+    (phase_count,) = struct.unpack_from("<I", raw, 0)
+    if not 1 <= phase_count <= _MAX_PHASES:
+        raise _bad(path, f"{phase_count} phases")
+    at = 4
+    phases = []
+    for _ in range(phase_count):
+        if at >= len(raw):
+            raise _bad(path, "index too short for its phase table")
+        length = raw[at]
+        name = raw[at + 1 : at + 1 + length]
+        at += 1 + length
+        try:
+            phases.append(validate_phase(name.decode("ascii")))
+        except (UnicodeDecodeError, ValueError):
+            raise _bad(path, f"bad phase name {name!r} in the index") from None
+    if len(raw) - at != _BLOCK.size * block_count + 13 * count:
+        raise _bad(path, "index size does not match its counts")
+    blocks: list[_Block] = []
+    offset, first_entry = HEADER_SIZE, 0
+    for size, raw_size, crc, entry_count in _BLOCK.iter_unpack(
+        raw[at : at + _BLOCK.size * block_count]
+    ):
+        if not (1 <= entry_count <= count - first_entry and 1 <= raw_size <= _MAX_BLOCK_RAW):
+            raise _bad(path, f"block {len(blocks)} is out of bounds")
+        blocks.append(_Block(offset, size, raw_size, crc, first_entry, entry_count))
+        offset += size
+        first_entry += entry_count
+    if first_entry != count:
+        raise _bad(path, f"blocks hold {first_entry} entries, the header says {count}")
+    at += _BLOCK.size * block_count
+    view = memoryview(raw)
+    seqs, lengths = array.array("Q"), array.array("I")
+    seqs.frombytes(view[at : at + 8 * count])
+    at += 8 * count
+    lengths.frombytes(view[at : at + 4 * count])
+    at += 4 * count
+    phase_ids = raw[at : at + count]
+    if _BIG_ENDIAN:  # pragma: no cover
+        seqs.byteswap()
+        lengths.byteswap()
+    # Cheap checks only (a read opens the pack): a lookup never trusts more than
+    # these, since the entry it finds is itself a crc'd record naming its own seq and
+    # length. verify_pack checks the order of every seq and that entries fill blocks.
+    if phase_ids.translate(None, bytes(range(phase_count))):
+        raise _bad(path, "an entry names a phase the index does not have")
+    return tuple(phases), tuple(blocks), seqs, lengths, phase_ids
+
+
+class PackReader:
+    """Reads entries of one checked pack, keeping a few decompressed blocks.
+
+    Args:
+        index: the pack's checked index (:func:`read_pack_index`).
+        cache_blocks: decompressed blocks kept for later reads.
+    """
+
+    def __init__(self, index: PackIndex, cache_blocks: int = 8) -> None:
+        self.index = index
+        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+        self._cache_blocks = cache_blocks
+        self._starts = [b.first_entry for b in index.blocks]
+        self._offsets: dict[int, list[int]] = {}
+
+    def image(self, entry: int) -> bytes:
+        """The exact file bytes of entry number ``entry``.
+
+        Raises:
+            CheckpointCorruptionError: its block is damaged.
+            FileNotFoundError: the pack is gone (a concurrent repack removed it).
+        """
+        index = self.index
+        number = bisect.bisect_right(self._starts, entry) - 1
+        block = index.blocks[number]
+        offsets = self._offsets.get(number)
+        if offsets is None:  # where each entry of the block starts: summed once per block
+            first = block.first_entry
+            lengths = index.lengths[first : first + block.entry_count]
+            offsets = self._offsets[number] = list(itertools.accumulate(lengths, initial=0))
+        at = offsets[entry - block.first_entry]
+        raw = self._block(block)
+        return raw[at : at + index.lengths[entry]]
+
+    def _block(self, block: _Block) -> bytes:
+        raw = self._blocks.get(block.offset)
+        if raw is not None:
+            self._blocks.move_to_end(block.offset)
+            return raw
+        raw = read_block(self.index.path, block)
+        self._blocks[block.offset] = raw
+        while len(self._blocks) > self._cache_blocks:
+            self._blocks.popitem(last=False)
+        return raw
+
+
+def read_block(path: str, block: _Block) -> bytes:
+    """The decompressed bytes of one block, crc and size checked.
+
+    Raises:
+        CheckpointCorruptionError: the block is damaged.
+        FileNotFoundError: the pack is gone.
+    """
+    try:
+        fd = _open_read(path)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _bad(path, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        data = os.pread(fd, block.size, block.offset)
+    except OSError as exc:
+        raise _bad(path, f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    where = f"block at byte {block.offset}"
+    if len(data) != block.size or zlib.crc32(data) != block.crc:
+        raise _bad(path, f"{where}: crc32 mismatch")
+    try:
+        declared = zstandard.frame_content_size(data)
+        if declared != block.raw_size:
+            raise _bad(path, f"{where}: declares {declared} bytes, the index says {block.raw_size}")
+        raw = zstandard.ZstdDecompressor().decompress(data, max_output_size=block.raw_size)
+    except zstandard.ZstdError as exc:
+        raise _bad(path, f"{where}: zstd: {exc}") from None
+    if len(raw) != block.raw_size:
+        raise _bad(path, f"{where}: decoded {len(raw)} bytes, expected {block.raw_size}")
+    return raw
+
+
+def verify_pack(index: PackIndex) -> list[str]:
+    """Check what reading a pack does not: the order of its seqs, the size of every
+    entry, and every block read back. Returns the problems found (empty: sound).
+
+    The entries themselves (AFK1 frames) are checked when their checkpoints are loaded.
+    """
+    problems = []
+    ordered = index.seqs.tolist()
+    if any(a >= b for a, b in itertools.pairwise(ordered)):
+        problems.append("index seqs do not rise strictly")
+    if min(index.lengths) < codec.HEADER_SIZE or max(index.lengths) > MAX_ENTRY_BYTES:
+        problems.append("an entry's length is out of bounds")
+    for block in index.blocks:
+        start = block.first_entry
+        if sum(index.lengths[start : start + block.entry_count]) != block.raw_size:
+            problems.append(f"block at byte {block.offset}: its entries do not fill it exactly")
+    for block in index.blocks:
+        try:
+            read_block(index.path, block)
+        except CheckpointCorruptionError as exc:
+            problems.append(exc.reason)
+        except FileNotFoundError:
+            problems.append("vanished while it was verified")
+            break
+    return problems
+
+
+__all__ = [
+    "BLOCK_TARGET_BYTES",
+    "FLAG_SIGNED",
+    "HEADER_SIZE",
+    "MAX_ENTRY_BYTES",
+    "MAX_PACK_BYTES",
+    "MAX_PACK_ENTRIES",
+    "MAX_PACK_INPUT_BYTES",
+    "PACK_MAGIC",
+    "PACK_VERSION",
+    "PackEntry",
+    "PackIndex",
+    "PackReader",
+    "encode_pack",
+    "read_block",
+    "read_pack_index",
+    "verify_pack",
+]

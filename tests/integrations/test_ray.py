@@ -1,0 +1,128 @@
+"""map_durable on a real local Ray cluster (2 CPUs), with a worker process SIGKILLed mid-task.
+
+The jobs (tests/support/fanout_jobs.py) count what really ran in side-channel
+files: one line per execution of the job's body, one per execution of the
+journaled step. The store's own records say which attempt each run is on.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from fanout_jobs import expected, lines, tally
+
+import afk_local as afk
+from afk_local.integrations.fanout import FanOutError
+
+# Checked without importing Ray: every xdist worker collects this module, and
+# only the one that runs it should pay for the import.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None, reason="needs the ray extra"
+)
+
+SUPPORT = str(Path(__file__).resolve().parents[1] / "support")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray with 2 CPUs on loopback whose workers import tests/support; always shut down.
+
+    Usage statistics are off: Ray would otherwise report to its home server.
+    """
+    import ray  # noqa: PLC0415 - only where the cluster starts
+
+    env = {
+        "PYTHONPATH": os.pathsep.join(p for p in (SUPPORT, os.environ.get("PYTHONPATH")) if p),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=80 * 1024 * 1024,
+            log_to_driver=False,
+            _node_ip_address="127.0.0.1",
+        )
+        yield
+    finally:
+        ray.shutdown()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def items_for(tmp_path, count, **special):
+    out = tmp_path / "side"
+    out.mkdir(exist_ok=True)
+    items = [{"name": f"i{k}", "n": k + 1, "steps": 4, "dir": str(out)} for k in range(count)]
+    for index, flags in special.items():
+        items[int(index.removeprefix("i"))].update(flags)
+    return out, items
+
+
+def wait_for(path, limit_s=60.0):
+    deadline = time.monotonic() + limit_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+    return path.read_text()
+
+
+def test_worker_killed_mid_task_resumes_with_effects_once(ray_cluster, tmp_path):
+    root = tmp_path / "store"
+    out, items = items_for(tmp_path, 5, i0={"hold": True})
+    victim = "fanout-tally-000000"
+    with ThreadPoolExecutor(1) as pool:
+        mapped = pool.submit(map_durable, tally, items, store=root, progress=False)
+        job_pid = int(wait_for(out / "i0.pid"))
+        # the process running the victim's task is a Ray worker, not this test
+        cmdline = Path(f"/proc/{job_pid}/cmdline").read_bytes()
+        assert job_pid != os.getpid() and b"ray::" in cmdline, cmdline
+        os.kill(job_pid, signal.SIGKILL)
+        results = mapped.result(timeout=120)
+
+    assert results == [expected(item) for item in items]
+    store = afk.Store(root)
+    for k, item in enumerate(items):
+        # every journaled effect happened exactly once, across the kill
+        assert lines(out / f"{item['name']}.effects") == [str(i) for i in range(item["steps"])]
+        assert store.read_meta(f"fanout-tally-{k:06d}").status is afk.RunStatus.COMPLETED
+    # the victim visibly resumed: Ray re-ran its task in another worker process
+    calls = [line.split() for line in lines(out / "i0.calls")]
+    assert [c[0] for c in calls] == ["1", "2"]
+    assert int(calls[0][1]) == job_pid != int(calls[1][1])
+    assert store.read_meta(victim).attempt == 2
+
+    # called again: the stored results come back and no job body runs
+    before = {p.name: p.read_text() for p in out.glob("*.calls")}
+    assert map_durable(tally, items, store=root, progress=False) == results
+    assert {p.name: p.read_text() for p in out.glob("*.calls")} == before
+
+
+def test_failed_run_raises_with_its_run_id(ray_cluster, tmp_path):
+    root = tmp_path / "store"
+    _, items = items_for(tmp_path, 3, i2={"fail": True})
+    with pytest.raises(FanOutError) as raised:
+        map_durable(tally, items, store=root, progress=False)
+    assert list(raised.value.failures) == ["fanout-tally-000002"]
+    assert "ValueError: item i2 is broken" in str(raised.value)
+    store = afk.Store(root)
+    assert store.read_meta("fanout-tally-000002").status is afk.RunStatus.FAILED
+    assert store.read_meta("fanout-tally-000001").status is afk.RunStatus.COMPLETED
+    assert map_durable(tally, [], store=root) == []
+
+
+def map_durable(*args, **kwargs):
+    from afk_local.integrations.ray import map_durable  # noqa: PLC0415 - imports Ray
+
+    return map_durable(*args, **kwargs)
