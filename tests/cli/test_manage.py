@@ -217,3 +217,16 @@ def test_restart_runs_the_same_job_with_the_same_inputs(
     with store.create("plain") as run:
         run.checkpoint("runtime_state", {}, step=0)
     run_cli(capsys, store.root, "restart", "plain", code=2)  # no entrypoint: nothing to run
+
+
+def test_rm_decides_under_the_run_lock(store: afk.Store) -> None:
+    # What rm checked before taking the lock may be stale by then (a resume started and
+    # ended in between): the status is read again under the lock, and a refusal there
+    # keeps the run and its journal whole.
+    def resumed_meanwhile(meta: afk.RunMeta) -> None:
+        raise afk.AfkLocalError(f"now {meta.status.value}")
+
+    with pytest.raises(afk.AfkLocalError, match="now completed"):
+        store.delete("small-1", keep_effects=True, check=resumed_meanwhile)
+    assert store.exists("small-1") and store.open("small-1").verify().ok
+    assert not (store.root / REMOVED_DIR).exists()

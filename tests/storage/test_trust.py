@@ -187,3 +187,24 @@ def test_gate_refuses_a_rolled_back_run_and_trust_accepts_it(tmp_path: Path) -> 
     trust_run(store, "r")  # the owner put it back on purpose
     assert store.reader("r").verify().ok
     assert require_trusted_run(store, "r").meta.run_id == "r"
+
+
+def test_restart_never_launders_a_run_it_may_not_execute(tmp_path: Path) -> None:
+    # restart writes a new run of the old one's job: this process's own, so it would pass
+    # every check itself. The old run has to pass them first.
+    source, marker = tmp_path / "theirs", tmp_path / "ran"
+    touch_run(source, "r", marker)
+    export = tmp_path / "r.json"
+    assert afk(source, "export", "r", "-o", str(export)).returncode == 0
+    root = tmp_path / "mine"
+    assert afk(root, "import", str(export)).returncode == 0
+    res = afk(root, "restart", "r", "--as", "again")
+    assert res.returncode == 2 and "imported from" in one_line_error(res)
+    assert not marker.exists() and not (root / "runs" / "again").exists()
+
+    plain = tmp_path / "plain"
+    touch_run(plain, "w", marker)
+    os.chmod(plain, 0o777)  # anyone may write this store
+    res = afk(plain, "restart", "w", "--as", "again")
+    assert res.returncode == 2 and not marker.exists()
+    assert not (plain / "runs" / "again").exists()
