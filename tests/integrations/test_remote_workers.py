@@ -7,7 +7,6 @@ next to the cluster it shares.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,12 @@ remote = pytest.importorskip("afk_local.integrations.remote")
 
 
 def _break(bucket: Path) -> None:
-    """The remote becomes unusable: its directory is now a plain file."""
-    shutil.rmtree(bucket)
+    """The remote becomes unusable: its directory is now a plain file.
+
+    Moved aside in one rename rather than removed: the background uploader may still
+    be writing into it, and removing a directory it writes into fails (ENOTEMPTY).
+    """
+    os.rename(bucket, bucket.with_name(bucket.name + ".gone"))
     bucket.write_text("not a bucket")
 
 
