@@ -18,8 +18,9 @@ import os
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from afk_local.errors import AfkLocalError, RunExistsError
 from afk_local.integrations.langgraph.index import (
@@ -92,8 +93,7 @@ def thread_run_id(thread_id: str) -> str:
     return validate_run_id(f"{RUN_PREFIX}{slug}-{digest}")
 
 
-@dataclass
-class ThreadHandle:
+class ThreadHandle(msgspec.Struct):
     """An open thread: its run writer (holding ``owner.lock``) and its side files."""
 
     thread_id: str
