@@ -6,7 +6,6 @@ do next, because these errors are usually read long after the run died.
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 
@@ -117,6 +116,8 @@ class EffectInDoubtError(AfkLocalError):
         self.key = key
         self.idempotency_key = idempotency_key
         where = f" in {path}" if path else ""
+        import shlex  # noqa: PLC0415 - only this message needs it; a reader never does
+
         quoted = shlex.quote(key)
         super().__init__(
             f"run {run_id!r}: effect {key!r} was started before a crash but has no recorded "

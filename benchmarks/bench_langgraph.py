@@ -23,7 +23,9 @@ Reported: put latency (p50, p95, mean), put_writes p50, bytes on disk at the end
 fetch the latest checkpoint from a freshly opened saver in this process (a resume;
 median of interleaved rounds), and the same from a fresh Python process (imports
 included, interleaved with a process that only imports LangGraph's checkpoint base),
-with ratios against SqliteSaver measured in the same run.
+with ratios against SqliteSaver measured in the same run; each child also times itself
+from just after LangGraph's checkpoint imports to the newest checkpoint (the saver's
+own imports and first ``get_tuple``, free of interpreter start-up noise).
 """
 
 from __future__ import annotations
@@ -98,11 +100,27 @@ _PROCESS = {
 }
 
 
-def fresh_process_times(afk_root: Path, db: Path, rounds: int) -> dict[str, float]:
+# Each child times itself from just after LangGraph's checkpoint imports (which every
+# saver pays) to the newest checkpoint in hand: the saver's own imports and its first
+# get_tuple, without the interpreter start-up and LangGraph imports whose noise (tens
+# of ms on a busy VM) swamps the difference of two wall-clock medians.
+_CHILD_START = (
+    "import time\n"
+    "import langgraph.checkpoint.base, langgraph.checkpoint.serde.jsonplus\n"
+    "_t0 = time.perf_counter()\n"
+)
+_CHILD_END = "\nprint((time.perf_counter() - _t0) * 1e3)\n"
+
+
+def fresh_process_times(
+    afk_root: Path, db: Path, rounds: int
+) -> tuple[dict[str, float], dict[str, float]]:
     """Median wall time of a new interpreter that imports a saver and gets the newest
-    checkpoint, each saver's run interleaved with the other's and with imports only."""
+    checkpoint, each saver's run interleaved with the other's and with imports only;
+    and the median of what each child measured after LangGraph's imports."""
     config = {"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}}
     samples: dict[str, list[float]] = {name: [] for name in _PROCESS}
+    inside: dict[str, list[float]] = {name: [] for name in _PROCESS}
     steps = None
     for _ in range(rounds):
         for name, code in _PROCESS.items():
@@ -110,13 +128,19 @@ def fresh_process_times(afk_root: Path, db: Path, rounds: int) -> dict[str, floa
                 with AfkLocalSaver(afk_root) as saver:
                     steps = len(saver.get_tuple(config).checkpoint["channel_values"]["messages"])
             script = (
-                f"ROOT, DB, STEPS = {str(afk_root)!r}, {str(db)!r}, {steps}\n"
-                f"CONFIG = {config!r}\n{code}\n"
+                f"{_CHILD_START}ROOT, DB, STEPS = {str(afk_root)!r}, {str(db)!r}, {steps}\n"
+                f"CONFIG = {config!r}\n{code}{_CHILD_END}"
             )
             start = time.perf_counter_ns()
-            subprocess.run([sys.executable, "-c", script], check=True)
+            done = subprocess.run(
+                [sys.executable, "-c", script], check=True, capture_output=True, text=True
+            )
             samples[name].append((time.perf_counter_ns() - start) / 1e6)
-    return {name: statistics.median(v) for name, v in samples.items()}
+            inside[name].append(float(done.stdout.split()[-1]))
+    return (
+        {name: statistics.median(v) for name, v in samples.items()},
+        {name: statistics.median(v) for name, v in inside.items()},
+    )
 
 
 def main() -> None:
@@ -197,7 +221,7 @@ def main() -> None:
         assert len(tup.checkpoint["channel_values"]["messages"]) == args.steps
         conn.close()
     resume_ms = {name: statistics.median(samples) for name, samples in cold.items()}
-    process_ms = fresh_process_times(afk_root, sqlite_path, args.process_rounds)
+    process_ms, after_imports_ms = fresh_process_times(afk_root, sqlite_path, args.process_rounds)
 
     base_name = "SqliteSaver"
     rows = []
@@ -248,13 +272,14 @@ def main() -> None:
     floor = process_ms["imports only"]
     print(
         table(
-            ["what", "ms", "vs SqliteSaver", "above imports only"],
+            ["what", "ms", "vs SqliteSaver", "above imports only", "in-process after imports"],
             [
                 [
                     name,
                     f"{ms:.1f}",
                     f"{ms / process_ms['SqliteSaver']:.2f}x",
                     f"{ms - floor:+.1f}",
+                    f"{after_imports_ms[name]:.1f}",
                 ]
                 for name, ms in process_ms.items()
             ],

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from afk_local.errors import CheckpointCorruptionError
 from afk_local.storage import codec, fsio
@@ -26,7 +27,11 @@ from afk_local.storage.layout import (
     checkpoint_name,
     scan_run_files,
 )
-from afk_local.storage.pack import PackReader, read_pack_index
+
+# The pack format is imported when a pack is first opened: a run of loose files (most
+# runs, and every cold read of one) never needs it.
+if TYPE_CHECKING:
+    from afk_local.storage.pack import PackReader
 
 PACK_SEPARATOR = "#"
 """Between a pack's path and a checkpoint's name in the location of a packed checkpoint."""
@@ -105,6 +110,8 @@ class RunCatalog:
         name = pack if isinstance(pack, str) else pack.name
         reader = self._readers.get(name)
         if reader is None:
+            from afk_local.storage.pack import PackReader, read_pack_index  # noqa: PLC0415
+
             self._damaged.pop(name, None)
             path = self._prefix + name
             signer = self._signer

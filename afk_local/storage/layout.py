@@ -30,6 +30,9 @@ LOGS_NAME = "logs"
 RUNS_DIR = "runs"
 REQUESTS_DIR = "requests"
 MAX_SEQ = 10**12 - 1
+DEFAULT_LOOSE_LIMIT = 256
+"""Loose checkpoint files a writer lets accumulate before it packs the older ones
+(:mod:`~afk_local.storage.packing`; here so that opening a store does not import it)."""
 
 
 def validate_run_id(run_id: object) -> str:

@@ -32,6 +32,7 @@ from afk_local.storage.catalog import RunCatalog
 from afk_local.storage.chain import is_signed_file
 from afk_local.storage.codec import RecordCodec
 from afk_local.storage.layout import (
+    DEFAULT_LOOSE_LIMIT,
     CheckpointFile,
     PackFile,
     RunPaths,
@@ -48,9 +49,6 @@ from afk_local.storage.pack import (
 )
 
 log = logging.getLogger("afk_local")
-
-DEFAULT_LOOSE_LIMIT = 256
-"""Loose checkpoint files a writer lets accumulate before it packs the older ones."""
 
 
 @dataclass

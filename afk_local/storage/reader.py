@@ -12,7 +12,7 @@ import logging
 import os
 import stat
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from afk_local.errors import (
     AfkLocalError,
@@ -32,17 +32,18 @@ from afk_local.storage.integrity import (
     history_until,
     record_digest,
 )
-from afk_local.storage.journal_format import read_journal
 from afk_local.storage.layout import (
     CheckpointFile,
     RunPaths,
     parse_checkpoint_name,
 )
-from afk_local.storage.metrics import MetricLog, read_metrics
-from afk_local.storage.notebook import run_reader_html
-from afk_local.storage.pack import verify_pack
 from afk_local.storage.records import Checkpoint, Effect, Phase, RunMeta, RunStatus
-from afk_local.storage.verify import VerifyProblem, VerifyReport, verify_journal, verify_latest
+
+# verify, the effect journal, metrics and the notebook view are imported where they are
+# used: reading a checkpoint (a cold start, a LangGraph get_tuple) needs none of them.
+if TYPE_CHECKING:
+    from afk_local.storage.metrics import MetricLog
+    from afk_local.storage.verify import VerifyReport
 
 log = logging.getLogger("afk_local")
 
@@ -124,6 +125,8 @@ class RunReader:
 
     def _repr_html_(self) -> str:
         """Notebook view: the run and its recent checkpoints."""
+        from afk_local.storage.notebook import run_reader_html  # noqa: PLC0415
+
         return run_reader_html(self)
 
     @property
@@ -416,6 +419,13 @@ class RunReader:
 
     def verify(self) -> VerifyReport:
         """Check every file of the run; problems are reported, not raised."""
+        from afk_local.storage.verify import (  # noqa: PLC0415
+            VerifyProblem,
+            VerifyReport,
+            verify_journal,
+            verify_latest,
+        )
+
         report = VerifyReport(self.run_id)
         signed = 0
         status: RunStatus | None = None
@@ -499,6 +509,9 @@ class RunReader:
 
     def _verify_packs(self, report: VerifyReport) -> None:
         """Every pack file: header, index, MAC and every block (its entries were loaded)."""
+        from afk_local.storage.pack import verify_pack  # noqa: PLC0415
+        from afk_local.storage.verify import VerifyProblem  # noqa: PLC0415
+
         for pack in self._catalog.packs():
             report.checked_files += 1
             path = str(self.paths.dir / pack.name)
@@ -518,6 +531,8 @@ class RunReader:
 
     def _verify_head(self, report: VerifyReport) -> None:
         """Compare the run with its head record (keyed stores: rollback protection)."""
+        from afk_local.storage.verify import VerifyProblem  # noqa: PLC0415
+
         assert self._heads is not None
         try:
             updated: int | None = read_meta(self.paths, self._codec).updated_ms
@@ -542,10 +557,14 @@ class RunReader:
         Raises:
             EffectLogCorruptionError: a damaged record with good records after it.
         """
+        from afk_local.storage.journal_format import read_journal  # noqa: PLC0415
+
         return read_journal(self.paths.journal, self.run_id, self._codec).records
 
     def metrics(self) -> MetricLog:
         """Every ``ctx.metric`` point of the run, in order, those gc archived included."""
+        from afk_local.storage.metrics import read_metrics  # noqa: PLC0415
+
         return read_metrics(self)
 
     def _skip(self, name: str, reason: str) -> None:

@@ -12,14 +12,13 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import html
 import os
 import shutil
 import stat
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from afk_local.errors import (
     AfkLocalError,
@@ -32,29 +31,29 @@ from afk_local.errors import (
 from afk_local.storage import codec, fsio
 from afk_local.storage.chain import MAX_READ_CHAIN
 from afk_local.storage.codec import DecHook, EncHook, RecordCodec
-from afk_local.storage.fork import fork_run
 from afk_local.storage.heads import HeadStore, default_head_dir, store_dir
 from afk_local.storage.integrity import signer_for
-from afk_local.storage.layout import REQUESTS_DIR, RUNS_DIR, RunPaths, validate_run_id
+from afk_local.storage.layout import (
+    DEFAULT_LOOSE_LIMIT,
+    REQUESTS_DIR,
+    RUNS_DIR,
+    RunPaths,
+    validate_run_id,
+)
 from afk_local.storage.layout import new_run_id as fresh_run_id
 from afk_local.storage.mirror import Mirror, default_mirror_url, open_mirror
-from afk_local.storage.ownership import acquire_lock, lock_is_held, probe_owner
-from afk_local.storage.packing import DEFAULT_LOOSE_LIMIT, PackReport, pack_run
 from afk_local.storage.reader import RunReader, read_meta
 from afk_local.storage.records import RunMeta, RunStatus, now_ms
-from afk_local.storage.removal import keep_journal
-from afk_local.storage.retention import (
-    GcReport,
-    RetentionPolicy,
-    compact_run,
-    remove_stale_builds,
-    runs_to_delete,
-)
-from afk_local.storage.run import RunWriter, open_writer, require_not_behind
-from afk_local.storage.run_filter import RunFilter
-from afk_local.storage.run_info import RunInfo, RunList, tags_of
-from afk_local.storage.run_progress import progress_of
 from afk_local.storage.store_key import check_marker, marker_exists, marker_path, write_marker
+
+# Writing, locking, gc, packing, fork and the run listings are imported where they are
+# used: a process that only opens a store and reads a run (a LangGraph saver's cold
+# get_tuple, `afk-local show`) does not pay for them, nor for filelock and the journal.
+if TYPE_CHECKING:
+    from afk_local.storage.packing import PackReport
+    from afk_local.storage.retention import GcReport, RetentionPolicy
+    from afk_local.storage.run import RunWriter
+    from afk_local.storage.run_info import RunInfo, RunList
 
 ROOT_ENV = "AFK_LOCAL_ROOT"
 DEFAULT_ROOT = ".afk"
@@ -158,6 +157,8 @@ class Store:
 
     def _repr_html_(self) -> str:
         """Notebook view: every run as a table (status colours, progress bars)."""
+        import html  # noqa: PLC0415 - only notebooks render HTML; html.entities is large
+
         runs = self.runs()
         return runs._repr_html_().replace(
             '<table class="afk-local afk-local-runs">',
@@ -278,6 +279,9 @@ class Store:
         extra: dict[str, Any] | None = None,
     ) -> RunWriter:
         """Create a new run and return its writer, holding the run's lock."""
+        from afk_local.storage.ownership import lock_is_held  # noqa: PLC0415
+        from afk_local.storage.run import open_writer  # noqa: PLC0415
+
         paths = self.paths(run_id if run_id is not None else fresh_run_id())
         if parent_run_id is not None:
             validate_run_id(parent_run_id)
@@ -322,6 +326,8 @@ class Store:
             RunNotFoundError: no such run.
             RunLockedError: another writer holds it (after ``lock_timeout``).
         """
+        from afk_local.storage.run import open_writer  # noqa: PLC0415
+
         paths = self.run_dir(run_id)
         if not self.exists(run_id):
             raise RunNotFoundError(run_id, str(self.root))
@@ -369,6 +375,9 @@ class Store:
         Returns whether it was deleted (False when ``only_final`` spared it: a resume
         reopened it since gc listed it) and where its journal was kept.
         """
+        from afk_local.storage.ownership import acquire_lock  # noqa: PLC0415
+        from afk_local.storage.removal import keep_journal  # noqa: PLC0415
+
         paths = self.run_dir(run_id)
         if not paths.dir.is_dir():
             raise RunNotFoundError(run_id, str(self.root))
@@ -434,10 +443,16 @@ class Store:
 
     def owner_alive(self, run_id: str) -> bool:
         """True when a process holds the run's ``owner.lock``."""
+        from afk_local.storage.ownership import lock_is_held  # noqa: PLC0415
+
         return lock_is_held(self.paths(run_id).lock)
 
     def info(self, run_id: str) -> RunInfo:
         """The :class:`RunInfo` of one run."""
+        from afk_local.storage.ownership import probe_owner  # noqa: PLC0415
+        from afk_local.storage.run_info import RunInfo, tags_of  # noqa: PLC0415
+        from afk_local.storage.run_progress import progress_of  # noqa: PLC0415
+
         reader = self.open(run_id)
         meta = reader.meta
         latest = reader.latest()
@@ -487,6 +502,9 @@ class Store:
 
         A notebook shows the result as a table; ``.to_pandas()`` makes a DataFrame.
         """
+        from afk_local.storage.run_filter import RunFilter  # noqa: PLC0415
+        from afk_local.storage.run_info import RunList  # noqa: PLC0415
+
         wanted = RunFilter(status=status, since_ms=since_ms, name=name, tags=tags or {})
         result = RunList()
         for run_id in self.run_ids():
@@ -509,6 +527,8 @@ class Store:
         A run whose ``owner.lock`` is damaged is not listed: nobody can take it over
         until a person repairs it (:attr:`RunInfo.lock_problem`).
         """
+        from afk_local.storage.ownership import probe_owner  # noqa: PLC0415
+
         found = []
         for run_id in self.run_ids():
             try:
@@ -528,6 +548,13 @@ class Store:
         cancelled) lose effects or are deleted, decided under each run's lock; kill -9
         at any instant leaves every run resumable.
         """
+        from afk_local.storage.retention import (  # noqa: PLC0415
+            GcReport,
+            RetentionPolicy,
+            remove_stale_builds,
+            runs_to_delete,
+        )
+
         policy = policy or RetentionPolicy()
         report = GcReport(dry_run=dry_run)
         if not dry_run:
@@ -554,6 +581,10 @@ class Store:
     def _compact(self, run_id: str, policy: RetentionPolicy, report: GcReport) -> None:
         """Compact one run under its lock; a run whose owner is alive is skipped untouched,
         and so is a keyed run that is behind its head record (rolled back)."""
+        from afk_local.storage.ownership import acquire_lock, lock_is_held  # noqa: PLC0415
+        from afk_local.storage.retention import compact_run  # noqa: PLC0415
+        from afk_local.storage.run import require_not_behind  # noqa: PLC0415
+
         try:
             paths = self.run_dir(run_id)
         except UntrustedStoreError as exc:
@@ -604,6 +635,10 @@ class Store:
             keep_loose: the newest loose files of each run that stay loose (>= 1).
             dry_run: say what would happen, change nothing.
         """
+        from afk_local.storage.ownership import acquire_lock  # noqa: PLC0415
+        from afk_local.storage.packing import PackReport, pack_run  # noqa: PLC0415
+        from afk_local.storage.run import require_not_behind  # noqa: PLC0415
+
         reports = []
         for run_id in run_ids if run_ids is not None else self.run_ids():
             paths = self.paths(run_id)
@@ -643,6 +678,8 @@ class Store:
 
         ``updates`` (``{"state.total": 5}``) edits the state the fork continues from.
         """
+        from afk_local.storage.fork import fork_run  # noqa: PLC0415
+
         target_id = validate_run_id(new_run_id) if new_run_id is not None else fresh_run_id()
         self.prepare_write(target_id)
         target = self.run_dir(target_id)
@@ -653,6 +690,8 @@ class Store:
 
     def ensure_unlocked(self, run_id: str) -> None:
         """Raise RunLockedError when the run's owner is alive."""
+        from afk_local.storage.ownership import lock_is_held  # noqa: PLC0415
+
         paths = self.paths(run_id)
         if lock_is_held(paths.lock):
             raise RunLockedError(run_id, str(paths.lock))

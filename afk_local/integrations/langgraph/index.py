@@ -23,7 +23,6 @@ import os
 import struct
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +70,9 @@ class Payload(msgspec.Struct, kw_only=True, frozen=True):
     run_id: str | None = None
 
 
-@dataclass(frozen=True)
-class IndexEntry:
+# The classes of the saver are msgspec Structs, not dataclasses: a dataclass compiles its
+# methods when it is defined (0.5-1 ms each), paid by every process that imports the saver.
+class IndexEntry(msgspec.Struct, frozen=True):
     """One ``langgraph`` checkpoint, as the index knows it (no values)."""
 
     seq: int
@@ -108,14 +108,13 @@ class IndexEntry:
         return CheckpointFile(self.seq, PHASE, self.name, pack=self.pack)
 
 
-@dataclass
-class ThreadIndex:
+class ThreadIndex(msgspec.Struct):
     """The checkpoint files of one thread, rebuilt from a directory scan."""
 
     reader: RunReader
-    entries: dict[str, IndexEntry] = field(default_factory=dict)
+    entries: dict[str, IndexEntry] = msgspec.field(default_factory=dict)
     """File name -> entry."""
-    by_key: dict[tuple[str, str], IndexEntry] = field(default_factory=dict)
+    by_key: dict[tuple[str, str], IndexEntry] = msgspec.field(default_factory=dict)
     """``(ns, checkpoint_id)`` -> the newest file holding that checkpoint."""
 
     def add(self, entry: IndexEntry) -> None:
@@ -151,7 +150,7 @@ class ThreadIndex:
         for name, entry in list(self.entries.items()):
             file, ino = found[name]
             if ino != entry.ino:  # packed since (or a loose copy appeared): same content
-                self.add(replace(entry, ino=ino, pack=file.pack))
+                self.add(msgspec.structs.replace(entry, ino=ino, pack=file.pack))
         missing = sorted(set(found) - set(self.entries))
         # The cache is not signed: a keyed store decodes (and so checks) every file.
         trusted = self.reader.record_codec.signer is None
@@ -340,8 +339,7 @@ def _index_frames(path: Path) -> tuple[list[_IndexFrame], int]:
     return frames, pos
 
 
-@dataclass(frozen=True)
-class IndexCache:
+class IndexCache(msgspec.Struct, frozen=True):
     """A run's index cache as read: the last record of each name, and whether it is trusted."""
 
     frames: dict[str, _IndexFrame]

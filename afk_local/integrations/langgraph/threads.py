@@ -18,7 +18,9 @@ import os
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import msgspec
 
 from afk_local.errors import AfkLocalError, RunExistsError
 from afk_local.integrations.langgraph.index import (
@@ -54,14 +56,12 @@ from afk_local.storage.layout import (
 )
 from afk_local.storage.reader import RunReader
 from afk_local.storage.records import PauseInfo, RunStatus
-from afk_local.storage.retention import (
-    RunPlan,
-    chain_links_after_delete,
-    read_file_facts,
-    remove_checkpoints,
-)
-from afk_local.storage.run import RunWriter
 from afk_local.storage.store import Store
+
+# The writer (filelock, the journal, packing) and retention are imported where a thread
+# is first written or pruned: a process that only reads its threads never loads them.
+if TYPE_CHECKING:
+    from afk_local.storage.run import RunWriter
 
 log = logging.getLogger("afk_local")
 
@@ -93,8 +93,7 @@ def thread_run_id(thread_id: str) -> str:
     return validate_run_id(f"{RUN_PREFIX}{slug}-{digest}")
 
 
-@dataclass
-class ThreadHandle:
+class ThreadHandle(msgspec.Struct):
     """An open thread: its run writer (holding ``owner.lock``) and its side files."""
 
     thread_id: str
@@ -341,6 +340,13 @@ class ThreadFiles:
         the doomed entries and deletes in durable rounds; then ``latest`` moves and the
         writes file is replaced atomically.
         """
+        from afk_local.storage.retention import (  # noqa: PLC0415
+            RunPlan,
+            chain_links_after_delete,
+            read_file_facts,
+            remove_checkpoints,
+        )
+
         run_id = thread_run_id(thread_id)
         handle = self.handle(thread_id)  # holds the lock for the whole operation
         try:

@@ -15,7 +15,6 @@ import logging
 import os
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -101,13 +100,12 @@ def _apply(
         slot[key] = (task_id, channel, (type_, data), task_path)  # special: the last wins
 
 
-@dataclass
-class PendingWrites:
+class PendingWrites(msgspec.Struct):
     """Parsed ``langgraph.writes`` of one thread, extended as the file grows."""
 
     ino: int = -1
     offset: int = 0
-    by_checkpoint: CheckpointWrites = field(default_factory=CheckpointWrites)
+    by_checkpoint: CheckpointWrites = msgspec.field(default_factory=CheckpointWrites)
     """``(ns, checkpoint_id)`` -> the writes of that checkpoint (decoded on first use)."""
 
     def parse(self, data: bytes, path: str, run_id: str, max_bytes: int) -> None:
