@@ -6,6 +6,7 @@ next to the cluster it shares.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -19,11 +20,21 @@ remote = pytest.importorskip("afk_local.integrations.remote")
 def _break(bucket: Path) -> None:
     """The remote becomes unusable: its directory is now a plain file.
 
-    Moved aside in one rename rather than removed: the background uploader may still
-    be writing into it, and removing a directory it writes into fails (ENOTEMPTY).
+    The background uploader may be writing into it meanwhile, and re-creates the
+    directory when it finds none: move the directory aside, then rename a file into
+    its place, again until the file wins.
     """
-    os.rename(bucket, bucket.with_name(bucket.name + ".gone"))
-    bucket.write_text("not a bucket")
+    stand_in = bucket.with_name(bucket.name + ".file")
+    stand_in.write_text("not a bucket")
+    for attempt in range(100):
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(bucket, bucket.with_name(f"{bucket.name}.gone{attempt}"))
+        try:
+            os.rename(stand_in, bucket)
+            return
+        except IsADirectoryError:
+            continue  # the uploader made the directory again in between
+    raise AssertionError("the uploader kept re-creating the bucket directory")
 
 
 @pytest.mark.parametrize("sync_effects", [True, False])
