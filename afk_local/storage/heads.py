@@ -36,7 +36,7 @@ from pathlib import Path
 
 import msgspec
 
-from afk_local.errors import CheckpointCorruptionError
+from afk_local.errors import CheckpointCorruptionError, RunRolledBackError
 from afk_local.storage import fsio
 from afk_local.storage.catalog import RunCatalog
 from afk_local.storage.chain import read_link_value
@@ -192,6 +192,18 @@ class HeadStore:
             return  # no head yet: the run's next writer anchors one
         if meta_updated_ms > head.meta_updated_ms:
             self.write(msgspec.structs.replace(head, meta_updated_ms=meta_updated_ms))
+
+    def require_not_behind(self, paths: RunPaths, meta_updated_ms: int | None) -> None:
+        """Raise :class:`RunRolledBackError` when the run is behind its head record."""
+        behind = self.behind(paths, meta_updated_ms)
+        if behind:
+            raise RunRolledBackError(
+                str(paths.dir),
+                "rolled back: " + "; ".join(behind),
+                "restore the run from a backup, or, if you put this copy back yourself, "
+                f"accept it with `afk-local resume {paths.run_id} --trust`",
+                paths.run_id,
+            )
 
     def behind(self, paths: RunPaths, meta_updated_ms: int | None) -> list[str]:
         """Why the run at ``paths`` is behind its head (rolled back); empty when it is not.

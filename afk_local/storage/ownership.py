@@ -31,8 +31,7 @@ import stat
 import sys
 import time
 from dataclasses import dataclass
-
-from filelock import FileLock, Timeout
+from typing import TYPE_CHECKING
 
 from afk_local.errors import CheckpointCorruptionError, RunLockedError
 from afk_local.storage import fsio
@@ -40,6 +39,11 @@ from afk_local.storage.codec import RecordCodec
 from afk_local.storage.layout import RunPaths
 from afk_local.storage.reader import read_meta
 from afk_local.storage.records import OwnerInfo
+
+# filelock is loaded where a lock is taken: probing whether an owner is alive (listings,
+# show, gc's checks) and reading a run never need it.
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -199,6 +203,8 @@ def acquire_lock(paths: RunPaths, timeout: float) -> FileLock:
         CheckpointCorruptionError: ``owner.lock`` is not a regular file (a symlink,
             a FIFO...): never followed, never used as a lock.
     """
+    from filelock import FileLock, Timeout  # noqa: PLC0415
+
     problem = fsio.regular_file_problem(paths.lock)
     if problem is not None:
         raise CheckpointCorruptionError(

@@ -25,7 +25,6 @@ from afk_local.errors import (
     KeyRequiredError,
     LeaseLostError,
     RunExistsError,
-    RunRolledBackError,
     UnstorableValueError,
     WriterFailedError,
 )
@@ -686,7 +685,7 @@ def open_writer(
             old = read_meta(paths, record_codec)
             _refuse_remote_copy(old)
             if heads is not None:
-                require_not_behind(heads, paths, old.updated_ms)
+                heads.require_not_behind(paths, old.updated_ms)
             attempt = old.attempt + 1 if new_attempt else old.attempt
             meta = msgspec.structs.replace(
                 old, owner=owner, attempt=attempt, updated_ms=later_ms(old.updated_ms)
@@ -730,17 +729,4 @@ def _refuse_remote_copy(meta: RunMeta) -> None:
             str(copy.get("url", "its remote")),
             f"this is a read-only copy pulled without --take (the lease is held by store "
             f"{copy.get('holder', '?')} at epoch {copy.get('epoch', '?')})",
-        )
-
-
-def require_not_behind(heads: HeadStore, paths: RunPaths, meta_updated_ms: int | None) -> None:
-    """Raise :class:`RunRolledBackError` when the run is behind its head record."""
-    behind = heads.behind(paths, meta_updated_ms)
-    if behind:
-        raise RunRolledBackError(
-            str(paths.dir),
-            "rolled back: " + "; ".join(behind),
-            "restore the run from a backup, or, if you put this copy back yourself, "
-            f"accept it with `afk-local resume {paths.run_id} --trust`",
-            paths.run_id,
         )

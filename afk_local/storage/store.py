@@ -42,11 +42,12 @@ from afk_local.storage.layout import (
 )
 from afk_local.storage.layout import new_run_id as fresh_run_id
 from afk_local.storage.mirror import Mirror, default_mirror_url, open_mirror
+from afk_local.storage.ownership import acquire_lock, lock_is_held, probe_owner
 from afk_local.storage.reader import RunReader, read_meta
 from afk_local.storage.records import RunMeta, RunStatus, now_ms
 from afk_local.storage.store_key import check_marker, marker_exists, marker_path, write_marker
 
-# Writing, locking, gc, packing, fork and the run listings are imported where they are
+# Writing, gc, packing, fork and the run listings are imported where they are
 # used: a process that only opens a store and reads a run (a LangGraph saver's cold
 # get_tuple, `afk-local show`) does not pay for them, nor for filelock and the journal.
 if TYPE_CHECKING:
@@ -279,7 +280,6 @@ class Store:
         extra: dict[str, Any] | None = None,
     ) -> RunWriter:
         """Create a new run and return its writer, holding the run's lock."""
-        from afk_local.storage.ownership import lock_is_held  # noqa: PLC0415
         from afk_local.storage.run import open_writer  # noqa: PLC0415
 
         paths = self.paths(run_id if run_id is not None else fresh_run_id())
@@ -375,7 +375,6 @@ class Store:
         Returns whether it was deleted (False when ``only_final`` spared it: a resume
         reopened it since gc listed it) and where its journal was kept.
         """
-        from afk_local.storage.ownership import acquire_lock  # noqa: PLC0415
         from afk_local.storage.removal import keep_journal  # noqa: PLC0415
 
         paths = self.run_dir(run_id)
@@ -443,13 +442,11 @@ class Store:
 
     def owner_alive(self, run_id: str) -> bool:
         """True when a process holds the run's ``owner.lock``."""
-        from afk_local.storage.ownership import lock_is_held  # noqa: PLC0415
 
         return lock_is_held(self.paths(run_id).lock)
 
     def info(self, run_id: str) -> RunInfo:
         """The :class:`RunInfo` of one run."""
-        from afk_local.storage.ownership import probe_owner  # noqa: PLC0415
         from afk_local.storage.run_info import RunInfo, tags_of  # noqa: PLC0415
         from afk_local.storage.run_progress import progress_of  # noqa: PLC0415
 
@@ -527,7 +524,6 @@ class Store:
         A run whose ``owner.lock`` is damaged is not listed: nobody can take it over
         until a person repairs it (:attr:`RunInfo.lock_problem`).
         """
-        from afk_local.storage.ownership import probe_owner  # noqa: PLC0415
 
         found = []
         for run_id in self.run_ids():
@@ -581,9 +577,7 @@ class Store:
     def _compact(self, run_id: str, policy: RetentionPolicy, report: GcReport) -> None:
         """Compact one run under its lock; a run whose owner is alive is skipped untouched,
         and so is a keyed run that is behind its head record (rolled back)."""
-        from afk_local.storage.ownership import acquire_lock, lock_is_held  # noqa: PLC0415
         from afk_local.storage.retention import compact_run  # noqa: PLC0415
-        from afk_local.storage.run import require_not_behind  # noqa: PLC0415
 
         try:
             paths = self.run_dir(run_id)
@@ -604,7 +598,7 @@ class Store:
         try:
             reader = self.open(run_id)
             if self.heads is not None:
-                require_not_behind(self.heads, paths, reader.meta.updated_ms)
+                self.heads.require_not_behind(paths, reader.meta.updated_ms)
             report.compacted.append(compact_run(reader, policy, dry_run=report.dry_run))
             if self.heads is not None and not report.dry_run:
                 reader.refresh()  # compaction may have rewritten the meta and the journal
@@ -635,9 +629,7 @@ class Store:
             keep_loose: the newest loose files of each run that stay loose (>= 1).
             dry_run: say what would happen, change nothing.
         """
-        from afk_local.storage.ownership import acquire_lock  # noqa: PLC0415
         from afk_local.storage.packing import PackReport, pack_run  # noqa: PLC0415
-        from afk_local.storage.run import require_not_behind  # noqa: PLC0415
 
         reports = []
         for run_id in run_ids if run_ids is not None else self.run_ids():
@@ -655,7 +647,7 @@ class Store:
                 continue
             try:
                 if self.heads is not None:  # a run put back from an older copy: not touched
-                    require_not_behind(self.heads, paths, read_meta(paths, self.codec).updated_ms)
+                    self.heads.require_not_behind(paths, read_meta(paths, self.codec).updated_ms)
                 report = pack_run(
                     paths, self.codec, full=full, keep_loose=keep_loose, dry_run=dry_run
                 )
@@ -690,7 +682,6 @@ class Store:
 
     def ensure_unlocked(self, run_id: str) -> None:
         """Raise RunLockedError when the run's owner is alive."""
-        from afk_local.storage.ownership import lock_is_held  # noqa: PLC0415
 
         paths = self.paths(run_id)
         if lock_is_held(paths.lock):

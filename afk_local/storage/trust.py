@@ -39,7 +39,6 @@ from afk_local.storage.layout import RunPaths
 from afk_local.storage.ownership import acquire_lock
 from afk_local.storage.reader import read_meta
 from afk_local.storage.records import RunMeta, later_ms, now_ms
-from afk_local.storage.run import require_not_behind
 from afk_local.storage.store import Store
 from afk_local.storage.store_key import marker_path
 
@@ -150,7 +149,7 @@ def require_trusted_run(store: Store, run_id: str) -> TrustedRun:
             run_id,
         )
     if store.heads is not None:
-        require_not_behind(store.heads, paths, meta.updated_ms)
+        store.heads.require_not_behind(paths, meta.updated_ms)
     return TrustedRun(store, run_id, meta)
 
 
