@@ -10,8 +10,9 @@ import os
 import re
 import secrets
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from afk_local.errors import InvalidRunIdError
 
@@ -66,19 +67,76 @@ def checkpoint_name(seq: int, phase: str) -> str:
     return f"{seq:012d}.{phase}.ckpt"
 
 
-@dataclass(frozen=True, order=True)
 class CheckpointFile:
     """A checkpoint of a run directory (name parsed, content not read).
 
     Usually a file of its own (loose); a checkpoint folded into a pack keeps its name,
-    and :attr:`pack` names the pack file that holds its bytes.
+    and :attr:`pack` names the pack file that holds its bytes. Immutable; compared,
+    ordered and hashed by ``(seq, phase, name)``: where its bytes are is not part of
+    which checkpoint it is.
     """
+
+    # A plain class rather than a dataclass: defining a dataclass compiles its methods
+    # at import (~1 ms each on a small VM), and every reader imports this module.
+    __slots__ = ("name", "pack", "phase", "seq")
 
     seq: int
     phase: str
     name: str
-    pack: str | None = field(default=None, compare=False)
+    pack: str | None
     """The pack file holding this checkpoint, None for a loose file (see storage/pack.py)."""
+
+    def __init__(self, seq: int, phase: str, name: str, pack: str | None = None) -> None:
+        object.__setattr__(self, "seq", seq)
+        object.__setattr__(self, "phase", phase)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "pack", pack)
+
+    def _key(self) -> tuple[int, str, str]:
+        return (self.seq, self.phase, self.name)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"CheckpointFile is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"CheckpointFile is immutable: cannot delete {name!r}")
+
+    def __repr__(self) -> str:
+        return (
+            f"CheckpointFile(seq={self.seq!r}, phase={self.phase!r}, name={self.name!r}, "
+            f"pack={self.pack!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __lt__(self, other: CheckpointFile) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() < other._key()
+
+    def __le__(self, other: CheckpointFile) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() <= other._key()
+
+    def __gt__(self, other: CheckpointFile) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() > other._key()
+
+    def __ge__(self, other: CheckpointFile) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() >= other._key()
+
+    def __reduce__(self) -> tuple[type[CheckpointFile], tuple[int, str, str, str | None]]:
+        return (CheckpointFile, (self.seq, self.phase, self.name, self.pack))
 
 
 def parse_checkpoint_name(name: str) -> CheckpointFile | None:
@@ -92,8 +150,7 @@ def parse_checkpoint_name(name: str) -> CheckpointFile | None:
     return CheckpointFile(seq, match.group(2), name)
 
 
-@dataclass(frozen=True, order=True)
-class PackFile:
+class PackFile(msgspec.Struct, frozen=True, order=True):
     """A pack file found in a run directory: the seq range its name claims (not checked)."""
 
     first: int
@@ -158,8 +215,7 @@ def scan_checkpoints(run_dir: str | os.PathLike[str]) -> list[CheckpointFile]:
     return found
 
 
-@dataclass(frozen=True)
-class RunPaths:
+class RunPaths(msgspec.Struct, frozen=True):
     """The files of one run directory."""
 
     run_id: str

@@ -30,8 +30,9 @@ import socket
 import stat
 import sys
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from afk_local.errors import CheckpointCorruptionError, RunLockedError
 from afk_local.storage import fsio
@@ -105,8 +106,7 @@ def current_owner() -> OwnerInfo:
     )
 
 
-@dataclass(frozen=True)
-class OwnerProbe:
+class OwnerProbe(msgspec.Struct, frozen=True):
     """What :func:`probe_owner` found: a live owner, a free lock, or a damaged lock file."""
 
     held: bool

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from afk_local.errors import (
     AfkLocalError,
@@ -61,16 +62,14 @@ class CheckpointNotFoundError(AfkLocalError, LookupError):
         )
 
 
-@dataclass(frozen=True)
-class Skipped:
+class Skipped(msgspec.Struct, frozen=True):
     """A file the reader passed over, and why."""
 
     name: str
     reason: str
 
 
-@dataclass(frozen=True)
-class ResumeState:
+class ResumeState(msgspec.Struct, frozen=True):
     """What a resumed run starts from (the resume contract of docs/agent.md)."""
 
     run_id: str
