@@ -49,6 +49,16 @@ def frame_body(data: bytes, pos: int) -> tuple[bytes, int]:
     return data[pos + FRAME_HEADER.size : end], end
 
 
+def last_frame_header(data: bytes) -> tuple[int, int] | None:
+    """``(length, crc32)`` of the last frame of ``data``, a whole number of frames
+    (None when it holds none)."""
+    pos, last = 0, None
+    while len(data) - pos >= FRAME_HEADER.size:
+        last = FRAME_HEADER.unpack_from(data, pos)
+        pos += FRAME_HEADER.size + last[0]
+    return None if last is None else (int(last[0]), int(last[1]))
+
+
 def has_valid_frame_after(data: bytes, pos: int, max_bytes: int) -> bool:
     """True when a well-formed frame starts somewhere after the bad one at ``pos``."""
     for start in range(pos + 1, len(data) - FRAME_HEADER.size):
@@ -63,4 +73,5 @@ __all__: Sequence[str] = [
     "encode_frame",
     "frame_body",
     "has_valid_frame_after",
+    "last_frame_header",
 ]

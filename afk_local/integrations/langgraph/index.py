@@ -68,6 +68,16 @@ class Payload(msgspec.Struct, kw_only=True, frozen=True):
     checkpoint: tuple[str, bytes]
     metadata: tuple[str, bytes]
     run_id: str | None = None
+    top: bool = False
+    """True when, as it was written, no earlier checkpoint of its namespace in this thread
+    had a greater id: while nothing is written after it (it is ``latest``), it is the
+    namespace's newest, which a new process then reads from ``latest`` alone. False
+    when the writer did not know (older payloads, an index it could not build)."""
+    writes_from: tuple[int, int, int] | None = None
+    """Where ``langgraph.writes`` ended when it was written, ``(offset, length, crc32)``
+    of its last frame (see :data:`~afk_local.integrations.langgraph.writes.WritesMark`):
+    set only for an id new in its namespace, whose writes can only come after it. None:
+    not known (read the whole file)."""
 
 
 # The classes of the saver are msgspec Structs, not dataclasses: a dataclass compiles its
@@ -356,21 +366,28 @@ def newest_in_cache(cache: IndexCache, latest: CheckpointFile, ns: str) -> Index
     """The newest checkpoint of namespace ``ns`` by the cache alone, or None when the
     cache cannot tell (not trusted, or it does not reach ``latest``, the newest file).
 
-    The cache is appended in seq order after each checkpoint is durable, and a crash
-    only ever loses its tail: when it holds an entry for the newest file, it holds one
-    for every checkpoint before it (deleted ones carry tombstones).
+    The cache is appended in seq order after each checkpoint is durable, and deleted
+    checkpoints carry tombstones; but a crash can take back the tail of entries whose
+    files stayed, and a later process appends after the gap (a deleted cache starts
+    again from the next checkpoint). So the cache answers only when it has a record
+    for every seq up to ``latest``'s: a checkpoint it lacks might be the newest of
+    ``ns``.
     """
     if not cache.trusted or cache.get(latest.name) is None:
         return None
     best: _IndexFrame | None = None
     best_id, best_seq, newest = "", 0, 0
+    recorded: set[int] = set()
     for name, frame in cache.frames.items():
-        if frame[1] == _TOMBSTONE or name == _MARKER:
+        if name == _MARKER:
             continue
         digits = name[:12]
         if not digits.isdigit():
             return None
         seq = int(digits)
+        recorded.add(seq)
+        if frame[1] == _TOMBSTONE:
+            continue
         newest = max(newest, seq)
         if frame[2] == ns:
             checkpoint_id = frame[3]
@@ -382,6 +399,8 @@ def newest_in_cache(cache: IndexCache, latest: CheckpointFile, ns: str) -> Index
                 best, best_id, best_seq = frame, checkpoint_id, seq
     if best is None or newest != latest.seq:
         return None
+    if len(recorded) < latest.seq or not recorded.issuperset(range(1, latest.seq + 1)):
+        return None  # a gap: the cache lost entries of files that are still there
     name, _crc, ns, checkpoint_id, parent, run_id, metadata = best
     return IndexEntry(best_seq, name, -1, ns, checkpoint_id, parent, metadata, run_id)
 

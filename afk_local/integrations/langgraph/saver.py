@@ -177,6 +177,9 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
         checkpoint_id = get_checkpoint_id(config)
         with self._lock:
             if not checkpoint_id:
+                newest = self._threads.newest_from_latest(thread_id, ns)
+                if newest is not None:
+                    return self._tuple(thread_id, newest[0], newest[1], payload=newest[2])
                 cold = self._threads.newest_cold(thread_id, ns)
                 if cold is not None:
                     with contextlib.suppress(CheckpointCorruptionError):
@@ -475,10 +478,16 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
         return self.serde.loads_typed(typed)
 
     def _tuple(
-        self, thread_id: str, index: ThreadIndex, entry: IndexEntry, *, one: bool = True
+        self,
+        thread_id: str,
+        index: ThreadIndex,
+        entry: IndexEntry,
+        *,
+        one: bool = True,
+        payload: Payload | None = None,
     ) -> CheckpointTuple:
-        record = index.reader.load(entry.file)
-        payload = index.payload(record.payload, entry)
+        if payload is None:  # else: loaded and checked by the caller
+            payload = index.payload(index.reader.load(entry.file).payload, entry)
         if payload.thread_id != thread_id or payload.ns != entry.ns:
             raise CheckpointCorruptionError(
                 index.reader.location(entry.file),
@@ -488,7 +497,9 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
             )
         run_id = index.reader.run_id
         if one:  # one checkpoint asked for: read only its writes
-            writes = self._threads.checkpoint_writes(run_id, entry.ns, entry.checkpoint_id)
+            writes = self._threads.checkpoint_writes(
+                run_id, entry.ns, entry.checkpoint_id, payload.writes_from
+            )
         else:
             writes = self._threads.load_writes(run_id).get((entry.ns, entry.checkpoint_id), {})
         ordered = sorted(writes.items(), key=lambda kv: writes_sort_key(kv[1][3], *kv[0]))

@@ -40,11 +40,15 @@ from afk_local.integrations.langgraph.writes import (
     CheckpointWrites,
     PendingWrites,
     TaskWrites,
+    WritesMark,
     append_writes,
+    mark_after,
     open_writes,
     read_checkpoint_writes,
     read_writes,
+    read_writes_after,
     rewrite_writes,
+    state_mark,
 )
 from afk_local.storage import fsio
 from afk_local.storage.layout import (
@@ -100,6 +104,13 @@ class ThreadHandle(msgspec.Struct):
     writer: RunWriter
     writes_fd: int | None = None
     index_fd: int | None = None
+    tops: dict[str, str] | None = None
+    """The greatest checkpoint id of each namespace among the thread's checkpoint files
+    (None: not known yet; every write keeps it current)."""
+    tops_known: bool = True
+    """False when the index could not be built: no checkpoint is marked ``top`` then."""
+    writes_mark: WritesMark | None = None
+    """Where the writes file ends, while :attr:`writes_fd` is open (None: not known)."""
 
 
 class ThreadFiles:
@@ -185,6 +196,37 @@ class ThreadFiles:
             return None
         return ThreadIndex(self._reader(paths)), entry
 
+    def newest_from_latest(
+        self, thread_id: str, ns: str
+    ) -> tuple[ThreadIndex, IndexEntry, Payload] | None:
+        """A new process's first look at a thread's newest checkpoint of ``ns``, from
+        ``latest`` alone: the newest file, loaded, when its checkpoint was written as the
+        top of ``ns`` (:attr:`Payload.top`). Nothing written after it can be newer, and
+        deleting checkpoints only removes (``latest`` then names the newest survivor).
+
+        None when that cannot be told this way (a keyed store, the thread already
+        indexed, ``latest`` missing, lagging behind a newer file or unreadable, another
+        namespace, not marked top): the caller asks the index cache, then the index.
+        """
+        run_id = thread_run_id(thread_id)
+        if run_id in self._indexes or self.store.codec.signer is not None:
+            return None
+        paths = self.store.paths(run_id)
+        target = fsio.read_link(paths.latest)
+        latest = parse_checkpoint_name(target) if target else None
+        if latest is None or latest.phase != PHASE:
+            return None
+        if os.path.lexists(paths.dir / checkpoint_name(latest.seq + 1, PHASE)):
+            return None  # latest lags behind a newer file (a crash)
+        index = ThreadIndex(self._reader(paths))
+        try:
+            payload = index.payload(index.reader.load(latest).payload, latest)
+        except (AfkLocalError, OSError):
+            return None  # the slower paths decide, and report what is wrong
+        if not payload.top or payload.ns != ns or payload.thread_id != thread_id:
+            return None
+        return index, IndexEntry.of(latest, -1, payload), payload
+
     def _reader(self, paths: RunPaths) -> RunReader:
         return RunReader(
             paths, record_codec=self.store.codec, max_record_bytes=self.store.max_record_bytes
@@ -194,14 +236,20 @@ class ThreadFiles:
         """The pending writes of a thread's run by ``(ns, checkpoint_id)``."""
         return self._writes_state(run_id).by_checkpoint
 
-    def checkpoint_writes(self, run_id: str, ns: str, checkpoint_id: str) -> TaskWrites:
+    def checkpoint_writes(
+        self, run_id: str, ns: str, checkpoint_id: str, mark: WritesMark | None = None
+    ) -> TaskWrites:
         """The pending writes of one checkpoint: from the parsed writes file when this
-        process has read it, else by reading only that checkpoint's frames."""
+        process has read it, else by reading only that checkpoint's frames (only those
+        after ``mark``, the checkpoint's :attr:`Payload.writes_from`, when it holds)."""
         if run_id not in self._writes:
             path = self.store.paths(run_id).dir / WRITES_NAME
-            found = read_checkpoint_writes(
-                path, ns, checkpoint_id, max_bytes=self.store.max_record_bytes
-            )
+            limit = self.store.max_record_bytes
+            found = None
+            if mark is not None:
+                found = read_writes_after(path, ns, checkpoint_id, mark, max_bytes=limit)
+            if found is None:
+                found = read_checkpoint_writes(path, ns, checkpoint_id, max_bytes=limit)
             if found is not None:
                 return found
         return self.load_writes(run_id).get((ns, checkpoint_id), {})
@@ -264,12 +312,26 @@ class ThreadFiles:
         return self.store.resume_writer(run_id, lock_timeout=self.lock_timeout)
 
     def write_checkpoint(self, handle: ThreadHandle, payload: Payload, step: int) -> None:
-        """Durably write one LangGraph checkpoint file and add it to the index."""
+        """Durably write one LangGraph checkpoint file and add it to the index.
+
+        The payload's ``top`` is set here, from every checkpoint of the thread: a caller's
+        value is never trusted (a copied checkpoint was the top of another thread).
+        """
+        tops = self._tops(handle)
+        greatest = tops.get(payload.ns)
+        top = handle.tops_known and (greatest is None or payload.id >= greatest)
+        new_id = handle.tops_known and (greatest is None or payload.id > greatest)
+        # An id put before may have writes anywhere in the file: no mark for it.
+        mark = handle.writes_mark if new_id and handle.writes_fd is not None else None
+        if payload.top != top or payload.writes_from != mark:
+            payload = msgspec.structs.replace(payload, top=top, writes_from=mark)
         try:
             record = handle.writer.checkpoint(PHASE, payload, step=step)
         except BaseException:
             self._drop_handle(handle)  # a failed write poisons the writer: reopen from disk
             raise
+        if greatest is None or payload.id > greatest:
+            tops[payload.ns] = payload.id
         run_id = handle.writer.run_id
         path = handle.writer.paths.checkpoint(record.seq, PHASE)
         handle.index_fd = append_to_index_file(handle.index_fd, path, payload, run_id)
@@ -279,15 +341,40 @@ class ThreadFiles:
             ino = os.stat(path, follow_symlinks=False).st_ino
             index.add(IndexEntry.of(file, ino, payload))
 
+    def _tops(self, handle: ThreadHandle) -> dict[str, str]:
+        """The greatest checkpoint id of each namespace of the thread, from its index once
+        per opened writer (which holds ``owner.lock``: nobody else adds checkpoints)."""
+        if handle.tops is None:
+            tops: dict[str, str] = {}
+            try:
+                index = self.index(handle.thread_id)
+            except (AfkLocalError, OSError) as exc:
+                # Writing must not depend on old files being readable: mark nothing top.
+                log.warning(
+                    "thread %r: cannot index its checkpoints (%s); a new process reads "
+                    "its newest checkpoint through the index",
+                    handle.thread_id,
+                    exc,
+                )
+                handle.tops_known = False
+                index = None
+            for entry in index.by_key.values() if index is not None else ():
+                current = tops.get(entry.ns)
+                if current is None or entry.checkpoint_id > current:
+                    tops[entry.ns] = entry.checkpoint_id
+            handle.tops = tops
+        return handle.tops
+
     def append_writes(self, handle: ThreadHandle, data: bytes) -> None:
         """Append framed pending writes to the thread's writes file, fsynced."""
         path = handle.writer.paths.dir / WRITES_NAME
         try:
             if handle.writes_fd is None:
-                handle.writes_fd = open_writes(
-                    path, self._writes_state(handle.writer.run_id), handle.writer.run_id
-                )
+                state = self._writes_state(handle.writer.run_id)
+                handle.writes_fd = open_writes(path, state, handle.writer.run_id)
+                handle.writes_mark = state_mark(state)
             append_writes(handle.writes_fd, data, path)
+            handle.writes_mark = mark_after(handle.writes_mark, data)
         except BaseException:
             self._drop_handle(handle)
             raise

@@ -26,6 +26,7 @@ from afk_local.integrations.langgraph.frames import (
     encode_frame,
     frame_body,
     has_valid_frame_after,
+    last_frame_header,
 )
 from afk_local.storage import fsio
 
@@ -45,6 +46,11 @@ Each item is ``(idx, channel, type, bytes)``.
 
 TaskWrites = dict[tuple[str, int], tuple[str, str, Typed, str]]
 """The writes of one checkpoint: ``(task_id, idx) -> (task_id, channel, value, task_path)``."""
+
+WritesMark = tuple[int, int, int]
+"""Where the writes file ended when a checkpoint was written: ``(offset, length, crc32)``,
+the offset just past the last frame and that frame's header fields. Every write of the
+checkpoint comes after it (``put_writes`` names a checkpoint ``put`` returned)."""
 
 # A frame's address decoded, its items left as bytes: a read decodes the items of the
 # checkpoints it is asked for, not the whole history of the thread.
@@ -105,6 +111,8 @@ class PendingWrites(msgspec.Struct):
 
     ino: int = -1
     offset: int = 0
+    last: tuple[int, int] | None = None
+    """``(length, crc32)`` of the frame that ends at :attr:`offset` (None: no frame)."""
     by_checkpoint: CheckpointWrites = msgspec.field(default_factory=CheckpointWrites)
     """``(ns, checkpoint_id)`` -> the writes of that checkpoint (decoded on first use)."""
 
@@ -121,6 +129,7 @@ class PendingWrites(msgspec.Struct):
                     bad = f"record does not decode: {exc}"
                 else:
                     self.by_checkpoint.add((ns, checkpoint_id), task_id, task_path, items)
+                    self.last = FRAME_HEADER.unpack_from(data, pos)
                     self.offset += end - pos
                     pos = end
                     continue
@@ -192,11 +201,54 @@ def read_checkpoint_writes(
         return {}
     except (OSError, ValueError):
         return None
+    return _frames_of(data, 0, ns, checkpoint_id)
+
+
+def read_writes_after(
+    path: Path, ns: str, checkpoint_id: str, mark: WritesMark, *, max_bytes: int
+) -> TaskWrites | None:
+    """The writes of one checkpoint, read from where the file ended when it was written.
+
+    ``mark`` is that end (:data:`WritesMark`); only the frames after it are read. None
+    when the file no longer has that frame ending there (it was rewritten by a
+    deletion, or is damaged) or a frame after it does not check out: the caller then
+    reads the whole file. An empty dict when there is no file.
+    """
+    offset, length, crc = mark
+    if offset == 0:  # the file was empty: every frame may be this checkpoint's
+        return read_checkpoint_writes(path, ns, checkpoint_id, max_bytes=max_bytes)
+    start = offset - FRAME_HEADER.size - length
+    if start < 0 or length <= 0:
+        return None
+    try:
+        fd = fsio.open_regular(path)
+    except FileNotFoundError:
+        return {}
+    except OSError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size > max_bytes or size < offset:
+            return None
+        data = _pread_all(fd, start, size - start)
+    finally:
+        os.close(fd)
+    if FRAME_HEADER.unpack_from(data, 0) != (length, crc):
+        return None
+    body_end = FRAME_HEADER.size + length
+    if zlib.crc32(memoryview(data)[FRAME_HEADER.size : body_end]) != crc:
+        return None
+    return _frames_of(data, body_end, ns, checkpoint_id)
+
+
+def _frames_of(data: bytes, pos: int, ns: str, checkpoint_id: str) -> TaskWrites | None:
+    """The writes of one checkpoint in the frames of ``data`` from ``pos`` on; None when a
+    frame does not check out."""
     key = _ENCODER.encode(ns) + _ENCODER.encode(checkpoint_id)
     view = memoryview(data)
     unpack = FRAME_HEADER.unpack_from
     found: TaskWrites = {}
-    pos, end = 0, len(data)
+    end = len(data)
     while pos < end:
         if end - pos < FRAME_HEADER.size:
             return None
@@ -217,6 +269,26 @@ def read_checkpoint_writes(
             if (ns_, cid) == (ns, checkpoint_id):
                 _apply(found, task_id, task_path, _ITEMS_DECODER.decode(items))
     return found
+
+
+EMPTY_MARK: WritesMark = (0, 0, 0)
+"""The mark of an empty (or missing) writes file."""
+
+
+def mark_after(mark: WritesMark | None, data: bytes) -> WritesMark | None:
+    """The mark of the writes file after appending ``data`` (whole frames) at ``mark``
+    (None: not known, and still not)."""
+    last = last_frame_header(data)
+    if mark is None or last is None:
+        return mark
+    return (mark[0] + len(data), *last)
+
+
+def state_mark(state: PendingWrites) -> WritesMark | None:
+    """The mark of the writes file as ``state`` parsed it."""
+    if state.last is None:
+        return EMPTY_MARK if state.offset == 0 else None
+    return (state.offset, *state.last)
 
 
 def open_writes(path: Path, state: PendingWrites, run_id: str) -> int:
