@@ -322,7 +322,13 @@ def atomic_symlink(target: str, link: str | os.PathLike[str], *, sync_dir: bool 
 
 
 def publish_with_link(
-    prefix: str, name: str, data: bytes, link: str, *, dir_fd: int | None = None
+    prefix: str,
+    name: str,
+    data: bytes,
+    link: str,
+    *,
+    dir_fd: int | None = None,
+    while_syncing: Callable[[], None] | None = None,
 ) -> None:
     """Durably publish ``data`` as ``prefix + name`` and point ``prefix + link`` at it.
 
@@ -340,6 +346,9 @@ def publish_with_link(
         data: its bytes.
         link: the name of the link in the same directory.
         dir_fd: an open descriptor of the directory, or None.
+        while_syncing: called after the bytes are written, just before the file's
+            fsync: work that can overlap the wait for the disk (it must not touch
+            the file, and cannot change what is published).
     """
     tmp = prefix + _temp_name(name)
     _before("open", tmp)
@@ -349,6 +358,8 @@ def publish_with_link(
             _record(IoCall("open", tmp))
         try:
             write_all(fd, data, tmp)
+            if while_syncing is not None:
+                while_syncing()
             fsync_fd(fd, tmp)
         finally:
             os.close(fd)

@@ -14,7 +14,7 @@ import os
 import threading
 import traceback as traceback_module
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import msgspec
@@ -94,6 +94,24 @@ _MIRROR_CATCH_UP_S = 30.0
 """How long a mirrored writer waits, once per pack, for the remote to hold what it packs."""
 
 
+class _WriteScope:
+    """One write of a writer, as a ``with`` block: refused once the writer is closed, and
+    a close meanwhile waits for its end to release the lock. One reusable object per
+    writer (its state is the writer's): cheaper than a generator-based context manager,
+    which every sync checkpoint would build and tear down."""
+
+    __slots__ = ("_writer",)
+
+    def __init__(self, writer: RunWriter) -> None:
+        self._writer = writer
+
+    def __enter__(self) -> None:
+        self._writer._begin_write()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._writer._end_write()
+
+
 class RunWriter:
     """The single writer of a run. Use as a context manager, or call :meth:`close`.
 
@@ -134,6 +152,7 @@ class RunWriter:
         # write's end, or a new owner could take the run while this one still renames.
         self._lifetime = threading.Lock()
         self._writes_in_flight = 0
+        self._write_scope = _WriteScope(self)
         self._release_pending = False
         # Serialises the writes themselves: the next seq, the delta chains, the signature
         # chain and the meta are one state that two threads must never update at once.
@@ -295,7 +314,7 @@ class RunWriter:
         if journal_records is None:
             self._check_writable()
             journal_records = self.journal_records()
-        with self._writing(), self._serial:
+        with self._write_scope, self._serial:
             return self._write_checkpoint(phase, payload, step, journal_records)
 
     def _write_checkpoint(
@@ -330,7 +349,14 @@ class RunWriter:
         try:
             if self._dir_fd is None:
                 self._dir_fd = fsio.open_dir(self._dir)
-            fsio.publish_with_link(self._dir, name, data, LATEST_NAME, dir_fd=self._dir_fd)
+            fsio.publish_with_link(
+                self._dir,
+                name,
+                data,
+                LATEST_NAME,
+                dir_fd=self._dir_fd,
+                while_syncing=self._prefetch.start,
+            )
         except BaseException as exc:
             self._failed = exc
             self._unpublish(name)
@@ -452,7 +478,7 @@ class RunWriter:
 
     def update_meta(self, **changes: Any) -> RunMeta:
         """Replace ``run.meta`` atomically with ``changes`` applied (and ``updated_ms`` bumped)."""
-        with self._writing(), self._serial:
+        with self._write_scope, self._serial:
             meta = msgspec.structs.replace(
                 self._meta, updated_ms=later_ms(self._meta.updated_ms), **changes
             )
@@ -526,26 +552,23 @@ class RunWriter:
         latest = self.reader().latest() if self._seq else None
         return latest.step if latest is not None else 0
 
-    @contextlib.contextmanager
-    def _writing(self) -> Iterator[None]:
-        """One write: refused once closed; a close meanwhile waits for its end to unlock."""
+    def _begin_write(self) -> None:
+        """Count one write in: refused once closed (see :class:`_WriteScope`)."""
         self._check_process()  # before any lock: one a parent's thread held at fork stays held
         with self._lifetime:
             self._check_writable()
             self._writes_in_flight += 1
-        try:
-            yield
-        finally:
-            with self._lifetime:
-                self._writes_in_flight -= 1
-                release = self._release_pending and self._writes_in_flight == 0
-                if release:
-                    self._release_pending = False
+
+    def _end_write(self) -> None:
+        """Count one write out; a close that waited for it releases the lock now."""
+        with self._lifetime:
+            self._writes_in_flight -= 1
+            release = self._release_pending and self._writes_in_flight == 0
             if release:
-                self._release()
-                log.info(
-                    "run %s: lock released after the last write of a closed writer", self.run_id
-                )
+                self._release_pending = False
+        if release:
+            self._release()
+            log.info("run %s: lock released after the last write of a closed writer", self.run_id)
 
     def _check_process(self) -> None:
         if os.getpid() != self._pid:

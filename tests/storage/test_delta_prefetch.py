@@ -30,6 +30,7 @@ def test_a_prepared_delta_is_byte_for_byte_the_usual_one(
     raw = base[: len(base) // (cut + 1)] + change + base
     prefetch = DeltaPrefetch()
     prefetch.submit("runtime_state", base)
+    prefetch.start()
     _wait_ready(prefetch, "runtime_state")
     params = codec.delta_parameters(codec.DEFAULT_LEVEL, len(base), len(raw))
     prepared = params is codec.delta_parameters(codec.DEFAULT_LEVEL, len(base), len(base))
@@ -44,10 +45,22 @@ def test_a_compressor_prepared_for_another_base_is_not_used() -> None:
     prefetch = DeltaPrefetch()
     first, second = b"first state " * 500, b"second state " * 500
     prefetch.submit("runtime_state", first)
+    prefetch.start()
     _wait_ready(prefetch, "runtime_state")
     frame = prefetch.compress("runtime_state", second, second + b"!")
     assert codec.decompress(frame, "f", base=second, max_bytes=1 << 20) == second + b"!"
     assert (prefetch.hits, prefetch.misses) == (0, 1)
+
+
+def test_nothing_is_prepared_before_start() -> None:
+    """The writer hands bases over while the disk syncs (start() right before the
+    file's fsync), so the thread never competes with the encoding for the GIL."""
+    prefetch = DeltaPrefetch()
+    prefetch.submit("runtime_state", b"state " * 2000)
+    time.sleep(0.05)
+    assert prefetch._slots["runtime_state"].ready is None
+    prefetch.start()
+    _wait_ready(prefetch, "runtime_state")
 
 
 def test_huge_bases_are_not_prepared() -> None:
