@@ -31,6 +31,7 @@ own imports and first ``get_tuple``, free of interpreter start-up noise).
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import sqlite3
 import statistics
@@ -84,62 +85,78 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 _PROCESS = {
-    "imports only": "import langgraph.checkpoint.base, langgraph.checkpoint.serde.jsonplus",
+    "imports only": (
+        "import langgraph.checkpoint.base, langgraph.checkpoint.serde.jsonplus",
+        "pass",
+    ),
     "AfkLocalSaver": (
-        "from afk_local.integrations.langgraph import AfkLocalSaver\n"
+        "from afk_local.integrations.langgraph import AfkLocalSaver",
         "t = AfkLocalSaver(ROOT).get_tuple(CONFIG)\n"
-        "assert len(t.checkpoint['channel_values']['messages']) == STEPS"
+        "assert len(t.checkpoint['channel_values']['messages']) == STEPS",
     ),
     "SqliteSaver": (
-        "import sqlite3\n"
-        "from langgraph.checkpoint.sqlite import SqliteSaver\n"
+        "import sqlite3\nfrom langgraph.checkpoint.sqlite import SqliteSaver",
         "conn = sqlite3.connect(DB, check_same_thread=False)\n"
         "t = SqliteSaver(conn).get_tuple(CONFIG)\n"
-        "assert len(t.checkpoint['channel_values']['messages']) == STEPS"
+        "assert len(t.checkpoint['channel_values']['messages']) == STEPS",
     ),
 }
+"""Per saver: its imports, then reading the newest checkpoint with a new saver."""
 
 
 # Each child times itself from just after LangGraph's checkpoint imports (which every
-# saver pays) to the newest checkpoint in hand: the saver's own imports and its first
-# get_tuple, without the interpreter start-up and LangGraph imports whose noise (tens
-# of ms on a busy VM) swamps the difference of two wall-clock medians.
-_CHILD_START = (
+# saver pays) to the newest checkpoint in hand, in two parts: the saver's own imports
+# (sqlite3 included for SQLite), then its first get_tuple. That leaves out the
+# interpreter start-up and LangGraph's imports, whose noise (tens of ms on a busy VM)
+# swamps the difference of two wall-clock medians.
+_CHILD = (
     "import time\n"
     "import langgraph.checkpoint.base, langgraph.checkpoint.serde.jsonplus\n"
     "_t0 = time.perf_counter()\n"
+    "{imports}\n"
+    "_t1 = time.perf_counter()\n"
+    "{read}\n"
+    "_t2 = time.perf_counter()\n"
+    "print((_t1 - _t0) * 1e3, (_t2 - _t1) * 1e3)\n"
 )
-_CHILD_END = "\nprint((time.perf_counter() - _t0) * 1e3)\n"
 
 
 def fresh_process_times(
     afk_root: Path, db: Path, rounds: int
-) -> tuple[dict[str, float], dict[str, float]]:
+) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
     """Median wall time of a new interpreter that imports a saver and gets the newest
     checkpoint, each saver's run interleaved with the other's and with imports only;
-    and the median of what each child measured after LangGraph's imports."""
+    and the medians of what each child measured after LangGraph's imports: the saver's
+    imports, and its first get_tuple."""
     config = {"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}}
     samples: dict[str, list[float]] = {name: [] for name in _PROCESS}
-    inside: dict[str, list[float]] = {name: [] for name in _PROCESS}
+    inside: dict[str, list[tuple[float, float]]] = {name: [] for name in _PROCESS}
     steps = None
     for _ in range(rounds):
-        for name, code in _PROCESS.items():
+        for name, (imports, read) in _PROCESS.items():
             if steps is None:
                 with AfkLocalSaver(afk_root) as saver:
                     steps = len(saver.get_tuple(config).checkpoint["channel_values"]["messages"])
             script = (
-                f"{_CHILD_START}ROOT, DB, STEPS = {str(afk_root)!r}, {str(db)!r}, {steps}\n"
-                f"CONFIG = {config!r}\n{code}{_CHILD_END}"
+                f"ROOT, DB, STEPS = {str(afk_root)!r}, {str(db)!r}, {steps}\n"
+                f"CONFIG = {config!r}\n" + _CHILD.format(imports=imports, read=read)
             )
             start = time.perf_counter_ns()
             done = subprocess.run(
                 [sys.executable, "-c", script], check=True, capture_output=True, text=True
             )
             samples[name].append((time.perf_counter_ns() - start) / 1e6)
-            inside[name].append(float(done.stdout.split()[-1]))
+            imported, first = done.stdout.split()[-2:]
+            inside[name].append((float(imported), float(first)))
     return (
         {name: statistics.median(v) for name, v in samples.items()},
-        {name: statistics.median(v) for name, v in inside.items()},
+        {
+            name: (
+                statistics.median(i for i, _ in v),
+                statistics.median(f for _, f in v),
+            )
+            for name, v in inside.items()
+        },
     )
 
 
@@ -208,18 +225,26 @@ def main() -> None:
     # interleaved with SQLite's, several rounds; median.
     latest = {"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}}
     cold: dict[str, list[float]] = {name: [] for name in savers}
-    for _ in range(args.cold_rounds):
-        fresh = AfkLocalSaver(afk_root)
-        ms, tup = timed(fresh.get_tuple, latest)
-        cold["AfkLocalSaver"].append(ms)
-        assert len(tup.checkpoint["channel_values"]["messages"]) == args.steps
-        warm_ms, _ = timed(fresh.get_tuple, latest)
-        fresh.close()
-        fresh_sqlite, conn, _ = open_sqlite(sqlite_path)
-        ms, tup = timed(fresh_sqlite.get_tuple, latest)
-        cold["SqliteSaver"].append(ms)
-        assert len(tup.checkpoint["channel_values"]["messages"]) == args.steps
-        conn.close()
+    # Each read starts from a collected heap (gc.collect() first): otherwise whichever
+    # reader happens to cross the collector's threshold pays for collecting what the
+    # benchmark allocated before it (the 500 checkpoints it wrote, the other reader's).
+    warm_ms = 0.0
+    for round_no in range(args.cold_rounds):
+        for name in ("AfkLocalSaver", "SqliteSaver")[:: 1 if round_no % 2 else -1]:
+            if name == "AfkLocalSaver":
+                fresh = AfkLocalSaver(afk_root)
+                gc.collect()
+                ms, tup = timed(fresh.get_tuple, latest)
+                warm_ms, _ = timed(fresh.get_tuple, latest)
+                fresh.close()
+            else:
+                fresh_sqlite, conn, _ = open_sqlite(sqlite_path)
+                gc.collect()
+                ms, tup = timed(fresh_sqlite.get_tuple, latest)
+                conn.close()
+            cold[name].append(ms)
+            assert len(tup.checkpoint["channel_values"]["messages"]) == args.steps
+            del tup
     resume_ms = {name: statistics.median(samples) for name, samples in cold.items()}
     process_ms, after_imports_ms = fresh_process_times(afk_root, sqlite_path, args.process_rounds)
 
@@ -270,19 +295,37 @@ def main() -> None:
         f"(median of {args.process_rounds} interleaved runs, ms)\n"
     )
     floor = process_ms["imports only"]
+    rows = []
+    for name, ms in process_ms.items():
+        imported, first = after_imports_ms[name]
+        sqlite_imported, sqlite_first = after_imports_ms["SqliteSaver"]
+        rows.append(
+            [
+                name,
+                f"{ms:.1f}",
+                f"{ms / process_ms['SqliteSaver']:.2f}x",
+                f"{ms - floor:+.1f}",
+                f"{imported:.1f}",
+                f"{first:.1f}",
+                f"{first / sqlite_first:.2f}x",
+                f"{imported + first:.1f}",
+                f"{(imported + first) / (sqlite_imported + sqlite_first):.2f}x",
+            ]
+        )
     print(
         table(
-            ["what", "ms", "vs SqliteSaver", "above imports only", "in-process after imports"],
             [
-                [
-                    name,
-                    f"{ms:.1f}",
-                    f"{ms / process_ms['SqliteSaver']:.2f}x",
-                    f"{ms - floor:+.1f}",
-                    f"{after_imports_ms[name]:.1f}",
-                ]
-                for name, ms in process_ms.items()
+                "what",
+                "ms",
+                "vs SqliteSaver",
+                "above imports only",
+                "saver imports",
+                "first get_tuple",
+                "vs SQLite",
+                "both",
+                "vs SQLite",
             ],
+            rows,
         )
     )
     print(
