@@ -258,3 +258,34 @@ def test_an_index_cache_that_lost_entries_is_not_trusted_for_the_newest(tmp_path
     with AfkLocalSaver(tmp_path) as fresh:
         found = fresh.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
     assert found.checkpoint["id"] == "0003"
+
+
+def test_a_keyed_store_never_indexes_a_thread_to_write_to_it(tmp_path, monkeypatch):
+    """A keyed store's index decodes (and checks) every checkpoint, and its readers never
+    trust `top`: a new process's first put must not pay for indexing the thread."""
+
+    def put(saver: AfkLocalSaver, cid: str, step: int) -> None:
+        saver.put(
+            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+            _checkpoint(cid, step),
+            {"step": step},
+            {},
+        )
+
+    with AfkLocalSaver(afk.Store(tmp_path, key="secret")) as saver:
+        for i in range(10):
+            put(saver, f"{i:04d}", i)
+    loads: list[str] = []
+    original = afk.RunReader.load
+
+    def counting(self, file):
+        loads.append(file.name)
+        return original(self, file)
+
+    monkeypatch.setattr(afk.RunReader, "load", counting)
+    with AfkLocalSaver(afk.Store(tmp_path, key="secret")) as saver:
+        put(saver, "0010", 10)
+    assert loads == []
+    with AfkLocalSaver(afk.Store(tmp_path, key="secret")) as fresh:
+        found = fresh.get_tuple({"configurable": {"thread_id": "t"}})
+    assert found.checkpoint["id"] == "0010"

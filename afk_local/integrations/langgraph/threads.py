@@ -344,6 +344,10 @@ class ThreadFiles:
     def _tops(self, handle: ThreadHandle) -> dict[str, str]:
         """The greatest checkpoint id of each namespace of the thread, from its index once
         per opened writer (which holds ``owner.lock``: nobody else adds checkpoints)."""
+        if handle.tops is None and self.store.codec.signer is not None:
+            # A keyed store's index decodes every checkpoint (its cache is not signed),
+            # and its readers never take the shortcut `top` is for: mark nothing.
+            handle.tops, handle.tops_known = {}, False
         if handle.tops is None:
             tops: dict[str, str] = {}
             try:
