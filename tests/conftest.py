@@ -45,6 +45,26 @@ def trials(request: pytest.FixtureRequest):
     return pick
 
 
+@pytest.fixture
+def count_loads(monkeypatch: pytest.MonkeyPatch):
+    """Call it to start counting: it returns the list to which every checkpoint file
+    ``RunReader.load`` decodes from then on appends its name."""
+    import afk_local as afk  # noqa: PLC0415 - only the tests that count need it
+
+    def start() -> list[str]:
+        loads: list[str] = []
+        original = afk.RunReader.load
+
+        def counting(self, file):
+            loads.append(file.name)
+            return original(self, file)
+
+        monkeypatch.setattr(afk.RunReader, "load", counting)
+        return loads
+
+    return start
+
+
 @pytest.fixture(autouse=True)
 def _no_ambient_key(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory

@@ -349,7 +349,7 @@ def test_delete_for_runs_keeps_other_checkpoints_decodable(tmp_path):
         assert [t.checkpoint["channel_values"]["x"][-1] for t in left] == list("86420")
 
 
-def test_a_packed_thread_reads_the_same_and_a_new_process_decodes_one_file(tmp_path, monkeypatch):
+def test_a_packed_thread_reads_the_same_and_a_new_process_decodes_one_file(tmp_path, count_loads):
     latest = {"configurable": {"thread_id": "t"}}
     with AfkLocalSaver(afk.Store(tmp_path, pack_loose_limit=6)) as saver:
         parent = None
@@ -367,14 +367,7 @@ def test_a_packed_thread_reads_the_same_and_a_new_process_decodes_one_file(tmp_p
     run_dir = afk.Store(tmp_path).paths(thread_run_id("t")).dir
     assert any(p.suffix == ".pack" for p in run_dir.iterdir())
     assert len(scan_checkpoints(run_dir)) <= 12
-    loads: list[str] = []
-    original = afk.RunReader.load
-
-    def counting(self, file):
-        loads.append(file.name)
-        return original(self, file)
-
-    monkeypatch.setattr(afk.RunReader, "load", counting)
+    loads = count_loads()
     with AfkLocalSaver(tmp_path) as fresh:
         assert fresh.get_tuple(latest).checkpoint["channel_values"]["x"] == 39
         assert len(loads) == 1  # ids came from the trusted cache: no other file decoded
@@ -476,21 +469,14 @@ def test_store_gc_keeps_langgraph_history(tmp_path):
         assert len(list(saver.list({"configurable": {"thread_id": "kept"}}))) == 12
 
 
-def test_index_cache_spares_a_new_process_from_decoding_every_file(tmp_path, monkeypatch):
+def test_index_cache_spares_a_new_process_from_decoding_every_file(tmp_path, count_loads):
     with AfkLocalSaver(tmp_path) as saver:
         parent = None
         for i in range(20):
             _put(saver, "t", f"{i:04d}", parent, x=i)
             parent = f"{i:04d}"
         saver.prune(["other"])  # unknown thread: no-op
-    loads: list[str] = []
-    original = afk.RunReader.load
-
-    def counting(self, file):
-        loads.append(file.name)
-        return original(self, file)
-
-    monkeypatch.setattr(afk.RunReader, "load", counting)
+    loads = count_loads()
     latest = {"configurable": {"thread_id": "t"}}
     with AfkLocalSaver(tmp_path) as fresh:
         assert fresh.get_tuple(latest).checkpoint["channel_values"] == {"x": 19}

@@ -45,7 +45,6 @@ def _oracle(root: Path) -> AfkLocalSaver:
     """A new saver that builds the index and parses the whole writes file, always."""
     saver = AfkLocalSaver(root)
     files = saver._threads
-    files.newest_from_latest = lambda thread_id, ns: None  # type: ignore[method-assign]
     files.newest_cold = lambda thread_id, ns: None  # type: ignore[method-assign]
     files.checkpoint_writes = (  # type: ignore[method-assign]
         lambda run_id, ns, cid, mark=None: files.load_writes(run_id).get((ns, cid), {})
@@ -71,12 +70,12 @@ class _Shortcuts:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.newest = self.writes = 0
-        newest = threads_module.ThreadFiles.newest_from_latest
+        newest = threads_module.ThreadFiles.newest_cold
         after = writes_module.read_writes_after
 
         def counting_newest(files: Any, thread_id: str, ns: str) -> Any:
             found = newest(files, thread_id, ns)
-            self.newest += found is not None
+            self.newest += found is not None and found[2] is not None
             return found
 
         def counting_after(*args: Any, **kwargs: Any) -> Any:
@@ -84,7 +83,7 @@ class _Shortcuts:
             self.writes += found is not None
             return found
 
-        monkeypatch.setattr(threads_module.ThreadFiles, "newest_from_latest", counting_newest)
+        monkeypatch.setattr(threads_module.ThreadFiles, "newest_cold", counting_newest)
         monkeypatch.setattr(threads_module, "read_writes_after", counting_after)
 
 
@@ -148,12 +147,16 @@ def test_the_shortcuts_answer_what_the_index_answers(tmp_path: Path, monkeypatch
             saver.close()
 
     history()
-    # Histories that never reach a shortcut prove nothing about it: many must.
+    # Histories that never reach a shortcut prove nothing about it: some must. (The
+    # writes shortcut needs writes, then a put in the same saver, then a read: 5-20 of
+    # the histories reach it; the test below takes it on purpose.)
     assert shortcuts.newest > 60
-    assert shortcuts.writes > 10
+    assert shortcuts.writes > 0
 
 
-def test_a_new_process_reads_one_checkpoint_and_only_the_new_writes(tmp_path, monkeypatch):
+def test_a_new_process_reads_one_checkpoint_and_only_the_new_writes(
+    tmp_path, monkeypatch, count_loads
+):
     with AfkLocalSaver(tmp_path) as saver:
         parent = None
         for i in range(30):
@@ -166,20 +169,14 @@ def test_a_new_process_reads_one_checkpoint_and_only_the_new_writes(tmp_path, mo
         newest = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": parent}}
         saver.put_writes(newest, [("ch", "last")], "task-last")
     run_dir = afk.Store(tmp_path).paths(thread_run_id("t")).dir
-    loads: list[str] = []
-    original_load = afk.RunReader.load
+    loads = count_loads()
     read: list[int] = []
     original_pread = writes_module._pread_all
-
-    def counting_load(self, file):
-        loads.append(file.name)
-        return original_load(self, file)
 
     def counting_pread(fd: int, offset: int, size: int) -> bytes:
         read.append(size)
         return original_pread(fd, offset, size)
 
-    monkeypatch.setattr(afk.RunReader, "load", counting_load)
     monkeypatch.setattr(writes_module, "_pread_all", counting_pread)
     monkeypatch.setattr(  # neither the index cache nor the directory listing is needed
         threads_module, "read_index_cache", lambda path: pytest.fail("read the index cache")
@@ -260,7 +257,7 @@ def test_an_index_cache_that_lost_entries_is_not_trusted_for_the_newest(tmp_path
     assert found.checkpoint["id"] == "0003"
 
 
-def test_a_keyed_store_never_indexes_a_thread_to_write_to_it(tmp_path, monkeypatch):
+def test_a_keyed_store_never_indexes_a_thread_to_write_to_it(tmp_path, count_loads):
     """A keyed store's index decodes (and checks) every checkpoint, and its readers never
     trust `top`: a new process's first put must not pay for indexing the thread."""
 
@@ -275,14 +272,7 @@ def test_a_keyed_store_never_indexes_a_thread_to_write_to_it(tmp_path, monkeypat
     with AfkLocalSaver(afk.Store(tmp_path, key="secret")) as saver:
         for i in range(10):
             put(saver, f"{i:04d}", i)
-    loads: list[str] = []
-    original = afk.RunReader.load
-
-    def counting(self, file):
-        loads.append(file.name)
-        return original(self, file)
-
-    monkeypatch.setattr(afk.RunReader, "load", counting)
+    loads = count_loads()
     with AfkLocalSaver(afk.Store(tmp_path, key="secret")) as saver:
         put(saver, "0010", 10)
     assert loads == []

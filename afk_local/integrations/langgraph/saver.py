@@ -177,13 +177,10 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
         checkpoint_id = get_checkpoint_id(config)
         with self._lock:
             if not checkpoint_id:
-                newest = self._threads.newest_from_latest(thread_id, ns)
-                if newest is not None:
-                    return self._tuple(thread_id, newest[0], newest[1], payload=newest[2])
                 cold = self._threads.newest_cold(thread_id, ns)
                 if cold is not None:
                     with contextlib.suppress(CheckpointCorruptionError):
-                        return self._tuple(thread_id, *cold)
+                        return self._tuple(thread_id, cold[0], cold[1], payload=cold[2])
                     # the cache and the file disagree: build the index, as without it
             index = self._threads.index(thread_id)
             if index is None:

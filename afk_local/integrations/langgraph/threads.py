@@ -173,40 +173,21 @@ class ThreadFiles:
         index.update(found, thread_id)
         return index
 
-    def newest_cold(self, thread_id: str, ns: str) -> tuple[ThreadIndex, IndexEntry] | None:
-        """A new process's first look at a thread's newest checkpoint of ``ns``: from
-        ``latest`` and the index cache, without listing the directory or building the
-        index. None when that cannot be trusted (a keyed store, the thread already
-        indexed, an old or incomplete cache, ``latest`` not the newest file); the caller
-        then builds the index. The entry is checked against its file when loaded.
-        """
-        run_id = thread_run_id(thread_id)
-        if run_id in self._indexes or self.store.codec.signer is not None:
-            return None
-        paths = self.store.paths(run_id)
-        target = fsio.read_link(paths.latest)
-        latest = parse_checkpoint_name(target) if target else None
-        if latest is None or latest.phase != PHASE:
-            return None
-        after = paths.dir / checkpoint_name(latest.seq + 1, PHASE)
-        if os.path.lexists(after):  # latest lags behind a newer file (a crash): list
-            return None
-        entry = newest_in_cache(read_index_cache(paths.dir / INDEX_NAME), latest, ns)
-        if entry is None:
-            return None
-        return ThreadIndex(self._reader(paths)), entry
-
-    def newest_from_latest(
+    def newest_cold(
         self, thread_id: str, ns: str
-    ) -> tuple[ThreadIndex, IndexEntry, Payload] | None:
-        """A new process's first look at a thread's newest checkpoint of ``ns``, from
-        ``latest`` alone: the newest file, loaded, when its checkpoint was written as the
-        top of ``ns`` (:attr:`Payload.top`). Nothing written after it can be newer, and
-        deleting checkpoints only removes (``latest`` then names the newest survivor).
+    ) -> tuple[ThreadIndex, IndexEntry, Payload | None] | None:
+        """A new process's first look at a thread's newest checkpoint of ``ns``, without
+        listing the directory or building the index. ``latest`` names the newest file (a
+        file at the next seq means a crash left it behind: None). Its checkpoint is
+        loaded; when it is of ``ns`` and was written as the top of ``ns``
+        (:attr:`Payload.top`), it is the answer, with its payload: nothing written after
+        it can be newer, and deleting checkpoints only removes them and moves ``latest``
+        to the newest survivor. Else the index cache answers when it records every seq
+        up to ``latest``'s; the payload is returned only when that answer is ``latest``,
+        and the entry is otherwise checked against its file when loaded.
 
-        None when that cannot be told this way (a keyed store, the thread already
-        indexed, ``latest`` missing, lagging behind a newer file or unreadable, another
-        namespace, not marked top): the caller asks the index cache, then the index.
+        None when neither can tell (a keyed store, the thread already indexed, no
+        usable ``latest``, an old or incomplete cache): the caller builds the index.
         """
         run_id = thread_run_id(thread_id)
         if run_id in self._indexes or self.store.codec.signer is not None:
@@ -217,15 +198,21 @@ class ThreadFiles:
         if latest is None or latest.phase != PHASE:
             return None
         if os.path.lexists(paths.dir / checkpoint_name(latest.seq + 1, PHASE)):
-            return None  # latest lags behind a newer file (a crash)
+            return None  # latest lags behind a newer file (a crash): list
         index = ThreadIndex(self._reader(paths))
         try:
-            payload = index.payload(index.reader.load(latest).payload, latest)
+            payload: Payload | None = index.payload(index.reader.load(latest).payload, latest)
         except (AfkLocalError, OSError):
-            return None  # the slower paths decide, and report what is wrong
-        if not payload.top or payload.ns != ns or payload.thread_id != thread_id:
+            payload = None  # the slower paths decide, and report what is wrong
+        if payload is not None and payload.thread_id == thread_id:
+            if payload.top and payload.ns == ns:
+                return index, IndexEntry.of(latest, -1, payload), payload
+        else:
+            payload = None
+        entry = newest_in_cache(read_index_cache(paths.dir / INDEX_NAME), latest, ns)
+        if entry is None:
             return None
-        return index, IndexEntry.of(latest, -1, payload), payload
+        return index, entry, payload if entry.name == latest.name else None
 
     def _reader(self, paths: RunPaths) -> RunReader:
         return RunReader(
