@@ -6,6 +6,7 @@ validated before a path is built from it.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -67,6 +68,7 @@ def checkpoint_name(seq: int, phase: str) -> str:
     return f"{seq:012d}.{phase}.ckpt"
 
 
+@functools.total_ordering
 class CheckpointFile:
     """A checkpoint of a run directory (name parsed, content not read).
 
@@ -119,21 +121,6 @@ class CheckpointFile:
         if other.__class__ is not self.__class__:
             return NotImplemented
         return self._key() < other._key()
-
-    def __le__(self, other: CheckpointFile) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._key() <= other._key()
-
-    def __gt__(self, other: CheckpointFile) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._key() > other._key()
-
-    def __ge__(self, other: CheckpointFile) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._key() >= other._key()
 
     def __reduce__(self) -> tuple[type[CheckpointFile], tuple[int, str, str, str | None]]:
         return (CheckpointFile, (self.seq, self.phase, self.name, self.pack))

@@ -399,7 +399,7 @@ def newest_in_cache(cache: IndexCache, latest: CheckpointFile, ns: str) -> Index
                 best, best_id, best_seq = frame, checkpoint_id, seq
     if best is None or newest != latest.seq:
         return None
-    if len(recorded) < latest.seq or not recorded.issuperset(range(1, latest.seq + 1)):
+    if not recorded.issuperset(range(1, latest.seq + 1)):
         return None  # a gap: the cache lost entries of files that are still there
     name, _crc, ns, checkpoint_id, parent, run_id, metadata = best
     return IndexEntry(best_seq, name, -1, ns, checkpoint_id, parent, metadata, run_id)
