@@ -41,6 +41,25 @@ def _checkpoint(cid: str, step: int) -> dict[str, Any]:
     }
 
 
+def _put(
+    saver: AfkLocalSaver,
+    cid: str,
+    step: int,
+    *,
+    ns: str = "",
+    parent: str | None = None,
+    run: str | None = None,
+) -> Any:
+    """Put checkpoint ``cid`` in thread ``t`` (as the child of ``parent``); its config."""
+    conf: dict[str, Any] = {"thread_id": "t", "checkpoint_ns": ns}
+    if parent is not None:
+        conf["checkpoint_id"] = parent
+    metadata: dict[str, Any] = {"source": "loop", "step": step}
+    if run is not None:
+        metadata["run_id"] = run
+    return saver.put({"configurable": conf}, _checkpoint(cid, step), metadata, {})
+
+
 def _oracle(root: Path) -> AfkLocalSaver:
     """A new saver that builds the index and parses the whole writes file, always."""
     saver = AfkLocalSaver(root)
@@ -110,16 +129,8 @@ def test_the_shortcuts_answer_what_the_index_answers(tmp_path: Path, monkeypatch
                 ns = data.draw(st.sampled_from(NAMESPACES), label="ns")
                 if op == "put":
                     cid = data.draw(st.sampled_from(IDS), label="id")
-                    conf: dict[str, Any] = {"thread_id": "t", "checkpoint_ns": ns}
-                    if parents[ns] is not None:
-                        conf["checkpoint_id"] = parents[ns]
                     run = data.draw(st.sampled_from(["r1", "r2"]), label="run")
-                    saver.put(
-                        {"configurable": conf},
-                        _checkpoint(cid, step),
-                        {"source": "loop", "step": step, "run_id": run},
-                        {},
-                    )
+                    _put(saver, cid, step, ns=ns, parent=parents[ns], run=run)
                     parents[ns] = cid
                 elif op == "writes":
                     listed = list(
@@ -158,15 +169,11 @@ def test_a_new_process_reads_one_checkpoint_and_only_the_new_writes(
     tmp_path, monkeypatch, count_loads
 ):
     with AfkLocalSaver(tmp_path) as saver:
-        parent = None
+        newest = None
         for i in range(30):
-            conf: dict[str, Any] = {"thread_id": "t", "checkpoint_ns": ""}
-            if parent:
-                conf["checkpoint_id"] = parent
-                saver.put_writes({"configurable": conf}, [("ch", i)], f"task-{i}")
-            saver.put({"configurable": conf}, _checkpoint(f"{i:04d}", i), {"step": i}, {})
-            parent = f"{i:04d}"
-        newest = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": parent}}
+            if newest is not None:
+                saver.put_writes(newest, [("ch", i)], f"task-{i}")
+            newest = _put(saver, f"{i:04d}", i, parent=f"{i - 1:04d}" if i else None)
         saver.put_writes(newest, [("ch", "last")], "task-last")
     run_dir = afk.Store(tmp_path).paths(thread_run_id("t")).dir
     loads = count_loads()
@@ -198,12 +205,7 @@ def test_checkpoints_of_an_unindexable_thread_are_never_marked_top(tmp_path, cap
     an old file cannot be read, it marks none, and a new process uses the index."""
     with AfkLocalSaver(tmp_path) as saver:
         for i, cid in enumerate(["0001", "0009"]):
-            saver.put(
-                {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
-                _checkpoint(cid, i),
-                {"step": i},
-                {},
-            )
+            _put(saver, cid, i)
     run_dir = afk.Store(tmp_path).paths(thread_run_id("t")).dir
     (run_dir / "langgraph.index").unlink()  # the index must decode the files now
     first = run_dir / "000000000001.langgraph.ckpt"
@@ -212,12 +214,7 @@ def test_checkpoints_of_an_unindexable_thread_are_never_marked_top(tmp_path, cap
     data[-3] ^= 0xFF  # damage the oldest checkpoint's body
     first.write_bytes(bytes(data))
     with AfkLocalSaver(tmp_path) as saver:
-        saver.put(
-            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
-            _checkpoint("0005", 2),
-            {"step": 2},
-            {},
-        )
+        _put(saver, "0005", 2)
         reader = afk.Store(tmp_path).open(thread_run_id("t"))
         newest = reader.latest()
         assert newest is not None and newest.payload.top is False
@@ -234,24 +231,16 @@ def test_an_index_cache_that_lost_entries_is_not_trusted_for_the_newest(tmp_path
     process asking for the newest checkpoint of a namespace must not answer from a
     cache that lacks some of its checkpoints."""
 
-    def put(saver: AfkLocalSaver, ns: str, cid: str, step: int) -> None:
-        saver.put(
-            {"configurable": {"thread_id": "t", "checkpoint_ns": ns}},
-            _checkpoint(cid, step),
-            {"step": step},
-            {},
-        )
-
     cache = afk.Store(tmp_path).paths(thread_run_id("t")).dir / "langgraph.index"
     with AfkLocalSaver(tmp_path) as saver:
-        put(saver, "", "0001", 1)
-        put(saver, "", "0002", 2)
+        _put(saver, "0001", 1)
+        _put(saver, "0002", 2)
         synced = cache.stat().st_size
-        put(saver, "", "0003", 3)
+        _put(saver, "0003", 3)
     with open(cache, "r+b") as fh:
         fh.truncate(synced)  # the power loss: 0003's entry never reached the disk
     with AfkLocalSaver(tmp_path) as saver:
-        put(saver, "sub", "0004", 4)  # latest is now a subgraph's checkpoint
+        _put(saver, "0004", 4, ns="sub")  # latest is now a subgraph's checkpoint
     with AfkLocalSaver(tmp_path) as fresh:
         found = fresh.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
     assert found.checkpoint["id"] == "0003"
@@ -261,20 +250,12 @@ def test_a_keyed_store_never_indexes_a_thread_to_write_to_it(tmp_path, count_loa
     """A keyed store's index decodes (and checks) every checkpoint, and its readers never
     trust `top`: a new process's first put must not pay for indexing the thread."""
 
-    def put(saver: AfkLocalSaver, cid: str, step: int) -> None:
-        saver.put(
-            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
-            _checkpoint(cid, step),
-            {"step": step},
-            {},
-        )
-
     with AfkLocalSaver(afk.Store(tmp_path, key="secret")) as saver:
         for i in range(10):
-            put(saver, f"{i:04d}", i)
+            _put(saver, f"{i:04d}", i)
     loads = count_loads()
     with AfkLocalSaver(afk.Store(tmp_path, key="secret")) as saver:
-        put(saver, "0010", 10)
+        _put(saver, "0010", 10)
     assert loads == []
     with AfkLocalSaver(afk.Store(tmp_path, key="secret")) as fresh:
         found = fresh.get_tuple({"configurable": {"thread_id": "t"}})
