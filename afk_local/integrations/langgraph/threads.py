@@ -186,12 +186,17 @@ class ThreadFiles:
         up to ``latest``'s; the payload is returned only when that answer is ``latest``,
         and the entry is otherwise checked against its file when loaded.
 
-        None when neither can tell (a keyed store, the thread already indexed, no
-        usable ``latest``, an old or incomplete cache): the caller builds the index.
+        The ``top`` shortcut is taken also when this process holds the thread's index
+        (it costs one file its reader has usually decoded already; refreshing the index
+        lists the directory), the cache only when it does not.
+
+        None when neither can tell (a keyed store, no usable ``latest``, an old or
+        incomplete cache, or the thread already indexed): the caller uses the index.
         """
         run_id = thread_run_id(thread_id)
-        if run_id in self._indexes or self.store.codec.signer is not None:
+        if self.store.codec.signer is not None:
             return None
+        indexed = self._indexes.get(run_id)
         paths = self.store.paths(run_id)
         target = fsio.read_link(paths.latest)
         latest = parse_checkpoint_name(target) if target else None
@@ -199,7 +204,7 @@ class ThreadFiles:
             return None
         if os.path.lexists(paths.dir / checkpoint_name(latest.seq + 1, PHASE)):
             return None  # latest lags behind a newer file (a crash): list
-        index = ThreadIndex(self._reader(paths))
+        index = indexed if indexed is not None else ThreadIndex(self._reader(paths))
         try:
             payload: Payload | None = index.payload(index.reader.load(latest).payload, latest)
         except (AfkLocalError, OSError):
@@ -209,6 +214,8 @@ class ThreadFiles:
                 return index, IndexEntry.of(latest, -1, payload), payload
         else:
             payload = None
+        if indexed is not None:
+            return None  # the index this process holds answers (refreshed by one listing)
         entry = newest_in_cache(read_index_cache(paths.dir / INDEX_NAME), latest, ns)
         if entry is None:
             return None
@@ -337,6 +344,8 @@ class ThreadFiles:
             handle.tops, handle.tops_known = {}, False
         if handle.tops is None:
             tops: dict[str, str] = {}
+            run_id = handle.writer.run_id
+            held = run_id in self._indexes
             try:
                 index = self.index(handle.thread_id)
             except (AfkLocalError, OSError) as exc:
@@ -353,6 +362,10 @@ class ThreadFiles:
                 current = tops.get(entry.ns)
                 if current is None or entry.checkpoint_id > current:
                     tops[entry.ns] = entry.checkpoint_id
+            if not held:
+                # Built for this alone: keeping it would make every later put stat and
+                # add its file, and a put-only saver never reads it.
+                self._indexes.pop(run_id, None)
             handle.tops = tops
         return handle.tops
 
