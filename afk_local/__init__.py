@@ -47,8 +47,7 @@ if TYPE_CHECKING:
     from afk_local.runner.state_checkpoint import StateCheckpoint
     from afk_local.runner.versions import CodeChangedWarning, migration
     from afk_local.runner.writer import DurableWriter
-    from afk_local.storage.reader import CheckpointNotFoundError, ResumeState, RunReader
-    from afk_local.storage.records import (
+    from afk_local.storage.format.records import (
         SCHEMA_VERSION,
         Checkpoint,
         Effect,
@@ -57,10 +56,11 @@ if TYPE_CHECKING:
         RunMeta,
         RunStatus,
     )
-    from afk_local.storage.run import RunWriter
-    from afk_local.storage.run_info import RunInfo
+    from afk_local.storage.rundir.reader import CheckpointNotFoundError, ResumeState, RunReader
+    from afk_local.storage.rundir.verify import VerifyReport
+    from afk_local.storage.rundir.writer import RunWriter
     from afk_local.storage.store import Store
-    from afk_local.storage.verify import VerifyReport
+    from afk_local.storage.views.run_info import RunInfo
 
 # Public names and the module each lives in. Imported on first use (PEP 562), so that
 # ``import afk_local.integrations.langgraph`` (a saver in a fresh process) or the CLI
@@ -108,20 +108,20 @@ _EXPORTS = {
     "CodeChangedWarning": "afk_local.runner.versions",
     "migration": "afk_local.runner.versions",
     "DurableWriter": "afk_local.runner.writer",
-    "CheckpointNotFoundError": "afk_local.storage.reader",
-    "ResumeState": "afk_local.storage.reader",
-    "RunReader": "afk_local.storage.reader",
-    "SCHEMA_VERSION": "afk_local.storage.records",
-    "Checkpoint": "afk_local.storage.records",
-    "Effect": "afk_local.storage.records",
-    "ErrorInfo": "afk_local.storage.records",
-    "Phase": "afk_local.storage.records",
-    "RunMeta": "afk_local.storage.records",
-    "RunStatus": "afk_local.storage.records",
-    "RunWriter": "afk_local.storage.run",
-    "RunInfo": "afk_local.storage.run_info",
+    "CheckpointNotFoundError": "afk_local.storage.rundir.reader",
+    "ResumeState": "afk_local.storage.rundir.reader",
+    "RunReader": "afk_local.storage.rundir.reader",
+    "SCHEMA_VERSION": "afk_local.storage.format.records",
+    "Checkpoint": "afk_local.storage.format.records",
+    "Effect": "afk_local.storage.format.records",
+    "ErrorInfo": "afk_local.storage.format.records",
+    "Phase": "afk_local.storage.format.records",
+    "RunMeta": "afk_local.storage.format.records",
+    "RunStatus": "afk_local.storage.format.records",
+    "RunWriter": "afk_local.storage.rundir.writer",
+    "RunInfo": "afk_local.storage.views.run_info",
     "Store": "afk_local.storage.store",
-    "VerifyReport": "afk_local.storage.verify",
+    "VerifyReport": "afk_local.storage.rundir.verify",
 }
 
 __version__ = "0.1.0"

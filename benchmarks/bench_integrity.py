@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import no_fsync, table, text
 
 import afk_local as afk
-from afk_local.storage import codec
-from afk_local.storage.integrity import NO_MAC, Signer, record_digest
+from afk_local.storage.format import codec
+from afk_local.storage.format.integrity import NO_MAC, Signer, record_digest
 
 KEY = b"benchmark key"
 

@@ -30,7 +30,7 @@ import msgspec
 from afk_local.journal.journal import Journal
 from afk_local.journal.replay import idempotency_key, input_hash
 from afk_local.storage import fsio
-from afk_local.storage.records import Effect
+from afk_local.storage.format.records import Effect
 
 
 def outcome(i: int) -> Effect:

@@ -34,9 +34,9 @@ sys.path.insert(0, str(HERE))
 from common import table  # noqa: E402
 
 import afk_local as afk  # noqa: E402
-from afk_local.storage import codec  # noqa: E402
-from afk_local.storage.layout import scan_checkpoints  # noqa: E402
-from afk_local.storage.records import RunMeta, RunStatus  # noqa: E402
+from afk_local.storage.format import codec  # noqa: E402
+from afk_local.storage.format.layout import scan_checkpoints  # noqa: E402
+from afk_local.storage.format.records import RunMeta, RunStatus  # noqa: E402
 from afk_local.storage.store import Store  # noqa: E402
 from afk_local.watcher.watcher import Watcher  # noqa: E402
 

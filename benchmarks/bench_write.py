@@ -29,7 +29,7 @@ import zstandard
 from common import conversation_step, median_us, no_fsync, table, text
 
 import afk_local as afk
-from afk_local.storage.layout import CheckpointFile, checkpoint_name
+from afk_local.storage.format.layout import CheckpointFile, checkpoint_name
 
 
 class Job:

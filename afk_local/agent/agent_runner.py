@@ -57,7 +57,7 @@ from afk_local.errors import AfkLocalError, RunCancelledError, RunExistsError, W
 from afk_local.runner.answers import check_answer
 from afk_local.runner.stopping import sigterm_exits
 from afk_local.runner.writer import DurableWriter, validate_durability
-from afk_local.storage.records import Phase, RunMeta, RunStatus
+from afk_local.storage.format.records import Phase, RunMeta, RunStatus
 from afk_local.storage.store import Store, StoreLike, as_store
 
 log = logging.getLogger("afk_local")

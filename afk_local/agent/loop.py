@@ -37,7 +37,7 @@ from afk_local.agent.types import (
 from afk_local.errors import AfkLocalError
 from afk_local.runner.stopping import defer_stop
 from afk_local.runner.writer import DurableWriter
-from afk_local.storage.records import Phase
+from afk_local.storage.format.records import Phase
 
 log = logging.getLogger("afk_local")
 

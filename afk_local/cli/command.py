@@ -18,10 +18,10 @@ from typing import Any
 
 from afk_local.errors import RunNotFoundError
 from afk_local.storage import fsio
-from afk_local.storage.export import to_jsonable
-from afk_local.storage.run_info import RunInfo
+from afk_local.storage.ops.export import to_jsonable
 from afk_local.storage.store import ROOT_ENV, Store, default_root
 from afk_local.storage.trust import trust_warnings
+from afk_local.storage.views.run_info import RunInfo
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1

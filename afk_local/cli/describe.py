@@ -17,11 +17,11 @@ from typing import Any
 from afk_local.cli.render import effect_rows
 from afk_local.errors import AfkLocalError
 from afk_local.runner.origin import cannot_resume, origin_of
-from afk_local.storage.export import to_jsonable
-from afk_local.storage.notebook import format_bytes
-from afk_local.storage.reader import RunReader
-from afk_local.storage.records import RunMeta, RunStatus
+from afk_local.storage.format.records import RunMeta, RunStatus
+from afk_local.storage.ops.export import to_jsonable
+from afk_local.storage.rundir.reader import RunReader
 from afk_local.storage.store import Store
+from afk_local.storage.views.notebook import format_bytes
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)', re.M)
 

@@ -1,7 +1,7 @@
 """``afk-local runs`` filters: ``--status``, ``--since``, ``--name``, ``--tag``, ``--limit``.
 
 :func:`add_filter_arguments` declares the flags and :func:`list_runs` applies them
-(:class:`~afk_local.storage.run_filter.RunFilter` does the deciding), so a command
+(:class:`~afk_local.storage.views.run_filter.RunFilter` does the deciding), so a command
 that lists runs from somewhere else can take the same flags.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 
 from afk_local.cli.command import CliError
-from afk_local.storage.records import RunStatus, now_ms
-from afk_local.storage.run_filter import LIVENESS, parse_since, parse_tag
-from afk_local.storage.run_info import RunList
+from afk_local.storage.format.records import RunStatus, now_ms
 from afk_local.storage.store import Store
+from afk_local.storage.views.run_filter import LIVENESS, parse_since, parse_tag
+from afk_local.storage.views.run_info import RunList
 
 
 def _limit(text: str) -> int:

@@ -25,7 +25,7 @@ from afk_local.cli.command import (
 from afk_local.cli.write import cmd_resume
 from afk_local.runner.origin import cannot_resume
 from afk_local.runner.restart import restart_run
-from afk_local.storage.records import RunMeta, RunStatus
+from afk_local.storage.format.records import RunMeta, RunStatus
 from afk_local.storage.store import Store
 
 

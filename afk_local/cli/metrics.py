@@ -14,8 +14,8 @@ from typing import Any
 
 from afk_local.cli.command import EXIT_OK, CliError, emit_json, open_store, out, require_run
 from afk_local.cli.render import print_table
-from afk_local.storage.metrics import MetricLog
-from afk_local.storage.notebook import sparkline
+from afk_local.storage.rundir.metrics import MetricLog
+from afk_local.storage.views.notebook import sparkline
 
 
 def _number(value: Any) -> str:

@@ -39,12 +39,12 @@ from afk_local.cli.render import (
 from afk_local.errors import AfkLocalError
 from afk_local.runner.origin import cannot_resume
 from afk_local.storage import fsio
-from afk_local.storage.export import export_records, to_jsonable
-from afk_local.storage.notebook import format_bytes, format_ms
-from afk_local.storage.records import RunStatus
-from afk_local.storage.run_info import RunInfo
-from afk_local.storage.run_progress import format_duration, format_progress, progress_of
+from afk_local.storage.format.records import RunStatus
+from afk_local.storage.ops.export import export_records, to_jsonable
 from afk_local.storage.store import Store
+from afk_local.storage.views.notebook import format_bytes, format_ms
+from afk_local.storage.views.run_info import RunInfo
+from afk_local.storage.views.run_progress import format_duration, format_progress, progress_of
 
 
 def _state_label(info: RunInfo, reason: str | None) -> str:

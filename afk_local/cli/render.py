@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from afk_local.cli.command import CliError
 from afk_local.errors import AfkLocalError, RunLockedError
-from afk_local.storage import codec
-from afk_local.storage.export import to_jsonable
+from afk_local.storage.format import codec
+from afk_local.storage.ops.export import to_jsonable
 
 if TYPE_CHECKING:
-    from afk_local.storage.reader import RunReader
+    from afk_local.storage.rundir.reader import RunReader
     from afk_local.storage.store import Store
 
 _MISSING = object()
@@ -253,7 +253,7 @@ def verify_run(store: Store, run_id: str, *, repair: bool = True) -> dict[str, A
 
 def _repair_journal(store: Store, run_id: str) -> str | None:
     from afk_local.journal.journal import Journal  # noqa: PLC0415
-    from afk_local.storage.ownership import acquire_lock  # noqa: PLC0415
+    from afk_local.storage.rundir.ownership import acquire_lock  # noqa: PLC0415
 
     paths = store.paths(run_id)
     try:

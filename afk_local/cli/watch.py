@@ -18,7 +18,7 @@ from afk_local.cli.command import EXIT_OK, CliError, open_store, suggest
 from afk_local.errors import RunExistsError
 from afk_local.runner.entrypoints import is_entrypoint
 from afk_local.runner.resume import load_entrypoint
-from afk_local.storage.layout import validate_run_id
+from afk_local.storage.format.layout import validate_run_id
 from afk_local.storage.store import Store, default_root
 from afk_local.watcher import service as watcher_service
 from afk_local.watcher.requests import resume_request

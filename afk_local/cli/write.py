@@ -37,12 +37,12 @@ from afk_local.errors import AfkLocalError, EffectInDoubtError, RunLockedError, 
 from afk_local.runner.cancel import cancel
 from afk_local.runner.origin import REENTERED_ENV, ReentryPlan, cannot_resume, reentry_plan
 from afk_local.runner.settle import settle
-from afk_local.storage.export import import_run
-from afk_local.storage.notebook import format_bytes
-from afk_local.storage.records import RunStatus
-from afk_local.storage.retention import DEFAULT_ALWAYS_KEEP, RetentionPolicy
+from afk_local.storage.format.records import RunStatus
+from afk_local.storage.ops.export import import_run
+from afk_local.storage.ops.retention import DEFAULT_ALWAYS_KEEP, RetentionPolicy
 from afk_local.storage.store import Store
 from afk_local.storage.trust import require_trusted_run, trust_run
+from afk_local.storage.views.notebook import format_bytes
 
 
 def parse_json_option(name: str, text: str) -> Any:

@@ -33,8 +33,8 @@ import msgspec
 
 from afk_local.errors import AfkLocalError
 from afk_local.runner.durable_function import DurableFunction
-from afk_local.storage.codec import DecHook, EncHook
-from afk_local.storage.layout import validate_run_id
+from afk_local.storage.format.codec import DecHook, EncHook
+from afk_local.storage.format.layout import validate_run_id
 from afk_local.storage.store import Store
 
 log = logging.getLogger("afk_local")

@@ -6,7 +6,7 @@ durable with group commit, and :meth:`Journal.call`, which runs a function
 at most once per key across crashes. A call is journaled in two records, an
 ``intent`` before the function runs and an ``outcome`` after it returned
 (docs/journal.md). The frame format and the torn-tail decision live in
-:mod:`afk_local.storage.journal_format`, input hashes and replayed errors in
+:mod:`afk_local.storage.format.journal_format`, input hashes and replayed errors in
 :mod:`afk_local.journal.replay`; docs/journal.md describes the format and the
 replay rules.
 """
@@ -38,10 +38,11 @@ from afk_local.journal.replay import (
     replayed_error,
     result_hash,
 )
-from afk_local.storage import fsio, values
-from afk_local.storage.codec import EncHook, RecordCodec
-from afk_local.storage.integrity import MAC_SIZE, NO_MAC, Signer, record_digest
-from afk_local.storage.journal_format import (
+from afk_local.storage import fsio
+from afk_local.storage.format import values
+from afk_local.storage.format.codec import EncHook, RecordCodec
+from afk_local.storage.format.integrity import MAC_SIZE, NO_MAC, Signer, record_digest
+from afk_local.storage.format.journal_format import (
     DEFAULT_MAX_FRAME_BYTES,
     FRAME_HEADER_SIZE,
     MAX_FRAME_BYTES,
@@ -50,7 +51,7 @@ from afk_local.storage.journal_format import (
     TornTail,
     encode_frame,
 )
-from afk_local.storage.records import Effect, ErrorInfo
+from afk_local.storage.format.records import Effect, ErrorInfo
 
 log = logging.getLogger("afk_local")
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import msgspec
 
-from afk_local.storage.codec import EncHook
-from afk_local.storage.records import ErrorInfo
-from afk_local.storage.values import hash_hook
+from afk_local.storage.format.codec import EncHook
+from afk_local.storage.format.records import ErrorInfo
+from afk_local.storage.format.values import hash_hook
 
 
 def input_hash(

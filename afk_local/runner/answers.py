@@ -13,7 +13,7 @@ once, and an answer given for one approval never approves the next.
 from __future__ import annotations
 
 from afk_local.errors import PauseMismatchError
-from afk_local.storage.records import RunMeta, RunStatus
+from afk_local.storage.format.records import RunMeta, RunStatus
 
 
 def waiting_at(meta: RunMeta) -> int | None:

@@ -18,8 +18,8 @@ from afk_local.runner.observe import AttemptInfo, AttemptObservation, observers
 from afk_local.runner.origin import ORIGIN_KEY
 from afk_local.runner.run_context import RunContext
 from afk_local.runner.run_report import RunReport, journal_step_count
-from afk_local.storage.run import RunWriter
-from afk_local.storage.run_info import TAGS_KEY, tags_of
+from afk_local.storage.rundir.writer import RunWriter
+from afk_local.storage.views.run_info import TAGS_KEY, tags_of
 
 log = logging.getLogger("afk_local")
 

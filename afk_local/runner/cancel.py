@@ -9,7 +9,7 @@ left completed.
 
 from __future__ import annotations
 
-from afk_local.storage.records import RunStatus
+from afk_local.storage.format.records import RunStatus
 from afk_local.storage.store import StoreLike, as_store
 
 

@@ -43,12 +43,12 @@ from afk_local.runner.stopping import sigterm_exits
 from afk_local.runner.tags import checked_tags
 from afk_local.runner.versions import OnCodeChange, check_code, code_fingerprint, migrate_state
 from afk_local.runner.writer import DurableWriter, validate_durability
-from afk_local.storage.records import Phase, RunMeta, RunStatus
-from afk_local.storage.run import RunWriter
-from afk_local.storage.run_info import TAGS_KEY
-from afk_local.storage.run_progress import PROGRESS_KEY
+from afk_local.storage.format.records import Phase, RunMeta, RunStatus
+from afk_local.storage.rundir.writer import RunWriter
 from afk_local.storage.store import Store, StoreLike, as_store
 from afk_local.storage.trust import require_trusted_run
+from afk_local.storage.views.run_info import TAGS_KEY
+from afk_local.storage.views.run_progress import PROGRESS_KEY
 
 log = logging.getLogger("afk_local")
 

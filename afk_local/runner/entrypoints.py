@@ -17,7 +17,7 @@ import importlib
 from typing import Any
 
 from afk_local.errors import EntrypointError
-from afk_local.storage.layout import ENTRYPOINT
+from afk_local.storage.format.layout import ENTRYPOINT
 
 
 def is_entrypoint(text: object) -> bool:

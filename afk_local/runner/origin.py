@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from afk_local.storage.records import RunMeta
+from afk_local.storage.format.records import RunMeta
 
 ORIGIN_KEY = "origin"
 """The key of the origin record in ``RunMeta.extra``."""

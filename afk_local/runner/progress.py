@@ -19,7 +19,7 @@ import time
 import warnings
 from typing import Any, TextIO
 
-from afk_local.storage.run_progress import format_duration
+from afk_local.storage.views.run_progress import format_duration
 
 LOG_INTERVAL_S = 10.0
 """Seconds between two plain progress lines (logs and notebooks without widgets)."""

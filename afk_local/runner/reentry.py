@@ -21,7 +21,7 @@ from pathlib import Path
 from afk_local.errors import EntrypointError
 from afk_local.runner.durable_function import JobReached, stop_at_first_run
 from afk_local.runner.origin import cannot_resume, origin_of
-from afk_local.storage.records import RunMeta
+from afk_local.storage.format.records import RunMeta
 
 
 def enter_origin(meta: RunMeta) -> None:

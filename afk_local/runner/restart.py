@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from afk_local.errors import EntrypointError
 from afk_local.runner.origin import ORIGIN_KEY, cannot_resume
-from afk_local.storage.run_info import TAGS_KEY, tags_of
 from afk_local.storage.store import StoreLike, as_store
 from afk_local.storage.trust import require_trusted_run
+from afk_local.storage.views.run_info import TAGS_KEY, tags_of
 
 RESTARTED_FROM_KEY = "restarted_from"
 """``RunMeta.extra`` key naming the run a restart was made from."""

@@ -36,9 +36,9 @@ from afk_local.runner.run_report import Reporting, RunReport
 from afk_local.runner.stopping import defer_stop
 from afk_local.runner.tags import RunTags
 from afk_local.runner.writer import DurableWriter
-from afk_local.storage.records import Phase
-from afk_local.storage.run_progress import PROGRESS_KEY
+from afk_local.storage.format.records import Phase
 from afk_local.storage.store import Store
+from afk_local.storage.views.run_progress import PROGRESS_KEY
 
 T = TypeVar("T")
 R = TypeVar("R")

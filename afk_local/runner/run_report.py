@@ -12,7 +12,7 @@
   written.
 
 Its :meth:`RunReport.progress_payload` is the ``progress`` map of docs/format.md
-("Progress and metrics"), read back by :mod:`afk_local.storage.run_progress`.
+("Progress and metrics"), read back by :mod:`afk_local.storage.views.run_progress`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from afk_local.storage.metrics import Batch, merge_batches
-from afk_local.storage.run_progress import PROGRESS_KEY, progress_of
+from afk_local.storage.rundir.metrics import Batch, merge_batches
+from afk_local.storage.views.run_progress import PROGRESS_KEY, progress_of
 
 
 class RunReport:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from afk_local.errors import SettleError
-from afk_local.storage.records import Effect, ErrorInfo
+from afk_local.storage.format.records import Effect, ErrorInfo
 from afk_local.storage.store import StoreLike, as_store
 
 SETTLED_FAILED = "SettledAsFailed"

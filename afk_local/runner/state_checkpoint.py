@@ -31,7 +31,7 @@ from typing import Any
 
 from afk_local.errors import RunNotFoundError, UnstorableValueError
 from afk_local.runner.writer import Durability, DurableWriter
-from afk_local.storage.records import Phase, RunStatus
+from afk_local.storage.format.records import Phase, RunStatus
 from afk_local.storage.store import Store
 
 RUN_ID = "state"
@@ -52,7 +52,7 @@ class StateCheckpoint:
             ``"async"`` or ``"exit"`` (see :mod:`afk_local.runner.writer`).
 
     The state holds storable values: msgpack data and the types of
-    :mod:`afk_local.storage.values` (paths, datetimes, UUIDs, decimals, sets, enums,
+    :mod:`afk_local.storage.format.values` (paths, datetimes, UUIDs, decimals, sets, enums,
     dataclasses, numpy arrays...); anything else raises
     :class:`~afk_local.errors.UnstorableValueError` naming where it is
     (``state.model.weights``). The first :meth:`save` takes the run's lock and holds it

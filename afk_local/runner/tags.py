@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
 from afk_local.runner.writer import DurableWriter
-from afk_local.storage.run_info import TAGS_KEY, tags_of
+from afk_local.storage.views.run_info import TAGS_KEY, tags_of
 
 MAX_TAG_CHARS = 256
 

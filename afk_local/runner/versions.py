@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from afk_local.errors import CodeChangedError
-from afk_local.storage.records import RunMeta
+from afk_local.storage.format.records import RunMeta
 
 log = logging.getLogger("afk_local")
 

@@ -1,4 +1,5 @@
-"""Durability modes on top of a :class:`~afk_local.storage.run.RunWriter` (docs/runner.md).
+"""Durability modes on top of a :class:`~afk_local.storage.rundir.writer.RunWriter`
+(docs/runner.md).
 
 ``sync``
     :meth:`DurableWriter.checkpoint` returns once the checkpoint is on stable
@@ -52,10 +53,10 @@ from afk_local.errors import (
     UnstorableValueError,
     WriterFailedError,
 )
-from afk_local.storage.layout import validate_phase
-from afk_local.storage.metrics import METRICS_KEY, Batch, add_batch, merge_batches
-from afk_local.storage.records import Checkpoint, ErrorInfo, Phase
-from afk_local.storage.run import RunWriter
+from afk_local.storage.format.layout import validate_phase
+from afk_local.storage.format.records import Checkpoint, ErrorInfo, Phase
+from afk_local.storage.rundir.metrics import METRICS_KEY, Batch, add_batch, merge_batches
+from afk_local.storage.rundir.writer import RunWriter
 
 if TYPE_CHECKING:
     from afk_local.journal.journal import Journal
@@ -112,8 +113,8 @@ class DurableWriter:
     """A run writer with a durability mode; the one object a runner writes through.
 
     Args:
-        run: the run's :class:`~afk_local.storage.run.RunWriter` (this object owns it from now on
-            and closes it in :meth:`close`).
+        run: the run's :class:`~afk_local.storage.rundir.writer.RunWriter` (this object owns
+            it from now on and closes it in :meth:`close`).
         durability: ``"sync"``, ``"async"`` or ``"exit"`` (see the module docstring).
         flush_timeout_s: how long :meth:`flush` (and so every pause/terminal write)
             waits for the queue before raising :class:`FlushTimeoutError`.

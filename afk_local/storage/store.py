@@ -28,33 +28,34 @@ from afk_local.errors import (
     RunNotFoundError,
     UntrustedStoreError,
 )
-from afk_local.storage import codec, fsio
-from afk_local.storage.chain import MAX_READ_CHAIN
-from afk_local.storage.codec import DecHook, EncHook, RecordCodec
-from afk_local.storage.heads import HeadStore, default_head_dir, store_dir
-from afk_local.storage.integrity import signer_for
-from afk_local.storage.layout import (
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
+from afk_local.storage.format.codec import DecHook, EncHook, RecordCodec
+from afk_local.storage.format.integrity import signer_for
+from afk_local.storage.format.layout import (
     DEFAULT_LOOSE_LIMIT,
     REQUESTS_DIR,
     RUNS_DIR,
     RunPaths,
     validate_run_id,
 )
-from afk_local.storage.layout import new_run_id as fresh_run_id
-from afk_local.storage.mirror import Mirror, default_mirror_url, open_mirror
-from afk_local.storage.ownership import acquire_lock, lock_is_held, probe_owner
-from afk_local.storage.reader import RunReader, read_meta
-from afk_local.storage.records import RunMeta, RunStatus, now_ms
+from afk_local.storage.format.layout import new_run_id as fresh_run_id
+from afk_local.storage.format.records import RunMeta, RunStatus, now_ms
+from afk_local.storage.rundir.chain import MAX_READ_CHAIN
+from afk_local.storage.rundir.heads import HeadStore, default_head_dir, store_dir
+from afk_local.storage.rundir.mirror import Mirror, default_mirror_url, open_mirror
+from afk_local.storage.rundir.ownership import acquire_lock, lock_is_held, probe_owner
+from afk_local.storage.rundir.reader import RunReader, read_meta
 from afk_local.storage.store_key import check_marker, marker_exists, marker_path, write_marker
 
 # Writing, gc, packing, fork and the run listings are imported where they are
 # used: a process that only opens a store and reads a run (a LangGraph saver's cold
 # get_tuple, `afk-local show`) does not pay for them, nor for filelock and the journal.
 if TYPE_CHECKING:
-    from afk_local.storage.packing import PackReport
-    from afk_local.storage.retention import GcReport, RetentionPolicy
-    from afk_local.storage.run import RunWriter
-    from afk_local.storage.run_info import RunInfo, RunList
+    from afk_local.storage.ops.retention import GcReport, RetentionPolicy
+    from afk_local.storage.rundir.packing import PackReport
+    from afk_local.storage.rundir.writer import RunWriter
+    from afk_local.storage.views.run_info import RunInfo, RunList
 
 ROOT_ENV = "AFK_LOCAL_ROOT"
 DEFAULT_ROOT = ".afk"
@@ -85,7 +86,7 @@ class Store:
             ``$AFK_LOCAL_KEY`` when set, else no key (files are not signed).
         mirror: a remote to mirror every run this store writes to, as a URL
             (``s3://bucket/prefix``, ``gs://``, ``az://``, ``file:///abs/path``; needs the
-            ``remote`` extra) or a :class:`~afk_local.storage.mirror.Mirror`. Each
+            ``remote`` extra) or a :class:`~afk_local.storage.rundir.mirror.Mirror`. Each
             acknowledged checkpoint and journal record is uploaded in the background,
             in order; a writer's flush and close wait for it and raise its errors, and
             a run whose lease another store took refuses writes (docs/remote.md).
@@ -280,7 +281,7 @@ class Store:
         extra: dict[str, Any] | None = None,
     ) -> RunWriter:
         """Create a new run and return its writer, holding the run's lock."""
-        from afk_local.storage.run import open_writer  # noqa: PLC0415
+        from afk_local.storage.rundir.writer import open_writer  # noqa: PLC0415
 
         paths = self.paths(run_id if run_id is not None else fresh_run_id())
         if parent_run_id is not None:
@@ -326,7 +327,7 @@ class Store:
             RunNotFoundError: no such run.
             RunLockedError: another writer holds it (after ``lock_timeout``).
         """
-        from afk_local.storage.run import open_writer  # noqa: PLC0415
+        from afk_local.storage.rundir.writer import open_writer  # noqa: PLC0415
 
         paths = self.run_dir(run_id)
         if not self.exists(run_id):
@@ -375,7 +376,7 @@ class Store:
         Returns whether it was deleted (False when ``only_final`` spared it: a resume
         reopened it since gc listed it) and where its journal was kept.
         """
-        from afk_local.storage.removal import keep_journal  # noqa: PLC0415
+        from afk_local.storage.ops.removal import keep_journal  # noqa: PLC0415
 
         paths = self.run_dir(run_id)
         if not paths.dir.is_dir():
@@ -447,8 +448,8 @@ class Store:
 
     def info(self, run_id: str) -> RunInfo:
         """The :class:`RunInfo` of one run."""
-        from afk_local.storage.run_info import RunInfo, tags_of  # noqa: PLC0415
-        from afk_local.storage.run_progress import progress_of  # noqa: PLC0415
+        from afk_local.storage.views.run_info import RunInfo, tags_of  # noqa: PLC0415
+        from afk_local.storage.views.run_progress import progress_of  # noqa: PLC0415
 
         reader = self.open(run_id)
         meta = reader.meta
@@ -499,8 +500,8 @@ class Store:
 
         A notebook shows the result as a table; ``.to_pandas()`` makes a DataFrame.
         """
-        from afk_local.storage.run_filter import RunFilter  # noqa: PLC0415
-        from afk_local.storage.run_info import RunList  # noqa: PLC0415
+        from afk_local.storage.views.run_filter import RunFilter  # noqa: PLC0415
+        from afk_local.storage.views.run_info import RunList  # noqa: PLC0415
 
         wanted = RunFilter(status=status, since_ms=since_ms, name=name, tags=tags or {})
         result = RunList()
@@ -544,7 +545,7 @@ class Store:
         cancelled) lose effects or are deleted, decided under each run's lock; kill -9
         at any instant leaves every run resumable.
         """
-        from afk_local.storage.retention import (  # noqa: PLC0415
+        from afk_local.storage.ops.retention import (  # noqa: PLC0415
             GcReport,
             RetentionPolicy,
             remove_stale_builds,
@@ -577,7 +578,7 @@ class Store:
     def _compact(self, run_id: str, policy: RetentionPolicy, report: GcReport) -> None:
         """Compact one run under its lock; a run whose owner is alive is skipped untouched,
         and so is a keyed run that is behind its head record (rolled back)."""
-        from afk_local.storage.retention import compact_run  # noqa: PLC0415
+        from afk_local.storage.ops.retention import compact_run  # noqa: PLC0415
 
         try:
             paths = self.run_dir(run_id)
@@ -629,7 +630,7 @@ class Store:
             keep_loose: the newest loose files of each run that stay loose (>= 1).
             dry_run: say what would happen, change nothing.
         """
-        from afk_local.storage.packing import PackReport, pack_run  # noqa: PLC0415
+        from afk_local.storage.rundir.packing import PackReport, pack_run  # noqa: PLC0415
 
         reports = []
         for run_id in run_ids if run_ids is not None else self.run_ids():
@@ -670,7 +671,7 @@ class Store:
 
         ``updates`` (``{"state.total": 5}``) edits the state the fork continues from.
         """
-        from afk_local.storage.fork import fork_run  # noqa: PLC0415
+        from afk_local.storage.ops.fork import fork_run  # noqa: PLC0415
 
         target_id = validate_run_id(new_run_id) if new_run_id is not None else fresh_run_id()
         self.prepare_write(target_id)

@@ -1,7 +1,8 @@
 """The keyed-store marker: a store knows that it is keyed, and with which key.
 
 A keyed store writes ``<root>/keyed`` the first time it writes anything: one line
-of JSON and a line holding its HMAC (see :meth:`~afk_local.storage.integrity.Signer.sign_document`).
+of JSON and a line holding its HMAC (see
+:meth:`~afk_local.storage.format.integrity.Signer.sign_document`).
 With it,
 
 - a process *without* the key sees that the store is keyed, so it refuses to write
@@ -11,7 +12,7 @@ With it,
   "damaged".
 
 Deleting the marker does not make a store unkeyed for this user: the store's head
-records (:mod:`afk_local.storage.heads`), kept outside it, say the same.
+records (:mod:`afk_local.storage.rundir.heads`), kept outside it, say the same.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from pathlib import Path
 import msgspec
 
 from afk_local.storage import fsio
-from afk_local.storage.integrity import Signer, split_document
-from afk_local.storage.records import now_ms
+from afk_local.storage.format.integrity import Signer, split_document
+from afk_local.storage.format.records import now_ms
 
 MARKER_NAME = "keyed"
 """The marker's file name in the store's root."""

@@ -12,7 +12,7 @@ when
   regular file owned by the current user;
 - the store is keyed but this process has no key, or another key
   (:mod:`afk_local.storage.store_key`); in a keyed store ``run.meta`` must carry a
-  valid MAC (checked by :func:`~afk_local.storage.reader.read_meta`);
+  valid MAC (checked by :func:`~afk_local.storage.rundir.reader.read_meta`);
 - the run was imported and nobody has trusted it yet (``afk-local resume RUN --trust``);
 - a keyed run is behind its head record: rolled back (:class:`~afk_local.RunRolledBackError`).
 
@@ -34,11 +34,12 @@ from typing import Any
 import msgspec
 
 from afk_local.errors import RunNotFoundError, UntrustedStoreError
-from afk_local.storage import codec, fsio
-from afk_local.storage.layout import RunPaths
-from afk_local.storage.ownership import acquire_lock
-from afk_local.storage.reader import read_meta
-from afk_local.storage.records import RunMeta, later_ms, now_ms
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
+from afk_local.storage.format.layout import RunPaths
+from afk_local.storage.format.records import RunMeta, later_ms, now_ms
+from afk_local.storage.rundir.ownership import acquire_lock
+from afk_local.storage.rundir.reader import read_meta
 from afk_local.storage.store import Store
 from afk_local.storage.store_key import marker_path
 

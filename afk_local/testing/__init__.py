@@ -35,7 +35,7 @@ from afk_local.runner import run_context
 from afk_local.runner.durable_function import DurableFunction
 from afk_local.runner.resume import load_entrypoint
 from afk_local.storage import fsio
-from afk_local.storage.layout import new_run_id
+from afk_local.storage.format.layout import new_run_id
 from afk_local.storage.store import Store
 
 try:

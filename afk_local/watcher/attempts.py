@@ -25,12 +25,13 @@ from typing import Any, Protocol
 import msgspec
 
 from afk_local.errors import AfkLocalError, RunLockedError
-from afk_local.storage import codec, fsio
-from afk_local.storage.catalog import RunCatalog
-from afk_local.storage.layout import LOGS_NAME
-from afk_local.storage.ownership import acquire_lock
-from afk_local.storage.reader import read_meta
-from afk_local.storage.records import Phase, RunMeta, RunStatus, later_ms, now_ms
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
+from afk_local.storage.format.layout import LOGS_NAME
+from afk_local.storage.format.records import Phase, RunMeta, RunStatus, later_ms, now_ms
+from afk_local.storage.rundir.catalog import RunCatalog
+from afk_local.storage.rundir.ownership import acquire_lock
+from afk_local.storage.rundir.reader import read_meta
 from afk_local.storage.store import Store
 
 log = logging.getLogger("afk_local")

@@ -24,7 +24,7 @@ left out)::
      "args": [...], "kwargs": {...}}
 
 In a keyed store the JSON is followed by a second line: the hex HMAC of the whole
-first line (:meth:`~afk_local.storage.integrity.Signer.sign_document`), so any field,
+first line (:meth:`~afk_local.storage.format.integrity.Signer.sign_document`), so any field,
 including fields added later, is covered. The watcher acts only on request files
 owned by its user, in a ``requests/`` directory nobody else can write, and — keyed —
 carrying a valid MAC; a watcher without the key never acts on a keyed store.
@@ -52,9 +52,9 @@ from afk_local.runner.answers import check_answer, waiting_at
 from afk_local.runner.entrypoints import is_entrypoint
 from afk_local.runner.origin import cannot_resume
 from afk_local.storage import fsio
-from afk_local.storage.integrity import split_document
-from afk_local.storage.layout import new_run_id, validate_run_id
-from afk_local.storage.records import RunStatus, now_ms
+from afk_local.storage.format.integrity import split_document
+from afk_local.storage.format.layout import new_run_id, validate_run_id
+from afk_local.storage.format.records import RunStatus, now_ms
 from afk_local.storage.store import Store
 from afk_local.storage.trust import request_file_problem
 

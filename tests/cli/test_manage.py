@@ -19,7 +19,7 @@ from proc import SUPPORT
 
 import afk_local as afk
 from afk_local.cli import main
-from afk_local.storage.removal import REMOVED_DIR
+from afk_local.storage.ops.removal import REMOVED_DIR
 
 N = 6
 AFK_LOCAL = [sys.executable, "-m", "afk_local"]

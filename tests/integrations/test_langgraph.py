@@ -37,8 +37,8 @@ from afk_local.integrations.langgraph import (  # noqa: E402
     thread_run_id,
 )
 from afk_local.storage import fsio  # noqa: E402
-from afk_local.storage.layout import scan_checkpoints  # noqa: E402
-from afk_local.storage.retention import read_file_facts  # noqa: E402
+from afk_local.storage.format.layout import scan_checkpoints  # noqa: E402
+from afk_local.storage.ops.retention import read_file_facts  # noqa: E402
 
 ALL8 = {
     "put",

@@ -19,7 +19,7 @@ remote = pytest.importorskip("afk_local.integrations.remote")
 obstore = pytest.importorskip("obstore")
 
 from afk_local.integrations.remote.layout import file_key, parse_run_key, segment_key  # noqa: E402
-from afk_local.storage.mirror import open_mirror  # noqa: E402
+from afk_local.storage.rundir.mirror import open_mirror  # noqa: E402
 
 
 @pytest.fixture(params=["s3", "file"])

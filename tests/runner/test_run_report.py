@@ -10,9 +10,9 @@ import report_jobs
 from proc import SUPPORT
 
 import afk_local as afk
-from afk_local.storage.metrics import ARCHIVE_NAME
-from afk_local.storage.retention import RetentionPolicy
-from afk_local.storage.run_progress import progress_of
+from afk_local.storage.ops.retention import RetentionPolicy
+from afk_local.storage.rundir.metrics import ARCHIVE_NAME
+from afk_local.storage.views.run_progress import progress_of
 
 N = 12
 

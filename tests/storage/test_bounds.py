@@ -16,8 +16,8 @@ import pytest
 from attacks import afk, bomb_frame, checkpoint_file, one_line_error, peak_rss, plant_meta
 
 import afk_local as afk_api
-from afk_local.storage.chain import MAX_READ_CHAIN, DecodeBudgetError
-from afk_local.storage.records import MAX_NESTING_DEPTH
+from afk_local.storage.format.records import MAX_NESTING_DEPTH
+from afk_local.storage.rundir.chain import MAX_READ_CHAIN, DecodeBudgetError
 
 MiB = 1 << 20
 

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from strategies import payloads
 
 from afk_local.errors import CheckpointCorruptionError
-from afk_local.storage import codec
-from afk_local.storage.codec import RecordCodec
-from afk_local.storage.records import SCHEMA_VERSION, Checkpoint, RunMeta
+from afk_local.storage.format import codec
+from afk_local.storage.format.codec import RecordCodec
+from afk_local.storage.format.records import SCHEMA_VERSION, Checkpoint, RunMeta
 
 
 def _checkpoint(seq: int, payload: object) -> Checkpoint:

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import afk_local as afk
-from afk_local.storage import codec
-from afk_local.storage.delta_prefetch import MAX_PREFETCH_BASE_BYTES, DeltaPrefetch
+from afk_local.storage.format import codec
+from afk_local.storage.rundir.delta_prefetch import MAX_PREFETCH_BASE_BYTES, DeltaPrefetch
 
 
 def _wait_ready(prefetch: DeltaPrefetch, phase: str) -> None:

@@ -15,7 +15,7 @@ import proc
 import pytest
 
 import afk_local as afk
-from afk_local.storage.retention import STALE_BUILD_SECONDS, RetentionPolicy
+from afk_local.storage.ops.retention import STALE_BUILD_SECONDS, RetentionPolicy
 
 N = 20
 FORK_AFTER = 8  # items done at the fork point
@@ -115,7 +115,7 @@ def test_fork_refuses_bad_requests(source: tuple[afk.Store, Path]) -> None:
 # The child forks (or imports) with a SIGKILL at its N-th durable I/O call.
 PUBLISH_CHILD = r"""
 import json, sys, afk_local as afk
-from afk_local.storage.export import export_records, import_run, to_jsonable
+from afk_local.storage.ops.export import export_records, import_run, to_jsonable
 from afk_local.testing import kill_at_io_call
 root, what, kill_at, at_seq = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 store = afk.Store(root)

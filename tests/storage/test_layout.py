@@ -1,4 +1,4 @@
-"""Names and value types of a run directory (afk_local/storage/layout.py).
+"""Names and value types of a run directory (afk_local/storage/format/layout.py).
 
 ``CheckpointFile`` is a hand-written class (defining a dataclass costs ~1 ms at import,
 on every reader's path): these pin the value semantics it must keep.
@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from afk_local.storage.layout import (
+from afk_local.storage.format.layout import (
     CheckpointFile,
     PackFile,
     RunPaths,
     parse_checkpoint_name,
     parse_pack_name,
 )
-from afk_local.storage.reader import ResumeState, Skipped
-from afk_local.storage.records import RunStatus
+from afk_local.storage.format.records import RunStatus
+from afk_local.storage.rundir.reader import ResumeState, Skipped
 
 
 def test_a_checkpoint_is_the_same_checkpoint_loose_or_packed() -> None:

@@ -7,10 +7,10 @@ import pytest
 import report_jobs
 
 import afk_local as afk
-from afk_local.storage import metrics as metrics_module
-from afk_local.storage.metrics import ARCHIVE_NAME, add_batch, merge_batches
-from afk_local.storage.retention import RetentionPolicy
-from afk_local.storage.run_filter import parse_since, parse_tag
+from afk_local.storage.ops.retention import RetentionPolicy
+from afk_local.storage.rundir import metrics as metrics_module
+from afk_local.storage.rundir.metrics import ARCHIVE_NAME, add_batch, merge_batches
+from afk_local.storage.views.run_filter import parse_since, parse_tag
 
 
 @pytest.mark.parametrize("entries", [0, 1, 14, 15, 16, 70_000])

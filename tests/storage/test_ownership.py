@@ -1,4 +1,4 @@
-"""Ownership (afk_local/storage/ownership.py): probing who owns a run never fails the owner,
+"""Ownership (afk_local/storage/rundir/ownership.py): probing who owns a run never fails the owner,
 and a planted ``owner.lock`` is damage, never a live owner."""
 
 from __future__ import annotations

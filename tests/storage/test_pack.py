@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from afk_local.errors import CheckpointCorruptionError
-from afk_local.storage import codec
-from afk_local.storage.integrity import Signer
-from afk_local.storage.layout import parse_pack_name
-from afk_local.storage.pack import (
+from afk_local.storage.format import codec
+from afk_local.storage.format.integrity import Signer
+from afk_local.storage.format.layout import parse_pack_name
+from afk_local.storage.format.pack import (
     BLOCK_TARGET_BYTES,
     HEADER_SIZE,
     PackEntry,

@@ -16,10 +16,10 @@ import afk_local as afk
 from afk_local.cli.main import main as cli_main
 from afk_local.errors import AfkLocalError
 from afk_local.runner.writer import DurableWriter
-from afk_local.storage.export import export_records
-from afk_local.storage.layout import checkpoint_name, parse_pack_name, scan_run_files
-from afk_local.storage.packing import pack_run
-from afk_local.storage.retention import RetentionPolicy
+from afk_local.storage.format.layout import checkpoint_name, parse_pack_name, scan_run_files
+from afk_local.storage.ops.export import export_records
+from afk_local.storage.ops.retention import RetentionPolicy
+from afk_local.storage.rundir.packing import pack_run
 
 KEY = "packing test key"
 

@@ -16,8 +16,8 @@ from proc import SUPPORT
 
 import afk_local as afk
 from afk_local.storage import fsio
-from afk_local.storage.records import Effect
-from afk_local.storage.retention import (
+from afk_local.storage.format.records import Effect
+from afk_local.storage.ops.retention import (
     FileFacts,
     RetentionPolicy,
     plan_effects,
@@ -250,7 +250,7 @@ def test_gc_never_touches_a_run_whose_lock_is_held(tmp_path: Path) -> None:
 GC_CHILD = """
 import sys
 import afk_local as afk
-from afk_local.storage.retention import RetentionPolicy
+from afk_local.storage.ops.retention import RetentionPolicy
 from afk_local.testing import kill_at_io_call
 switch = kill_at_io_call(int(sys.argv[2]))
 afk.Store(sys.argv[1]).gc(RetentionPolicy(keep_runtime_states=2, max_runs=4,

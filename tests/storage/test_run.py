@@ -14,8 +14,9 @@ from strategies import payloads
 from test_codec import _huge_declared_frame
 
 import afk_local as afk
-from afk_local.storage import codec, fsio
-from afk_local.storage.records import RunStatus
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
+from afk_local.storage.format.records import RunStatus
 
 
 @pytest.fixture

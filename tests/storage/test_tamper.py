@@ -18,9 +18,9 @@ import msgspec
 import pytest
 
 import afk_local as afk
-from afk_local.storage import codec
-from afk_local.storage.integrity import MAC_SIZE
-from afk_local.storage.journal_format import SIGNED_FRAME
+from afk_local.storage.format import codec
+from afk_local.storage.format.integrity import MAC_SIZE
+from afk_local.storage.format.journal_format import SIGNED_FRAME
 
 KEY = "tamper test key"
 FRAME = struct.Struct("<II")

@@ -146,7 +146,7 @@ def test_import_validates_every_field_first(tmp_path: Path, edit, message) -> No
     store = afk_api.Store(tmp_path / "src")
     with store.create("r") as run:
         run.checkpoint("runtime_state", {"i": 1}, step=1)
-    from afk_local.storage.export import export_records, import_run  # noqa: PLC0415
+    from afk_local.storage.ops.export import export_records, import_run  # noqa: PLC0415
 
     records = export_records(store.open("r"))
     checkpoints = [r["checkpoint"] for r in records if r["type"] == "checkpoint"]

@@ -1,4 +1,5 @@
-"""Typed payload values (afk_local/storage/values.py): the common types come back as themselves.
+"""Typed payload values (afk_local/storage/format/values.py): the common types come back
+as themselves.
 
 Each value goes to disk and is read back by a fresh reader, through the two ways user data
 is stored: ``ctx.state``/``StateCheckpoint`` checkpoints and journaled step results.
@@ -22,7 +23,7 @@ import pytest
 import afk_local as afk
 from afk_local.errors import UnstorableValueError
 from afk_local.journal.journal import Journal
-from afk_local.storage import values
+from afk_local.storage.format import values
 
 
 class Color(enum.Enum):

@@ -1,4 +1,5 @@
-"""verify (afk_local/storage/verify.py): a ``latest`` pointing below the newest checkpoint."""
+"""verify (afk_local/storage/rundir/verify.py): a ``latest`` pointing below the newest
+checkpoint."""
 
 from __future__ import annotations
 

@@ -21,10 +21,11 @@ from typing import Any
 import msgspec
 from proc import REPO, SUPPORT
 
-from afk_local.storage import codec, fsio
-from afk_local.storage.codec import RecordCodec
-from afk_local.storage.integrity import Signer
-from afk_local.storage.records import SCHEMA_VERSION, Checkpoint, RunMeta, RunStatus, now_ms
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
+from afk_local.storage.format.codec import RecordCodec
+from afk_local.storage.format.integrity import Signer
+from afk_local.storage.format.records import SCHEMA_VERSION, Checkpoint, RunMeta, RunStatus, now_ms
 
 ENV = {
     "PYTHONPATH": os.pathsep.join(

@@ -26,7 +26,7 @@ from proc import REPO, SUPPORT
 import afk_local as afk_api
 from afk_local.agent.rebuild import load_agent
 from afk_local.errors import EntrypointError
-from afk_local.storage.records import RunStatus
+from afk_local.storage.format.records import RunStatus
 from afk_local.storage.store import Store
 
 TESTS = SUPPORT

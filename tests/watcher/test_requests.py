@@ -12,7 +12,7 @@ from pathlib import Path
 import watcher_jobs
 from proc import REPO, SUPPORT
 
-from afk_local.storage.records import RunStatus
+from afk_local.storage.format.records import RunStatus
 from afk_local.storage.store import Store
 from afk_local.testing import run_and_kill
 from afk_local.watcher.requests import pending_requests, resume_request

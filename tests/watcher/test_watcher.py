@@ -18,9 +18,10 @@ from pathlib import Path
 import msgspec
 from proc import REPO, SUPPORT, JsonLinesChild, kill_after, spawn
 
-from afk_local.storage import codec, fsio
-from afk_local.storage.ownership import acquire_lock
-from afk_local.storage.records import OwnerInfo, RunStatus
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
+from afk_local.storage.format.records import OwnerInfo, RunStatus
+from afk_local.storage.rundir.ownership import acquire_lock
 from afk_local.storage.store import Store
 
 TESTS = SUPPORT

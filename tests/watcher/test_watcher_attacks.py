@@ -14,7 +14,7 @@ import msgspec
 from attacks import afk, agent_meta_params, plant_meta, watch_events
 
 import afk_local as afk_api
-from afk_local.storage.records import RunStatus
+from afk_local.storage.format.records import RunStatus
 from afk_local.watcher.requests import Request, submit_request
 
 KEY = "watcher attack key"

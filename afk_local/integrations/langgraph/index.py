@@ -30,10 +30,11 @@ import msgspec
 
 from afk_local.errors import AfkLocalError, CheckpointCorruptionError
 from afk_local.integrations.langgraph.frames import FRAME_HEADER, encode_frame
-from afk_local.storage import codec, fsio
-from afk_local.storage.catalog import RunCatalog
-from afk_local.storage.layout import CheckpointFile, parse_checkpoint_name
-from afk_local.storage.reader import RunReader
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
+from afk_local.storage.format.layout import CheckpointFile, parse_checkpoint_name
+from afk_local.storage.rundir.catalog import RunCatalog
+from afk_local.storage.rundir.reader import RunReader
 
 log = logging.getLogger("afk_local")
 

@@ -51,21 +51,21 @@ from afk_local.integrations.langgraph.writes import (
     state_mark,
 )
 from afk_local.storage import fsio
-from afk_local.storage.layout import (
+from afk_local.storage.format.layout import (
     CheckpointFile,
     RunPaths,
     checkpoint_name,
     parse_checkpoint_name,
     validate_run_id,
 )
-from afk_local.storage.reader import RunReader
-from afk_local.storage.records import PauseInfo, RunStatus
+from afk_local.storage.format.records import PauseInfo, RunStatus
+from afk_local.storage.rundir.reader import RunReader
 from afk_local.storage.store import Store
 
 # The writer (filelock, the journal, packing) and retention are imported where a thread
 # is first written or pruned: a process that only reads its threads never loads them.
 if TYPE_CHECKING:
-    from afk_local.storage.run import RunWriter
+    from afk_local.storage.rundir.writer import RunWriter
 
 log = logging.getLogger("afk_local")
 
@@ -426,12 +426,12 @@ class ThreadFiles:
         Crash-safe in the order of afk_local's compaction: in a keyed store the chain
         links of survivors go into ``run.meta`` first; the index cache gets a durable
         tombstone per doomed name (a later checkpoint may reuse it); then
-        :func:`~afk_local.storage.retention.remove_checkpoints` rewrites kept deltas
+        :func:`~afk_local.storage.ops.retention.remove_checkpoints` rewrites kept deltas
         whose base goes as keyframes (same decoded bytes), republishes packs without
         the doomed entries and deletes in durable rounds; then ``latest`` moves and the
         writes file is replaced atomically.
         """
-        from afk_local.storage.retention import (  # noqa: PLC0415
+        from afk_local.storage.ops.retention import (  # noqa: PLC0415
             RunPlan,
             chain_links_after_delete,
             read_file_facts,

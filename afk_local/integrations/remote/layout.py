@@ -25,8 +25,8 @@ from __future__ import annotations
 import re
 from typing import Literal, NamedTuple
 
-from afk_local.storage.layout import parse_checkpoint_name, parse_pack_name
-from afk_local.storage.pack import MAX_PACK_BYTES
+from afk_local.storage.format.layout import parse_checkpoint_name, parse_pack_name
+from afk_local.storage.format.pack import MAX_PACK_BYTES
 
 MAX_EPOCH = 10**12 - 1
 MAX_LEASE_BYTES = 4 << 20

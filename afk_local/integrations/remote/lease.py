@@ -30,7 +30,7 @@ from afk_local.integrations.remote.layout import (
     lease_key,
     parse_run_key,
 )
-from afk_local.storage.records import now_ms
+from afk_local.storage.format.records import now_ms
 
 log = logging.getLogger("afk_local")
 

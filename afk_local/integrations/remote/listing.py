@@ -10,8 +10,8 @@ from afk_local.errors import AfkLocalError, MirrorError
 from afk_local.integrations.remote.bucket import Bucket
 from afk_local.integrations.remote.layout import MAX_META_BYTES, MAX_RUNS
 from afk_local.integrations.remote.remote_run import read_remote_run
-from afk_local.storage.codec import RecordCodec, decode_meta
-from afk_local.storage.layout import validate_run_id
+from afk_local.storage.format.codec import RecordCodec, decode_meta
+from afk_local.storage.format.layout import validate_run_id
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from afk_local.integrations.remote.bucket import Bucket, BucketRequestError
 from afk_local.integrations.remote.identity import store_id
 from afk_local.integrations.remote.layout import file_seq
 from afk_local.integrations.remote.upload import RunUploader, durable_journal_end, local_files
-from afk_local.storage.codec import RecordCodec
-from afk_local.storage.layout import RunPaths
+from afk_local.storage.format.codec import RecordCodec
+from afk_local.storage.format.layout import RunPaths
 
 log = logging.getLogger("afk_local")
 
@@ -41,7 +41,8 @@ DEFAULT_MAX_PENDING = 10_000
 
 
 class RunMirrorThread:
-    """Mirrors one run that a writer holds; satisfies :class:`~afk_local.storage.mirror.RunMirror`.
+    """Mirrors one run that a writer holds; satisfies
+    :class:`~afk_local.storage.rundir.mirror.RunMirror`.
 
     Args:
         uploader: uploads into this store's epoch of the run's lease.
@@ -265,7 +266,7 @@ class RunMirrorThread:
 
 
 class RemoteMirror:
-    """A store's mirror on one remote; satisfies :class:`~afk_local.storage.mirror.Mirror`.
+    """A store's mirror on one remote; satisfies :class:`~afk_local.storage.rundir.mirror.Mirror`.
 
     Args:
         url: the remote (``s3://bucket/prefix``, ``gs://...``, ``az://...``, ``file:///dir``).

@@ -32,11 +32,12 @@ from afk_local.integrations.remote.layout import (
 from afk_local.integrations.remote.lease import Lease, create_lease, lease_lost, new_lease
 from afk_local.integrations.remote.remote_run import RemoteFile, Snapshot, read_remote_run
 from afk_local.integrations.remote.upload import durable_journal_end
-from afk_local.storage import codec, fsio
-from afk_local.storage.layout import RunPaths, scan_checkpoints, validate_run_id
-from afk_local.storage.mirror import REMOTE_COPY_KEY
-from afk_local.storage.ownership import acquire_lock
-from afk_local.storage.reader import RunReader, read_meta
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
+from afk_local.storage.format.layout import RunPaths, scan_checkpoints, validate_run_id
+from afk_local.storage.rundir.mirror import REMOTE_COPY_KEY
+from afk_local.storage.rundir.ownership import acquire_lock
+from afk_local.storage.rundir.reader import RunReader, read_meta
 from afk_local.storage.store import Store
 
 log = logging.getLogger("afk_local")

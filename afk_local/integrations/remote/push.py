@@ -11,7 +11,7 @@ from afk_local.errors import RunNotFoundError
 from afk_local.integrations.remote.bucket import Bucket
 from afk_local.integrations.remote.identity import store_id
 from afk_local.integrations.remote.upload import PushReport, RunUploader
-from afk_local.storage.ownership import acquire_lock
+from afk_local.storage.rundir.ownership import acquire_lock
 from afk_local.storage.store import Store
 
 

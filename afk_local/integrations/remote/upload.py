@@ -37,8 +37,8 @@ from afk_local.integrations.remote.lease import (
 )
 from afk_local.integrations.remote.remote_run import read_remote_run
 from afk_local.storage import fsio
-from afk_local.storage.journal_format import MAX_FRAME_BYTES, FrameReader
-from afk_local.storage.layout import RunPaths
+from afk_local.storage.format.journal_format import MAX_FRAME_BYTES, FrameReader
+from afk_local.storage.format.layout import RunPaths
 
 log = logging.getLogger("afk_local")
 

@@ -28,7 +28,7 @@ from afk_local.integrations.remote.bucket import Bucket
 from afk_local.integrations.remote.lease import read_leases
 from afk_local.integrations.remote.mirror import RemoteMirror
 from afk_local.integrations.remote.pull import take_run
-from afk_local.storage.codec import DecHook, EncHook
+from afk_local.storage.format.codec import DecHook, EncHook
 from afk_local.storage.store import Store
 
 _OPTIONS = frozenset({"max_record_bytes", "lock_timeout", "max_chain"})

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from afk_local.errors import AfkLocalError, CheckpointCorruptionError, EffectLogCorruptionError
-from afk_local.storage.journal_format import JournalContents, read_journal
-from afk_local.storage.reader import CheckpointNotFoundError, RunReader
+from afk_local.storage.format.journal_format import JournalContents, read_journal
+from afk_local.storage.rundir.reader import CheckpointNotFoundError, RunReader
 from afk_local.storage.store import Store
 from afk_local.testing.crashsim.jobs import EffectLedger, use_probe
 from afk_local.testing.crashsim.trace import Ack, CheckpointAck, EffectCall, OutcomeAck

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from afk_local.storage import fsio
-from afk_local.storage.journal_format import read_journal
+from afk_local.storage.format.journal_format import read_journal
 from afk_local.storage.store import Store
 
 

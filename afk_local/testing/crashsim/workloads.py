@@ -31,9 +31,9 @@ from typing import Any
 
 from afk_local.errors import EffectInDoubtError
 from afk_local.runner.durable_function import DurableFunction
-from afk_local.storage.export import export_records, import_run, to_jsonable
-from afk_local.storage.packing import pack_run
-from afk_local.storage.retention import RetentionPolicy
+from afk_local.storage.ops.export import export_records, import_run, to_jsonable
+from afk_local.storage.ops.retention import RetentionPolicy
+from afk_local.storage.rundir.packing import pack_run
 from afk_local.storage.store import Store
 from afk_local.testing.crashsim.jobs import (
     PADDING,

@@ -28,9 +28,15 @@ import msgspec
 import zstandard
 
 from afk_local.errors import CheckpointCorruptionError, RecordTooDeepError, SchemaVersionError
-from afk_local.storage import migrate, values
-from afk_local.storage.integrity import MAC_SIZE, Signer
-from afk_local.storage.records import MAX_NESTING_DEPTH, SCHEMA_VERSION, Checkpoint, Effect, RunMeta
+from afk_local.storage.format import migrate, values
+from afk_local.storage.format.integrity import MAC_SIZE, Signer
+from afk_local.storage.format.records import (
+    MAX_NESTING_DEPTH,
+    SCHEMA_VERSION,
+    Checkpoint,
+    Effect,
+    RunMeta,
+)
 
 MAGIC = b"AFK1"
 KIND_CHECKPOINT = 1
@@ -384,7 +390,7 @@ class RecordCodec:
     """msgpack encoding of records, with typed values and optional hooks for custom types.
 
     User data in a record (a checkpoint's payload, a run's params, an effect's
-    result) may hold the common Python types of :mod:`afk_local.storage.values`;
+    result) may hold the common Python types of :mod:`afk_local.storage.format.values`;
     anything else goes through ``enc_hook``/``dec_hook`` (msgspec's convention).
 
     A codec with a ``signer`` belongs to a keyed store: everything that encodes

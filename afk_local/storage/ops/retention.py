@@ -25,7 +25,7 @@ record the chain links, and the run would no longer verify under its key.
 
 Example:
     >>> import afk_local as afk
-    >>> from afk_local.storage.retention import RetentionPolicy
+    >>> from afk_local.storage.ops.retention import RetentionPolicy
     >>> report = afk.Store("/tmp/afk-doc-gc").gc(RetentionPolicy(keep_runtime_states=2))
     >>> report.errors
     []
@@ -46,22 +46,23 @@ from typing import Any
 import msgspec
 
 from afk_local.errors import AfkLocalError, CheckpointCorruptionError
-from afk_local.storage import codec, fsio
-from afk_local.storage.catalog import RunCatalog
-from afk_local.storage.chain import is_signed_file
-from afk_local.storage.fork import JOURNAL_TRIMMED_KEY
-from afk_local.storage.integrity import chain_links, with_chain_links
-from afk_local.storage.journal_format import read_journal, write_journal_file
-from afk_local.storage.layout import (
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
+from afk_local.storage.format.integrity import chain_links, with_chain_links
+from afk_local.storage.format.journal_format import read_journal, write_journal_file
+from afk_local.storage.format.layout import (
     CheckpointFile,
     RunPaths,
     parse_checkpoint_name,
 )
-from afk_local.storage.metrics import archive_metrics
-from afk_local.storage.packing import drop_from_packs
-from afk_local.storage.reader import RunReader
-from afk_local.storage.records import Effect, Phase
-from afk_local.storage.run_info import RunInfo
+from afk_local.storage.format.records import Effect, Phase
+from afk_local.storage.ops.fork import JOURNAL_TRIMMED_KEY
+from afk_local.storage.rundir.catalog import RunCatalog
+from afk_local.storage.rundir.chain import is_signed_file
+from afk_local.storage.rundir.metrics import archive_metrics
+from afk_local.storage.rundir.packing import drop_from_packs
+from afk_local.storage.rundir.reader import RunReader
+from afk_local.storage.views.run_info import RunInfo
 
 log = logging.getLogger("afk_local")
 

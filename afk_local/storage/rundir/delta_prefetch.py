@@ -35,7 +35,7 @@ import threading
 
 import zstandard
 
-from afk_local.storage import codec
+from afk_local.storage.format import codec
 
 log = logging.getLogger("afk_local")
 

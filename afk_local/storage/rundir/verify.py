@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 from afk_local.errors import EffectLogCorruptionError
 from afk_local.storage import fsio
-from afk_local.storage.codec import RecordCodec
-from afk_local.storage.journal_format import read_journal
-from afk_local.storage.layout import CheckpointFile, RunPaths, parse_checkpoint_name
-from afk_local.storage.records import RunStatus
+from afk_local.storage.format.codec import RecordCodec
+from afk_local.storage.format.journal_format import read_journal
+from afk_local.storage.format.layout import CheckpointFile, RunPaths, parse_checkpoint_name
+from afk_local.storage.format.records import RunStatus
 
 
 @dataclass(frozen=True)

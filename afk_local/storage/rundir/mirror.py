@@ -11,7 +11,7 @@ A writer notifies its :class:`RunMirror` only after a record is acknowledged loc
 and a notification only enqueues: the local durability path never waits on the network.
 
 Example:
-    >>> from afk_local.storage.mirror import mirror_scheme
+    >>> from afk_local.storage.rundir.mirror import mirror_scheme
     >>> mirror_scheme("s3://bucket/afk")
     's3'
 """
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Protocol
 
 from afk_local.errors import MirrorError
-from afk_local.storage.codec import RecordCodec
-from afk_local.storage.layout import RunPaths
+from afk_local.storage.format.codec import RecordCodec
+from afk_local.storage.format.layout import RunPaths
 
 MIRROR_ENV = "AFK_LOCAL_MIRROR"
 """The mirror URL a :class:`~afk_local.Store` uses when none is passed (``mirror=None``)."""

@@ -24,24 +24,25 @@ from typing import Any, TypeVar
 import msgspec
 
 from afk_local.errors import AfkLocalError, RunExistsError
-from afk_local.storage import codec, fsio, values
-from afk_local.storage.integrity import (
+from afk_local.storage import fsio
+from afk_local.storage.format import codec, values
+from afk_local.storage.format.integrity import (
     HISTORY_UNTIL_KEY,
     LINKS_KEY,
     NO_MAC,
     record_digest,
     with_chain_links,
 )
-from afk_local.storage.journal_format import DEFAULT_MAX_FRAME_BYTES, write_journal_file
-from afk_local.storage.layout import (
+from afk_local.storage.format.journal_format import DEFAULT_MAX_FRAME_BYTES, write_journal_file
+from afk_local.storage.format.layout import (
     ENTRYPOINT,
     RunPaths,
     checkpoint_name,
     validate_phase,
     validate_run_id,
 )
-from afk_local.storage.reader import RunReader
-from afk_local.storage.records import SCHEMA_VERSION, Checkpoint, Effect, RunMeta
+from afk_local.storage.format.records import SCHEMA_VERSION, Checkpoint, Effect, RunMeta
+from afk_local.storage.rundir.reader import RunReader
 from afk_local.storage.store import Store
 from afk_local.storage.trust import IMPORTED_KEY, imported_mark
 
@@ -64,7 +65,7 @@ def to_jsonable(value: Any) -> Any:
     """Plain JSON-ready data: records to dicts, bytes to base64, non-str keys to str.
 
     Typed values become their plain form (a path its text, a dataclass its fields;
-    see :func:`afk_local.storage.values.plain`).
+    see :func:`afk_local.storage.format.values.plain`).
     """
     return values.plain(value)
 

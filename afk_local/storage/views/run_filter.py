@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from afk_local.storage.records import RunMeta, RunStatus
-from afk_local.storage.run_info import RunInfo, tags_of
+from afk_local.storage.format.records import RunMeta, RunStatus
+from afk_local.storage.views.run_info import RunInfo, tags_of
 
 LIVENESS = ("interrupted", "live")
 """Statuses a filter accepts besides :class:`RunStatus`: no owner (a crash left it) / an owner."""

@@ -49,9 +49,9 @@ from typing import NamedTuple
 import zstandard
 
 from afk_local.errors import CheckpointCorruptionError
-from afk_local.storage import codec
-from afk_local.storage.integrity import MAC_SIZE, Signer
-from afk_local.storage.layout import MAX_SEQ, pack_name, validate_phase
+from afk_local.storage.format import codec
+from afk_local.storage.format.integrity import MAC_SIZE, Signer
+from afk_local.storage.format.layout import MAX_SEQ, pack_name, validate_phase
 
 PACK_MAGIC = b"AFKP"
 PACK_VERSION = 1

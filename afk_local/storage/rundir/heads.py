@@ -38,11 +38,11 @@ import msgspec
 
 from afk_local.errors import CheckpointCorruptionError, RunRolledBackError
 from afk_local.storage import fsio
-from afk_local.storage.catalog import RunCatalog
-from afk_local.storage.chain import read_link_value
-from afk_local.storage.integrity import MAC_SIZE, Signer
-from afk_local.storage.layout import RunPaths, scan_checkpoints, validate_run_id
-from afk_local.storage.records import now_ms
+from afk_local.storage.format.integrity import MAC_SIZE, Signer
+from afk_local.storage.format.layout import RunPaths, scan_checkpoints, validate_run_id
+from afk_local.storage.format.records import now_ms
+from afk_local.storage.rundir.catalog import RunCatalog
+from afk_local.storage.rundir.chain import read_link_value
 
 log = logging.getLogger("afk_local")
 

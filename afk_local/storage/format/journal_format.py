@@ -33,9 +33,9 @@ import msgspec
 
 from afk_local.errors import EffectLogCorruptionError
 from afk_local.storage import fsio
-from afk_local.storage.codec import RecordCodec
-from afk_local.storage.integrity import MAC_SIZE, NO_MAC, Signer, record_digest
-from afk_local.storage.records import Effect
+from afk_local.storage.format.codec import RecordCodec
+from afk_local.storage.format.integrity import MAC_SIZE, NO_MAC, Signer, record_digest
+from afk_local.storage.format.records import Effect
 
 _FRAME_HEADER = struct.Struct("<II")
 FRAME_HEADER_SIZE = _FRAME_HEADER.size

@@ -29,14 +29,11 @@ from afk_local.errors import (
     WriterFailedError,
 )
 from afk_local.journal.journal import Journal
-from afk_local.storage import codec, fsio
-from afk_local.storage.catalog import RunCatalog
-from afk_local.storage.chain import is_signed_file, read_link_value
-from afk_local.storage.codec import RecordCodec
-from afk_local.storage.delta_prefetch import DeltaPrefetch
-from afk_local.storage.heads import HeadKeeper, HeadStore
-from afk_local.storage.integrity import NO_MAC, record_digest
-from afk_local.storage.layout import (
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
+from afk_local.storage.format.codec import RecordCodec
+from afk_local.storage.format.integrity import NO_MAC, record_digest
+from afk_local.storage.format.layout import (
     LATEST_NAME,
     RunPaths,
     checkpoint_name,
@@ -44,11 +41,7 @@ from afk_local.storage.layout import (
     scan_run_files,
     validate_phase,
 )
-from afk_local.storage.mirror import REMOTE_COPY_KEY, Mirror, RunMirror
-from afk_local.storage.ownership import acquire_lock, current_owner
-from afk_local.storage.packing import DEFAULT_LOOSE_LIMIT, PackReport, pack_run
-from afk_local.storage.reader import RunReader, read_meta
-from afk_local.storage.records import (
+from afk_local.storage.format.records import (
     SCHEMA_VERSION,
     Checkpoint,
     ErrorInfo,
@@ -59,6 +52,14 @@ from afk_local.storage.records import (
     later_ms,
     now_ms,
 )
+from afk_local.storage.rundir.catalog import RunCatalog
+from afk_local.storage.rundir.chain import is_signed_file, read_link_value
+from afk_local.storage.rundir.delta_prefetch import DeltaPrefetch
+from afk_local.storage.rundir.heads import HeadKeeper, HeadStore
+from afk_local.storage.rundir.mirror import REMOTE_COPY_KEY, Mirror, RunMirror
+from afk_local.storage.rundir.ownership import acquire_lock, current_owner
+from afk_local.storage.rundir.packing import DEFAULT_LOOSE_LIMIT, PackReport, pack_run
+from afk_local.storage.rundir.reader import RunReader, read_meta
 
 log = logging.getLogger("afk_local")
 

@@ -21,30 +21,36 @@ from afk_local.errors import (
     RunNotFoundError,
     SchemaVersionError,
 )
-from afk_local.storage import codec, fsio
-from afk_local.storage.catalog import RunCatalog
-from afk_local.storage.chain import MAX_READ_CHAIN, ChainDecoder, DecodeBudgetError, is_signed_file
-from afk_local.storage.codec import RecordCodec
-from afk_local.storage.heads import HeadStore
-from afk_local.storage.integrity import (
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
+from afk_local.storage.format.codec import RecordCodec
+from afk_local.storage.format.integrity import (
     NO_MAC,
     chain_links,
     history_run_ids,
     history_until,
     record_digest,
 )
-from afk_local.storage.layout import (
+from afk_local.storage.format.layout import (
     CheckpointFile,
     RunPaths,
     parse_checkpoint_name,
 )
-from afk_local.storage.records import Checkpoint, Effect, Phase, RunMeta, RunStatus
+from afk_local.storage.format.records import Checkpoint, Effect, Phase, RunMeta, RunStatus
+from afk_local.storage.rundir.catalog import RunCatalog
+from afk_local.storage.rundir.chain import (
+    MAX_READ_CHAIN,
+    ChainDecoder,
+    DecodeBudgetError,
+    is_signed_file,
+)
+from afk_local.storage.rundir.heads import HeadStore
 
 # verify, the effect journal, metrics and the notebook view are imported where they are
 # used: reading a checkpoint (a cold start, a LangGraph get_tuple) needs none of them.
 if TYPE_CHECKING:
-    from afk_local.storage.metrics import MetricLog
-    from afk_local.storage.verify import VerifyReport
+    from afk_local.storage.rundir.metrics import MetricLog
+    from afk_local.storage.rundir.verify import VerifyReport
 
 log = logging.getLogger("afk_local")
 
@@ -124,7 +130,7 @@ class RunReader:
 
     def _repr_html_(self) -> str:
         """Notebook view: the run and its recent checkpoints."""
-        from afk_local.storage.notebook import run_reader_html  # noqa: PLC0415
+        from afk_local.storage.views.notebook import run_reader_html  # noqa: PLC0415
 
         return run_reader_html(self)
 
@@ -418,7 +424,7 @@ class RunReader:
 
     def verify(self) -> VerifyReport:
         """Check every file of the run; problems are reported, not raised."""
-        from afk_local.storage.verify import (  # noqa: PLC0415
+        from afk_local.storage.rundir.verify import (  # noqa: PLC0415
             VerifyProblem,
             VerifyReport,
             verify_journal,
@@ -508,8 +514,8 @@ class RunReader:
 
     def _verify_packs(self, report: VerifyReport) -> None:
         """Every pack file: header, index, MAC and every block (its entries were loaded)."""
-        from afk_local.storage.pack import verify_pack  # noqa: PLC0415
-        from afk_local.storage.verify import VerifyProblem  # noqa: PLC0415
+        from afk_local.storage.format.pack import verify_pack  # noqa: PLC0415
+        from afk_local.storage.rundir.verify import VerifyProblem  # noqa: PLC0415
 
         for pack in self._catalog.packs():
             report.checked_files += 1
@@ -530,7 +536,7 @@ class RunReader:
 
     def _verify_head(self, report: VerifyReport) -> None:
         """Compare the run with its head record (keyed stores: rollback protection)."""
-        from afk_local.storage.verify import VerifyProblem  # noqa: PLC0415
+        from afk_local.storage.rundir.verify import VerifyProblem  # noqa: PLC0415
 
         assert self._heads is not None
         try:
@@ -556,13 +562,13 @@ class RunReader:
         Raises:
             EffectLogCorruptionError: a damaged record with good records after it.
         """
-        from afk_local.storage.journal_format import read_journal  # noqa: PLC0415
+        from afk_local.storage.format.journal_format import read_journal  # noqa: PLC0415
 
         return read_journal(self.paths.journal, self.run_id, self._codec).records
 
     def metrics(self) -> MetricLog:
         """Every ``ctx.metric`` point of the run, in order, those gc archived included."""
-        from afk_local.storage.metrics import read_metrics  # noqa: PLC0415
+        from afk_local.storage.rundir.metrics import read_metrics  # noqa: PLC0415
 
         return read_metrics(self)
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from afk_local.storage import fsio
-from afk_local.storage.layout import RunPaths
+from afk_local.storage.format.layout import RunPaths
 
 REMOVED_DIR = "removed"
 """``<root>/removed``: the journals of runs deleted with ``afk-local rm``."""

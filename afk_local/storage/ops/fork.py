@@ -52,8 +52,9 @@ from typing import Any
 import msgspec
 
 from afk_local.errors import AfkLocalError, RunExistsError
-from afk_local.storage import codec, fsio
-from afk_local.storage.integrity import (
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
+from afk_local.storage.format.integrity import (
     HISTORY_KEY,
     HISTORY_UNTIL_KEY,
     chain_links,
@@ -62,12 +63,15 @@ from afk_local.storage.integrity import (
     record_digest,
     with_chain_links,
 )
-from afk_local.storage.journal_format import write_journal_file
-from afk_local.storage.layout import CheckpointFile, RunPaths, checkpoint_name, parse_pack_name
-from afk_local.storage.metrics import METRICS_KEY, copy_archive
-from afk_local.storage.pack import MAX_PACK_BYTES, PackEntry, encode_pack
-from afk_local.storage.reader import CheckpointNotFoundError, RunReader
-from afk_local.storage.records import (
+from afk_local.storage.format.journal_format import write_journal_file
+from afk_local.storage.format.layout import (
+    CheckpointFile,
+    RunPaths,
+    checkpoint_name,
+    parse_pack_name,
+)
+from afk_local.storage.format.pack import MAX_PACK_BYTES, PackEntry, encode_pack
+from afk_local.storage.format.records import (
     SCHEMA_VERSION,
     Checkpoint,
     Effect,
@@ -76,7 +80,9 @@ from afk_local.storage.records import (
     RunStatus,
     now_ms,
 )
-from afk_local.storage.state_edit import apply_updates
+from afk_local.storage.ops.state_edit import apply_updates
+from afk_local.storage.rundir.metrics import METRICS_KEY, copy_archive
+from afk_local.storage.rundir.reader import CheckpointNotFoundError, RunReader
 
 log = logging.getLogger("afk_local")
 

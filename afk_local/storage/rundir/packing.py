@@ -2,7 +2,7 @@
 
 :func:`pack_run` takes the loose checkpoint files of a run (all but the newest few,
 the newest seq and ``latest``'s target always staying loose), writes them into a new
-pack (:mod:`afk_local.storage.pack`) and removes them. Packs are merged as they
+pack (:mod:`afk_local.storage.format.pack`) and removes them. Packs are merged as they
 accumulate, git-style *geometrically*: a new pack absorbs the newer packs that are
 not at least twice its size, so a run of n checkpoints keeps O(log n) packs and
 each checkpoint is rewritten O(log n) times; ``full=True`` merges everything.
@@ -14,7 +14,7 @@ readable, loose or packed or both (readers use either copy; the next pack remove
 the leftovers). Packed checkpoints never depend on loose ones: a delta's base has a
 lower seq, and packs take the oldest loose files first.
 
-The caller holds the run's lock (:class:`~afk_local.storage.run.RunWriter` packs as it
+The caller holds the run's lock (:class:`~afk_local.storage.rundir.writer.RunWriter` packs as it
 writes; :meth:`afk_local.Store.pack` takes the lock of an idle run).
 """
 
@@ -27,11 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from afk_local.errors import AfkLocalError, CheckpointCorruptionError
-from afk_local.storage import codec, fsio
-from afk_local.storage.catalog import RunCatalog
-from afk_local.storage.chain import is_signed_file
-from afk_local.storage.codec import RecordCodec
-from afk_local.storage.layout import (
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
+from afk_local.storage.format.codec import RecordCodec
+from afk_local.storage.format.layout import (
     DEFAULT_LOOSE_LIMIT,
     CheckpointFile,
     PackFile,
@@ -39,7 +38,7 @@ from afk_local.storage.layout import (
     checkpoint_name,
     parse_checkpoint_name,
 )
-from afk_local.storage.pack import (
+from afk_local.storage.format.pack import (
     MAX_ENTRY_BYTES,
     MAX_PACK_ENTRIES,
     MAX_PACK_INPUT_BYTES,
@@ -47,6 +46,8 @@ from afk_local.storage.pack import (
     encode_pack,
     read_block,
 )
+from afk_local.storage.rundir.catalog import RunCatalog
+from afk_local.storage.rundir.chain import is_signed_file
 
 log = logging.getLogger("afk_local")
 

@@ -2,7 +2,7 @@
 
 A run's owner holds an exclusive ``flock`` on ``owner.lock`` for the run's whole
 life; the kernel drops it when the process dies, however it dies. The
-:class:`~afk_local.storage.records.OwnerInfo` (pid, hostname, boot id, process start
+:class:`~afk_local.storage.format.records.OwnerInfo` (pid, hostname, boot id, process start
 time) is recorded in ``run.meta`` for display and for filesystems without
 working locks.
 
@@ -36,10 +36,10 @@ import msgspec
 
 from afk_local.errors import CheckpointCorruptionError, RunLockedError
 from afk_local.storage import fsio
-from afk_local.storage.codec import RecordCodec
-from afk_local.storage.layout import RunPaths
-from afk_local.storage.reader import read_meta
-from afk_local.storage.records import OwnerInfo
+from afk_local.storage.format.codec import RecordCodec
+from afk_local.storage.format.layout import RunPaths
+from afk_local.storage.format.records import OwnerInfo
+from afk_local.storage.rundir.reader import read_meta
 
 # filelock is loaded where a lock is taken: probing whether an owner is alive (listings,
 # show, gc's checks) and reading a run never need it.

@@ -11,14 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from afk_local.storage.notebook import (
+from afk_local.storage.format.records import RunStatus
+from afk_local.storage.views.notebook import (
     RunRow,
     format_bytes,
     format_ms,
     runs_table_html,
 )
-from afk_local.storage.records import RunStatus
-from afk_local.storage.run_progress import RunProgress, format_duration, format_progress
+from afk_local.storage.views.run_progress import RunProgress, format_duration, format_progress
 
 TAGS_KEY = "tags"
 """``RunMeta.extra`` key of a run's tags (``{str: str}``)."""

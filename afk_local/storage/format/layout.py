@@ -34,7 +34,7 @@ REQUESTS_DIR = "requests"
 MAX_SEQ = 10**12 - 1
 DEFAULT_LOOSE_LIMIT = 256
 """Loose checkpoint files a writer lets accumulate before it packs the older ones
-(:mod:`~afk_local.storage.packing`; here so that opening a store does not import it)."""
+(:mod:`~afk_local.storage.rundir.packing`; here so that opening a store does not import it)."""
 
 
 def validate_run_id(run_id: object) -> str:
@@ -189,7 +189,7 @@ def scan_run_files(
 def scan_checkpoints(run_dir: str | os.PathLike[str]) -> list[CheckpointFile]:
     """Every loose checkpoint file of a run, in seq order (one directory listing).
 
-    Packed checkpoints are not listed: :class:`~afk_local.storage.catalog.RunCatalog`
+    Packed checkpoints are not listed: :class:`~afk_local.storage.rundir.catalog.RunCatalog`
     lists both.
     """
     found = []

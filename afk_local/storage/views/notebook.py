@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from afk_local.errors import AfkLocalError
-from afk_local.storage.codec import RecordCodec
-from afk_local.storage.layout import CheckpointFile, RunPaths
-from afk_local.storage.metrics import read_metrics
-from afk_local.storage.records import Checkpoint, RunMeta
-from afk_local.storage.run_progress import format_duration, format_progress, progress_of
+from afk_local.storage.format.codec import RecordCodec
+from afk_local.storage.format.layout import CheckpointFile, RunPaths
+from afk_local.storage.format.records import Checkpoint, RunMeta
+from afk_local.storage.rundir.metrics import read_metrics
+from afk_local.storage.views.run_progress import format_duration, format_progress, progress_of
 
 RECENT_CHECKPOINTS = 8
 MAX_CHART_POINTS = 400

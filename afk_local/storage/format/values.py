@@ -41,7 +41,7 @@ from typing import Any
 import msgspec
 
 from afk_local.errors import RecordTooDeepError, UnstorableValueError
-from afk_local.storage.records import MAX_NESTING_DEPTH
+from afk_local.storage.format.records import MAX_NESTING_DEPTH
 
 log = logging.getLogger("afk_local")
 

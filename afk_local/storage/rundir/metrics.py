@@ -35,11 +35,12 @@ from typing import Any, NamedTuple, Protocol
 import msgspec
 
 from afk_local.errors import AfkLocalError, CheckpointCorruptionError
-from afk_local.storage import codec, fsio
-from afk_local.storage.codec import RecordCodec
-from afk_local.storage.integrity import NO_MAC, record_digest
-from afk_local.storage.layout import CheckpointFile, RunPaths
-from afk_local.storage.records import SCHEMA_VERSION, Checkpoint, Phase, now_ms
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
+from afk_local.storage.format.codec import RecordCodec
+from afk_local.storage.format.integrity import NO_MAC, record_digest
+from afk_local.storage.format.layout import CheckpointFile, RunPaths
+from afk_local.storage.format.records import SCHEMA_VERSION, Checkpoint, Phase, now_ms
 
 log = logging.getLogger("afk_local")
 

@@ -4,7 +4,7 @@ A delta checkpoint is decoded by walking back through its bases to a keyframe
 (or a cached base) and decompressing forward; a keyed checkpoint's MAC chains
 on its predecessor's MAC, which is read from that file's trailer without
 decoding it. :class:`ChainDecoder` does both for one run directory with a
-small cache; :class:`~afk_local.storage.reader.RunReader` builds on it. Nothing here
+small cache; :class:`~afk_local.storage.rundir.reader.RunReader` builds on it. Nothing here
 checks a signature: the reader does.
 """
 
@@ -17,11 +17,12 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from afk_local.errors import CheckpointCorruptionError
-from afk_local.storage import codec, fsio
-from afk_local.storage.catalog import PACK_SEPARATOR, RunCatalog
-from afk_local.storage.integrity import NO_MAC
-from afk_local.storage.layout import CheckpointFile, RunPaths, scan_checkpoints
-from afk_local.storage.records import Phase
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
+from afk_local.storage.format.integrity import NO_MAC
+from afk_local.storage.format.layout import CheckpointFile, RunPaths, scan_checkpoints
+from afk_local.storage.format.records import Phase
+from afk_local.storage.rundir.catalog import PACK_SEPARATOR, RunCatalog
 
 MAX_READ_CHAIN = 1024
 """Longest delta chain a reader follows (writers default to 32 and may not exceed this):
@@ -51,7 +52,7 @@ class ChainDecoder:
 
     Memory: a chain is followed back to its keyframe by reading headers only (every
     frame's declared size checked against ``max_bytes``, every base's against
-    :data:`~afk_local.storage.codec.MAX_DELTA_BASE_BYTES`), then decoded forward, so
+    :data:`~afk_local.storage.format.codec.MAX_DELTA_BASE_BYTES`), then decoded forward, so
     decoding one record holds at most its own bound plus one base of at most 64 MiB.
 
     Checkpoints are read loose or, when their file is gone, from the run's packs
@@ -322,7 +323,7 @@ class ChainDecoder:
 def read_link_value(path: str) -> bytes | None:
     """The chain value a checkpoint file passes on (see :meth:`ChainDecoder.link`).
 
-    Its MAC trailer, or :data:`~afk_local.storage.integrity.NO_MAC` when it has no sound one;
+    Its MAC trailer, or :data:`~afk_local.storage.format.integrity.NO_MAC` when it has no sound one;
     None when the file does not exist. Reads the header and the trailer only.
     """
     try:

@@ -1,7 +1,7 @@
 """Where a run's checkpoints are: loose files and pack files, one list for readers.
 
 A checkpoint is *loose* (its own ``<seq>.<phase>.ckpt`` file) or *packed* (its exact
-file bytes inside a ``pack-*.pack`` file, see :mod:`afk_local.storage.pack`); it keeps
+file bytes inside a ``pack-*.pack`` file, see :mod:`afk_local.storage.format.pack`); it keeps
 its name either way. :class:`RunCatalog` lists both and hands out the bytes of
 either, so the chain decoder, the reader, verify, gc and fork treat them alike.
 
@@ -18,9 +18,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from afk_local.errors import CheckpointCorruptionError
-from afk_local.storage import codec, fsio
-from afk_local.storage.integrity import NO_MAC, Signer
-from afk_local.storage.layout import (
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
+from afk_local.storage.format.integrity import NO_MAC, Signer
+from afk_local.storage.format.layout import (
     CheckpointFile,
     PackFile,
     RunPaths,
@@ -31,7 +32,7 @@ from afk_local.storage.layout import (
 # The pack format is imported when a pack is first opened: a run of loose files (most
 # runs, and every cold read of one) never needs it.
 if TYPE_CHECKING:
-    from afk_local.storage.pack import PackReader
+    from afk_local.storage.format.pack import PackReader
 
 PACK_SEPARATOR = "#"
 """Between a pack's path and a checkpoint's name in the location of a packed checkpoint."""
@@ -110,7 +111,7 @@ class RunCatalog:
         name = pack if isinstance(pack, str) else pack.name
         reader = self._readers.get(name)
         if reader is None:
-            from afk_local.storage.pack import PackReader, read_pack_index  # noqa: PLC0415
+            from afk_local.storage.format.pack import PackReader, read_pack_index  # noqa: PLC0415
 
             self._damaged.pop(name, None)
             path = self._prefix + name

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from afk_local.errors import CheckpointCorruptionError, SchemaVersionError
-from afk_local.storage.records import SCHEMA_VERSION
+from afk_local.storage.format.records import SCHEMA_VERSION
 
 _T = TypeVar("_T")
 RecordMigration = Callable[[dict[str, Any]], dict[str, Any]]
