@@ -8,7 +8,11 @@ repeating side effects. docs/ holds the format, the guarantees and the API.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from afk_local.storage.rundir import effects as _effects_seam
 
 if TYPE_CHECKING:
     from afk_local.agent.agent_runner import AgentRunner
@@ -47,6 +51,7 @@ if TYPE_CHECKING:
     from afk_local.runner.state_checkpoint import StateCheckpoint
     from afk_local.runner.versions import CodeChangedWarning, migration
     from afk_local.runner.writer import DurableWriter
+    from afk_local.storage.format.codec import RecordCodec
     from afk_local.storage.format.records import (
         SCHEMA_VERSION,
         Checkpoint,
@@ -56,6 +61,7 @@ if TYPE_CHECKING:
         RunMeta,
         RunStatus,
     )
+    from afk_local.storage.rundir.mirror import RunMirror
     from afk_local.storage.rundir.reader import CheckpointNotFoundError, ResumeState, RunReader
     from afk_local.storage.rundir.verify import VerifyReport
     from afk_local.storage.rundir.writer import RunWriter
@@ -125,6 +131,32 @@ _EXPORTS = {
 }
 
 __version__ = "0.1.0"
+
+
+def _open_journal(
+    path: Path,
+    run_id: str,
+    *,
+    record_codec: RecordCodec,
+    listener: RunMirror | None,
+    on_durable: Callable[[int, bytes], None] | None,
+) -> Journal:
+    """Open a run's effect journal for its writer (imported on a run's first effect)."""
+    from afk_local.journal.journal import Journal  # noqa: PLC0415
+
+    return Journal(
+        path,
+        run_id,
+        writable=True,
+        record_codec=record_codec,
+        listener=listener,
+        on_durable=on_durable,
+    )
+
+
+# The composition root: storage may not import the journal above it, so the run's
+# writer opens ``effects.log`` through this opener (afk_local/storage/rundir/effects.py).
+_effects_seam.register_journal_opener(_open_journal)
 
 __all__ = [
     "SCHEMA_VERSION",

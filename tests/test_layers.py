@@ -65,6 +65,43 @@ def test_no_import_cycle_between_any_two_modules() -> None:
     assert _cycles(graph) == []
 
 
+def _package_graph(graph: grimp.ImportGraph) -> grimp.ImportGraph:
+    """The graph of packages: an import between two modules is an import between the
+    packages that hold them (a module of the root package counts as its own node)."""
+    packages = {m for m in graph.modules if graph.find_children(m)}
+
+    def package_of(module: str) -> str:
+        return module if module in packages else module.rpartition(".")[0] or module
+
+    squashed = grimp.ImportGraph()
+    for module in graph.modules:
+        squashed.add_module(package_of(module))
+    for module in graph.modules:
+        for imported in graph.find_modules_directly_imported_by(module):
+            a, b = package_of(module), package_of(imported)
+            # a package and the packages inside it are one tree, not a cycle
+            if a != b and not a.startswith(b + ".") and not b.startswith(a + "."):
+                squashed.add_import(importer=a, imported=b)
+    return squashed
+
+
+def test_no_import_cycle_between_any_two_packages() -> None:
+    """storage and journal, storage.rundir and storage.views...: no two packages
+    import each other, directly or through others (issue 26: the journal needs only
+    storage's format and I/O seam)."""
+    graph = grimp.build_graph("afk_local", cache_dir=None)
+    assert _cycles(_package_graph(graph)) == []
+
+
+def test_the_package_graph_sees_a_package_cycle() -> None:
+    graph = grimp.ImportGraph()
+    for module in ("p", "p.x", "p.x.a", "p.y", "p.y.b"):
+        graph.add_module(module)
+    graph.add_import(importer="p.x.a", imported="p.y.b")
+    graph.add_import(importer="p.y.b", imported="p.x")
+    assert _cycles(_package_graph(graph)) == [["p.x", "p.y"]]
+
+
 def test_the_cycle_finder_sees_a_cycle() -> None:
     graph = grimp.ImportGraph()
     for module in ("p", "p.a", "p.b", "p.c"):

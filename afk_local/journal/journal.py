@@ -705,4 +705,22 @@ __all__ = [
     "EffectState",
     "InDoubtPolicy",
     "Journal",
+    "journal_of",
 ]
+
+
+class _HasEffects(Protocol):
+    @property
+    def effects(self) -> object: ...
+
+
+def journal_of(run: _HasEffects) -> Journal:
+    """``run.effects`` typed as the :class:`Journal` it is.
+
+    A run's writer (storage, the layer below the journal) hands out its journal
+    through a seam and may not name this class; code above the journal uses this.
+    """
+    journal = run.effects
+    if not isinstance(journal, Journal):
+        raise TypeError(f"{type(journal).__name__} is not an afk_local Journal")
+    return journal

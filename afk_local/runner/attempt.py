@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from afk_local.journal.journal import journal_of
 from afk_local.runner.observe import AttemptInfo, AttemptObservation, observers
 from afk_local.runner.origin import ORIGIN_KEY
 from afk_local.runner.run_context import RunContext
@@ -33,7 +34,7 @@ def start_report(run: RunWriter, snapshot: Any, *, resumed: bool) -> RunReport:
     """
     steps = 0
     if resumed and run.paths.journal.exists():
-        steps = journal_step_count(run.effects.keys())
+        steps = journal_step_count(journal_of(run).keys())
     return RunReport(steps, snapshot)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from afk_local.errors import SettleError
+from afk_local.journal.journal import journal_of
 from afk_local.storage.format.records import Effect, ErrorInfo
 from afk_local.storage.store import StoreLike, as_store
 
@@ -49,7 +50,7 @@ def settle(
     """
     the_store = as_store(store)
     with the_store.resume_writer(run_id, new_attempt=False) as run:
-        journal = run.effects
+        journal = journal_of(run)
         state = journal.lookup(key)
         if state is None:
             raise SettleError(

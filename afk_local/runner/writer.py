@@ -53,6 +53,7 @@ from afk_local.errors import (
     UnstorableValueError,
     WriterFailedError,
 )
+from afk_local.journal.journal import journal_of
 from afk_local.storage.format.layout import validate_phase
 from afk_local.storage.format.records import Checkpoint, ErrorInfo, Phase
 from afk_local.storage.rundir.metrics import METRICS_KEY, Batch, add_batch, merge_batches
@@ -182,7 +183,7 @@ class DurableWriter:
     @property
     def effects(self) -> Journal:
         """The run's effect journal; synchronous in every durability mode."""
-        return self.run.effects
+        return journal_of(self.run)
 
     @property
     def pending(self) -> int:

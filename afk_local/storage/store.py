@@ -422,6 +422,7 @@ class Store:
             record_codec=self.codec,
             max_record_bytes=self.max_record_bytes,
             heads=self.heads,
+            html_view=_reader_html,
         )
 
     def run_ids(self) -> list[str]:
@@ -712,3 +713,10 @@ StoreLike = Store | str | os.PathLike[str] | None
 def as_store(store: StoreLike) -> Store:
     """``store`` itself, or a :class:`Store` on the root directory it names."""
     return store if isinstance(store, Store) else Store(store)
+
+
+def _reader_html(reader: RunReader) -> str:
+    """A reader's notebook view, imported on first display (a cold open never needs it)."""
+    from afk_local.storage.views.notebook import run_reader_html  # noqa: PLC0415
+
+    return run_reader_html(reader)

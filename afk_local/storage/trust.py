@@ -37,15 +37,12 @@ from afk_local.errors import RunNotFoundError, UntrustedStoreError
 from afk_local.storage import fsio
 from afk_local.storage.format import codec
 from afk_local.storage.format.layout import RunPaths
-from afk_local.storage.format.records import RunMeta, later_ms, now_ms
+from afk_local.storage.format.records import RunMeta, later_ms
+from afk_local.storage.ops.export import IMPORTED_KEY, imported_mark
 from afk_local.storage.rundir.ownership import acquire_lock
 from afk_local.storage.rundir.reader import read_meta
 from afk_local.storage.store import Store
 from afk_local.storage.store_key import marker_path
-
-IMPORTED_KEY = "imported"
-"""``RunMeta.extra`` key of a run made by ``afk-local import``: ``{"source": FILE,
-"imported_ms": ms}``. Such a run is never executed until someone trusts it."""
 
 _FIX_MODE = "make it yours and private (chown $USER; chmod go-w)"
 
@@ -200,11 +197,6 @@ def trust_warnings(store: Store, run_id: str | None = None) -> list[str]:
     if run_id is not None:
         found += run_problems(store, run_id)
     return [f"{path}: {reason}" for path, reason in found]
-
-
-def imported_mark(source: str) -> dict[str, Any]:
-    """The ``RunMeta.extra[IMPORTED_KEY]`` an import records."""
-    return {"source": source, "imported_ms": now_ms()}
 
 
 def request_file_problem(store: Store, path: Path, fd: int) -> str | None:

@@ -19,13 +19,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
 from afk_local.errors import AfkLocalError, RunExistsError
 from afk_local.storage import fsio
 from afk_local.storage.format import codec, values
+from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.integrity import (
     HISTORY_UNTIL_KEY,
     LINKS_KEY,
@@ -41,14 +43,40 @@ from afk_local.storage.format.layout import (
     validate_phase,
     validate_run_id,
 )
-from afk_local.storage.format.records import SCHEMA_VERSION, Checkpoint, Effect, RunMeta
+from afk_local.storage.format.records import SCHEMA_VERSION, Checkpoint, Effect, RunMeta, now_ms
+from afk_local.storage.rundir.heads import HeadStore
 from afk_local.storage.rundir.reader import RunReader
-from afk_local.storage.store import Store
-from afk_local.storage.trust import IMPORTED_KEY, imported_mark
 
 _T = TypeVar("_T")
 
 EXPORT_FORMAT = "afk-local-export"
+
+
+IMPORTED_KEY = "imported"
+"""``RunMeta.extra`` key of a run made by ``afk-local import``: ``{"source": FILE,
+"imported_ms": ms}``. Such a run is never executed until someone trusts it (the trust
+gate, ``afk_local.storage.trust``, reads it)."""
+
+
+def imported_mark(source: str) -> dict[str, Any]:
+    """The ``RunMeta.extra[IMPORTED_KEY]`` an import records."""
+    return {"source": source, "imported_ms": now_ms()}
+
+
+class ImportTarget(Protocol):
+    """What an import needs of the store it writes into (:class:`~afk_local.storage.store.Store`
+    has it). Declared here so that an operation never imports the store above it."""
+
+    @property
+    def codec(self) -> RecordCodec: ...
+    @property
+    def max_record_bytes(self) -> int: ...
+    @property
+    def runs_dir(self) -> Path: ...
+    @property
+    def heads(self) -> HeadStore | None: ...
+    def prepare_write(self, run_id: str) -> None: ...
+    def run_dir(self, run_id: str) -> RunPaths: ...
 
 
 class ImportFormatError(AfkLocalError, ValueError):
@@ -131,7 +159,11 @@ def _convert(doc: Any, cls: type[_T], source: str, where: str) -> _T:
 
 
 def _validated(
-    store: Store, source: str, meta_doc: Any, checkpoint_docs: list[Any], effect_docs: list[Any]
+    store: ImportTarget,
+    source: str,
+    meta_doc: Any,
+    checkpoint_docs: list[Any],
+    effect_docs: list[Any],
 ) -> tuple[RunMeta, list[Checkpoint], list[Effect]]:
     """Every record of an export, checked field by field before anything is written."""
     meta = _convert(meta_doc, RunMeta, source, "meta")
@@ -179,7 +211,7 @@ def _validated(
     return meta, checkpoints, effects
 
 
-def _encodable(store: Store, record: Any, source: str, where: str) -> bytes:
+def _encodable(store: ImportTarget, record: Any, source: str, where: str) -> bytes:
     try:
         raw = store.codec.encode(record)
     except (TypeError, ValueError, msgspec.EncodeError) as exc:
@@ -191,7 +223,9 @@ def _encodable(store: Store, record: Any, source: str, where: str) -> bytes:
     return raw
 
 
-def import_run(store: Store, text: str, *, new_run_id: str | None = None, source: str = "-") -> str:
+def import_run(
+    store: ImportTarget, text: str, *, new_run_id: str | None = None, source: str = "-"
+) -> str:
     """Recreate an exported run in ``store``; returns its run id.
 
     Every field is checked before anything is written. The run is marked as

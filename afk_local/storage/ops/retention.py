@@ -41,7 +41,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -55,14 +55,13 @@ from afk_local.storage.format.layout import (
     RunPaths,
     parse_checkpoint_name,
 )
-from afk_local.storage.format.records import Effect, Phase
+from afk_local.storage.format.records import Effect, Phase, RunStatus
 from afk_local.storage.ops.fork import JOURNAL_TRIMMED_KEY
 from afk_local.storage.rundir.catalog import RunCatalog
 from afk_local.storage.rundir.chain import is_signed_file
 from afk_local.storage.rundir.metrics import archive_metrics
 from afk_local.storage.rundir.packing import drop_from_packs
 from afk_local.storage.rundir.reader import RunReader
-from afk_local.storage.views.run_info import RunInfo
 
 log = logging.getLogger("afk_local")
 
@@ -249,7 +248,27 @@ def plan_effects(records: Sequence[Effect], max_effects: int | None) -> list[Eff
     return [r for r in records if r.key in wanted]
 
 
-def runs_to_delete(infos: Iterable[RunInfo], policy: RetentionPolicy, *, now_ms: int) -> list[str]:
+class ListedRun(Protocol):
+    """What gc's run-level policy reads of a listed run (``views.run_info.RunInfo`` has it).
+
+    Declared here so that gc, an operation, does not import the listing view above it.
+    """
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def status(self) -> RunStatus: ...
+    @property
+    def updated_ms(self) -> int: ...
+    @property
+    def owner_alive(self) -> bool: ...
+    @property
+    def bytes(self) -> int: ...
+
+
+def runs_to_delete(
+    infos: Iterable[ListedRun], policy: RetentionPolicy, *, now_ms: int
+) -> list[str]:
     """Final runs past ``max_age_days``, then the oldest over ``max_runs`` / ``max_bytes``.
 
     Only final runs (``completed``, ``cancelled``) are ever chosen; live, paused,

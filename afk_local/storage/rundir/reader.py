@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -104,8 +105,10 @@ class RunReader:
         record_codec: RecordCodec | None = None,
         max_record_bytes: int = codec.DEFAULT_MAX_RECORD_BYTES,
         heads: HeadStore | None = None,
+        html_view: Callable[[RunReader], str] | None = None,
     ) -> None:
         self.paths = paths
+        self._html_view = html_view
         self._heads = heads
         self.run_id = paths.run_id
         self._codec = record_codec or RecordCodec()
@@ -128,11 +131,14 @@ class RunReader:
         """The codec this reader decodes with (and, in a keyed store, checks signatures with)."""
         return self._codec
 
-    def _repr_html_(self) -> str:
-        """Notebook view: the run and its recent checkpoints."""
-        from afk_local.storage.views.notebook import run_reader_html  # noqa: PLC0415
+    def _repr_html_(self) -> str | None:
+        """Notebook view: the run and its recent checkpoints.
 
-        return run_reader_html(self)
+        The view lives above this layer (``storage.views.notebook``); a reader from
+        :meth:`Store.open <afk_local.storage.store.Store.open>` is handed it. Without
+        one, None tells Jupyter to show the plain ``repr``.
+        """
+        return None if self._html_view is None else self._html_view(self)
 
     @property
     def meta(self) -> RunMeta:

@@ -28,7 +28,6 @@ from afk_local.errors import (
     UnstorableValueError,
     WriterFailedError,
 )
-from afk_local.journal.journal import Journal
 from afk_local.storage import fsio
 from afk_local.storage.format import codec
 from afk_local.storage.format.codec import RecordCodec
@@ -55,6 +54,7 @@ from afk_local.storage.format.records import (
 from afk_local.storage.rundir.catalog import RunCatalog
 from afk_local.storage.rundir.chain import is_signed_file, read_link_value
 from afk_local.storage.rundir.delta_prefetch import DeltaPrefetch
+from afk_local.storage.rundir.effects import EffectLog, open_effect_log
 from afk_local.storage.rundir.heads import HeadKeeper, HeadStore
 from afk_local.storage.rundir.mirror import REMOTE_COPY_KEY, Mirror, RunMirror
 from afk_local.storage.rundir.ownership import acquire_lock, current_owner
@@ -160,7 +160,7 @@ class RunWriter:
         self._serial = threading.RLock()
         self._head = head  # keyed stores: the head record every acknowledged write moves
         self._close_hooks: list[Callable[[], None]] = []
-        self._journal: Journal | None = None
+        self._journal: EffectLog | None = None
         self._journal_lock = threading.Lock()
         self._journal_absent = False  # no effects.log yet (only our own journal creates one)
         # The remote mirror, if any: told after each acknowledged write, never before.
@@ -232,11 +232,13 @@ class RunWriter:
         return self._max_record_bytes
 
     @property
-    def effects(self) -> Journal:
+    def effects(self) -> EffectLog:
         """The run's effect journal (``effects.log``), opened for writing on first use.
 
-        Opening repairs a torn tail left by a crash; the journal closes with the writer.
-        Threads that first use it at the same time share one journal.
+        An :class:`afk_local.Journal` (typed as such by ``afk_local.journal.journal_of``;
+        storage opens it through :mod:`afk_local.storage.rundir.effects` and may not name
+        it). Opening repairs a torn tail left by a crash; the journal closes with the
+        writer. Threads that first use it at the same time share one journal.
         """
         journal = self._journal
         if journal is None:
@@ -247,10 +249,9 @@ class RunWriter:
                 journal = self._journal
                 if journal is None:
                     self._check_writable()
-                    journal = Journal(
+                    journal = open_effect_log(
                         self.paths.journal,
                         self.run_id,
-                        writable=True,
                         record_codec=self._codec,
                         listener=self._mirror,
                         on_durable=None if self._head is None else self._head.journal,

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from afk_local.errors import EffectInDoubtError
+from afk_local.journal.journal import journal_of
 from afk_local.runner.durable_function import DurableFunction
 from afk_local.storage.ops.export import export_records, import_run, to_jsonable
 from afk_local.storage.ops.retention import RetentionPolicy
@@ -148,7 +149,7 @@ def _write_run(
     with store.create(run_id) as run:
         for i in range(checkpoints):
             if i < effects:
-                run.effects.call(f"e{i}", _value, (i,))
+                journal_of(run).call(f"e{i}", _value, (i,))
             if steps:
                 run.checkpoint("step_started", {"state": "running", "message_count": i}, step=i)
             run.checkpoint("runtime_state", _state_payload(i), step=i)
