@@ -12,6 +12,8 @@ processes (see :func:`_rebuild_error`).
 
 from __future__ import annotations
 
+import errno
+import os
 import traceback
 from typing import Any, TypeVar
 
@@ -28,7 +30,10 @@ def _rebuild_error(cls: type[_E], args: tuple[Any, ...]) -> _E:
     as it was and the fields come back through the instance ``__dict__``.
     """
     error = cls.__new__(cls, *args)
-    error.args = args
+    if isinstance(error, OSError):
+        OSError.__init__(error, *args)  # errno, strerror, filename: slots, not __dict__
+    else:
+        error.args = args
     return error
 
 
@@ -40,7 +45,10 @@ def _reduce_error(error: BaseException) -> tuple[Any, ...]:
     trip, whatever the class's constructor takes. As with every exception,
     ``__cause__``, ``__context__`` and the traceback are not carried.
     """
-    return (_rebuild_error, (type(error), error.args), error.__dict__ or None)
+    args = error.args
+    if isinstance(error, OSError) and error.filename is not None:
+        args = (error.errno, error.strerror, error.filename)  # as OSError's own reduce
+    return (_rebuild_error, (type(error), args), error.__dict__ or None)
 
 
 class AfkLocalError(Exception):
@@ -414,6 +422,22 @@ class MirrorError(AfkLocalError):
     def __init__(self, url: str, detail: str) -> None:
         self.url = url
         super().__init__(f"mirror {url}: {detail}")
+
+
+class NotRegularFileError(OSError):
+    """A path where a regular file is expected is a FIFO, socket, device or directory.
+
+    Raised without blocking: the file is opened ``O_NONBLOCK`` and checked with
+    ``fstat`` before anything is read, so a planted FIFO cannot hang a reader.
+    Not an :class:`AfkLocalError`: callers handle it as the ``OSError`` it is.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], kind: str) -> None:
+        super().__init__(errno.EINVAL, f"is a {kind}, not a regular file", os.fspath(path))
+        self.kind = kind
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reduce_error(self)
 
 
 class BucketRequestError(MirrorError):

@@ -158,6 +158,13 @@ def test_error_round_trips_through_pickle(cls: type[BaseException], protocol: in
     assert back.args == error.args
     assert _fields(back) == _fields(error)
     assert back.__notes__ == ["a note added on the way"]
+    if isinstance(error, OSError):  # errno, strerror and filename are slots, not fields
+        assert isinstance(back, OSError)
+        assert (back.errno, back.strerror, back.filename) == (
+            error.errno,
+            error.strerror,
+            error.filename,
+        )
 
 
 def test_replayed_error_round_trips_through_pickle() -> None:
