@@ -14,123 +14,156 @@ from typing import TYPE_CHECKING, Any
 
 from afk_local.storage.rundir import effects as _effects_seam
 
-if TYPE_CHECKING:
-    from afk_local.agent.agent_runner import AgentRunner
-    from afk_local.agent.factory import AgentFactory, agent_factory
-    from afk_local.agent.resume import aresume, resume
-    from afk_local.agent.types import Agent, AgentResult, LLMResponse, ToolCall
-    from afk_local.errors import (
-        AfkLocalError,
-        CheckpointCorruptionError,
-        CodeChangedError,
-        EffectInDoubtError,
-        EffectLogCorruptionError,
-        EffectMismatchError,
-        ForkedWriterError,
-        InvalidRunIdError,
-        KeyRequiredError,
-        LeaseLostError,
-        MirrorError,
-        PauseMismatchError,
-        RecordTooDeepError,
-        RunCancelledError,
-        RunExistsError,
-        RunLockedError,
-        RunNotFoundError,
-        RunPaused,
-        RunRolledBackError,
-        SchemaVersionError,
-        UntrustedStoreError,
-        WriterFailedError,
-    )
-    from afk_local.journal.journal import Journal
-    from afk_local.journal.replay import ReplayedError, input_hash
-    from afk_local.runner.cancel import cancel
-    from afk_local.runner.durable_function import DurableFunction, durable
-    from afk_local.runner.run_context import RunContext
-    from afk_local.runner.state_checkpoint import StateCheckpoint
-    from afk_local.runner.versions import CodeChangedWarning, migration
-    from afk_local.runner.writer import DurableWriter
-    from afk_local.storage.format.codec import RecordCodec
-    from afk_local.storage.format.records import (
-        SCHEMA_VERSION,
-        Checkpoint,
-        Effect,
-        ErrorInfo,
-        Phase,
-        RunMeta,
-        RunStatus,
-    )
-    from afk_local.storage.rundir.mirror import RunMirror
-    from afk_local.storage.rundir.reader import CheckpointNotFoundError, ResumeState, RunReader
-    from afk_local.storage.rundir.verify import VerifyReport
-    from afk_local.storage.rundir.writer import RunWriter
-    from afk_local.storage.store import Store
-    from afk_local.storage.views.run_info import RunInfo
+__version__ = "0.1.0"
 
-# Public names and the module each lives in. Imported on first use (PEP 562), so that
-# ``import afk_local.integrations.langgraph`` (a saver in a fresh process) or the CLI
-# pays only for the layers it uses, not for the runner, agent and watcher.
-_EXPORTS = {
-    "AgentRunner": "afk_local.agent.agent_runner",
-    "AgentFactory": "afk_local.agent.factory",
-    "agent_factory": "afk_local.agent.factory",
-    "aresume": "afk_local.agent.resume",
-    "resume": "afk_local.agent.resume",
-    "Agent": "afk_local.agent.types",
-    "AgentResult": "afk_local.agent.types",
-    "LLMResponse": "afk_local.agent.types",
-    "ToolCall": "afk_local.agent.types",
-    "AfkLocalError": "afk_local.errors",
-    "CheckpointCorruptionError": "afk_local.errors",
-    "CodeChangedError": "afk_local.errors",
-    "EffectInDoubtError": "afk_local.errors",
-    "EffectLogCorruptionError": "afk_local.errors",
-    "EffectMismatchError": "afk_local.errors",
-    "ForkedWriterError": "afk_local.errors",
-    "InvalidRunIdError": "afk_local.errors",
-    "KeyRequiredError": "afk_local.errors",
-    "LeaseLostError": "afk_local.errors",
-    "MirrorError": "afk_local.errors",
-    "PauseMismatchError": "afk_local.errors",
-    "RecordTooDeepError": "afk_local.errors",
-    "RunCancelledError": "afk_local.errors",
-    "RunExistsError": "afk_local.errors",
-    "RunLockedError": "afk_local.errors",
-    "RunNotFoundError": "afk_local.errors",
-    "RunPaused": "afk_local.errors",
-    "RunRolledBackError": "afk_local.errors",
-    "SchemaVersionError": "afk_local.errors",
-    "UntrustedStoreError": "afk_local.errors",
-    "WriterFailedError": "afk_local.errors",
-    "Journal": "afk_local.journal.journal",
-    "ReplayedError": "afk_local.journal.replay",
-    "input_hash": "afk_local.journal.replay",
-    "cancel": "afk_local.runner.cancel",
-    "DurableFunction": "afk_local.runner.durable_function",
-    "durable": "afk_local.runner.durable_function",
-    "RunContext": "afk_local.runner.run_context",
-    "StateCheckpoint": "afk_local.runner.state_checkpoint",
-    "CodeChangedWarning": "afk_local.runner.versions",
-    "migration": "afk_local.runner.versions",
-    "DurableWriter": "afk_local.runner.writer",
-    "CheckpointNotFoundError": "afk_local.storage.rundir.reader",
-    "ResumeState": "afk_local.storage.rundir.reader",
-    "RunReader": "afk_local.storage.rundir.reader",
-    "SCHEMA_VERSION": "afk_local.storage.format.records",
-    "Checkpoint": "afk_local.storage.format.records",
-    "Effect": "afk_local.storage.format.records",
-    "ErrorInfo": "afk_local.storage.format.records",
-    "Phase": "afk_local.storage.format.records",
-    "RunMeta": "afk_local.storage.format.records",
-    "RunStatus": "afk_local.storage.format.records",
-    "RunWriter": "afk_local.storage.rundir.writer",
-    "RunInfo": "afk_local.storage.views.run_info",
-    "Store": "afk_local.storage.store",
-    "VerifyReport": "afk_local.storage.rundir.verify",
+# The public API: each module and the names imported from it on first use (PEP 562),
+# so that ``import afk_local.integrations.langgraph`` (a saver in a fresh process) or
+# the CLI pays only for the layers it uses, not for the runner, agent and watcher.
+# This table is the one list of public names: ``__all__`` and ``dir()`` come from it,
+# and tests/test_public_api.py holds the TYPE_CHECKING imports below to it.
+_PUBLIC: dict[str, tuple[str, ...]] = {
+    "afk_local.agent.agent_runner": ("AgentRunner",),
+    "afk_local.agent.factory": ("AgentFactory", "agent_factory"),
+    "afk_local.agent.rebuild": ("resume_agent",),
+    "afk_local.agent.resume": ("aresume", "resume", "resume_run"),
+    "afk_local.agent.types": ("Agent", "AgentResult", "LLMResponse", "Tool", "ToolCall", "tool"),
+    "afk_local.errors": (
+        "AfkLocalError",
+        "CheckpointCorruptionError",
+        "CheckpointNotFoundError",
+        "CodeChangedError",
+        "EffectInDoubtError",
+        "EffectLogCorruptionError",
+        "EffectMismatchError",
+        "EntrypointError",
+        "FlushTimeoutError",
+        "ForkedWriterError",
+        "InvalidRunIdError",
+        "KeyRequiredError",
+        "LeaseLostError",
+        "MirrorError",
+        "PauseMismatchError",
+        "RecordTooDeepError",
+        "RunCancelledError",
+        "RunExistsError",
+        "RunLockedError",
+        "RunNotFoundError",
+        "RunPaused",
+        "RunRolledBackError",
+        "SchemaVersionError",
+        "SettleError",
+        "UnstorableValueError",
+        "UntrustedStoreError",
+        "WriterFailedError",
+    ),
+    "afk_local.journal.journal": ("Journal",),
+    "afk_local.journal.replay": ("ReplayedError", "input_hash"),
+    "afk_local.runner.cancel": ("cancel",),
+    "afk_local.runner.durable_function": ("DurableFunction", "durable"),
+    "afk_local.runner.observe": ("add_observer",),
+    "afk_local.runner.restart": ("restart_run",),
+    "afk_local.runner.run_context": ("RunContext",),
+    "afk_local.runner.settle": ("settle",),
+    "afk_local.runner.state_checkpoint": ("StateCheckpoint",),
+    "afk_local.runner.versions": ("CodeChangedWarning", "migration"),
+    "afk_local.runner.writer": ("DurableWriter",),
+    "afk_local.storage.format.records": (
+        "SCHEMA_VERSION",
+        "Checkpoint",
+        "Effect",
+        "ErrorInfo",
+        "Phase",
+        "RunMeta",
+        "RunStatus",
+    ),
+    "afk_local.storage.rundir.reader": ("ResumeState", "RunReader"),
+    "afk_local.storage.rundir.verify": ("VerifyReport",),
+    "afk_local.storage.rundir.writer": ("RunWriter",),
+    "afk_local.storage.store": ("Store",),
+    "afk_local.storage.trust": ("require_trusted_run", "trust_run"),
+    "afk_local.storage.views.run_info": ("RunInfo",),
+    "afk_local.watcher.requests": ("submit_request",),
+    "afk_local.watcher.watcher": ("Watcher",),
 }
 
-__version__ = "0.1.0"
+_EXPORTS = {name: module for module, names in _PUBLIC.items() for name in names}
+
+__all__ = sorted([*_EXPORTS, "__version__"])  # noqa: PLE0605 - derived from _PUBLIC
+
+if TYPE_CHECKING:  # the same names for type checkers, which do not run __getattr__
+    from afk_local.agent.agent_runner import AgentRunner as AgentRunner
+    from afk_local.agent.factory import AgentFactory as AgentFactory
+    from afk_local.agent.factory import agent_factory as agent_factory
+    from afk_local.agent.rebuild import resume_agent as resume_agent
+    from afk_local.agent.resume import aresume as aresume
+    from afk_local.agent.resume import resume as resume
+    from afk_local.agent.resume import resume_run as resume_run
+    from afk_local.agent.types import Agent as Agent
+    from afk_local.agent.types import AgentResult as AgentResult
+    from afk_local.agent.types import LLMResponse as LLMResponse
+    from afk_local.agent.types import Tool as Tool
+    from afk_local.agent.types import ToolCall as ToolCall
+    from afk_local.agent.types import tool as tool
+    from afk_local.errors import AfkLocalError as AfkLocalError
+    from afk_local.errors import CheckpointCorruptionError as CheckpointCorruptionError
+    from afk_local.errors import CheckpointNotFoundError as CheckpointNotFoundError
+    from afk_local.errors import CodeChangedError as CodeChangedError
+    from afk_local.errors import EffectInDoubtError as EffectInDoubtError
+    from afk_local.errors import EffectLogCorruptionError as EffectLogCorruptionError
+    from afk_local.errors import EffectMismatchError as EffectMismatchError
+    from afk_local.errors import EntrypointError as EntrypointError
+    from afk_local.errors import FlushTimeoutError as FlushTimeoutError
+    from afk_local.errors import ForkedWriterError as ForkedWriterError
+    from afk_local.errors import InvalidRunIdError as InvalidRunIdError
+    from afk_local.errors import KeyRequiredError as KeyRequiredError
+    from afk_local.errors import LeaseLostError as LeaseLostError
+    from afk_local.errors import MirrorError as MirrorError
+    from afk_local.errors import PauseMismatchError as PauseMismatchError
+    from afk_local.errors import RecordTooDeepError as RecordTooDeepError
+    from afk_local.errors import RunCancelledError as RunCancelledError
+    from afk_local.errors import RunExistsError as RunExistsError
+    from afk_local.errors import RunLockedError as RunLockedError
+    from afk_local.errors import RunNotFoundError as RunNotFoundError
+    from afk_local.errors import RunPaused as RunPaused
+    from afk_local.errors import RunRolledBackError as RunRolledBackError
+    from afk_local.errors import SchemaVersionError as SchemaVersionError
+    from afk_local.errors import SettleError as SettleError
+    from afk_local.errors import UnstorableValueError as UnstorableValueError
+    from afk_local.errors import UntrustedStoreError as UntrustedStoreError
+    from afk_local.errors import WriterFailedError as WriterFailedError
+    from afk_local.journal.journal import Journal as Journal
+    from afk_local.journal.replay import ReplayedError as ReplayedError
+    from afk_local.journal.replay import input_hash as input_hash
+    from afk_local.runner.cancel import cancel as cancel
+    from afk_local.runner.durable_function import DurableFunction as DurableFunction
+    from afk_local.runner.durable_function import durable as durable
+    from afk_local.runner.observe import add_observer as add_observer
+    from afk_local.runner.restart import restart_run as restart_run
+    from afk_local.runner.run_context import RunContext as RunContext
+    from afk_local.runner.settle import settle as settle
+    from afk_local.runner.state_checkpoint import StateCheckpoint as StateCheckpoint
+    from afk_local.runner.versions import CodeChangedWarning as CodeChangedWarning
+    from afk_local.runner.versions import migration as migration
+    from afk_local.runner.writer import DurableWriter as DurableWriter
+    from afk_local.storage.format.codec import RecordCodec
+    from afk_local.storage.format.records import SCHEMA_VERSION as SCHEMA_VERSION
+    from afk_local.storage.format.records import Checkpoint as Checkpoint
+    from afk_local.storage.format.records import Effect as Effect
+    from afk_local.storage.format.records import ErrorInfo as ErrorInfo
+    from afk_local.storage.format.records import Phase as Phase
+    from afk_local.storage.format.records import RunMeta as RunMeta
+    from afk_local.storage.format.records import RunStatus as RunStatus
+    from afk_local.storage.rundir.mirror import RunMirror
+    from afk_local.storage.rundir.reader import ResumeState as ResumeState
+    from afk_local.storage.rundir.reader import RunReader as RunReader
+    from afk_local.storage.rundir.verify import VerifyReport as VerifyReport
+    from afk_local.storage.rundir.writer import RunWriter as RunWriter
+    from afk_local.storage.store import Store as Store
+    from afk_local.storage.trust import require_trusted_run as require_trusted_run
+    from afk_local.storage.trust import trust_run as trust_run
+    from afk_local.storage.views.run_info import RunInfo as RunInfo
+    from afk_local.watcher.requests import submit_request as submit_request
+    from afk_local.watcher.watcher import Watcher as Watcher
 
 
 def _open_journal(
@@ -157,67 +190,6 @@ def _open_journal(
 # The composition root: storage may not import the journal above it, so the run's
 # writer opens ``effects.log`` through this opener (afk_local/storage/rundir/effects.py).
 _effects_seam.register_journal_opener(_open_journal)
-
-__all__ = [
-    "SCHEMA_VERSION",
-    "AfkLocalError",
-    "Agent",
-    "AgentFactory",
-    "AgentResult",
-    "AgentRunner",
-    "Checkpoint",
-    "CheckpointCorruptionError",
-    "CheckpointNotFoundError",
-    "CodeChangedError",
-    "CodeChangedWarning",
-    "DurableFunction",
-    "DurableWriter",
-    "Effect",
-    "EffectInDoubtError",
-    "EffectLogCorruptionError",
-    "EffectMismatchError",
-    "ErrorInfo",
-    "ForkedWriterError",
-    "InvalidRunIdError",
-    "Journal",
-    "KeyRequiredError",
-    "LLMResponse",
-    "LeaseLostError",
-    "MirrorError",
-    "PauseMismatchError",
-    "Phase",
-    "RecordTooDeepError",
-    "ReplayedError",
-    "ResumeState",
-    "RunCancelledError",
-    "RunContext",
-    "RunExistsError",
-    "RunInfo",
-    "RunLockedError",
-    "RunMeta",
-    "RunNotFoundError",
-    "RunPaused",
-    "RunReader",
-    "RunRolledBackError",
-    "RunStatus",
-    "RunWriter",
-    "SchemaVersionError",
-    "StateCheckpoint",
-    "Store",
-    "ToolCall",
-    "UntrustedStoreError",
-    "VerifyReport",
-    "WriterFailedError",
-    "__version__",
-    "agent_factory",
-    "aresume",
-    "cancel",
-    "durable",
-    "input_hash",
-    "migration",
-    "resume",
-]
-
 
 _SUBPACKAGES = frozenset(
     {"agent", "cli", "errors", "integrations", "journal", "runner", "storage", "testing", "watcher"}

@@ -2,15 +2,60 @@
 
 Every message names the run, the file (where there is one) and what a user can
 do next, because these errors are usually read long after the run died.
+
+Every error class of the package is defined here, also those raised by one
+sub-package only (the agent's, the integrations'), so that this module, the lowest
+layer, is the one place to find them; their old homes import them back. Each one
+pickles with its fields, because Dask, Ray and the watcher carry errors between
+processes (see :func:`_rebuild_error`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import errno
+import os
+import traceback
+from typing import Any, TypeVar
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _rebuild_error(cls: type[_E], args: tuple[Any, ...]) -> _E:
+    """An instance of ``cls`` holding ``args`` (its message), made without ``__init__``.
+
+    The inverse of :func:`_reduce_error`. Error classes take their fields as
+    constructor arguments and pass only the message they format on to
+    ``Exception``, so the default unpickling, ``cls(*args)`` with that message,
+    fails or loses fields. Rebuilding skips ``__init__``: the message is restored
+    as it was and the fields come back through the instance ``__dict__``.
+    """
+    error = cls.__new__(cls, *args)
+    if isinstance(error, OSError):
+        OSError.__init__(error, *args)  # errno, strerror, filename: slots, not __dict__
+    else:
+        error.args = args
+    return error
+
+
+def _reduce_error(error: BaseException) -> tuple[Any, ...]:
+    """``__reduce__`` for an error whose ``__init__`` takes other arguments than its message.
+
+    Returns ``(_rebuild_error, (type, args), fields)``: the type, the message and
+    every attribute (``run_id``, ``path``... and ``__notes__``) survive the round
+    trip, whatever the class's constructor takes. As with every exception,
+    ``__cause__``, ``__context__`` and the traceback are not carried.
+    """
+    args = error.args
+    if isinstance(error, OSError) and error.filename is not None:
+        args = (error.errno, error.strerror, error.filename)  # as OSError's own reduce
+    return (_rebuild_error, (type(error), args), error.__dict__ or None)
 
 
 class AfkLocalError(Exception):
-    """Base class of every error raised by afk_local."""
+    """Base class of every error raised by afk_local; every subclass pickles with its fields."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reduce_error(self)
 
 
 class InvalidRunIdError(AfkLocalError, ValueError):
@@ -33,6 +78,17 @@ class RunNotFoundError(AfkLocalError, LookupError):
         super().__init__(
             f"run {run_id!r} not found under {root}: run `afk-local runs --root {root}` "
             "to list the runs there"
+        )
+
+
+class CheckpointNotFoundError(AfkLocalError, LookupError):
+    """The run has no checkpoint with the requested seq."""
+
+    def __init__(self, run_id: str, seq: int) -> None:
+        self.run_id = run_id
+        self.seq = seq
+        super().__init__(
+            f"run {run_id!r} has no checkpoint {seq}: run `afk-local log {run_id}` to list them"
         )
 
 
@@ -72,6 +128,11 @@ class CheckpointCorruptionError(AfkLocalError):
         super().__init__(
             f"{run}corrupt file {path}: {reason}; run {hint} to see every damaged file"
         )
+
+
+class DecodeBudgetError(CheckpointCorruptionError):
+    """One read decoded more delta frames than its budget allows: it stops, it never
+    turns quadratic. Loops over candidates re-raise it instead of trying the next."""
 
 
 class EffectLogCorruptionError(AfkLocalError):
@@ -361,3 +422,206 @@ class MirrorError(AfkLocalError):
     def __init__(self, url: str, detail: str) -> None:
         self.url = url
         super().__init__(f"mirror {url}: {detail}")
+
+
+class NotRegularFileError(OSError):
+    """A path where a regular file is expected is a FIFO, socket, device or directory.
+
+    Raised without blocking: the file is opened ``O_NONBLOCK`` and checked with
+    ``fstat`` before anything is read, so a planted FIFO cannot hang a reader.
+    Not an :class:`AfkLocalError`: callers handle it as the ``OSError`` it is.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], kind: str) -> None:
+        super().__init__(errno.EINVAL, f"is a {kind}, not a regular file", os.fspath(path))
+        self.kind = kind
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reduce_error(self)
+
+
+class BucketRequestError(MirrorError):
+    """A request to the remote failed after obstore's own retries.
+
+    ``retryable`` is False for answers that retrying cannot change (credentials,
+    permissions); the background mirror retries the others a while longer.
+    """
+
+    def __init__(self, url: str, detail: str, *, retryable: bool) -> None:
+        super().__init__(url, detail)
+        self.retryable = retryable
+
+
+class RemoteIntegrityError(MirrorError):
+    """A pulled run did not verify: nothing was published locally."""
+
+
+class FlushTimeoutError(AfkLocalError, TimeoutError):
+    """Queued checkpoints were not written within ``flush_timeout_s``."""
+
+    def __init__(self, run_id: str, pending: int, timeout: float) -> None:
+        self.run_id = run_id
+        self.pending = pending
+        super().__init__(
+            f"run {run_id!r}: {pending} queued checkpoint(s) not written within {timeout:g} s "
+            "(the disk is slow or stuck); nothing was marked finished. Check the disk, then "
+            "resume the run, or raise flush_timeout_s"
+        )
+
+
+class StateEditError(AfkLocalError, ValueError):
+    """A ``--set`` path that the state does not have, or no state to edit."""
+
+    def __init__(self, run_id: str, message: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id!r}: {message}")
+
+
+class ImportFormatError(AfkLocalError, ValueError):
+    """An import file is not an afk-local export."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        super().__init__(
+            f"{source} is not an afk-local export ({reason}); create one with "
+            "`afk-local export RUN > FILE`"
+        )
+
+
+class ImportFieldError(ImportFormatError):
+    """A record of an export has a field afk-local will not store (one line, naming it)."""
+
+    def __init__(self, source: str, where: str, reason: str) -> None:
+        AfkLocalError.__init__(
+            self, f"{source}: {where}: {reason}; nothing was imported (fix or re-export the run)"
+        )
+
+
+# The agent runner's errors (afk_local.agent).
+
+
+class LLMFailedError(AfkLocalError):
+    """The LLM callable still raised after its retries (the run ends ``failed``)."""
+
+    def __init__(self, run_id: str, step: int, cause: BaseException) -> None:
+        self.run_id = run_id
+        self.step = step
+        super().__init__(
+            f"run {run_id!r}: the LLM failed at step {step}: {type(cause).__name__}: {cause}. "
+            f"`runner.resume(agent, {run_id!r})` retries from the newest snapshot"
+        )
+
+
+class MaxStepsError(AfkLocalError):
+    """The agent used ``max_steps`` LLM steps without a final answer."""
+
+    def __init__(self, run_id: str, max_steps: int) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id!r}: no final answer after max_steps={max_steps}; raise max_steps "
+            f"and resume with `runner.resume(agent, {run_id!r})`"
+        )
+
+
+class ToolFailedError(AfkLocalError):
+    """A tool still raised after its retries (the run ends ``failed``; ``resume`` retries it)."""
+
+    def __init__(self, run_id: str, name: str, call_id: str, message: str) -> None:
+        self.run_id = run_id
+        self.tool = name
+        self.call_id = call_id
+        super().__init__(
+            f"run {run_id!r}: tool {name!r} (call {call_id}) failed: {message}. Fix the cause, "
+            f"then `runner.resume(agent, {run_id!r})` retries it; finished calls are replayed"
+        )
+
+
+class SubagentFailedError(AfkLocalError):
+    """A subagent's child run did not complete."""
+
+    def __init__(self, run_id: str, child_run_id: str, state: str, message: str | None) -> None:
+        self.run_id = run_id
+        self.child_run_id = child_run_id
+        super().__init__(
+            f"run {run_id!r}: subagent run {child_run_id!r} ended {state}"
+            + (f": {message}" if message else "")
+            + f"; inspect it with `afk-local show {child_run_id}`"
+        )
+
+
+class AgentFailedError(RuntimeError):
+    """``afk-local resume`` of an agent run that ended ``failed`` (exit code 1).
+
+    Not an :class:`AfkLocalError`: the library worked, the agent's run
+    failed — as when a durable job raises. The reason is in the run (``afk-local show``).
+    It pickles with its fields all the same.
+    """
+
+    def __init__(self, run_id: str, error: str | None) -> None:
+        self.run_id = run_id
+        self.error = error
+        super().__init__(f"agent run {run_id!r} failed: {error or 'see its run_terminal'}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reduce_error(self)
+
+
+# The integrations' errors (afk_local.integrations): defined here, so that a
+# worker can unpickle one without the extra that raised it being importable.
+
+
+class LLMHTTPError(AfkLocalError):
+    """The chat-completions endpoint answered with an error or something unreadable."""
+
+    def __init__(self, url: str, status: int | None, detail: str) -> None:
+        self.url = url
+        self.status = status
+        code = f"HTTP {status}" if status is not None else "no answer"
+        super().__init__(
+            f"chat-completions call to {url} failed ({code}): {detail[:500]}; check the "
+            "base_url, the model name and the API key (OPENAI_API_KEY)"
+        )
+
+
+class RunFailed(AfkLocalError):
+    """Raised by a fan-out task on its worker: the durable run ``run_id`` did not complete.
+
+    It carries the original error as text (its type, message and traceback),
+    so it pickles the same way everywhere: the engine sends it back to the
+    client, which reports it in a :class:`FanOutError`. The run itself is kept
+    (failed or paused); the next ``map_durable`` call resumes it.
+    """
+
+    def __init__(
+        self, run_id: str, error_type: str, message: str, traceback_text: str = ""
+    ) -> None:
+        self.run_id = run_id
+        self.error_type = error_type
+        self.message = message
+        self.traceback_text = traceback_text
+        super().__init__(f"run {run_id!r} failed: {error_type}: {message}")
+
+    @classmethod
+    def from_exception(cls, run_id: str, exc: BaseException) -> RunFailed:
+        """The :class:`RunFailed` that reports ``exc`` (type, message, traceback) for ``run_id``."""
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(run_id, type(exc).__name__, str(exc), text)
+
+
+class FanOutError(AfkLocalError):
+    """Some runs of a ``map_durable`` call did not complete; every other run did.
+
+    Attributes:
+        failures: run id -> what went wrong (``"ValueError: bad item"``), in item order.
+        total: how many runs the call had.
+    """
+
+    def __init__(self, failures: dict[str, str], total: int) -> None:
+        self.failures = dict(failures)
+        self.total = total
+        shown = "; ".join(f"{rid}: {why}" for rid, why in list(self.failures.items())[:5])
+        more = f" (and {len(self.failures) - 5} more)" if len(self.failures) > 5 else ""
+        super().__init__(
+            f"{len(self.failures)} of {total} fan-out runs did not complete: {shown}{more}. "
+            "Every run is kept: `afk-local show RUN` shows its error; fix the cause and call "
+            "map_durable again: completed runs return their stored results, the others resume"
+        )

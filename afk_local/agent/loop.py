@@ -34,7 +34,7 @@ from afk_local.agent.types import (
     ToolCall,
     assistant_message,
 )
-from afk_local.errors import AfkLocalError
+from afk_local.errors import LLMFailedError, MaxStepsError
 from afk_local.runner.stopping import defer_stop
 from afk_local.runner.writer import DurableWriter
 from afk_local.storage.format.records import Phase
@@ -44,29 +44,6 @@ log = logging.getLogger("afk_local")
 NO_INPUT: Any = object()
 """Sentinel: no resume input was given."""
 APPROVAL = "approval"
-
-
-class LLMFailedError(AfkLocalError):
-    """The LLM callable still raised after its retries (the run ends ``failed``)."""
-
-    def __init__(self, run_id: str, step: int, cause: BaseException) -> None:
-        self.run_id = run_id
-        self.step = step
-        super().__init__(
-            f"run {run_id!r}: the LLM failed at step {step}: {type(cause).__name__}: {cause}. "
-            f"`runner.resume(agent, {run_id!r})` retries from the newest snapshot"
-        )
-
-
-class MaxStepsError(AfkLocalError):
-    """The agent used ``max_steps`` LLM steps without a final answer."""
-
-    def __init__(self, run_id: str, max_steps: int) -> None:
-        self.run_id = run_id
-        super().__init__(
-            f"run {run_id!r}: no final answer after max_steps={max_steps}; raise max_steps "
-            f"and resume with `runner.resume(agent, {run_id!r})`"
-        )
 
 
 def decision(value: Any) -> tuple[bool, str | None]:

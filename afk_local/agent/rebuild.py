@@ -18,7 +18,7 @@ from afk_local.agent.agent_runner import _AGENTS, AgentRunner
 from afk_local.agent.factory import AgentFactory
 from afk_local.agent.loop import APPROVAL, NO_INPUT
 from afk_local.agent.types import Agent, AgentResult
-from afk_local.errors import EntrypointError, RunPaused
+from afk_local.errors import AgentFailedError, EntrypointError, RunPaused
 from afk_local.runner.entrypoints import import_entrypoint
 from afk_local.storage.format.records import RunMeta
 from afk_local.storage.store import StoreLike, as_store
@@ -34,19 +34,6 @@ def is_agent_run(meta: RunMeta) -> bool:
     if kind is not None:
         return bool(kind == "agent")
     return meta.entrypoint is None and "agent" in meta.extra
-
-
-class AgentFailedError(RuntimeError):
-    """``afk-local resume`` of an agent run that ended ``failed`` (exit code 1).
-
-    Not an :class:`~afk_local.AfkLocalError`: the library worked, the agent's run
-    failed — as when a durable job raises. The reason is in the run (``afk-local show``).
-    """
-
-    def __init__(self, run_id: str, error: str | None) -> None:
-        self.run_id = run_id
-        self.error = error
-        super().__init__(f"agent run {run_id!r} failed: {error or 'see its run_terminal'}")
 
 
 def load_agent(meta: RunMeta) -> Agent:

@@ -24,10 +24,11 @@ from typing import Any
 
 from afk_local.agent.types import Agent, Tool, ToolCall
 from afk_local.errors import (
-    AfkLocalError,
     EffectInDoubtError,
     EffectLogCorruptionError,
     EffectMismatchError,
+    SubagentFailedError,
+    ToolFailedError,
     WriterFailedError,
 )
 from afk_local.journal.journal import Journal
@@ -44,32 +45,6 @@ JOURNAL_ERRORS = (
     WriterFailedError,
 )
 """Errors of the run's own bookkeeping: never retried or handed to the model."""
-
-
-class ToolFailedError(AfkLocalError):
-    """A tool still raised after its retries (the run ends ``failed``; ``resume`` retries it)."""
-
-    def __init__(self, run_id: str, name: str, call_id: str, message: str) -> None:
-        self.run_id = run_id
-        self.tool = name
-        self.call_id = call_id
-        super().__init__(
-            f"run {run_id!r}: tool {name!r} (call {call_id}) failed: {message}. Fix the cause, "
-            f"then `runner.resume(agent, {run_id!r})` retries it; finished calls are replayed"
-        )
-
-
-class SubagentFailedError(AfkLocalError):
-    """A subagent's child run did not complete."""
-
-    def __init__(self, run_id: str, child_run_id: str, state: str, message: str | None) -> None:
-        self.run_id = run_id
-        self.child_run_id = child_run_id
-        super().__init__(
-            f"run {run_id!r}: subagent run {child_run_id!r} ended {state}"
-            + (f": {message}" if message else "")
-            + f"; inspect it with `afk-local show {child_run_id}`"
-        )
 
 
 @dataclass

@@ -24,14 +24,13 @@ import logging
 import os
 import re
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from afk_local.errors import AfkLocalError
+from afk_local.errors import AfkLocalError, FanOutError, RunFailed
 from afk_local.runner.durable_function import DurableFunction
 from afk_local.storage.format.codec import DecHook, EncHook
 from afk_local.storage.format.layout import validate_run_id
@@ -45,54 +44,6 @@ RUN_PREFIX = "fanout-"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _NAME_MAX = 100  # leaves room for the prefix and the index within the 128 characters of a run id
 _LOG_INTERVAL_S = 5.0
-
-
-class RunFailed(AfkLocalError):
-    """Raised by a fan-out task on its worker: the durable run ``run_id`` did not complete.
-
-    It carries the original error as text (its type, message and traceback),
-    so it pickles the same way everywhere: the engine sends it back to the
-    client, which reports it in a :class:`FanOutError`. The run itself is kept
-    (failed or paused); the next ``map_durable`` call resumes it.
-    """
-
-    def __init__(
-        self, run_id: str, error_type: str, message: str, traceback_text: str = ""
-    ) -> None:
-        self.run_id = run_id
-        self.error_type = error_type
-        self.message = message
-        self.traceback_text = traceback_text
-        super().__init__(f"run {run_id!r} failed: {error_type}: {message}")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (RunFailed, (self.run_id, self.error_type, self.message, self.traceback_text))
-
-    @classmethod
-    def from_exception(cls, run_id: str, exc: BaseException) -> RunFailed:
-        """The :class:`RunFailed` that reports ``exc`` (type, message, traceback) for ``run_id``."""
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return cls(run_id, type(exc).__name__, str(exc), text)
-
-
-class FanOutError(AfkLocalError):
-    """Some runs of a ``map_durable`` call did not complete; every other run did.
-
-    Attributes:
-        failures: run id -> what went wrong (``"ValueError: bad item"``), in item order.
-        total: how many runs the call had.
-    """
-
-    def __init__(self, failures: dict[str, str], total: int) -> None:
-        self.failures = dict(failures)
-        self.total = total
-        shown = "; ".join(f"{rid}: {why}" for rid, why in list(self.failures.items())[:5])
-        more = f" (and {len(self.failures) - 5} more)" if len(self.failures) > 5 else ""
-        super().__init__(
-            f"{len(self.failures)} of {total} fan-out runs did not complete: {shown}{more}. "
-            "Every run is kept: `afk-local show RUN` shows its error; fix the cause and call "
-            "map_durable again: completed runs return their stored results, the others resume"
-        )
 
 
 @runtime_checkable

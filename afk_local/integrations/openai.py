@@ -20,23 +20,10 @@ import urllib.request
 from typing import Any
 
 from afk_local.agent.types import LLMResponse, ToolCall
-from afk_local.errors import AfkLocalError
+from afk_local.errors import LLMHTTPError
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 MAX_RESPONSE_BYTES = 32 << 20
-
-
-class LLMHTTPError(AfkLocalError):
-    """The chat-completions endpoint answered with an error or something unreadable."""
-
-    def __init__(self, url: str, status: int | None, detail: str) -> None:
-        self.url = url
-        self.status = status
-        code = f"HTTP {status}" if status is not None else "no answer"
-        super().__init__(
-            f"chat-completions call to {url} failed ({code}): {detail[:500]}; check the "
-            "base_url, the model name and the API key (OPENAI_API_KEY)"
-        )
 
 
 class OpenAIChat:

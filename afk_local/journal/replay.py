@@ -84,6 +84,11 @@ class ReplayedError(Exception):
     def __str__(self) -> str:
         return self.info.message
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Its class is made at run time (named like the recorded type), so it cannot
+        # be pickled by name: rebuilt from the record it replays, fields and all.
+        return (replayed_error, (self.info, self.key), self.__dict__)
+
 
 @functools.lru_cache(maxsize=256)
 def _replayed_type(type_name: str, mix_builtin: bool) -> type[ReplayedError]:

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import msgspec
 
 from afk_local.errors import (
-    AfkLocalError,
+    FlushTimeoutError,
     ForkedWriterError,
     UnstorableValueError,
     WriterFailedError,
@@ -70,19 +70,6 @@ DEFAULT_MAX_QUEUE = 1024
 """Queued checkpoints at which ``async`` :meth:`DurableWriter.checkpoint` waits (backpressure)."""
 
 _RUNTIME_STATE = Phase.RUNTIME_STATE.value
-
-
-class FlushTimeoutError(AfkLocalError, TimeoutError):
-    """Queued checkpoints were not written within ``flush_timeout_s``."""
-
-    def __init__(self, run_id: str, pending: int, timeout: float) -> None:
-        self.run_id = run_id
-        self.pending = pending
-        super().__init__(
-            f"run {run_id!r}: {pending} queued checkpoint(s) not written within {timeout:g} s "
-            "(the disk is slow or stuck); nothing was marked finished. Check the disk, then "
-            "resume the run, or raise flush_timeout_s"
-        )
 
 
 class _Pending(NamedTuple):

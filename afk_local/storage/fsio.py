@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from afk_local.errors import NotRegularFileError
+
 IoHook = Callable[[str, str], None]
 """``hook(operation, path)``; operation is one of open, write, fsync, rename,
 symlink, link, unlink, truncate, mkdir."""
@@ -58,18 +60,6 @@ _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-
-
-class NotRegularFileError(OSError):
-    """A path where a regular file is expected is a FIFO, socket, device or directory.
-
-    Raised without blocking: the file is opened ``O_NONBLOCK`` and checked with
-    ``fstat`` before anything is read, so a planted FIFO cannot hang a reader.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], kind: str) -> None:
-        super().__init__(errno.EINVAL, f"is a {kind}, not a regular file", os.fspath(path))
-        self.kind = kind
 
 
 def file_kind(mode: int) -> str:

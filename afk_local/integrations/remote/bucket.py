@@ -40,7 +40,7 @@ from obstore.exceptions import (
 )
 from obstore.store import LocalStore, from_url
 
-from afk_local.errors import MirrorError
+from afk_local.errors import BucketRequestError, MirrorError
 
 if TYPE_CHECKING:
     from obstore.store import ObjectStore, RetryConfig
@@ -59,18 +59,6 @@ _RETRY: RetryConfig = {
         "base": 2,
     },
 }
-
-
-class BucketRequestError(MirrorError):
-    """A request to the remote failed after obstore's own retries.
-
-    ``retryable`` is False for answers that retrying cannot change (credentials,
-    permissions); the background mirror retries the others a while longer.
-    """
-
-    def __init__(self, url: str, detail: str, *, retryable: bool) -> None:
-        super().__init__(url, detail)
-        self.retryable = retryable
 
 
 class ListedObject(NamedTuple):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from afk_local.errors import MirrorError, RunExistsError, RunNotFoundError
+from afk_local.errors import RemoteIntegrityError, RunExistsError, RunNotFoundError
 from afk_local.integrations.remote.bucket import Bucket
 from afk_local.integrations.remote.identity import store_id
 from afk_local.integrations.remote.layout import (
@@ -41,10 +41,6 @@ from afk_local.storage.rundir.reader import RunReader, read_meta
 from afk_local.storage.store import Store
 
 log = logging.getLogger("afk_local")
-
-
-class RemoteIntegrityError(MirrorError):
-    """A pulled run did not verify: nothing was published locally."""
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
-from afk_local.errors import AfkLocalError, RunExistsError
+from afk_local.errors import ImportFieldError, ImportFormatError, RunExistsError
 from afk_local.storage import fsio
 from afk_local.storage.format import codec, values
 from afk_local.storage.format.codec import RecordCodec
@@ -79,16 +79,6 @@ class ImportTarget(Protocol):
     def run_dir(self, run_id: str) -> RunPaths: ...
 
 
-class ImportFormatError(AfkLocalError, ValueError):
-    """An import file is not an afk-local export."""
-
-    def __init__(self, source: str, reason: str) -> None:
-        super().__init__(
-            f"{source} is not an afk-local export ({reason}); create one with "
-            "`afk-local export RUN > FILE`"
-        )
-
-
 def to_jsonable(value: Any) -> Any:
     """Plain JSON-ready data: records to dicts, bytes to base64, non-str keys to str.
 
@@ -138,15 +128,6 @@ def _parse(text: str, source: str) -> tuple[dict[str, Any], list[Any], list[Any]
     if not isinstance(checkpoints, list) or not isinstance(effects, list):
         raise ImportFormatError(source, "checkpoints and effects must be lists")
     return doc["meta"], checkpoints, effects
-
-
-class ImportFieldError(ImportFormatError):
-    """A record of an export has a field afk-local will not store (one line, naming it)."""
-
-    def __init__(self, source: str, where: str, reason: str) -> None:
-        AfkLocalError.__init__(
-            self, f"{source}: {where}: {reason}; nothing was imported (fix or re-export the run)"
-        )
 
 
 def _convert(doc: Any, cls: type[_T], source: str, where: str) -> _T:

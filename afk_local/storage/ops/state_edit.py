@@ -12,15 +12,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from afk_local.errors import AfkLocalError
-
-
-class StateEditError(AfkLocalError, ValueError):
-    """A ``--set`` path that the state does not have, or no state to edit."""
-
-    def __init__(self, run_id: str, message: str) -> None:
-        self.run_id = run_id
-        super().__init__(f"run {run_id!r}: {message}")
+from afk_local.errors import StateEditError
 
 
 def apply_updates(payload: Any, updates: Mapping[str, Any], run_id: str) -> Any:

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from afk_local.errors import CheckpointCorruptionError
+from afk_local.errors import CheckpointCorruptionError, DecodeBudgetError
 from afk_local.storage import fsio
 from afk_local.storage.format import codec
 from afk_local.storage.format.integrity import NO_MAC
@@ -40,11 +40,6 @@ class _Link(NamedTuple):
     name: str
     path: str  # the file, or ``<pack path>#<name>``: what messages name
     image: bytes | None  # a packed checkpoint's bytes; None: read the loose file
-
-
-class DecodeBudgetError(CheckpointCorruptionError):
-    """One read decoded more delta frames than its budget allows: it stops, it never
-    turns quadratic. Loops over candidates re-raise it instead of trying the next."""
 
 
 class ChainDecoder:

@@ -19,6 +19,8 @@ import msgspec
 from afk_local.errors import (
     AfkLocalError,
     CheckpointCorruptionError,
+    CheckpointNotFoundError,
+    DecodeBudgetError,
     RunNotFoundError,
     SchemaVersionError,
 )
@@ -42,7 +44,6 @@ from afk_local.storage.rundir.catalog import RunCatalog
 from afk_local.storage.rundir.chain import (
     MAX_READ_CHAIN,
     ChainDecoder,
-    DecodeBudgetError,
     is_signed_file,
 )
 from afk_local.storage.rundir.heads import HeadStore
@@ -56,17 +57,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("afk_local")
 
 MAX_META_BYTES = 64 << 20
-
-
-class CheckpointNotFoundError(AfkLocalError, LookupError):
-    """The run has no checkpoint with the requested seq."""
-
-    def __init__(self, run_id: str, seq: int) -> None:
-        self.run_id = run_id
-        self.seq = seq
-        super().__init__(
-            f"run {run_id!r} has no checkpoint {seq}: run `afk-local log {run_id}` to list them"
-        )
 
 
 class Skipped(msgspec.Struct, frozen=True):
