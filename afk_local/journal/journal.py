@@ -32,7 +32,6 @@ from afk_local.errors import (
 )
 from afk_local.journal.replay import (
     accepts_idempotency_key,
-    error_info,
     idempotency_key,
     input_hash,
     replayed_error,
@@ -51,7 +50,7 @@ from afk_local.storage.format.journal_format import (
     TornTail,
     encode_frame,
 )
-from afk_local.storage.format.records import Effect, ErrorInfo
+from afk_local.storage.format.records import Effect, ErrorInfo, error_info
 
 log = logging.getLogger("afk_local")
 
