@@ -17,7 +17,6 @@ import contextlib
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,7 +49,7 @@ from afk_local.storage.format.journal_format import (
     TornTail,
     encode_frame,
 )
-from afk_local.storage.format.records import Effect, ErrorInfo, error_info
+from afk_local.storage.format.records import Effect, ErrorInfo, error_info, now_ms
 
 log = logging.getLogger("afk_local")
 
@@ -126,10 +125,6 @@ class EffectState:
     def __repr__(self) -> str:
         state = "in doubt" if self.in_doubt else (self.status or "no intent")
         return f"EffectState(key={self.key!r}, {state}, attempts={self.attempts})"
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class AppendListener(Protocol):
@@ -451,7 +446,7 @@ class Journal:
         effect = Effect(
             kind="intent",
             key=key,
-            timestamp_ms=_now_ms(),
+            timestamp_ms=now_ms(),
             step=step,
             call_id=call_id,
             name=name,
@@ -484,7 +479,7 @@ class Journal:
         effect = Effect(
             kind="outcome",
             key=key,
-            timestamp_ms=_now_ms(),
+            timestamp_ms=now_ms(),
             status=status,
             output_hash=output_hash,
             result=result,

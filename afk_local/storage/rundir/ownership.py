@@ -38,7 +38,7 @@ from afk_local.errors import CheckpointCorruptionError, RunLockedError
 from afk_local.storage import fsio
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import RunPaths
-from afk_local.storage.format.records import OwnerInfo
+from afk_local.storage.format.records import OwnerInfo, now_ms
 from afk_local.storage.rundir.reader import read_meta
 
 # filelock is loaded where a lock is taken: probing whether an owner is alive (listings,
@@ -79,7 +79,7 @@ def boot_id() -> str:
                 check=False,
             ).stdout.strip()
     if not boot:
-        boot = str(int(time.time() - time.monotonic()) // 60)  # minutes: tolerate clock jitter
+        boot = str(int(now_ms() / 1000 - time.monotonic()) // 60)  # minutes: tolerate clock jitter
     return hashlib.blake2b(f"{socket.gethostname()}|{boot}".encode(), digest_size=16).hexdigest()
 
 
