@@ -72,6 +72,16 @@ class RunStatus(str, enum.Enum):
         """
         return self in (RunStatus.COMPLETED, RunStatus.CANCELLED)
 
+    @property
+    def expects_owner(self) -> bool:
+        """True for ``created`` and ``running``: a process should be running the run now.
+
+        Only these statuses are ever resumed automatically; such a run whose lock
+        nobody holds is interrupted
+        (:func:`~afk_local.storage.rundir.ownership.is_interrupted`).
+        """
+        return self in (RunStatus.CREATED, RunStatus.RUNNING)
+
 
 class Checkpoint(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     """One immutable checkpoint of a run: ``<seq:012d>.<phase>.ckpt``."""
