@@ -39,15 +39,13 @@ from afk_local.journal.replay import (
 from afk_local.storage import fsio
 from afk_local.storage.format import values
 from afk_local.storage.format.codec import EncHook, RecordCodec
+from afk_local.storage.format.frames import FRAME_HEADER_SIZE, MAX_FRAME_BYTES, encode_frame
 from afk_local.storage.format.integrity import MAC_SIZE, NO_MAC, Signer, record_digest
 from afk_local.storage.format.journal_format import (
     DEFAULT_MAX_FRAME_BYTES,
-    FRAME_HEADER_SIZE,
-    MAX_FRAME_BYTES,
     EffectHead,
     FrameReader,
     TornTail,
-    encode_frame,
 )
 from afk_local.storage.format.records import Effect, ErrorInfo, error_info, now_ms
 

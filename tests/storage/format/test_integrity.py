@@ -21,8 +21,8 @@ from proc import run
 import afk_local as afk
 from afk_local.journal.journal import Journal
 from afk_local.storage.format import codec
+from afk_local.storage.format.frames import SIGNED_FRAME
 from afk_local.storage.format.integrity import KEY_ENV, LINKS_KEY, MAC_SIZE, Signer
-from afk_local.storage.format.journal_format import SIGNED_FRAME
 from afk_local.storage.format.layout import parse_checkpoint_name
 from afk_local.storage.format.records import Checkpoint, Effect
 from afk_local.storage.ops.export import export_records, import_run
