@@ -248,10 +248,10 @@ def _frames_of(data: bytes, pos: int, ns: str, checkpoint_id: str) -> TaskWrites
     frame does not check out."""
     key = _ENCODER.encode(ns) + _ENCODER.encode(checkpoint_id)
     found: TaskWrites = {}
+    at = FRAME_HEADER_SIZE + 1  # a frame body is a 5-array (one header byte), then ns, then id
     try:
         for start, body, _ in iter_frames(data, pos, len(data), len(data), signed=False):
-            # A frame body is a 5-array (one header byte), then ns, then checkpoint_id.
-            if data.startswith(key, start + FRAME_HEADER_SIZE + 1):
+            if data.startswith(key, start + at):
                 try:
                     ns_, cid, task_id, task_path, items = _FRAME_HEAD_DECODER.decode(body)
                 except msgspec.DecodeError:

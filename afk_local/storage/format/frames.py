@@ -85,45 +85,46 @@ def iter_frames(
         fd, buf, base = source, b"", start  # base: the offset of buf[0]
     else:
         fd, buf, base = -1, source, 0
-    view = memoryview(buf)
+    # Hot: the journal scans every frame on open, a LangGraph reader every write.
+    # Names bound locally and one comparison per check on the common path.
+    unpack, crc32, header = FRAME_HEADER.unpack_from, zlib.crc32, FRAME_HEADER_SIZE
+    view, have = memoryview(buf), len(buf)
     pos = start
     while pos < end:
         rel = pos - base
-        if len(buf) - rel < FRAME_HEADER_SIZE:
+        if have - rel < header:
             if fd >= 0:
-                buf = buf[rel:] + os.pread(fd, _READ_CHUNK, base + len(buf))
-                base, rel, view = pos, 0, memoryview(buf)
-            if len(buf) - rel < FRAME_HEADER_SIZE:
+                buf = buf[rel:] + os.pread(fd, _READ_CHUNK, base + have)
+                base, rel, view, have = pos, 0, memoryview(buf), len(buf)
+            if have - rel < header:
                 raise BadFrame(pos, f"{end - pos} byte(s) left, shorter than a frame header")
-        length, crc = FRAME_HEADER.unpack_from(buf, rel)
-        trailer = 0
-        if length == 0 or length > max_frame:  # out of bounds, or a signed frame
-            if signed and length & SIGNED_FRAME and 0 < length & MAX_FRAME_BYTES <= max_frame:
-                length &= MAX_FRAME_BYTES
-                trailer = MAC_SIZE
-            else:
-                length &= MAX_FRAME_BYTES
-                raise BadFrame(pos, f"frame length {length} outside 1..{max_frame}")
-        size = FRAME_HEADER_SIZE + length + trailer
+        length, crc = unpack(buf, rel)
+        if 0 < length <= max_frame:
+            size = header + length
+        elif signed and length & SIGNED_FRAME and 0 < length & MAX_FRAME_BYTES <= max_frame:
+            length &= MAX_FRAME_BYTES  # a signed frame: its MAC follows the body
+            size = header + length + MAC_SIZE
+        else:
+            raise BadFrame(pos, f"frame length {length & MAX_FRAME_BYTES} outside 1..{max_frame}")
         frame_end = pos + size
         if frame_end > end:
             raise BadFrame(
                 pos, f"frame of {length} bytes runs {frame_end - end} byte(s) past the end"
             )
-        if len(buf) - rel < size:
+        if have - rel < size:
             if fd >= 0:
-                missing = size - (len(buf) - rel)
-                buf = buf[rel:] + os.pread(fd, max(_READ_CHUNK, missing), base + len(buf))
-                base, rel, view = pos, 0, memoryview(buf)
-            if len(buf) - rel < size:
+                missing = size - (have - rel)
+                buf = buf[rel:] + os.pread(fd, max(_READ_CHUNK, missing), base + have)
+                base, rel, view, have = pos, 0, memoryview(buf), len(buf)
+            if have - rel < size:
                 raise BadFrame(pos, "file shrank while reading")
-        body = view[rel + FRAME_HEADER_SIZE : rel + size]
-        if zlib.crc32(body) != crc:
+        body = view[rel + header : rel + size]
+        if crc32(body) != crc:
             raise BadFrame(pos, "crc32 mismatch")
-        if trailer:
-            yield pos, body[:length], body[length:]
-        else:
+        if size == header + length:
             yield pos, body, None
+        else:
+            yield pos, body[:length], body[length:]
         pos = frame_end
 
 
