@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import os
-import traceback
 from typing import Any, TypeVar
 
 _E = TypeVar("_E", bound=BaseException)
@@ -599,12 +598,6 @@ class RunFailed(AfkLocalError):
         self.message = message
         self.traceback_text = traceback_text
         super().__init__(f"run {run_id!r} failed: {error_type}: {message}")
-
-    @classmethod
-    def from_exception(cls, run_id: str, exc: BaseException) -> RunFailed:
-        """The :class:`RunFailed` that reports ``exc`` (type, message, traceback) for ``run_id``."""
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return cls(run_id, type(exc).__name__, str(exc), text)
 
 
 class FanOutError(AfkLocalError):

@@ -6,13 +6,13 @@ here are the contract the tests check against the phase table.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from afk_local.agent.types import AgentResult, LLMResponse
+from afk_local.storage.format.records import now_ms
 
 RUNTIME_STATE_KEYS = (
     "messages",
@@ -78,7 +78,7 @@ class Snapshot:
     state: str = "running"
     llm_calls: int = 0
     tool_calls: int = 0
-    started_at_s: float = field(default_factory=time.time)
+    started_at_s: float = field(default_factory=lambda: now_ms() / 1000)
     usage: dict[str, int | float] = field(default_factory=dict)
     total_cost_usd: float | None = None
     session_token: str | None = None

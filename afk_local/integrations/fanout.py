@@ -34,6 +34,7 @@ from afk_local.errors import AfkLocalError, FanOutError, RunFailed
 from afk_local.runner.durable_function import DurableFunction
 from afk_local.storage.format.codec import DecHook, EncHook
 from afk_local.storage.format.layout import validate_run_id
+from afk_local.storage.format.records import error_info
 from afk_local.storage.store import Store
 
 log = logging.getLogger("afk_local")
@@ -260,7 +261,8 @@ def run_task(job: DurableFunction[Any], site: WorkerStore, item: Any, run_id: st
             site.release(store, run_id)
         return msgspec.msgpack.decode(store.codec.encode(result))
     except Exception as exc:
-        raise RunFailed.from_exception(run_id, exc) from None
+        info = error_info(exc)
+        raise RunFailed(run_id, info.type, info.message, info.traceback or "") from None
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -17,7 +17,6 @@ import contextlib
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,7 +31,6 @@ from afk_local.errors import (
 )
 from afk_local.journal.replay import (
     accepts_idempotency_key,
-    error_info,
     idempotency_key,
     input_hash,
     replayed_error,
@@ -41,17 +39,15 @@ from afk_local.journal.replay import (
 from afk_local.storage import fsio
 from afk_local.storage.format import values
 from afk_local.storage.format.codec import EncHook, RecordCodec
+from afk_local.storage.format.frames import FRAME_HEADER_SIZE, MAX_FRAME_BYTES, encode_frame
 from afk_local.storage.format.integrity import MAC_SIZE, NO_MAC, Signer, record_digest
 from afk_local.storage.format.journal_format import (
     DEFAULT_MAX_FRAME_BYTES,
-    FRAME_HEADER_SIZE,
-    MAX_FRAME_BYTES,
     EffectHead,
     FrameReader,
     TornTail,
-    encode_frame,
 )
-from afk_local.storage.format.records import Effect, ErrorInfo
+from afk_local.storage.format.records import Effect, ErrorInfo, error_info, now_ms
 
 log = logging.getLogger("afk_local")
 
@@ -127,10 +123,6 @@ class EffectState:
     def __repr__(self) -> str:
         state = "in doubt" if self.in_doubt else (self.status or "no intent")
         return f"EffectState(key={self.key!r}, {state}, attempts={self.attempts})"
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class AppendListener(Protocol):
@@ -452,7 +444,7 @@ class Journal:
         effect = Effect(
             kind="intent",
             key=key,
-            timestamp_ms=_now_ms(),
+            timestamp_ms=now_ms(),
             step=step,
             call_id=call_id,
             name=name,
@@ -485,7 +477,7 @@ class Journal:
         effect = Effect(
             kind="outcome",
             key=key,
-            timestamp_ms=_now_ms(),
+            timestamp_ms=now_ms(),
             status=status,
             output_hash=output_hash,
             result=result,

@@ -13,7 +13,6 @@ import builtins
 import functools
 import hashlib
 import inspect
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -112,12 +111,6 @@ def replayed_error(info: ErrorInfo, key: str) -> ReplayedError:
         error = cls.__new__(cls, info.message)
     ReplayedError.__init__(error, info, key)
     return error
-
-
-def error_info(exc: BaseException) -> ErrorInfo:
-    """What an error outcome records about ``exc``: type name, message, traceback text."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return ErrorInfo(type=type(exc).__name__, message=str(exc), traceback=text)
 
 
 def accepts_idempotency_key(fn: Callable[..., Any]) -> bool:

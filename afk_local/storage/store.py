@@ -44,7 +44,12 @@ from afk_local.storage.format.records import RunMeta, RunStatus, now_ms
 from afk_local.storage.rundir.chain import MAX_READ_CHAIN
 from afk_local.storage.rundir.heads import HeadStore, default_head_dir, store_dir
 from afk_local.storage.rundir.mirror import Mirror, default_mirror_url, open_mirror
-from afk_local.storage.rundir.ownership import acquire_lock, lock_is_held, probe_owner
+from afk_local.storage.rundir.ownership import (
+    acquire_lock,
+    is_interrupted,
+    lock_is_held,
+    probe_owner,
+)
 from afk_local.storage.rundir.reader import RunReader, read_meta
 from afk_local.storage.store_key import check_marker, marker_exists, marker_path, write_marker
 
@@ -533,10 +538,11 @@ class Store:
                 meta = self.read_meta(run_id)
             except AfkLocalError:
                 continue
-            if meta.status in (RunStatus.RUNNING, RunStatus.CREATED):
-                owner = probe_owner(self.paths(run_id).lock)
-                if not owner.held and owner.problem is None:
-                    found.append(run_id)
+            # The status first: only a run that expects an owner is worth a lock probe.
+            if meta.status.expects_owner and is_interrupted(
+                meta.status, probe_owner(self.paths(run_id).lock)
+            ):
+                found.append(run_id)
         return found
 
     def gc(self, policy: RetentionPolicy | None = None, *, dry_run: bool = False) -> GcReport:

@@ -36,9 +36,6 @@ from afk_local.storage.store import Store
 
 log = logging.getLogger("afk_local")
 
-RESUMABLE = (RunStatus.RUNNING, RunStatus.CREATED)
-"""Statuses a watcher resumes; a run in any other status is never touched automatically."""
-
 _LOG_TAIL_BYTES = 2000
 _ATTEMPT_LOG = re.compile(r"attempt-([0-9]{1,9})\.log")
 
@@ -123,7 +120,7 @@ def claim(host: AttemptHost, run_id: str, *, manual: bool) -> Claim | None:
             if meta.status is RunStatus.COMPLETED:
                 return None
             return {"watcher_attempts": 0, "next_attempt_ms": lease, **numbering}
-        if meta.status not in RESUMABLE or meta.next_attempt_ms > stamp:
+        if not meta.status.expects_owner or meta.next_attempt_ms > stamp:
             return None
         if meta.watcher_attempts >= host.max_attempts:
             over.append(meta)
@@ -162,7 +159,7 @@ def attempt_log(run_dir: Path, attempt: int) -> Path:
 def release(host: AttemptHost, run_id: str, attempts: int) -> None:
     """Hand back the attempt of a child the watcher itself stopped: it does not count."""
     undo = {"watcher_attempts": max(attempts - 1, 0), "next_attempt_ms": 0}
-    update_meta_unowned(host.store, run_id, lambda m: undo if m.status in RESUMABLE else None)
+    update_meta_unowned(host.store, run_id, lambda m: undo if m.status.expects_owner else None)
 
 
 def attempt_died(
@@ -191,7 +188,7 @@ def attempt_died(
         return
     delay = 0.0 if progressed else min(host.backoff * 2 ** max(attempts - 1, 0), host.max_backoff)
     retry = {"watcher_attempts": attempts, "next_attempt_ms": now_ms() + int(delay * 1000)}
-    update_meta_unowned(host.store, run_id, lambda m: retry if m.status in RESUMABLE else None)
+    update_meta_unowned(host.store, run_id, lambda m: retry if m.status.expects_owner else None)
     tail = _log_tail(log_path)
     host.emit(
         "backoff",
@@ -220,7 +217,7 @@ def give_up(
     )
     try:
         with host.store.resume_writer(run_id) as writer:
-            if writer.meta.status not in RESUMABLE:
+            if not writer.meta.status.expects_owner:
                 return
             writer.fail(reason)
             writer.update_meta(
@@ -267,7 +264,6 @@ def _log_tail(path: Path | None) -> str:
 
 
 __all__: Sequence[str] = [
-    "RESUMABLE",
     "AttemptHost",
     "Claim",
     "attempt_died",

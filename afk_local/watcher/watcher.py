@@ -1,11 +1,12 @@
 """The watcher: finds interrupted runs and resumes them, also after a reboot (docs/watcher.md).
 
 A run is *interrupted* when its status is ``running`` (or ``created``) and nobody
-holds its ``owner.lock``; the lock is the truth, whatever ``run.meta`` says about
-the owner (a run from an earlier boot with a free lock is interrupted, a run
-whose lock is held is never touched). :class:`Watcher` sweeps the store, then
-watches ``runs/`` and ``requests/`` with watchfiles and sweeps again on a timer
-(a dying process makes no filesystem event). Every resume is a child process,
+holds its ``owner.lock`` (the one definition:
+:func:`~afk_local.storage.rundir.ownership.is_interrupted`); the lock is the truth,
+whatever ``run.meta`` says about the owner (a run from an earlier boot with a free
+lock is interrupted, a run whose lock is held is never touched). :class:`Watcher`
+sweeps the store, then watches ``runs/`` and ``requests/`` with watchfiles and sweeps
+again on a timer (a dying process makes no filesystem event). Every resume is a child process,
 ``python -m afk_local resume RUN``, that takes the lock itself; its output goes
 to ``runs/<id>/logs/attempt-<n>.log``.
 
@@ -44,12 +45,11 @@ from afk_local.runner.origin import cannot_resume, reentry_plan
 from afk_local.storage import fsio
 from afk_local.storage.format.records import RunMeta, RunStatus, now_ms
 from afk_local.storage.rundir.heads import HEAD_DIR_ENV
-from afk_local.storage.rundir.ownership import boot_id, probe_owner
+from afk_local.storage.rundir.ownership import boot_id, is_interrupted, probe_owner
 from afk_local.storage.rundir.reader import read_meta
 from afk_local.storage.store import MAX_RECORD_BYTES_ENV, Store
 from afk_local.storage.trust import path_problem, require_trusted_run, store_problems
 from afk_local.watcher.attempts import (
-    RESUMABLE,
     attempt_died,
     attempt_log,
     claim,
@@ -274,7 +274,7 @@ class Watcher:
             if run_id in self.children:
                 continue
             meta = self._meta(run_id)
-            if meta is None or meta.status not in RESUMABLE or meta.entrypoint is None:
+            if meta is None or not meta.status.expects_owner or meta.entrypoint is None:
                 continue
             if meta.next_attempt_ms > stamp:
                 continue
@@ -283,7 +283,7 @@ class Watcher:
                 self._report_damage(run_id, owner.problem)
                 continue
             self._damaged.pop(run_id, None)
-            if owner.held:
+            if not is_interrupted(meta.status, owner):
                 continue
             reason = cannot_resume(meta)
             if reason is not None:  # knowable now: no doomed attempts, never marked failed

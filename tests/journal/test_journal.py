@@ -20,7 +20,7 @@ import afk_local as afk
 from afk_local.journal.journal import Journal
 from afk_local.journal.replay import ReplayedError, idempotency_key, input_hash
 from afk_local.storage import fsio
-from afk_local.storage.format.journal_format import FRAME_HEADER_SIZE
+from afk_local.storage.format.frames import FRAME_HEADER_SIZE
 from afk_local.storage.format.records import Effect, ErrorInfo
 
 

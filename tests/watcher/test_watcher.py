@@ -23,6 +23,7 @@ from afk_local.storage.format import codec
 from afk_local.storage.format.records import OwnerInfo, RunStatus
 from afk_local.storage.rundir.ownership import acquire_lock
 from afk_local.storage.store import Store
+from afk_local.watcher.watcher import Watcher
 
 TESTS = SUPPORT
 ENV = {
@@ -375,3 +376,33 @@ def test_planted_owner_lock_is_reported_and_the_watcher_goes_on(tmp_path: Path) 
         assert not of(events, "resumed", run_id), events
         assert status(store, run_id) is RunStatus.RUNNING  # left for a person to repair
     assert code == 1  # damage is a problem found
+
+
+# -- one definition of "interrupted": the watcher, Store and the listing agree ------------
+
+
+def test_watcher_store_and_listing_agree_on_which_runs_are_interrupted(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    cases = {
+        "crashed": RunStatus.RUNNING,
+        "never-started": RunStatus.CREATED,
+        "paused": RunStatus.PAUSED,
+        "failed": RunStatus.FAILED,
+        "done": RunStatus.COMPLETED,
+        "live": RunStatus.RUNNING,
+        "fifo": RunStatus.RUNNING,
+    }
+    for run_id, run_status in cases.items():
+        store.create(run_id).close()
+        rewrite_meta(store, run_id, status=run_status, entrypoint="watcher_jobs:counter")
+    store.paths("fifo").lock.unlink(missing_ok=True)
+    os.mkfifo(store.paths("fifo").lock)
+    live = acquire_lock(store.paths("live"), 0)
+    try:
+        by_watcher = sorted(Watcher(store, on_event=lambda _e: None).interrupted())
+        by_store = sorted(store.interrupted())
+        by_listing = sorted(i.run_id for i in store.runs() if i.interrupted)
+        filtered = sorted(i.run_id for i in store.runs(status="interrupted"))
+    finally:
+        live.release()
+    assert by_watcher == by_store == by_listing == filtered == ["crashed", "never-started"]

@@ -18,6 +18,7 @@ file's header crc, then rewritten as version 2. This module needs no LangGraph.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -29,9 +30,14 @@ from typing import Any
 import msgspec
 
 from afk_local.errors import AfkLocalError, CheckpointCorruptionError
-from afk_local.integrations.langgraph.frames import FRAME_HEADER, encode_frame
 from afk_local.storage import fsio
 from afk_local.storage.format import codec
+from afk_local.storage.format.frames import (
+    FRAME_HEADER_SIZE,
+    BadFrame,
+    encode_msgpack_frame,
+    iter_frames,
+)
 from afk_local.storage.format.layout import CheckpointFile, parse_checkpoint_name
 from afk_local.storage.rundir.catalog import RunCatalog
 from afk_local.storage.rundir.reader import RunReader
@@ -272,7 +278,7 @@ def append_to_index_file(fd: int | None, path: Path, payload: Payload, run_id: s
     try:
         if fd is None:
             fd = open_index_cache(index_path)
-        fsio.write_all(fd, encode_frame(frame), index_path)
+        fsio.write_all(fd, encode_msgpack_frame(frame), index_path)
     except OSError as exc:
         log.warning("run %s: index cache %s not updated: %s", run_id, index_path, exc)
     return fd
@@ -285,7 +291,7 @@ def open_index_cache(index_path: Path) -> int:
     if not frames or frames[0][0] != _MARKER:
         run_dir = index_path.parent
         keep = [f for f in frames if f[0] != _MARKER and f[1] == header_crc(run_dir / f[0])]
-        data = b"".join(encode_frame(f) for f in [_MARKER_FRAME, *keep])
+        data = b"".join(encode_msgpack_frame(f) for f in [_MARKER_FRAME, *keep])
         fsio.atomic_write(index_path, data)
         good = len(data)
     fd = fsio.open_append(index_path)
@@ -300,7 +306,7 @@ def record_deletions(fd: int | None, index_path: Path, names: Sequence[str]) -> 
     cache entries a crash may lose. Returns the descriptor to keep using."""
     if fd is None:
         fd = open_index_cache(index_path)
-    frames = [encode_frame((n, _TOMBSTONE, "", "", None, None, ("", b""))) for n in names]
+    frames = [encode_msgpack_frame((n, _TOMBSTONE, "", "", None, None, ("", b""))) for n in names]
     fsio.write_all(fd, b"".join(frames), index_path)
     fsio.fsync_fd(fd, index_path)
     return fd
@@ -329,25 +335,13 @@ def _index_frames(path: Path) -> tuple[list[_IndexFrame], int]:
     except (OSError, ValueError):
         return [], 0
     frames: list[_IndexFrame] = []
-    view = memoryview(data)
-    unpack, crc32, decode = FRAME_HEADER.unpack_from, zlib.crc32, _INDEX_DECODER.decode
-    pos, size = 0, len(data)
-    # The checks of frames.bad_frame, inlined: a new process reads every frame here.
-    while size - pos >= FRAME_HEADER.size:
-        length, crc = unpack(data, pos)
-        start = pos + FRAME_HEADER.size
-        end = start + length
-        if length == 0 or length > _MAX_INDEX_BYTES or end > size:
-            break
-        body = view[start:end]
-        if crc32(body) != crc:
-            break
-        try:
+    decode = _INDEX_DECODER.decode
+    good = 0  # where the readable frames end
+    with contextlib.suppress(BadFrame, msgspec.DecodeError):
+        for offset, body, _ in iter_frames(data, 0, len(data), _MAX_INDEX_BYTES, signed=False):
             frames.append(decode(body))
-        except msgspec.DecodeError:
-            break
-        pos = end
-    return frames, pos
+            good = offset + FRAME_HEADER_SIZE + len(body)
+    return frames, good
 
 
 class IndexCache(msgspec.Struct, frozen=True):

@@ -64,7 +64,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from afk_local.errors import CheckpointCorruptionError, RunNotFoundError
-from afk_local.integrations.langgraph.frames import encode_frame
 from afk_local.integrations.langgraph.index import (
     INDEX_NAME,
     PAYLOAD_FORMAT,
@@ -80,6 +79,7 @@ from afk_local.integrations.langgraph.threads import (
     thread_run_id,
 )
 from afk_local.integrations.langgraph.writes import WRITES_NAME, Typed, WriteFrame, encode_writes
+from afk_local.storage.format.frames import encode_msgpack_frame
 from afk_local.storage.store import Store
 
 
@@ -315,7 +315,7 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
         )
         with self._lock:
             handle = self._threads.handle(thread_id)
-            self._threads.append_writes(handle, encode_frame(frame))
+            self._threads.append_writes(handle, encode_msgpack_frame(frame))
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of ``thread_id`` (its whole run directory)."""

@@ -13,22 +13,22 @@ from __future__ import annotations
 
 import logging
 import os
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import msgspec
 
 from afk_local.errors import CheckpointCorruptionError
-from afk_local.integrations.langgraph.frames import (
+from afk_local.storage import fsio
+from afk_local.storage.format.frames import (
     FRAME_HEADER,
-    bad_frame,
-    encode_frame,
-    frame_body,
-    has_valid_frame_after,
+    FRAME_HEADER_SIZE,
+    BadFrame,
+    encode_msgpack_frame,
+    frame_after,
+    iter_frames,
     last_frame_header,
 )
-from afk_local.storage import fsio
 
 log = logging.getLogger("afk_local")
 
@@ -119,34 +119,34 @@ class PendingWrites(msgspec.Struct):
     def parse(self, data: bytes, path: str, run_id: str, max_bytes: int) -> None:
         """Apply the frames of ``data`` (the file from ``offset`` on), stopping at a torn tail."""
         pos = 0
-        while pos < len(data):
-            bad = bad_frame(data, pos, max_bytes)
-            if bad is None:
-                body, end = frame_body(data, pos)
+        try:
+            for pos, body, _ in iter_frames(data, 0, len(data), max_bytes, signed=False):
                 try:
                     ns, checkpoint_id, task_id, task_path, items = _FRAME_HEAD_DECODER.decode(body)
                 except msgspec.DecodeError as exc:
                     bad = f"record does not decode: {exc}"
-                else:
-                    self.by_checkpoint.add((ns, checkpoint_id), task_id, task_path, items)
-                    self.last = FRAME_HEADER.unpack_from(data, pos)
-                    self.offset += end - pos
-                    pos = end
-                    continue
-            if has_valid_frame_after(data, pos, max_bytes):
-                raise CheckpointCorruptionError(
-                    path,
-                    f"bad frame at offset {self.offset} ({bad}) followed by good ones: the "
-                    "file is damaged, not torn; restore it or delete the thread",
-                    run_id,
-                )
-            return  # a torn tail: a crash interrupted the last append; it never returned
+                    break
+                self.by_checkpoint.add((ns, checkpoint_id), task_id, task_path, items)
+                self.last = FRAME_HEADER.unpack_from(data, pos)
+                self.offset += FRAME_HEADER_SIZE + len(body)
+            else:
+                return
+        except BadFrame as exc:
+            pos, bad = exc.offset, exc.reason
+        if frame_after(data, pos + 1, len(data), max_bytes, signed=False) is not None:
+            raise CheckpointCorruptionError(
+                path,
+                f"bad frame at offset {self.offset} ({bad}) followed by good ones: the "
+                "file is damaged, not torn; restore it or delete the thread",
+                run_id,
+            )
+        # else a torn tail: a crash interrupted the last append; it never returned
 
 
 def encode_writes(ns: str, checkpoint_id: str, writes: TaskWrites) -> list[bytes]:
     """The writes of one checkpoint as frames, one per ``(task_id, idx)``."""
     return [
-        encode_frame((ns, checkpoint_id, task_id, task_path, [(idx, channel, type_, data)]))
+        encode_msgpack_frame((ns, checkpoint_id, task_id, task_path, [(idx, channel, type_, data)]))
         for (task_id, idx), (_, channel, (type_, data), task_path) in writes.items()
     ]
 
@@ -233,10 +233,12 @@ def read_writes_after(
         data = _pread_all(fd, start, size - start)
     finally:
         os.close(fd)
+    body_end = FRAME_HEADER_SIZE + length
     if FRAME_HEADER.unpack_from(data, 0) != (length, crc):
         return None
-    body_end = FRAME_HEADER.size + length
-    if zlib.crc32(memoryview(data)[FRAME_HEADER.size : body_end]) != crc:
+    try:
+        next(iter_frames(data, 0, body_end, length, signed=False))  # its crc still checks out
+    except BadFrame:
         return None
     return _frames_of(data, body_end, ns, checkpoint_id)
 
@@ -245,29 +247,19 @@ def _frames_of(data: bytes, pos: int, ns: str, checkpoint_id: str) -> TaskWrites
     """The writes of one checkpoint in the frames of ``data`` from ``pos`` on; None when a
     frame does not check out."""
     key = _ENCODER.encode(ns) + _ENCODER.encode(checkpoint_id)
-    view = memoryview(data)
-    unpack = FRAME_HEADER.unpack_from
     found: TaskWrites = {}
-    end = len(data)
-    while pos < end:
-        if end - pos < FRAME_HEADER.size:
-            return None
-        length, crc = unpack(data, pos)
-        start = pos + FRAME_HEADER.size
-        pos = start + length
-        if length == 0 or pos > end:
-            return None
-        body = view[start:pos]
-        if zlib.crc32(body) != crc:
-            return None
-        # A frame body is a 5-array (one header byte), then ns, then checkpoint_id.
-        if data.startswith(key, start + 1):
-            try:
-                ns_, cid, task_id, task_path, items = _FRAME_HEAD_DECODER.decode(body)
-            except msgspec.DecodeError:
-                return None
-            if (ns_, cid) == (ns, checkpoint_id):
-                _apply(found, task_id, task_path, _ITEMS_DECODER.decode(items))
+    at = FRAME_HEADER_SIZE + 1  # a frame body is a 5-array (one header byte), then ns, then id
+    try:
+        for start, body, _ in iter_frames(data, pos, len(data), len(data), signed=False):
+            if data.startswith(key, start + at):
+                try:
+                    ns_, cid, task_id, task_path, items = _FRAME_HEAD_DECODER.decode(body)
+                except msgspec.DecodeError:
+                    return None
+                if (ns_, cid) == (ns, checkpoint_id):
+                    _apply(found, task_id, task_path, _ITEMS_DECODER.decode(items))
+    except BadFrame:
+        return None
     return found
 
 

@@ -37,7 +37,8 @@ from afk_local.integrations.remote.lease import (
 )
 from afk_local.integrations.remote.remote_run import read_remote_run
 from afk_local.storage import fsio
-from afk_local.storage.format.journal_format import MAX_FRAME_BYTES, FrameReader
+from afk_local.storage.format.frames import MAX_FRAME_BYTES
+from afk_local.storage.format.journal_format import FrameReader
 from afk_local.storage.format.layout import RunPaths
 
 log = logging.getLogger("afk_local")

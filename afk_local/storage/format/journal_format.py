@@ -11,9 +11,11 @@ store (``integrity.py``) bit 31 of ``length`` is set and a 32-byte HMAC-SHA256,
 chained on the previous record's, follows the msgpack bytes; the crc then
 covers the msgpack bytes and the MAC.
 
-This module knows the bytes: it frames records, scans a file frame by frame,
-checks the signature chain and decides whether a bad frame is a torn tail or
-corruption, and reads a whole journal for the storage tools that only look
+The frame itself, and telling a torn tail from corruption, is
+:mod:`~afk_local.storage.format.frames` (shared with the LangGraph saver's files).
+This module knows the Effect records in those frames: it scans a file frame by
+frame, checks the signature chain, decides what a bad frame means for a journal,
+and reads a whole journal for the storage tools that only look
 (:func:`read_journal`: the reader, verify, gc, fork, export). The index, group
 commit and replay live in :mod:`afk_local.journal.journal`, the writer's side;
 docs/journal.md describes the format.
@@ -22,8 +24,6 @@ docs/journal.md describes the format.
 from __future__ import annotations
 
 import os
-import struct
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,17 +34,18 @@ import msgspec
 from afk_local.errors import EffectLogCorruptionError
 from afk_local.storage import fsio
 from afk_local.storage.format.codec import RecordCodec
+from afk_local.storage.format.frames import (
+    FRAME_HEADER_SIZE,
+    MAX_FRAME_BYTES,
+    BadFrame,
+    encode_frame,
+    frame_after,
+    iter_frames,
+)
 from afk_local.storage.format.integrity import MAC_SIZE, NO_MAC, Signer, record_digest
 from afk_local.storage.format.records import Effect
 
-_FRAME_HEADER = struct.Struct("<II")
-FRAME_HEADER_SIZE = _FRAME_HEADER.size
 DEFAULT_MAX_FRAME_BYTES = 64 << 20
-SIGNED_FRAME = 0x8000_0000
-"""Bit 31 of a frame's length field: a MAC follows the msgpack bytes (a keyed store)."""
-MAX_FRAME_BYTES = SIGNED_FRAME - 1
-"""The largest record a journal can hold: bit 31 of the length field marks signed frames."""
-_READ_CHUNK = 1 << 20
 # Every Effect frame body starts with a msgpack map header and then the first
 # field name, "kind": the resync search after a bad frame looks for this.
 _FIELD_KIND = b"\xa4kind"
@@ -67,73 +68,6 @@ class EffectHead(msgspec.Struct):
     key: str
     input_hash: str = ""
     status: str | None = None
-
-
-class BadFrame(Exception):
-    """A frame that is short, oversized or fails its crc, at byte ``offset``."""
-
-    def __init__(self, offset: int, reason: str) -> None:
-        super().__init__(reason)
-        self.offset = offset
-        self.reason = reason
-
-
-def iter_frames(
-    fd: int, start: int, end: int, max_frame: int
-) -> Iterator[tuple[int, memoryview, memoryview | None]]:
-    """Yield ``(offset, body, mac)`` for each crc-checked frame in ``[start, end)``.
-
-    ``mac`` is the signed trailer (not checked here), None for an unsigned frame.
-    Raises BadFrame at the first frame that is short, oversized or fails its crc.
-    """
-    buf = b""
-    base = start  # file offset of buf[0]
-    pos = start
-    while pos < end:
-        rel = pos - base
-        if len(buf) - rel < FRAME_HEADER_SIZE:
-            buf = buf[rel:] + os.pread(fd, _READ_CHUNK, base + len(buf))
-            base, rel = pos, 0
-            if len(buf) < FRAME_HEADER_SIZE:
-                raise BadFrame(pos, f"{end - pos} byte(s) left, shorter than a frame header")
-        length, crc = _FRAME_HEADER.unpack_from(buf, rel)
-        trailer = 0
-        if length == 0 or length > max_frame:  # out of bounds, or a signed frame
-            if length & SIGNED_FRAME and 0 < length & MAX_FRAME_BYTES <= max_frame:
-                length &= MAX_FRAME_BYTES
-                trailer = MAC_SIZE
-            else:
-                length &= MAX_FRAME_BYTES
-                raise BadFrame(pos, f"frame length {length} outside 1..{max_frame}")
-        size = FRAME_HEADER_SIZE + length + trailer
-        frame_end = pos + size
-        if frame_end > end:
-            raise BadFrame(
-                pos, f"frame of {length} bytes runs {frame_end - end} byte(s) past the end"
-            )
-        if len(buf) - rel < size:
-            missing = size - (len(buf) - rel)
-            buf = buf[rel:] + os.pread(fd, max(_READ_CHUNK, missing), base + len(buf))
-            base, rel = pos, 0
-            if len(buf) < size:
-                raise BadFrame(pos, "file shrank while reading")
-        view = memoryview(buf)[rel + FRAME_HEADER_SIZE : rel + size]
-        if zlib.crc32(view) != crc:
-            raise BadFrame(pos, "crc32 mismatch")
-        if trailer:
-            yield pos, view[:length], view[length:]
-        else:
-            yield pos, view, None
-        pos = frame_end
-
-
-def encode_frame(body: bytes, mac: bytes | None = None) -> bytes:
-    """One journal frame: ``length | crc32 | body`` (plus ``mac``, signed, in a keyed store)."""
-    if mac is None:
-        return _FRAME_HEADER.pack(len(body), zlib.crc32(body)) + body
-    return _FRAME_HEADER.pack(len(body) | SIGNED_FRAME, zlib.crc32(mac, zlib.crc32(body))) + (
-        body + mac
-    )
 
 
 def encode_journal(records: Iterable[Effect], record_codec: RecordCodec, run_id: str) -> bytes:
@@ -306,26 +240,22 @@ class FrameReader:
 
     def _valid_frame_after(self, start: int, end: int) -> int | None:
         """The offset of the first whole, crc-valid Effect frame at or after ``start``."""
-        chunk_start = start
-        while chunk_start < end:
-            chunk = os.pread(self._fd, _READ_CHUNK + 64, chunk_start)
-            hit = chunk.find(_FIELD_KIND)
-            while hit >= 0:
-                candidate = chunk_start + hit - FRAME_HEADER_SIZE - 1
-                if candidate >= start and self._frame_ok(candidate, end):
-                    return candidate
-                hit = chunk.find(_FIELD_KIND, hit + 1)
-            chunk_start += _READ_CHUNK
-        return None
+        return frame_after(
+            self._fd,
+            start,
+            end,
+            self._max_frame,
+            marker=_FIELD_KIND,
+            marker_offset=FRAME_HEADER_SIZE + 1,  # after the body's map header
+            accept=self._is_effect,
+        )
 
-    def _frame_ok(self, offset: int, end: int) -> bool:
+    def _is_effect(self, body: memoryview) -> bool:
         try:
-            for _, body, _ in iter_frames(self._fd, offset, end, self._max_frame):
-                self._head_decoder.decode(body)
-                return True
-        except (BadFrame, msgspec.DecodeError, msgspec.ValidationError):
+            self._head_decoder.decode(body)
+        except (msgspec.DecodeError, msgspec.ValidationError):
             return False
-        return False
+        return True
 
 
 def write_journal_file(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import time
+import traceback
 from typing import Any
 
 import msgspec
@@ -71,6 +72,16 @@ class RunStatus(str, enum.Enum):
         """
         return self in (RunStatus.COMPLETED, RunStatus.CANCELLED)
 
+    @property
+    def expects_owner(self) -> bool:
+        """True for ``created`` and ``running``: a process should be running the run now.
+
+        Only these statuses are ever resumed automatically; such a run whose lock
+        nobody holds is interrupted
+        (:func:`~afk_local.storage.rundir.ownership.is_interrupted`).
+        """
+        return self in (RunStatus.CREATED, RunStatus.RUNNING)
+
 
 class Checkpoint(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     """One immutable checkpoint of a run: ``<seq:012d>.<phase>.ckpt``."""
@@ -105,6 +116,20 @@ class ErrorInfo(msgspec.Struct, kw_only=True, frozen=True):
     type: str
     message: str
     traceback: str | None = None
+
+
+def error_info(error: BaseException | ErrorInfo | str) -> ErrorInfo:
+    """The one way an exception becomes an :class:`ErrorInfo` record.
+
+    An exception gives its type name, message and formatted traceback; a string is a
+    message of type ``"Error"``; an :class:`ErrorInfo` is returned as it is.
+    """
+    if isinstance(error, ErrorInfo):
+        return error
+    if isinstance(error, str):
+        return ErrorInfo(type="Error", message=error)
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return ErrorInfo(type=type(error).__name__, message=str(error), traceback=text)
 
 
 class PauseInfo(msgspec.Struct, kw_only=True, frozen=True):

@@ -37,7 +37,6 @@ import logging
 import os
 import shutil
 import struct
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +54,7 @@ from afk_local.storage.format.layout import (
     RunPaths,
     parse_checkpoint_name,
 )
-from afk_local.storage.format.records import Effect, Phase, RunStatus
+from afk_local.storage.format.records import Effect, Phase, RunStatus, now_ms
 from afk_local.storage.ops.fork import JOURNAL_TRIMMED_KEY
 from afk_local.storage.rundir.catalog import RunCatalog
 from afk_local.storage.rundir.chain import is_signed_file
@@ -534,7 +533,7 @@ def remove_stale_builds(runs_dir: Path) -> int:
     only after :data:`STALE_BUILD_SECONDS`, since one may be being built right now.
     """
     removed = 0
-    old = time.time() - STALE_BUILD_SECONDS
+    old = now_ms() / 1000 - STALE_BUILD_SECONDS  # compared with st_mtime: wall seconds
     try:
         with os.scandir(runs_dir) as entries:
             stale = [

@@ -38,7 +38,7 @@ from afk_local.errors import CheckpointCorruptionError, RunLockedError
 from afk_local.storage import fsio
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import RunPaths
-from afk_local.storage.format.records import OwnerInfo
+from afk_local.storage.format.records import OwnerInfo, RunStatus, now_ms
 from afk_local.storage.rundir.reader import read_meta
 
 # filelock is loaded where a lock is taken: probing whether an owner is alive (listings,
@@ -79,7 +79,7 @@ def boot_id() -> str:
                 check=False,
             ).stdout.strip()
     if not boot:
-        boot = str(int(time.time() - time.monotonic()) // 60)  # minutes: tolerate clock jitter
+        boot = str(int(now_ms() / 1000 - time.monotonic()) // 60)  # minutes: tolerate clock jitter
     return hashlib.blake2b(f"{socket.gethostname()}|{boot}".encode(), digest_size=16).hexdigest()
 
 
@@ -113,6 +113,18 @@ class OwnerProbe(msgspec.Struct, frozen=True):
     """True when some process (this one included) holds ``owner.lock`` exclusively."""
     problem: str | None = None
     """Set when ``owner.lock`` is not a lock afk_local can use (a symlink, a FIFO...)."""
+
+
+def is_interrupted(status: RunStatus, owner: OwnerProbe) -> bool:
+    """The one definition of an *interrupted* run: a crash left it behind.
+
+    Its status expects an owner (``running`` or ``created``) and nobody holds its
+    ``owner.lock``. The lock is the truth, whatever ``run.meta`` says about the owner:
+    a run from an earlier boot with a free lock is interrupted. A damaged lock file
+    (:attr:`OwnerProbe.problem`) is not: nobody can take the run over until a person
+    repairs it.
+    """
+    return status.expects_owner and not owner.held and owner.problem is None
 
 
 def probe_owner(lock_path: str | os.PathLike[str]) -> OwnerProbe:

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import threading
-import traceback as traceback_module
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -48,6 +47,7 @@ from afk_local.storage.format.records import (
     Phase,
     RunMeta,
     RunStatus,
+    error_info,
     later_ms,
     now_ms,
 )
@@ -79,16 +79,6 @@ class _Chain(NamedTuple):
     length: int
     keyframe: int
     """The seq of the chain's keyframe."""
-
-
-def error_info(error: BaseException | ErrorInfo | str) -> ErrorInfo:
-    """A structured record of an exception (type, message, traceback text)."""
-    if isinstance(error, ErrorInfo):
-        return error
-    if isinstance(error, str):
-        return ErrorInfo(type="Error", message=error)
-    text = "".join(traceback_module.format_exception(type(error), error, error.__traceback__))
-    return ErrorInfo(type=type(error).__name__, message=str(error), traceback=text)
 
 
 _MIRROR_CATCH_UP_S = 30.0

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from afk_local.storage.format.records import RunStatus
+from afk_local.storage.rundir.ownership import OwnerProbe, is_interrupted
 from afk_local.storage.views.notebook import (
     RunRow,
     format_bytes,
@@ -59,11 +60,7 @@ class RunInfo:
     @property
     def interrupted(self) -> bool:
         """Running (or created) with nobody holding its lock: a crash left it behind."""
-        return (
-            self.status in (RunStatus.RUNNING, RunStatus.CREATED)
-            and not self.owner_alive
-            and self.lock_problem is None
-        )
+        return is_interrupted(self.status, OwnerProbe(self.owner_alive, self.lock_problem))
 
     @property
     def live(self) -> bool:

@@ -12,6 +12,8 @@ import proc
 import pytest
 
 import afk_local as afk
+from afk_local.storage.format.records import RunStatus
+from afk_local.storage.rundir.ownership import OwnerProbe, is_interrupted
 
 # Asks "is its owner alive?" as fast as it can, like `afk-local runs` in a loop or a watcher.
 PROBER = """
@@ -105,3 +107,15 @@ def test_planted_owner_lock_is_reported_as_damage_never_as_a_live_owner(
     assert seen["problem"] and seen["verify"], seen
     with pytest.raises(afk.AfkLocalError, match=r"owner\.lock"):
         store.resume_writer("r")  # a planted lock file is refused, never followed or used
+
+
+@pytest.mark.parametrize("status", list(RunStatus))
+@pytest.mark.parametrize(
+    "owner", [OwnerProbe(False), OwnerProbe(True), OwnerProbe(False, "owner.lock is a FIFO")]
+)
+def test_is_interrupted_is_a_free_lock_under_a_status_that_expects_an_owner(
+    status: RunStatus, owner: OwnerProbe
+) -> None:
+    """The one definition: running or created, nobody holds the lock, the lock is usable."""
+    expected = status in (RunStatus.RUNNING, RunStatus.CREATED) and owner == OwnerProbe(False)
+    assert is_interrupted(status, owner) is expected

@@ -19,8 +19,8 @@ import pytest
 
 import afk_local as afk
 from afk_local.storage.format import codec
+from afk_local.storage.format.frames import SIGNED_FRAME
 from afk_local.storage.format.integrity import MAC_SIZE
-from afk_local.storage.format.journal_format import SIGNED_FRAME
 
 KEY = "tamper test key"
 FRAME = struct.Struct("<II")
