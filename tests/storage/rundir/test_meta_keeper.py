@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import afk_local as afk
@@ -49,14 +50,10 @@ def test_a_copy_pulled_without_take_is_refused(tmp_path: Path) -> None:
     paths = store.paths("r")
     meta = store.read_meta("r")
     copy = {"url": "s3://b/p", "holder": "other", "epoch": 3}
-    pulled = meta.__class__(**{**_fields(meta), "extra": {REMOTE_COPY_KEY: copy}})
+    pulled = msgspec.structs.replace(meta, extra={REMOTE_COPY_KEY: copy})
     fsio.atomic_write(paths.meta, codec.encode_meta(store.codec, pulled))
     with pytest.raises(LeaseLostError, match="without --take"):
         attempt_meta(paths, store.codec, owner=current_owner())
-
-
-def _fields(meta: RunMeta) -> dict[str, object]:
-    return {name: getattr(meta, name) for name in meta.__struct_fields__}
 
 
 def test_replace_writes_atomically_and_bumps_updated_ms(tmp_path: Path) -> None:
