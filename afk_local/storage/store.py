@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from afk_local.errors import (
     AfkLocalError,
-    KeyRequiredError,
     RunExistsError,
     RunLockedError,
     RunNotFoundError,
     UntrustedStoreError,
 )
-from afk_local.storage import fsio, maintenance
+from afk_local.storage import fsio, listing, maintenance
 from afk_local.storage.format import codec
 from afk_local.storage.format.codec import DecHook, EncHook, RecordCodec
 from afk_local.storage.format.integrity import signer_for
@@ -40,11 +39,11 @@ from afk_local.storage.format.layout import (
 from afk_local.storage.format.layout import new_run_id as fresh_run_id
 from afk_local.storage.format.records import RunMeta, RunStatus, now_ms
 from afk_local.storage.rundir.chain import MAX_READ_CHAIN
-from afk_local.storage.rundir.heads import HeadStore, default_head_dir, store_dir
+from afk_local.storage.rundir.heads import HeadStore, default_head_dir
 from afk_local.storage.rundir.mirror import Mirror, default_mirror_url, open_mirror
 from afk_local.storage.rundir.ownership import lock_is_held, probe_owner
 from afk_local.storage.rundir.reader import RunReader, read_meta
-from afk_local.storage.store_key import check_marker, marker_exists, marker_path, write_marker
+from afk_local.storage.store_key import key_problem, known_keyed, prepare_write
 
 # Writing, gc, packing, fork and the run listings are imported where they are
 # used: a process that only opens a store and reads a run (a LangGraph saver's cold
@@ -179,7 +178,7 @@ class Store:
         A process without the key refuses to write into such a store or to execute
         anything from it (read-only commands read it, with a warning).
         """
-        return marker_exists(self.root) or store_dir(self.root, self.head_dir).is_dir()
+        return known_keyed(self.root, self.head_dir)
 
     @property
     def head_dir_given(self) -> bool:
@@ -191,15 +190,7 @@ class Store:
 
         A store that is keyed but opened without the key, or with another key.
         """
-        signer = self.codec.signer
-        if signer is None:
-            if self.known_keyed:
-                return (
-                    f"{self.root} is a keyed store (see {marker_path(self.root)}) and this "
-                    "process has no key: set AFK_LOCAL_KEY (or pass Store(key=...))"
-                )
-            return None
-        return check_marker(self.root, signer)
+        return key_problem(self.root, self.head_dir, self.codec.signer)
 
     def prepare_write(self, run_id: str = "") -> None:
         """Check that this process may write into the store and, if keyed, mark it so.
@@ -208,15 +199,7 @@ class Store:
             KeyRequiredError: a keyed store opened without the key.
             UntrustedStoreError: a keyed store opened with another key.
         """
-        problem = self.key_problem()
-        if problem is not None:
-            if self.codec.signer is None:
-                raise KeyRequiredError(run_id, str(marker_path(self.root)), keyed_store=True)
-            raise UntrustedStoreError(
-                str(marker_path(self.root)), problem, "use the store's own key", run_id or None
-            )
-        if self.codec.signer is not None:
-            write_marker(self.root, self.codec.signer)
+        prepare_write(self.root, self.head_dir, self.codec.signer, run_id)
 
     @property
     def runs_dir(self) -> Path:
@@ -410,37 +393,7 @@ class Store:
 
     def info(self, run_id: str) -> RunInfo:
         """The :class:`RunInfo` of one run."""
-        from afk_local.storage.views.run_info import RunInfo, tags_of  # noqa: PLC0415
-        from afk_local.storage.views.run_progress import progress_of  # noqa: PLC0415
-
-        reader = self.open(run_id)
-        meta = reader.meta
-        latest = reader.latest()
-        owner = probe_owner(reader.paths.lock)
-        size = 0
-        with os.scandir(reader.paths.dir) as entries:
-            for entry in entries:
-                with contextlib.suppress(OSError):
-                    if entry.is_file(follow_symlinks=False):
-                        size += entry.stat(follow_symlinks=False).st_size
-        return RunInfo(
-            run_id=run_id,
-            status=meta.status,
-            step=latest.step if latest else 0,
-            phase=latest.phase if latest else None,
-            seq=latest.seq if latest else 0,
-            updated_ms=max(meta.updated_ms, latest.timestamp_ms if latest else 0),
-            owner_alive=owner.held,
-            bytes=size,
-            thread_id=meta.thread_id,
-            parent_run_id=meta.parent_run_id,
-            entrypoint=meta.entrypoint,
-            attempt=meta.attempt,
-            created_ms=meta.created_ms,
-            tags=tags_of(meta.extra),
-            progress=progress_of(latest.payload) if latest else None,
-            lock_problem=owner.problem,
-        )
+        return listing.run_info(self, run_id)
 
     def runs(
         self,
@@ -463,23 +416,9 @@ class Store:
         A notebook shows the result as a table; ``.to_pandas()`` makes a DataFrame.
         """
         from afk_local.storage.views.run_filter import RunFilter  # noqa: PLC0415
-        from afk_local.storage.views.run_info import RunList  # noqa: PLC0415
 
         wanted = RunFilter(status=status, since_ms=since_ms, name=name, tags=tags or {})
-        result = RunList()
-        for run_id in self.run_ids():
-            try:
-                if not wanted.admits_meta(self.read_meta(run_id)):
-                    continue
-                info = self.info(run_id)
-            except AfkLocalError:
-                continue  # a run being created, or a damaged meta: `verify` reports it
-            if wanted.admits(info):
-                result.append(info)
-        result.sort(key=lambda info: info.updated_ms, reverse=True)
-        if limit is not None:
-            del result[limit:]
-        return result
+        return listing.list_runs(self, wanted, limit)
 
     def interrupted(self) -> list[str]:
         """Ids of runs whose status says running (or created) but whose lock is free.
