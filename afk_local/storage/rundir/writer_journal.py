@@ -29,7 +29,7 @@ def _nothing() -> None:
     pass
 
 
-def _keep(hook: Callable[[], None]) -> None:
+def _no_close_hooks(hook: Callable[[], None]) -> None:
     pass
 
 
@@ -55,7 +55,7 @@ class WriterJournal:
         listener: RunMirror | None = None,
         on_durable: Callable[[int, bytes], None] | None = None,
         check_writable: Callable[[], None] = _nothing,
-        on_close: Callable[[Callable[[], None]], None] = _keep,
+        on_close: Callable[[Callable[[], None]], None] = _no_close_hooks,
     ) -> None:
         self.path = path
         self.run_id = run_id
