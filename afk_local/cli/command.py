@@ -99,7 +99,7 @@ def suggest(args: argparse.Namespace, *words: object) -> str:
 def require_run(store: Store, run_id: str) -> None:
     """Raise :class:`~afk_local.RunNotFoundError` unless ``run_id`` is a run of ``store``
     (:class:`~afk_local.UntrustedStoreError` when its directory is a symlink)."""
-    paths = store.run_dir(run_id)  # validates the id, refuses a symlinked run directory
+    paths = store.paths(run_id, refuse_links=True)  # validates the id, refuses a symlinked run dir
     if not os.path.lexists(paths.meta):  # a run.meta that is not a file: reading says so
         raise RunNotFoundError(run_id, str(store.root))
 

@@ -233,7 +233,7 @@ def verify_run(store: Store, run_id: str, *, repair: bool = True) -> dict[str, A
     """Verify one run; with ``repair``, truncate a torn journal tail if the lock is free."""
     # Not store.open(): a damaged (or, in a keyed store, wrongly signed) run.meta must
     # be reported like any other damaged file, not stop the command.
-    reader = store.reader(run_id)
+    reader = store.open(run_id, lazy=True)
     report = reader.verify()
     result: dict[str, Any] = {
         "run_id": run_id,

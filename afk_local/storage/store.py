@@ -13,22 +13,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from afk_local.errors import (
     AfkLocalError,
-    KeyRequiredError,
     RunExistsError,
     RunLockedError,
     RunNotFoundError,
     UntrustedStoreError,
 )
-from afk_local.storage import fsio
+from afk_local.storage import fsio, listing, maintenance
 from afk_local.storage.format import codec
 from afk_local.storage.format.codec import DecHook, EncHook, RecordCodec
 from afk_local.storage.format.integrity import signer_for
@@ -42,16 +39,15 @@ from afk_local.storage.format.layout import (
 from afk_local.storage.format.layout import new_run_id as fresh_run_id
 from afk_local.storage.format.records import RunMeta, RunStatus, now_ms
 from afk_local.storage.rundir.chain import MAX_READ_CHAIN
-from afk_local.storage.rundir.heads import HeadStore, default_head_dir, store_dir
+from afk_local.storage.rundir.heads import HeadStore, default_head_dir
 from afk_local.storage.rundir.mirror import Mirror, default_mirror_url, open_mirror
 from afk_local.storage.rundir.ownership import (
-    acquire_lock,
     is_interrupted,
     lock_is_held,
     probe_owner,
 )
 from afk_local.storage.rundir.reader import RunReader, read_meta
-from afk_local.storage.store_key import check_marker, marker_exists, marker_path, write_marker
+from afk_local.storage.store_key import key_problem, known_keyed, prepare_write
 
 # Writing, gc, packing, fork and the run listings are imported where they are
 # used: a process that only opens a store and reads a run (a LangGraph saver's cold
@@ -186,7 +182,7 @@ class Store:
         A process without the key refuses to write into such a store or to execute
         anything from it (read-only commands read it, with a warning).
         """
-        return marker_exists(self.root) or store_dir(self.root, self.head_dir).is_dir()
+        return known_keyed(self.root, self.head_dir)
 
     @property
     def head_dir_given(self) -> bool:
@@ -198,15 +194,7 @@ class Store:
 
         A store that is keyed but opened without the key, or with another key.
         """
-        signer = self.codec.signer
-        if signer is None:
-            if self.known_keyed:
-                return (
-                    f"{self.root} is a keyed store (see {marker_path(self.root)}) and this "
-                    "process has no key: set AFK_LOCAL_KEY (or pass Store(key=...))"
-                )
-            return None
-        return check_marker(self.root, signer)
+        return key_problem(self.root, self.head_dir, self.codec.signer)
 
     def prepare_write(self, run_id: str = "") -> None:
         """Check that this process may write into the store and, if keyed, mark it so.
@@ -215,37 +203,7 @@ class Store:
             KeyRequiredError: a keyed store opened without the key.
             UntrustedStoreError: a keyed store opened with another key.
         """
-        problem = self.key_problem()
-        if problem is not None:
-            if self.codec.signer is None:
-                raise KeyRequiredError(run_id, str(marker_path(self.root)), keyed_store=True)
-            raise UntrustedStoreError(
-                str(marker_path(self.root)), problem, "use the store's own key", run_id or None
-            )
-        if self.codec.signer is not None:
-            write_marker(self.root, self.codec.signer)
-
-    def run_dir(self, run_id: str) -> RunPaths:
-        """The paths of run ``run_id``, refusing a run directory that is a symlink.
-
-        Raises:
-            UntrustedStoreError: ``runs/<run_id>`` (or ``runs/``) is a symlink or not a
-                directory: it is never followed out of the store.
-        """
-        paths = self.paths(run_id)
-        for path in (self.runs_dir, paths.dir):
-            try:
-                mode = os.lstat(path).st_mode
-            except FileNotFoundError:
-                return paths
-            if not stat.S_ISDIR(mode):
-                raise UntrustedStoreError(
-                    str(path),
-                    f"is a {fsio.file_kind(mode)}, not a directory",
-                    "afk-local never follows a link out of the store; remove it",
-                    run_id,
-                )
-        return paths
+        prepare_write(self.root, self.head_dir, self.codec.signer, run_id)
 
     @property
     def runs_dir(self) -> Path:
@@ -257,9 +215,31 @@ class Store:
         """``<root>/requests``: resume requests for the watcher."""
         return self.root / REQUESTS_DIR
 
-    def paths(self, run_id: str) -> RunPaths:
-        """The paths of run ``run_id`` (validated; nothing is created)."""
-        return RunPaths(validate_run_id(run_id), self.runs_dir / run_id)
+    def paths(self, run_id: str, *, refuse_links: bool = False) -> RunPaths:
+        """The paths of run ``run_id`` (validated; nothing is created).
+
+        With ``refuse_links`` (what every operation that reads or writes the run uses),
+        ``runs/`` and ``runs/<run_id>`` are checked first: nothing is read otherwise.
+
+        Raises:
+            UntrustedStoreError: with ``refuse_links``, ``runs/<run_id>`` (or ``runs/``)
+                is a symlink or not a directory: it is never followed out of the store.
+        """
+        paths = RunPaths(validate_run_id(run_id), self.runs_dir / run_id)
+        if refuse_links:
+            for path in (self.runs_dir, paths.dir):
+                try:
+                    mode = os.lstat(path).st_mode
+                except FileNotFoundError:
+                    return paths
+                if not stat.S_ISDIR(mode):
+                    raise UntrustedStoreError(
+                        str(path),
+                        f"is a {fsio.file_kind(mode)}, not a directory",
+                        "afk-local never follows a link out of the store; remove it",
+                        run_id,
+                    )
+        return paths
 
     def exists(self, run_id: str) -> bool:
         """True when the run has a ``run.meta`` (a symlinked run directory does not count)."""
@@ -293,7 +273,7 @@ class Store:
             validate_run_id(parent_run_id)
         self.prepare_write(paths.run_id)
         fsio.make_dirs(self.runs_dir)
-        self.run_dir(paths.run_id)
+        self.paths(paths.run_id, refuse_links=True)
         try:
             fsio.make_dir(paths.dir)
         except FileExistsError:
@@ -301,7 +281,7 @@ class Store:
             # meta and no owner: adopt it, or that run id could never be used again.
             # (open_writer checks again under the lock: another creator may be just
             # ahead of us.) The crash may also have come before mkdir's parent fsync.
-            self.run_dir(paths.run_id)  # but never through a symlink
+            self.paths(paths.run_id, refuse_links=True)  # but never through a symlink
             if os.path.lexists(paths.meta) or lock_is_held(paths.lock):
                 raise RunExistsError(paths.run_id, str(paths.dir)) from None
             fsio.fsync_dir(self.runs_dir)
@@ -334,7 +314,7 @@ class Store:
         """
         from afk_local.storage.rundir.writer import open_writer  # noqa: PLC0415
 
-        paths = self.run_dir(run_id)
+        paths = self.paths(run_id, refuse_links=True)
         if not self.exists(run_id):
             raise RunNotFoundError(run_id, str(self.root))
         self.prepare_write(run_id)
@@ -366,69 +346,32 @@ class Store:
         ``check`` is called with the run's meta under the run's lock, before anything
         changes: it raises to keep the run (a status that changed since it was listed).
         """
-        return self._delete(run_id, only_final=False, keep_effects=keep_effects, check=check)[1]
-
-    def _delete(
-        self,
-        run_id: str,
-        *,
-        only_final: bool,
-        keep_effects: bool = False,
-        check: Callable[[RunMeta], None] | None = None,
-    ) -> tuple[bool, Path | None]:
-        """Delete a run under its lock; with ``only_final``, only if it is still final then.
-
-        Returns whether it was deleted (False when ``only_final`` spared it: a resume
-        reopened it since gc listed it) and where its journal was kept.
-        """
-        from afk_local.storage.ops.removal import keep_journal  # noqa: PLC0415
-
-        paths = self.run_dir(run_id)
-        if not paths.dir.is_dir():
-            raise RunNotFoundError(run_id, str(self.root))
-        lock = acquire_lock(paths, 0.0)
-        kept = None
-        try:
-            meta = read_meta(paths, self.codec) if only_final or check else None
-            if only_final and meta is not None and not meta.status.is_final:
-                return False, None
-            if check is not None and meta is not None:
-                check(meta)
-            if keep_effects:
-                kept = keep_journal(paths, self.root)
-            # Rename first: the run vanishes from listings at once, and a crash
-            # mid-delete leaves only a temp directory that gc removes.
-            trash = fsio.temp_path(self.runs_dir, f"deleted-{run_id}")
-            fsio.rename(paths.dir, trash)
-            fsio.fsync_dir(self.runs_dir)
-        finally:
-            lock.release()
-        shutil.rmtree(trash, ignore_errors=True)
-        if self.heads is not None:
-            self.heads.remove(run_id)  # deleted on purpose: not a rollback
-        return True, kept
+        return maintenance.delete(
+            self, run_id, only_final=False, keep_effects=keep_effects, check=check
+        )[1]
 
     # -- reading ------------------------------------------------------------------
 
-    def open(self, run_id: str) -> RunReader:
-        """A read-only view of a run (no lock)."""
-        reader = self.reader(run_id)
-        reader.meta  # noqa: B018 - raises RunNotFoundError now rather than later
-        return reader
+    def open(self, run_id: str, *, lazy: bool = False) -> RunReader:
+        """A read-only view of a run (no lock).
 
-    def reader(self, run_id: str) -> RunReader:
-        """A read-only view of a run that may be damaged (nothing is read yet; see :meth:`open`).
+        With ``lazy``, nothing is read yet: the view of a run that may be damaged (to
+        verify it, or show what is left of it).
 
         Raises:
+            RunNotFoundError: no such run (not raised when ``lazy``).
             UntrustedStoreError: the run directory is a symlink (never followed).
         """
-        return RunReader(
-            self.run_dir(run_id),
+        reader = RunReader(
+            self.paths(run_id, refuse_links=True),
             record_codec=self.codec,
             max_record_bytes=self.max_record_bytes,
             heads=self.heads,
             html_view=_reader_html,
         )
+        if not lazy:
+            reader.meta  # noqa: B018 - raises RunNotFoundError now rather than later
+        return reader
 
     def run_ids(self) -> list[str]:
         """Ids of every run directory, sorted (unvalidated names are ignored)."""
@@ -445,7 +388,7 @@ class Store:
 
     def read_meta(self, run_id: str) -> RunMeta:
         """The ``run.meta`` of a run (cheap: one small file)."""
-        return read_meta(self.run_dir(run_id), self.codec)
+        return read_meta(self.paths(run_id, refuse_links=True), self.codec)
 
     def owner_alive(self, run_id: str) -> bool:
         """True when a process holds the run's ``owner.lock``."""
@@ -454,37 +397,7 @@ class Store:
 
     def info(self, run_id: str) -> RunInfo:
         """The :class:`RunInfo` of one run."""
-        from afk_local.storage.views.run_info import RunInfo, tags_of  # noqa: PLC0415
-        from afk_local.storage.views.run_progress import progress_of  # noqa: PLC0415
-
-        reader = self.open(run_id)
-        meta = reader.meta
-        latest = reader.latest()
-        owner = probe_owner(reader.paths.lock)
-        size = 0
-        with os.scandir(reader.paths.dir) as entries:
-            for entry in entries:
-                with contextlib.suppress(OSError):
-                    if entry.is_file(follow_symlinks=False):
-                        size += entry.stat(follow_symlinks=False).st_size
-        return RunInfo(
-            run_id=run_id,
-            status=meta.status,
-            step=latest.step if latest else 0,
-            phase=latest.phase if latest else None,
-            seq=latest.seq if latest else 0,
-            updated_ms=max(meta.updated_ms, latest.timestamp_ms if latest else 0),
-            owner_alive=owner.held,
-            bytes=size,
-            thread_id=meta.thread_id,
-            parent_run_id=meta.parent_run_id,
-            entrypoint=meta.entrypoint,
-            attempt=meta.attempt,
-            created_ms=meta.created_ms,
-            tags=tags_of(meta.extra),
-            progress=progress_of(latest.payload) if latest else None,
-            lock_problem=owner.problem,
-        )
+        return listing.run_info(self, run_id)
 
     def runs(
         self,
@@ -507,23 +420,9 @@ class Store:
         A notebook shows the result as a table; ``.to_pandas()`` makes a DataFrame.
         """
         from afk_local.storage.views.run_filter import RunFilter  # noqa: PLC0415
-        from afk_local.storage.views.run_info import RunList  # noqa: PLC0415
 
         wanted = RunFilter(status=status, since_ms=since_ms, name=name, tags=tags or {})
-        result = RunList()
-        for run_id in self.run_ids():
-            try:
-                if not wanted.admits_meta(self.read_meta(run_id)):
-                    continue
-                info = self.info(run_id)
-            except AfkLocalError:
-                continue  # a run being created, or a damaged meta: `verify` reports it
-            if wanted.admits(info):
-                result.append(info)
-        result.sort(key=lambda info: info.updated_ms, reverse=True)
-        if limit is not None:
-            del result[limit:]
-        return result
+        return listing.list_runs(self, wanted, limit)
 
     def interrupted(self) -> list[str]:
         """Ids of runs whose status says running (or created) but whose lock is free.
@@ -552,69 +451,7 @@ class Store:
         cancelled) lose effects or are deleted, decided under each run's lock; kill -9
         at any instant leaves every run resumable.
         """
-        from afk_local.storage.ops.retention import (  # noqa: PLC0415
-            GcReport,
-            RetentionPolicy,
-            remove_stale_builds,
-            runs_to_delete,
-        )
-
-        policy = policy or RetentionPolicy()
-        report = GcReport(dry_run=dry_run)
-        if not dry_run:
-            report.removed_temp_dirs = remove_stale_builds(self.runs_dir)
-        for run_id in self.run_ids():
-            self._compact(run_id, policy, report)
-        infos: list[RunInfo] = self.runs()
-        if dry_run:  # account for what compaction would have freed
-            freed = {c.run_id: c.bytes_freed for c in report.compacted}
-            infos = [replace(i, bytes=max(0, i.bytes - freed.get(i.run_id, 0))) for i in infos]
-        for run_id in runs_to_delete(infos, policy, now_ms=now_ms()):
-            if dry_run:
-                report.deleted_runs.append(run_id)
-                continue
-            try:
-                if self._delete(run_id, only_final=True)[0]:
-                    report.deleted_runs.append(run_id)
-            except RunLockedError:
-                report.skipped_locked.append(run_id)
-            except (AfkLocalError, OSError) as exc:
-                report.errors.append(f"run {run_id}: not deleted: {exc}")
-        return report
-
-    def _compact(self, run_id: str, policy: RetentionPolicy, report: GcReport) -> None:
-        """Compact one run under its lock; a run whose owner is alive is skipped untouched,
-        and so is a keyed run that is behind its head record (rolled back)."""
-        from afk_local.storage.ops.retention import compact_run  # noqa: PLC0415
-
-        try:
-            paths = self.run_dir(run_id)
-        except UntrustedStoreError as exc:
-            report.errors.append(f"run {run_id}: skipped: {exc}")
-            return
-        if lock_is_held(paths.lock):
-            report.skipped_locked.append(run_id)
-            return
-        try:
-            lock = acquire_lock(paths, 0.0)
-        except RunLockedError:
-            report.skipped_locked.append(run_id)
-            return
-        except (AfkLocalError, OSError) as exc:
-            report.errors.append(f"run {run_id}: cannot lock {paths.lock}: {exc}")
-            return
-        try:
-            reader = self.open(run_id)
-            if self.heads is not None:
-                self.heads.require_not_behind(paths, reader.meta.updated_ms)
-            report.compacted.append(compact_run(reader, policy, dry_run=report.dry_run))
-            if self.heads is not None and not report.dry_run:
-                reader.refresh()  # compaction may have rewritten the meta and the journal
-                self.heads.anchor(paths, reader.meta.updated_ms)
-        except (AfkLocalError, OSError) as exc:
-            report.errors.append(f"run {run_id}: skipped: {exc}")
-        finally:
-            lock.release()
+        return maintenance.gc(self, policy, dry_run=dry_run)
 
     def pack(
         self,
@@ -637,34 +474,7 @@ class Store:
             keep_loose: the newest loose files of each run that stay loose (>= 1).
             dry_run: say what would happen, change nothing.
         """
-        from afk_local.storage.rundir.packing import PackReport, pack_run  # noqa: PLC0415
-
-        reports = []
-        for run_id in run_ids if run_ids is not None else self.run_ids():
-            paths = self.paths(run_id)
-            report = PackReport(run_id)
-            if not paths.meta.is_file():
-                report.errors.append(f"run {run_id!r} not found under {self.root}")
-                reports.append(report)
-                continue
-            try:
-                lock = acquire_lock(paths, 0.0)
-            except RunLockedError:
-                report.skipped = "its owner is alive (a writer packs as it writes)"
-                reports.append(report)
-                continue
-            try:
-                if self.heads is not None:  # a run put back from an older copy: not touched
-                    self.heads.require_not_behind(paths, read_meta(paths, self.codec).updated_ms)
-                report = pack_run(
-                    paths, self.codec, full=full, keep_loose=keep_loose, dry_run=dry_run
-                )
-            except (AfkLocalError, OSError) as exc:
-                report.errors.append(f"not packed: {exc}")
-            finally:
-                lock.release()
-            reports.append(report)
-        return reports
+        return maintenance.pack(self, run_ids, full=full, keep_loose=keep_loose, dry_run=dry_run)
 
     def fork(
         self,
@@ -678,15 +488,7 @@ class Store:
 
         ``updates`` (``{"state.total": 5}``) edits the state the fork continues from.
         """
-        from afk_local.storage.ops.fork import fork_run  # noqa: PLC0415
-
-        target_id = validate_run_id(new_run_id) if new_run_id is not None else fresh_run_id()
-        self.prepare_write(target_id)
-        target = self.run_dir(target_id)
-        fork_run(self.open(run_id), at_seq, target, updates=updates)
-        if self.heads is not None:
-            self.heads.anchor(target, self.read_meta(target_id).updated_ms)
-        return self.info(target_id)
+        return maintenance.fork(self, run_id, at_seq, new_run_id, updates=updates)
 
     def ensure_unlocked(self, run_id: str) -> None:
         """Raise RunLockedError when the run's owner is alive."""

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import msgspec
 
+from afk_local.errors import KeyRequiredError, UntrustedStoreError
 from afk_local.storage import fsio
 from afk_local.storage.format.integrity import Signer, split_document
 from afk_local.storage.format.records import now_ms
+from afk_local.storage.rundir.heads import store_dir
 
 MARKER_NAME = "keyed"
 """The marker's file name in the store's root."""
@@ -83,11 +85,58 @@ def write_marker(root: str | os.PathLike[str], signer: Signer) -> None:
     fsio.atomic_write(path, signer.sign_document(_TAG, body))
 
 
+def known_keyed(root: str | os.PathLike[str], head_dir: str | os.PathLike[str]) -> bool:
+    """True when the store at ``root`` says it is keyed: its marker, or head records kept
+    for it under ``head_dir``."""
+    return marker_exists(root) or store_dir(root, head_dir).is_dir()
+
+
+def key_problem(
+    root: str | os.PathLike[str], head_dir: str | os.PathLike[str], signer: Signer | None
+) -> str | None:
+    """Why a process with ``signer`` (None: no key) may not write into (or execute from)
+    the store at ``root``; None when it may."""
+    if signer is None:
+        if known_keyed(root, head_dir):
+            return (
+                f"{root} is a keyed store (see {marker_path(root)}) and this "
+                "process has no key: set AFK_LOCAL_KEY (or pass Store(key=...))"
+            )
+        return None
+    return check_marker(root, signer)
+
+
+def prepare_write(
+    root: str | os.PathLike[str],
+    head_dir: str | os.PathLike[str],
+    signer: Signer | None,
+    run_id: str = "",
+) -> None:
+    """Check that a process with ``signer`` may write into the store and, if keyed, mark it.
+
+    Raises:
+        KeyRequiredError: a keyed store opened without the key.
+        UntrustedStoreError: a keyed store opened with another key.
+    """
+    problem = key_problem(root, head_dir, signer)
+    if problem is not None:
+        if signer is None:
+            raise KeyRequiredError(run_id, str(marker_path(root)), keyed_store=True)
+        raise UntrustedStoreError(
+            str(marker_path(root)), problem, "use the store's own key", run_id or None
+        )
+    if signer is not None:
+        write_marker(root, signer)
+
+
 __all__ = [
     "MARKER_NAME",
     "KeyedMarker",
     "check_marker",
+    "key_problem",
+    "known_keyed",
     "marker_exists",
     "marker_path",
+    "prepare_write",
     "write_marker",
 ]

@@ -97,3 +97,23 @@ def test_create_adopting_a_directory_a_crash_left_makes_its_entry_durable(tmp_pa
         fsio.set_io_hook(previous)
     first_ack = ops.index(("fsync", str(store.paths("r").dir)))
     assert ("fsync", str(store.runs_dir)) in ops[:first_ack], ops
+
+
+def test_paths_reads_nothing_unless_asked_to_refuse_links(tmp_path: Path) -> None:
+    elsewhere = afk.Store(tmp_path / "elsewhere")
+    elsewhere.create("r").close()
+    store = afk.Store(tmp_path / "store")
+    store.runs_dir.mkdir(parents=True)
+    os.symlink(elsewhere.paths("r").dir, store.runs_dir / "r")
+    assert store.paths("r").dir == store.runs_dir / "r"
+    with pytest.raises(afk.UntrustedStoreError, match="symlink"):
+        store.paths("r", refuse_links=True)
+    assert store.paths("new", refuse_links=True).dir == store.runs_dir / "new"
+
+
+def test_open_reads_the_meta_now_unless_lazy(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path)
+    with pytest.raises(afk.RunNotFoundError):
+        store.open("missing")
+    reader = store.open("missing", lazy=True)  # a view of what is there: nothing yet
+    assert reader.run_id == "missing"

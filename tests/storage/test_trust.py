@@ -185,7 +185,7 @@ def test_gate_refuses_a_rolled_back_run_and_trust_accepts_it(tmp_path: Path) -> 
     res = afk(root, "verify", "r", env={"AFK_LOCAL_KEY": KEY})
     assert res.returncode == 1 and "rolled back" in res.stdout
     trust_run(store, "r")  # the owner put it back on purpose
-    assert store.reader("r").verify().ok
+    assert store.open("r", lazy=True).verify().ok
     assert require_trusted_run(store, "r").meta.run_id == "r"
 
 

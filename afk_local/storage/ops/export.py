@@ -76,7 +76,7 @@ class ImportTarget(Protocol):
     @property
     def heads(self) -> HeadStore | None: ...
     def prepare_write(self, run_id: str) -> None: ...
-    def run_dir(self, run_id: str) -> RunPaths: ...
+    def paths(self, run_id: str, *, refuse_links: bool = False) -> RunPaths: ...
 
 
 def to_jsonable(value: Any) -> Any:
@@ -231,7 +231,7 @@ def import_run(
     meta = msgspec.structs.replace(meta, run_id=run_id, owner=None, extra=extra)
     checkpoints = [msgspec.structs.replace(c, run_id=run_id) for c in checkpoints]
     store.prepare_write(run_id)
-    target = store.run_dir(run_id)
+    target = store.paths(run_id, refuse_links=True)
     if os.path.lexists(target.dir):
         raise RunExistsError(run_id, str(target.dir))
     fsio.make_dirs(store.runs_dir)

@@ -67,7 +67,7 @@ def files(store: afk.Store, run_id: str) -> list[Path]:
 
 def problems(store: afk.Store, run_id: str) -> dict[str, str]:
     """File name -> reason for every problem verify() reports (the meta may be bad too)."""
-    report = store.reader(run_id).verify()
+    report = store.open(run_id, lazy=True).verify()
     return {os.path.basename(p.path): p.reason for p in report.problems}
 
 

@@ -75,7 +75,7 @@ def test_a_writer_uses_prepared_compressors_and_the_run_reads_back(tmp_path) -> 
     with store.create("r") as run:
         for i, state in enumerate(states):
             if i:
-                _wait_ready(run._prefetch, "runtime_state")
+                _wait_ready(run._delta.prefetch, "runtime_state")
             run.checkpoint("runtime_state", state, step=i)
-        assert run._prefetch.hits == len(states) - 1
+        assert run._delta.prefetch.hits == len(states) - 1
     assert [c.payload for c in store.open("r").history()] == states

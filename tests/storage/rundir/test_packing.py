@@ -355,7 +355,7 @@ def test_a_mirrored_writer_packs_only_what_its_mirror_already_holds(tmp_path: Pa
     with store.create("r") as run:
         for i in range(60):
             run.checkpoint("runtime_state", {"i": i}, step=i)
-    files = os.listdir(store.run_dir("r").dir)
+    files = os.listdir(store.paths("r", refuse_links=True).dir)
     assert any(n.endswith(".pack") for n in files)
     assert lazy.lost == []  # every checkpoint file reached the mirror before it was packed
     assert sorted(lazy.uploaded) == [checkpoint_name(i, "runtime_state") for i in range(1, 61)]
@@ -364,7 +364,7 @@ def test_a_mirrored_writer_packs_only_what_its_mirror_already_holds(tmp_path: Pa
 def test_a_keyed_packed_run_is_not_rolled_back_but_an_older_packed_copy_is(tmp_path: Path) -> None:
     store = afk.Store(tmp_path / "s", key=KEY, pack_loose_limit=None)
     _write(store, "r", 30)
-    run_dir = store.run_dir("r").dir
+    run_dir = store.paths("r", refuse_links=True).dir
     old = tmp_path / "old-copy"
     shutil.copytree(run_dir, old, symlinks=True)
     with store.resume_writer("r") as run:
@@ -378,7 +378,7 @@ def test_a_keyed_packed_run_is_not_rolled_back_but_an_older_packed_copy_is(tmp_p
     shutil.copytree(old, run_dir, symlinks=True)
     (report,) = store.pack(["r"])
     assert report.packed_files == 0 and "rolled back" in report.errors[0]
-    pack_run(store.run_dir("r"), store.codec)  # packed anyway, below the Store
+    pack_run(store.paths("r", refuse_links=True), store.codec)  # packed anyway, below the Store
     problems = store.open("r").verify().problems
     assert any("rolled back" in p.reason for p in problems), problems
     with pytest.raises(afk.RunRolledBackError):

@@ -168,7 +168,7 @@ def attacked_run(store: afk.Store, name: str, attack, tmp: Path) -> None:
 def test_every_at_rest_attack_is_detected_with_a_key(tmp_path: Path, name, attack, unkeyed) -> None:
     store = afk.Store(tmp_path / "keyed", key=KEY)
     attacked_run(store, name, attack, tmp_path)
-    report = store.reader("r").verify()
+    report = store.open("r", lazy=True).verify()
     assert not report.ok, (name, report)
     if name in ("truncate", "snapshot"):  # only the head record can tell
         assert any("rolled back" in p.reason for p in report.problems), report
@@ -182,7 +182,7 @@ def test_what_is_detected_without_a_key(tmp_path: Path, name, attack, unkeyed) -
         pytest.skip("nothing is signed without a key")
     store = afk.Store(tmp_path / "plain")
     attacked_run(store, name, attack, tmp_path)
-    assert store.reader("r").verify().ok is not unkeyed
+    assert store.open("r", lazy=True).verify().ok is not unkeyed
 
 
 def test_accidental_damage_is_detected_without_a_key(tmp_path: Path) -> None:
@@ -192,5 +192,5 @@ def test_accidental_damage_is_detected_without_a_key(tmp_path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[40] ^= 0x01  # one flipped bit, crc not recomputed
     path.write_bytes(bytes(data))
-    (problem,) = store.reader("r").verify().problems
+    (problem,) = store.open("r", lazy=True).verify().problems
     assert "crc32 mismatch" in problem.reason

@@ -1,0 +1,103 @@
+"""What a store lists: the :class:`~afk_local.storage.views.run_info.RunInfo` of a run,
+and its runs filtered and newest first.
+
+A run is listed from its meta, its latest checkpoint, its lock and the bytes in its
+directory; a run being created or with a damaged meta is left out (``afk-local
+verify`` reports it). :class:`~afk_local.Store` holds the public methods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import TYPE_CHECKING, Protocol
+
+from afk_local.errors import AfkLocalError
+from afk_local.storage.format.records import RunMeta
+from afk_local.storage.rundir.ownership import probe_owner
+from afk_local.storage.rundir.reader import RunReader
+
+# The views are imported where they are used: a process that only reads a run never
+# pays for them.
+if TYPE_CHECKING:
+    from afk_local.storage.views.run_filter import RunFilter
+    from afk_local.storage.views.run_info import RunInfo, RunList
+
+
+class ListedStore(Protocol):
+    """What a listing needs of a store (:class:`afk_local.Store` is one)."""
+
+    def open(self, run_id: str, *, lazy: bool = False) -> RunReader:
+        """A read-only view of a run."""
+        ...
+
+    def run_ids(self) -> list[str]:
+        """Ids of every run directory, sorted."""
+        ...
+
+    def read_meta(self, run_id: str) -> RunMeta:
+        """The ``run.meta`` of a run."""
+        ...
+
+    def info(self, run_id: str) -> RunInfo:
+        """The :class:`RunInfo` of one run."""
+        ...
+
+
+def run_info(store: ListedStore, run_id: str) -> RunInfo:
+    """The :class:`RunInfo` of one run (see :meth:`afk_local.Store.info`)."""
+    from afk_local.storage.views.run_info import RunInfo, tags_of  # noqa: PLC0415
+    from afk_local.storage.views.run_progress import progress_of  # noqa: PLC0415
+
+    reader = store.open(run_id)
+    meta = reader.meta
+    latest = reader.latest()
+    owner = probe_owner(reader.paths.lock)
+    size = 0
+    with os.scandir(reader.paths.dir) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.is_file(follow_symlinks=False):
+                    size += entry.stat(follow_symlinks=False).st_size
+    return RunInfo(
+        run_id=run_id,
+        status=meta.status,
+        step=latest.step if latest else 0,
+        phase=latest.phase if latest else None,
+        seq=latest.seq if latest else 0,
+        updated_ms=max(meta.updated_ms, latest.timestamp_ms if latest else 0),
+        owner_alive=owner.held,
+        bytes=size,
+        thread_id=meta.thread_id,
+        parent_run_id=meta.parent_run_id,
+        entrypoint=meta.entrypoint,
+        attempt=meta.attempt,
+        created_ms=meta.created_ms,
+        tags=tags_of(meta.extra),
+        progress=progress_of(latest.payload) if latest else None,
+        lock_problem=owner.problem,
+    )
+
+
+def list_runs(store: ListedStore, wanted: RunFilter, limit: int | None) -> RunList:
+    """The readable runs ``wanted`` admits, newest first, at most ``limit`` (see
+    :meth:`afk_local.Store.runs`)."""
+    from afk_local.storage.views.run_info import RunList  # noqa: PLC0415
+
+    result = RunList()
+    for run_id in store.run_ids():
+        try:
+            if not wanted.admits_meta(store.read_meta(run_id)):
+                continue
+            info = store.info(run_id)
+        except AfkLocalError:
+            continue  # a run being created, or a damaged meta: `verify` reports it
+        if wanted.admits(info):
+            result.append(info)
+    result.sort(key=lambda info: info.updated_ms, reverse=True)
+    if limit is not None:
+        del result[limit:]
+    return result
+
+
+__all__ = ["ListedStore", "list_runs", "run_info"]

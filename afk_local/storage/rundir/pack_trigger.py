@@ -1,0 +1,121 @@
+"""When a writer folds its older loose checkpoint files into a pack.
+
+Past ``pack_loose_limit`` loose files, a writer packs the older ones (the packer is
+:func:`~afk_local.storage.rundir.packing.pack_run`) at the next keyframe, or at twice
+the limit whatever the checkpoint. The delta chains still being extended stay loose
+back to their keyframes, but never more than half the limit: so the newest
+checkpoints decode from loose files. With a remote mirror, what is packed away must
+have been uploaded first (the mirror uploads published files by name).
+
+A writer calls it after each acknowledged checkpoint::
+
+    trigger.published(record.seq, keyframe=delta_policy.keyframe_written)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from afk_local.storage.format.codec import RecordCodec
+from afk_local.storage.format.layout import RunPaths
+from afk_local.storage.rundir.delta_policy import DeltaPolicy
+from afk_local.storage.rundir.mirror import RunMirror
+from afk_local.storage.rundir.packing import PackReport, pack_run
+
+log = logging.getLogger("afk_local")
+
+MIRROR_CATCH_UP_S = 30.0
+"""How long a mirrored writer waits, once per pack, for the remote to hold what it packs."""
+
+
+def _ignore(exc: BaseException) -> None:
+    pass
+
+
+class PackTrigger:
+    """Decides when a writer packs, and packs. Not thread-safe: its writer serialises calls.
+
+    Args:
+        paths: the run directory (its lock is held by the writer).
+        record_codec: the store's codec (its key signs the packs).
+        limit: loose files after which the older ones are packed; 0: never on its own.
+        loose: loose checkpoint files in the run directory now.
+        delta: the writer's delta policy (which chains are still being extended).
+        mirror: the run's remote mirror, if any.
+        on_failure: told of a failed pack after a checkpoint: the checkpoint stays
+            acknowledged, and the writer refuses further writes.
+    """
+
+    def __init__(
+        self,
+        paths: RunPaths,
+        record_codec: RecordCodec,
+        *,
+        limit: int,
+        loose: int,
+        delta: DeltaPolicy,
+        mirror: RunMirror | None = None,
+        on_failure: Callable[[BaseException], None] = _ignore,
+    ) -> None:
+        self.paths = paths
+        self._codec = record_codec
+        self.limit = limit
+        self.loose = loose
+        """Loose checkpoint files in the run directory (as far as this writer knows)."""
+        self._delta = delta
+        self._mirror = mirror
+        self._on_failure = on_failure
+
+    def published(self, seq: int, keyframe: bool) -> None:
+        """Count checkpoint ``seq`` (a ``keyframe`` or not) in, and pack if it is time."""
+        self.loose += 1
+        if self.limit and self.loose >= self.limit and (keyframe or self.loose >= 2 * self.limit):
+            self._pack_older(seq)
+
+    def _pack_older(self, seq: int) -> None:
+        """Fold the older loose files into a pack, after checkpoint ``seq``.
+
+        Called after a checkpoint was acknowledged: a failure cannot take it back, so it
+        is logged and handed to ``on_failure``.
+        """
+        half = max(1, self.limit // 2)
+        recent = seq - half
+        keep_from = max(min(self._delta.keyframes_after(recent), default=seq), recent + 1)
+        if self._mirror is not None:
+            # If the mirror cannot catch up now, the files stay loose until the next
+            # keyframe (its own error surfaces through check() and flush, never through
+            # this checkpoint).
+            try:
+                self._mirror.flush(MIRROR_CATCH_UP_S)
+            except Exception as exc:
+                log.info(
+                    "run %s: not packing yet, the mirror is behind: %s", self.paths.run_id, exc
+                )
+                return
+        try:
+            report = pack_run(self.paths, self._codec, keep_from=keep_from, sync_removals=False)
+        except Exception as exc:
+            log.error("run %s: packing older checkpoints failed: %s", self.paths.run_id, exc)
+            self._on_failure(exc)
+            return
+        self.loose = report.loose_left
+
+    def pack(self, *, full: bool = True) -> PackReport:
+        """Fold every loose checkpoint file but the newest into packs, now.
+
+        With ``full``, merge the run's packs too. A failed pack is handed to
+        ``on_failure`` and raised; a mirror that cannot catch up only raises.
+        """
+        if self._mirror is not None:  # what is packed away must be on the remote first
+            self._mirror.flush(MIRROR_CATCH_UP_S)
+        try:
+            report = pack_run(self.paths, self._codec, full=full)
+        except BaseException as exc:
+            self._on_failure(exc)
+            raise
+        self.loose = report.loose_left
+        return report
+
+
+__all__ = ["MIRROR_CATCH_UP_S", "PackTrigger"]
