@@ -76,6 +76,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "RunMeta",
         "RunStatus",
     ),
+    "afk_local.storage.rundir.options": ("StoreOptions",),
     "afk_local.storage.rundir.reader": ("ResumeState", "RunReader"),
     "afk_local.storage.rundir.verify": ("VerifyReport",),
     "afk_local.storage.rundir.writer": ("RunWriter",),
@@ -154,6 +155,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which do not run __getatt
     from afk_local.storage.format.records import RunMeta as RunMeta
     from afk_local.storage.format.records import RunStatus as RunStatus
     from afk_local.storage.rundir.mirror import RunMirror
+    from afk_local.storage.rundir.options import StoreOptions as StoreOptions
     from afk_local.storage.rundir.reader import ResumeState as ResumeState
     from afk_local.storage.rundir.reader import RunReader as RunReader
     from afk_local.storage.rundir.verify import VerifyReport as VerifyReport

@@ -57,18 +57,15 @@ from afk_local.storage.rundir.delta_prefetch import DeltaPrefetch
 from afk_local.storage.rundir.effects import EffectLog, open_effect_log
 from afk_local.storage.rundir.heads import HeadKeeper, HeadStore
 from afk_local.storage.rundir.mirror import REMOTE_COPY_KEY, Mirror, RunMirror
+from afk_local.storage.rundir.options import StoreOptions
 from afk_local.storage.rundir.ownership import acquire_lock, current_owner
-from afk_local.storage.rundir.packing import DEFAULT_LOOSE_LIMIT, PackReport, pack_run
+from afk_local.storage.rundir.packing import PackReport, pack_run
 from afk_local.storage.rundir.reader import RunReader, read_meta
 
 log = logging.getLogger("afk_local")
 
-DEFAULT_MAX_CHAIN = 32
 _MAX_CHAINS = 16
 """Phases whose newest record a writer keeps as a delta base (oldest used is dropped)."""
-
-DEFAULT_DELTA_FRACTION = 0.5
-"""A delta larger than this fraction of an (estimated) full frame is written as a keyframe."""
 
 
 class _Chain(NamedTuple):
@@ -116,15 +113,11 @@ class RunWriter:
         paths: RunPaths,
         lock: FileLock,
         meta: RunMeta,
+        options: StoreOptions,
         *,
         record_codec: RecordCodec,
-        max_record_bytes: int = codec.DEFAULT_MAX_RECORD_BYTES,
-        max_chain: int = DEFAULT_MAX_CHAIN,
-        delta_fraction: float = DEFAULT_DELTA_FRACTION,
-        level: int = codec.DEFAULT_LEVEL,
         mirror: RunMirror | None = None,
         head: HeadKeeper | None = None,
-        pack_loose_limit: int | None = DEFAULT_LOOSE_LIMIT,
     ) -> None:
         self.paths = paths
         self.run_id = paths.run_id
@@ -132,10 +125,11 @@ class RunWriter:
         self._lock = lock
         self._meta = meta
         self._codec = record_codec
-        self._max_record_bytes = max_record_bytes
-        self._max_chain = max_chain
-        self._delta_fraction = delta_fraction
-        self._level = level
+        self._env = options.env  # every durable call of this writer goes through it
+        self._max_record_bytes = options.max_record_bytes
+        self._max_chain = options.max_chain
+        self._delta_fraction = options.delta_fraction
+        self._level = level = options.level
         self._failed: BaseException | None = None
         self._closed = False
         # The lock outlives every write: close() while another thread is inside a write
@@ -178,7 +172,7 @@ class RunWriter:
             newest = every[-1] if every else newest
         self._seq = newest.seq if newest else 0
         # Packing: past pack_loose_limit loose files, the older ones go into a pack.
-        self._pack_limit = pack_loose_limit or 0
+        self._pack_limit = options.pack_loose_limit or 0
         self._loose = len(loose)
         # Keyed store: each checkpoint's MAC chains on the MAC of the one before it.
         self._signer = record_codec.signer
@@ -341,7 +335,7 @@ class RunWriter:
         try:
             if self._dir_fd is None:
                 self._dir_fd = fsio.open_dir(self._dir)
-            fsio.publish_with_link(
+            self._env.publish_with_link(
                 self._dir,
                 name,
                 data,
@@ -390,7 +384,9 @@ class RunWriter:
                 log.info("run %s: not packing yet, the mirror is behind: %s", self.run_id, exc)
                 return
         try:
-            report = pack_run(self.paths, self._codec, keep_from=keep_from, sync_removals=False)
+            report = pack_run(
+                self.paths, self._codec, keep_from=keep_from, sync_removals=False, env=self._env
+            )
         except Exception as exc:
             log.error("run %s: packing older checkpoints failed: %s", self.run_id, exc)
             self._failed = exc
@@ -406,7 +402,7 @@ class RunWriter:
         if self._mirror is not None:  # what is packed away must be on the remote first
             self._mirror.flush(_MIRROR_CATCH_UP_S)
         try:
-            report = pack_run(self.paths, self._codec, full=full)
+            report = pack_run(self.paths, self._codec, full=full, env=self._env)
         except BaseException as exc:
             self._failed = exc
             raise
@@ -419,7 +415,7 @@ class RunWriter:
         # the writer is dead either way and readers tolerate what is left.
         previous = fsio.read_link(self._latest)
         with contextlib.suppress(OSError):
-            os.unlink(self._dir + name)
+            self._env.unlink(self._dir + name)
         if previous == name:
             if self._seq:
                 good = next(
@@ -427,12 +423,10 @@ class RunWriter:
                 )
                 if good is not None:
                     with contextlib.suppress(OSError):
-                        tmp = fsio.temp_path(self.paths.dir, "latest")
-                        os.symlink(good, tmp)
-                        os.replace(tmp, self.paths.latest)
+                        self._env.atomic_symlink(good, self.paths.latest, sync_dir=False)
             else:
                 with contextlib.suppress(OSError):
-                    os.unlink(self.paths.latest)
+                    self._env.unlink(self.paths.latest)
 
     def _frame(self, seq: int, phase: str, raw: bytes, mac: bytes | None) -> bytes:
         # The base is the newest earlier checkpoint of the same phase, not simply the
@@ -476,7 +470,7 @@ class RunWriter:
             )
             data = codec.encode_meta(self._codec, meta)  # a bad value fails here, before I/O
             try:
-                fsio.atomic_write(self.paths.meta, data)
+                self._env.atomic_write(self.paths.meta, data)
             except BaseException as exc:
                 self._failed = exc
                 raise
@@ -595,7 +589,7 @@ class RunWriter:
         with os.scandir(self.paths.dir) as entries:
             stray = [e.path for e in entries if e.name.startswith(fsio.TEMP_PREFIX)]
         for path in stray:
-            fsio.remove_temp_entry(path)
+            self._env.remove_temp_entry(path)
         if stray:
             log.info("run %s: removed %d stray temp file(s)", self.run_id, len(stray))
 
@@ -655,16 +649,20 @@ class RunWriter:
 
 def open_writer(
     paths: RunPaths,
+    options: StoreOptions,
     *,
     record_codec: RecordCodec,
-    lock_timeout: float,
+    lock_timeout: float | None = None,
     new_meta: RunMeta | None = None,
     new_attempt: bool = True,
     mirror: Mirror | None = None,
     heads: HeadStore | None = None,
-    **writer_options: Any,
 ) -> RunWriter:
     """Lock a run directory and return its writer; with ``new_meta``, write it first.
+
+    The writer's settings and its I/O seam come from ``options`` (the store's);
+    ``lock_timeout`` (default ``options.lock_timeout``) is how long to wait for the lock,
+    and ``record_codec``, ``mirror`` and ``heads`` are what the store built from them.
 
     Opening an existing run starts a new attempt (``attempt`` + 1, this process as
     owner) unless ``new_attempt`` is False: cancelling or settling a run is not an
@@ -688,7 +686,8 @@ def open_writer(
     """
     if new_meta is None and record_codec.signer is None and is_signed_file(paths.meta):
         raise KeyRequiredError(paths.run_id, str(paths.meta))
-    lock = acquire_lock(paths, lock_timeout)
+    timeout = options.lock_timeout if lock_timeout is None else lock_timeout
+    lock = acquire_lock(paths, timeout)
     run_mirror: RunMirror | None = None
     try:
         owner = current_owner()
@@ -707,18 +706,12 @@ def open_writer(
             )
         if mirror is not None:
             run_mirror = mirror.attach(paths, record_codec)
-        fsio.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))
+        options.env.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))
         keeper = None
         if heads is not None:
             keeper = HeadKeeper(heads, heads.anchor(paths, meta.updated_ms))
         writer = RunWriter(
-            paths,
-            lock,
-            meta,
-            record_codec=record_codec,
-            mirror=run_mirror,
-            head=keeper,
-            **writer_options,
+            paths, lock, meta, options, record_codec=record_codec, mirror=run_mirror, head=keeper
         )
         if keeper is not None:
             writer.on_close(keeper.close)  # runs before the mirror's: after the journal's records
