@@ -146,6 +146,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which do not run __getatt
     from afk_local.runner.versions import CodeChangedWarning as CodeChangedWarning
     from afk_local.runner.versions import migration as migration
     from afk_local.runner.writer import DurableWriter as DurableWriter
+    from afk_local.storage import fsio
     from afk_local.storage.format.codec import RecordCodec
     from afk_local.storage.format.records import SCHEMA_VERSION as SCHEMA_VERSION
     from afk_local.storage.format.records import Checkpoint as Checkpoint
@@ -175,6 +176,7 @@ def _open_journal(
     record_codec: RecordCodec,
     listener: RunMirror | None,
     on_durable: Callable[[int, bytes], None] | None,
+    env: fsio.Env,
 ) -> Journal:
     """Open a run's effect journal for its writer (imported on a run's first effect)."""
     from afk_local.journal.journal import Journal  # noqa: PLC0415
@@ -186,6 +188,7 @@ def _open_journal(
         record_codec=record_codec,
         listener=listener,
         on_durable=on_durable,
+        env=env,
     )
 
 

@@ -278,7 +278,7 @@ class Store:
                 str(marker_path(self.root)), problem, "use the store's own key", run_id or None
             )
         if self.codec.signer is not None:
-            write_marker(self.root, self.codec.signer)
+            write_marker(self.root, self.codec.signer, self.env)
 
     def run_dir(self, run_id: str) -> RunPaths:
         """The paths of run ``run_id``, refusing a run directory that is a symlink.
@@ -345,10 +345,10 @@ class Store:
         if parent_run_id is not None:
             validate_run_id(parent_run_id)
         self.prepare_write(paths.run_id)
-        fsio.make_dirs(self.runs_dir)
+        self.env.make_dirs(self.runs_dir)
         self.run_dir(paths.run_id)
         try:
-            fsio.make_dir(paths.dir)
+            self.env.make_dir(paths.dir)
         except FileExistsError:
             # A crash between mkdir and the first run.meta leaves a directory with no
             # meta and no owner: adopt it, or that run id could never be used again.
@@ -357,7 +357,7 @@ class Store:
             self.run_dir(paths.run_id)  # but never through a symlink
             if os.path.lexists(paths.meta) or lock_is_held(paths.lock):
                 raise RunExistsError(paths.run_id, str(paths.dir)) from None
-            fsio.fsync_dir(self.runs_dir)
+            self.env.fsync_dir(self.runs_dir)
         stamp = now_ms()
         meta = RunMeta(
             run_id=paths.run_id,
@@ -456,12 +456,12 @@ class Store:
             if check is not None and meta is not None:
                 check(meta)
             if keep_effects:
-                kept = keep_journal(paths, self.root)
+                kept = keep_journal(paths, self.root, self.env)
             # Rename first: the run vanishes from listings at once, and a crash
             # mid-delete leaves only a temp directory that gc removes.
             trash = fsio.temp_path(self.runs_dir, f"deleted-{run_id}")
-            fsio.rename(paths.dir, trash)
-            fsio.fsync_dir(self.runs_dir)
+            self.env.rename(paths.dir, trash)
+            self.env.fsync_dir(self.runs_dir)
         finally:
             lock.release()
         shutil.rmtree(trash, ignore_errors=True)
@@ -489,6 +489,7 @@ class Store:
             max_record_bytes=self.max_record_bytes,
             heads=self.heads,
             html_view=_reader_html,
+            env=self.env,
         )
 
     def run_ids(self) -> list[str]:
@@ -718,7 +719,12 @@ class Store:
                 if self.heads is not None:  # a run put back from an older copy: not touched
                     self.heads.require_not_behind(paths, read_meta(paths, self.codec).updated_ms)
                 report = pack_run(
-                    paths, self.codec, full=full, keep_loose=keep_loose, dry_run=dry_run
+                    paths,
+                    self.codec,
+                    full=full,
+                    keep_loose=keep_loose,
+                    dry_run=dry_run,
+                    env=self.env,
                 )
             except (AfkLocalError, OSError) as exc:
                 report.errors.append(f"not packed: {exc}")

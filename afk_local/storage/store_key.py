@@ -73,14 +73,16 @@ def check_marker(root: str | os.PathLike[str], signer: Signer) -> str | None:
     return None
 
 
-def write_marker(root: str | os.PathLike[str], signer: Signer) -> None:
-    """Write the marker of a keyed store at ``root`` unless it has one."""
+def write_marker(
+    root: str | os.PathLike[str], signer: Signer, env: fsio.Env = fsio.DEFAULT_ENV
+) -> None:
+    """Write the marker of a keyed store at ``root`` unless it has one (through ``env``)."""
     path = marker_path(root)
     if os.path.lexists(path):
         return
-    fsio.make_dirs(path.parent)
+    env.make_dirs(path.parent)
     body = msgspec.json.encode(KeyedMarker(created_ms=now_ms()))
-    fsio.atomic_write(path, signer.sign_document(_TAG, body))
+    env.atomic_write(path, signer.sign_document(_TAG, body))
 
 
 __all__ = [

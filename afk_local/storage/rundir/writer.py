@@ -239,6 +239,7 @@ class RunWriter:
                         record_codec=self._codec,
                         listener=self._mirror,
                         on_durable=None if self._head is None else self._head.journal,
+                        env=self._env,
                     )
                     self.on_close(journal.close)
                     self._journal = journal
@@ -262,7 +263,10 @@ class RunWriter:
     def reader(self) -> RunReader:
         """A reader of this run (sharing the codec)."""
         return RunReader(
-            self.paths, record_codec=self._codec, max_record_bytes=self._max_record_bytes
+            self.paths,
+            record_codec=self._codec,
+            max_record_bytes=self._max_record_bytes,
+            env=self._env,
         )
 
     def __repr__(self) -> str:
