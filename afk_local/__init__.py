@@ -76,6 +76,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "RunMeta",
         "RunStatus",
     ),
+    "afk_local.storage.rundir.options": ("StoreOptions",),
     "afk_local.storage.rundir.reader": ("ResumeState", "RunReader"),
     "afk_local.storage.rundir.verify": ("VerifyReport",),
     "afk_local.storage.rundir.writer": ("RunWriter",),
@@ -145,6 +146,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which do not run __getatt
     from afk_local.runner.versions import CodeChangedWarning as CodeChangedWarning
     from afk_local.runner.versions import migration as migration
     from afk_local.runner.writer import DurableWriter as DurableWriter
+    from afk_local.storage import fsio
     from afk_local.storage.format.codec import RecordCodec
     from afk_local.storage.format.records import SCHEMA_VERSION as SCHEMA_VERSION
     from afk_local.storage.format.records import Checkpoint as Checkpoint
@@ -154,6 +156,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which do not run __getatt
     from afk_local.storage.format.records import RunMeta as RunMeta
     from afk_local.storage.format.records import RunStatus as RunStatus
     from afk_local.storage.rundir.mirror import RunMirror
+    from afk_local.storage.rundir.options import StoreOptions as StoreOptions
     from afk_local.storage.rundir.reader import ResumeState as ResumeState
     from afk_local.storage.rundir.reader import RunReader as RunReader
     from afk_local.storage.rundir.verify import VerifyReport as VerifyReport
@@ -173,6 +176,7 @@ def _open_journal(
     record_codec: RecordCodec,
     listener: RunMirror | None,
     on_durable: Callable[[int, bytes], None] | None,
+    env: fsio.Env,
 ) -> Journal:
     """Open a run's effect journal for its writer (imported on a run's first effect)."""
     from afk_local.journal.journal import Journal  # noqa: PLC0415
@@ -184,6 +188,7 @@ def _open_journal(
         record_codec=record_codec,
         listener=listener,
         on_durable=on_durable,
+        env=env,
     )
 
 

@@ -112,9 +112,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 @contextlib.contextmanager
 def no_fsync() -> Iterator[None]:
     """Build large fixtures fast: fsync becomes a no-op. Never used for a measured write."""
-    original = fsio.fsync_fd
-    fsio.fsync_fd = lambda fd, path="": None  # type: ignore[assignment]
+    original = fsio.Env.fsync_fd  # every Env's fsync, the module-level one's included
+    fsio.Env.fsync_fd = lambda self, fd, path="": None  # type: ignore[method-assign]
     try:
         yield
     finally:
-        fsio.fsync_fd = original  # type: ignore[assignment]
+        fsio.Env.fsync_fd = original  # type: ignore[method-assign]

@@ -19,7 +19,8 @@ from typing import Any
 from afk_local.errors import RunNotFoundError
 from afk_local.storage import fsio
 from afk_local.storage.ops.export import to_jsonable
-from afk_local.storage.store import ROOT_ENV, Store, default_root
+from afk_local.storage.rundir.options import ROOT_ENV, default_root
+from afk_local.storage.store import Store
 from afk_local.storage.trust import trust_warnings
 from afk_local.storage.views.run_info import RunInfo
 

@@ -29,7 +29,8 @@ from typing import Any
 from afk_local.agent.resume import resume
 from afk_local.runner.durable_function import durable
 from afk_local.runner.run_context import RunContext
-from afk_local.storage.store import ROOT_ENV, Store
+from afk_local.storage.rundir.options import ROOT_ENV
+from afk_local.storage.store import Store
 from afk_local.storage.views.notebook import format_bytes
 
 RUN_ID = "demo-batch"

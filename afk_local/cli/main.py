@@ -56,7 +56,7 @@ from afk_local.cli.write import (
     cmd_settle,
 )
 from afk_local.errors import AfkLocalError, RunLockedError
-from afk_local.storage.store import ROOT_ENV, default_root
+from afk_local.storage.rundir.options import ROOT_ENV, default_root
 
 
 def _positive_int(text: str) -> int:

@@ -15,8 +15,9 @@ from typing import Any
 from afk_local.cli.command import EXIT_OK, EXIT_PROBLEMS, CliError, emit_json, open_store, out
 from afk_local.cli.render import print_table
 from afk_local.errors import AfkLocalError, LeaseLostError
-from afk_local.storage.rundir.mirror import MIRROR_ENV, REMOTE_EXTRA_HINT, default_mirror_url
-from afk_local.storage.store import Store, default_root
+from afk_local.storage.rundir.mirror import MIRROR_ENV, REMOTE_EXTRA_HINT
+from afk_local.storage.rundir.options import default_mirror_url, default_root
+from afk_local.storage.store import Store
 from afk_local.storage.views.notebook import format_bytes, format_ms
 
 

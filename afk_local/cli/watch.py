@@ -19,7 +19,8 @@ from afk_local.errors import RunExistsError
 from afk_local.runner.entrypoints import is_entrypoint
 from afk_local.runner.resume import load_entrypoint
 from afk_local.storage.format.layout import validate_run_id
-from afk_local.storage.store import Store, default_root
+from afk_local.storage.rundir.options import default_root
+from afk_local.storage.store import Store
 from afk_local.watcher import service as watcher_service
 from afk_local.watcher.requests import resume_request
 from afk_local.watcher.watcher import Watcher, WatchEvent

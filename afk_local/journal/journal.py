@@ -159,6 +159,7 @@ class Journal:
         on_durable: called as ``on_durable(end, tail)`` after each fsync, with the
             durable length of the file and its last 32 bytes (a keyed record's MAC):
             a keyed store's head record follows the journal this way.
+        env: the I/O seam its writes go through (the store's; default: the process-wide).
     """
 
     def __init__(
@@ -171,8 +172,10 @@ class Journal:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         listener: AppendListener | None = None,
         on_durable: Callable[[int, bytes], None] | None = None,
+        env: fsio.Env = fsio.DEFAULT_ENV,
     ) -> None:
         self.path = Path(path)
+        self._env = env
         self._listener = listener
         self._on_durable = on_durable
         self._tail = b""  # the last bytes written (up to MAC_SIZE): what on_durable reports
@@ -223,10 +226,10 @@ class Journal:
             except FileNotFoundError:
                 return -1  # no journal yet: an empty view
         existed = self.path.exists()
-        fd = fsio.open_append(self.path)
+        fd = self._env.open_append(self.path)
         if not existed:
             try:
-                fsio.fsync_dir(self.path.parent)  # the new entry must survive a crash too
+                self._env.fsync_dir(self.path.parent)  # the new entry must survive a crash too
             except BaseException:
                 os.close(fd)
                 raise
@@ -244,7 +247,7 @@ class Journal:
         if torn is None:
             return scan.end
         if self.writable:
-            fsio.truncate(self._fd, torn.offset, self.path)
+            self._env.truncate(self._fd, torn.offset, self.path)
         log.warning(
             "run %s: %s: torn tail %s: %d byte(s) at offset %d (%s)",
             self.run_id,
@@ -342,7 +345,7 @@ class Journal:
                 frame = encode_frame(body, mac)
             offset = self._written_end
             try:
-                fsio.write_all(self._fd, frame, self.path)
+                self._env.write_all(self._fd, frame, self.path)
             except BaseException as exc:
                 self._failed = exc
                 self._cond.notify_all()
@@ -373,7 +376,7 @@ class Journal:
         self._cond.release()
         error: BaseException | None = None
         try:
-            fsio.fsync_fd(self._fd, self.path)
+            self._env.fsync_fd(self._fd, self.path)
         except BaseException as exc:
             error = exc
         finally:
@@ -406,7 +409,7 @@ class Journal:
         while self._syncing:  # an fsync in flight may still acknowledge what it covers
             self._cond.wait()
         try:
-            fsio.truncate(self._fd, self._synced_end, self.path)
+            self._env.truncate(self._fd, self._synced_end, self.path)
         except OSError as exc:
             log.error(
                 "run %s: %s: could not cut the unacknowledged tail at offset %d: %s",

@@ -1,12 +1,15 @@
 """Durable file primitives. Every write-side system call of afk_local goes through here.
 
 Keeping all durable I/O in one module gives one place to get fsync right
-(``F_FULLFSYNC`` on macOS) and one place where tests can inject faults: an I/O
-hook (:func:`set_io_hook`) is called before each operation with its name and
-path, so a test process can SIGKILL itself at the N-th call or make an fsync
-fail. An I/O recorder (:func:`set_io_recorder`) sees every call with what it
-did (the bytes written, the old name of a rename), so the crash-state explorer
-(``afk_local.testing.crashsim``) can replay a run onto a model of the disk.
+(``F_FULLFSYNC`` on macOS) and one place where tests can inject faults. The
+write-side calls are methods of an :class:`Env`, which a store holds (LevelDB's
+``Env``, one per database); the module-level functions act on :data:`DEFAULT_ENV`,
+the process-wide one. An Env's I/O hook (:func:`set_io_hook` for the default one)
+is called before each operation with its name and path, so a test process can
+SIGKILL itself at the N-th call or make an fsync fail. Its I/O recorder
+(:func:`set_io_recorder`) sees every call with what it did (the bytes written, the
+old name of a rename), so the crash-state explorer (``afk_local.testing.crashsim``)
+can replay a run onto a model of the disk.
 """
 
 from __future__ import annotations
@@ -126,134 +129,14 @@ class _TempNames:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_TempNames.renew)
 
-_io_hook: IoHook | None = None
-_io_recorder: IoRecorder | None = None
-
-
-def set_io_hook(hook: IoHook | None) -> IoHook | None:
-    """Install ``hook`` to be called before every durable I/O call; returns the previous one.
-
-    For fault-injection tests (see ``afk_local.testing``); never needed in normal use.
-    """
-    global _io_hook
-    previous, _io_hook = _io_hook, hook
-    return previous
-
-
-def set_io_recorder(recorder: IoRecorder | None) -> IoRecorder | None:
-    """Install ``recorder`` to see every durable I/O call with its details; returns the previous.
-
-    A mutating call is reported after it succeeded; an fsync as it starts, so a
-    write that finished before is known to be covered by it even when threads
-    interleave. For the crash-state explorer; never needed in normal use.
-    """
-    global _io_recorder
-    previous, _io_recorder = _io_recorder, recorder
-    return previous
-
-
-def _before(operation: str, path: str | os.PathLike[str]) -> None:
-    if _io_hook is not None:
-        _io_hook(operation, os.fspath(path))
-
-
-def _record(call: IoCall) -> None:
-    if _io_recorder is not None:
-        _io_recorder(call)
-
 
 def _temp_name(name: str) -> str:
     return f"{TEMP_PREFIX}{name}.{os.getpid()}.{_TempNames.token}{next(_TempNames.counter):x}"
 
 
-def fsync_fd(fd: int, path: str | os.PathLike[str] = "") -> None:
-    """Flush ``fd`` to stable storage (``F_FULLFSYNC`` on macOS, where fsync is not enough)."""
-    _before("fsync", path)
-    if _io_recorder is not None:
-        _record(IoCall("fsync", os.fspath(path)))
-    if _DARWIN:
-        import fcntl  # noqa: PLC0415 - only on macOS
-
-        try:
-            fcntl.fcntl(fd, fcntl.F_FULLFSYNC)  # type: ignore[attr-defined,unused-ignore]
-        except OSError as exc:
-            if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.ENOTTY):
-                raise
-            os.fsync(fd)  # the filesystem does not support it; fsync is the best we have
-        return
-    os.fsync(fd)
-
-
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    """Make the entries of directory ``path`` (renames, new files) durable."""
-    if sys.platform == "win32":  # directories cannot be opened for fsync there
-        return
-    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
-    try:
-        fsync_fd(fd, path)
-    finally:
-        os.close(fd)
-
-
-def write_all(fd: int, data: bytes | memoryview, path: str | os.PathLike[str] = "") -> None:
-    """Write every byte of ``data`` to ``fd`` (looping over short writes)."""
-    _before("write", path)
-    written = os.write(fd, data)
-    if written < len(data):
-        view = memoryview(data)[written:]
-        while view:
-            view = view[os.write(fd, view) :]
-    if _io_recorder is not None:
-        end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND descriptors write at the end
-        _record(IoCall("write", os.fspath(path), data=bytes(data), offset=end - len(data)))
-
-
-def write_new_file(path: str | os.PathLike[str], data: bytes, *, sync: bool = True) -> None:
-    """Create ``path`` (which must not exist), write ``data``, fsync it, close it."""
-    _before("open", path)
-    fd = os.open(path, _O_CREATE_NEW, FILE_MODE)
-    if _io_recorder is not None:
-        _record(IoCall("open", os.fspath(path)))
-    try:
-        write_all(fd, data, path)
-        if sync:
-            fsync_fd(fd, path)
-    finally:
-        os.close(fd)
-
-
 def temp_path(directory: str | os.PathLike[str], name: str) -> Path:
     """A fresh temporary name for ``name`` inside ``directory``."""
     return Path(directory) / _temp_name(name)
-
-
-def rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-    """Atomically rename ``src`` over ``dst`` (same directory)."""
-    _before("rename", dst)
-    os.replace(src, dst)
-    if _io_recorder is not None:
-        _record(IoCall("rename", os.fspath(dst), source=os.fspath(src)))
-
-
-def hard_link(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-    """Make ``dst`` a new hard link to the file ``src`` (a symlink is linked, not followed)."""
-    _before("link", dst)
-    os.link(src, dst, follow_symlinks=False)
-    if _io_recorder is not None:
-        _record(IoCall("link", os.fspath(dst), source=os.fspath(src)))
-
-
-def unlink(path: str | os.PathLike[str], *, missing_ok: bool = True) -> None:
-    """Remove a file; a missing file is fine unless ``missing_ok`` is false."""
-    _before("unlink", path)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        if not missing_ok:
-            raise
-        return
-    if _io_recorder is not None:
-        _record(IoCall("unlink", os.fspath(path)))
 
 
 def _temp_sibling(path: str) -> str:
@@ -262,107 +145,6 @@ def _temp_sibling(path: str) -> str:
         return os.path.join(directory, _temp_name(name))
     directory, sep, name = path.rpartition(os.sep)
     return f"{directory}{sep}{_temp_name(name)}"
-
-
-def atomic_write(path: str | os.PathLike[str], data: bytes, *, sync_dir: bool = True) -> None:
-    """Publish ``data`` at ``path`` all at once: temp file, fsync, rename, fsync directory.
-
-    Readers see the old file or the new one, never a mix. With ``sync_dir=False``
-    the caller promises to fsync the directory itself before acknowledging.
-    """
-    target = os.fspath(path)
-    tmp = _temp_sibling(target)
-    try:
-        write_new_file(tmp, data)
-        rename(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if sync_dir:
-        fsync_dir(os.path.dirname(target) or ".")
-
-
-def atomic_symlink(target: str, link: str | os.PathLike[str], *, sync_dir: bool = True) -> None:
-    """Point ``link`` at ``target`` atomically: symlink to a temp name, rename over.
-
-    ``target`` is a name relative to the link's directory. Where symlinks cannot
-    be made, ``link`` becomes a small pointer file holding ``target``, replaced
-    atomically; readers accept both forms (see :func:`read_link`).
-    """
-    link_path = os.fspath(link)
-    tmp = _temp_sibling(link_path)
-    try:
-        _before("symlink", tmp)
-        os.symlink(target, tmp)
-        _record(IoCall("symlink", tmp, source=target))
-    except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
-            raise
-        atomic_write(link_path, target.encode(), sync_dir=sync_dir)
-        return
-    try:
-        rename(tmp, link_path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if sync_dir:
-        fsync_dir(os.path.dirname(link_path) or ".")
-
-
-def publish_with_link(
-    prefix: str,
-    name: str,
-    data: bytes,
-    link: str,
-    *,
-    dir_fd: int | None = None,
-    while_syncing: Callable[[], None] | None = None,
-) -> None:
-    """Durably publish ``data`` as ``prefix + name`` and point ``prefix + link`` at it.
-
-    A sync checkpoint (DESIGN §4.1) in one call: a temp file written and fsynced,
-    renamed into place, the link swapped (:func:`atomic_symlink`), then one fsync of
-    the directory, which makes the new name and the new link durable together. The
-    same durable calls, hooks and recordings as :func:`atomic_write`,
-    :func:`atomic_symlink` and :func:`fsync_dir` one after the other, with less
-    overhead; ``dir_fd`` (the directory, opened once by a caller that publishes
-    many files there) spares opening the directory for every fsync.
-
-    Args:
-        prefix: the directory, ending with a path separator.
-        name: the new file's name (it must not exist yet).
-        data: its bytes.
-        link: the name of the link in the same directory.
-        dir_fd: an open descriptor of the directory, or None.
-        while_syncing: called after the bytes are written, just before the file's
-            fsync: work that can overlap the wait for the disk (it must not touch
-            the file, and cannot change what is published).
-    """
-    tmp = prefix + _temp_name(name)
-    _before("open", tmp)
-    fd = os.open(tmp, _O_CREATE_NEW, FILE_MODE)
-    try:
-        if _io_recorder is not None:
-            _record(IoCall("open", tmp))
-        try:
-            write_all(fd, data, tmp)
-            if while_syncing is not None:
-                while_syncing()
-            fsync_fd(fd, tmp)
-        finally:
-            os.close(fd)
-        rename(tmp, prefix + name)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    atomic_symlink(name, prefix + link, sync_dir=False)
-    if dir_fd is None:
-        fsync_dir(prefix)
-    else:
-        fsync_fd(dir_fd, prefix)
 
 
 def open_dir(path: str | os.PathLike[str]) -> int | None:
@@ -452,65 +234,6 @@ def regular_file_problem(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
-def make_dir(path: str | os.PathLike[str], *, exist_ok: bool = False) -> bool:
-    """Create a 0700 directory and fsync its parent so the new entry survives a crash.
-
-    Returns True when the directory was created, False when it existed (``exist_ok``).
-    """
-    target = Path(path)
-    _before("mkdir", target)
-    try:
-        os.mkdir(target, DIR_MODE)
-    except FileExistsError:
-        if exist_ok and target.is_dir() and not target.is_symlink():
-            return False
-        raise
-    _record(IoCall("mkdir", os.fspath(target)))
-    fsync_dir(target.parent)
-    return True
-
-
-def make_dirs(path: str | os.PathLike[str]) -> None:
-    """Create ``path`` and missing parents, each 0700 and durable."""
-    target = Path(path)
-    if target.is_dir():
-        return
-    if not target.parent.is_dir():
-        make_dirs(target.parent)
-    make_dir(target, exist_ok=True)
-
-
-def publish_dir(tmp_dir: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
-    """Make a directory built under a temp name appear at ``target`` all at once.
-
-    The directory's entries are fsynced, then it is renamed into place and the
-    parent fsynced. Never replaces an existing ``target``: raises FileExistsError.
-    """
-    fsync_dir(tmp_dir)
-    if os.path.lexists(target):
-        raise FileExistsError(errno.EEXIST, "already exists", os.fspath(target))
-    try:
-        rename(tmp_dir, target)
-    except OSError as exc:
-        # Linux replaces an *empty* directory silently; a non-empty one fails like this.
-        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
-            raise FileExistsError(errno.EEXIST, "already exists", os.fspath(target)) from exc
-        raise
-    fsync_dir(os.path.dirname(os.path.abspath(target)))
-
-
-def open_append(path: str | os.PathLike[str]) -> int:
-    """Open (creating 0600) a regular file for appending; returns the descriptor.
-
-    A symlink, FIFO, socket or device there is refused without blocking (see
-    :func:`open_regular`).
-    """
-    _before("open", path)
-    fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
-    _record(IoCall("open", os.fspath(path), append=True))
-    return fd
-
-
 def replace_unsynced(path: str | os.PathLike[str], data: bytes) -> None:
     """Replace ``path`` by ``data`` all at once (temp file + rename), with no fsync.
 
@@ -537,25 +260,369 @@ def replace_unsynced(path: str | os.PathLike[str], data: bytes) -> None:
         raise
 
 
-def remove_temp_entry(path: str | os.PathLike[str]) -> None:
-    """Remove a stale ``.tmp-*`` entry of a crashed writer: a file, a symlink or a directory.
+def remove_unsynced(path: str | os.PathLike[str]) -> None:
+    """Remove a file kept *outside* a store (a head record), if it is there; no fsync.
 
-    A directory is removed with everything in it, never following a symlink out of it.
+    The counterpart of :func:`replace_unsynced`: not a durable write of any store, so
+    neither the I/O hook nor the recorder sees it.
     """
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        _before("unlink", path)
-        shutil.rmtree(path)
-    else:
-        unlink(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
-def truncate(fd: int, size: int, path: str | os.PathLike[str] = "") -> None:
-    """Cut the file behind ``fd`` to ``size`` bytes and fsync it."""
-    _before("truncate", path)
-    os.ftruncate(fd, size)
-    _record(IoCall("truncate", os.fspath(path), offset=size))
-    fsync_fd(fd, path)
+class Env:
+    """The durable I/O of one store: every write-side system call goes through an Env.
+
+    Like LevelDB's ``Env``, one per store (``StoreOptions.env``): a test can hand one
+    :class:`~afk_local.Store` an Env with its own ``hook`` (fail an fsync, kill the
+    process at the N-th call) or ``recorder`` without touching any other store in
+    the process. A store made without one uses :data:`DEFAULT_ENV`, the process-wide
+    Env that :func:`set_io_hook`, :func:`set_io_recorder` and the module-level
+    functions of this module (``fsio.atomic_write``...) act on, so
+    ``afk_local.testing``'s kill switch and the crash-state explorer see every store
+    that has no Env of its own. A subclass may override any method (the methods call
+    each other through ``self``).
+
+    Example:
+        >>> calls = []
+        >>> env = Env(hook=lambda operation, path: calls.append(operation))
+        >>> env.atomic_write("/tmp/afk-doc-env", b"data")
+        >>> calls
+        ['open', 'write', 'fsync', 'rename', 'fsync']
+
+    Args:
+        hook: called before every durable call as ``hook(operation, path)``; it may
+            raise to make that call fail, or kill the process.
+        recorder: told of every durable call that succeeded (an fsync: as it starts),
+            with what it did (:class:`IoCall`).
+    """
+
+    __slots__ = ("hook", "recorder")
+
+    def __init__(self, *, hook: IoHook | None = None, recorder: IoRecorder | None = None) -> None:
+        self.hook = hook
+        self.recorder = recorder
+
+    def __repr__(self) -> str:
+        default = " (the process-wide default)" if self is DEFAULT_ENV else ""
+        return f"<fsio.Env hook={self.hook!r} recorder={self.recorder!r}{default}>"
+
+    def _before(self, operation: str, path: str | os.PathLike[str]) -> None:
+        hook = self.hook
+        if hook is not None:
+            hook(operation, os.fspath(path))
+
+    def _record(self, call: IoCall) -> None:
+        recorder = self.recorder
+        if recorder is not None:
+            recorder(call)
+
+    def fsync_fd(self, fd: int, path: str | os.PathLike[str] = "") -> None:
+        """Flush ``fd`` to stable storage (``F_FULLFSYNC`` on macOS, where fsync is not enough)."""
+        self._before("fsync", path)
+        if self.recorder is not None:
+            self.recorder(IoCall("fsync", os.fspath(path)))
+        if _DARWIN:
+            import fcntl  # noqa: PLC0415 - only on macOS
+
+            try:
+                fcntl.fcntl(fd, fcntl.F_FULLFSYNC)  # type: ignore[attr-defined,unused-ignore]
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.ENOTTY):
+                    raise
+                os.fsync(fd)  # the filesystem does not support it; fsync is the best we have
+            return
+        os.fsync(fd)
+
+    def fsync_dir(self, path: str | os.PathLike[str]) -> None:
+        """Make the entries of directory ``path`` (renames, new files) durable."""
+        if sys.platform == "win32":  # directories cannot be opened for fsync there
+            return
+        fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+        try:
+            self.fsync_fd(fd, path)
+        finally:
+            os.close(fd)
+
+    def write_all(
+        self, fd: int, data: bytes | memoryview, path: str | os.PathLike[str] = ""
+    ) -> None:
+        """Write every byte of ``data`` to ``fd`` (looping over short writes)."""
+        self._before("write", path)
+        written = os.write(fd, data)
+        if written < len(data):
+            view = memoryview(data)[written:]
+            while view:
+                view = view[os.write(fd, view) :]
+        if self.recorder is not None:
+            end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND descriptors write at the end
+            call = IoCall("write", os.fspath(path), data=bytes(data), offset=end - len(data))
+            self.recorder(call)
+
+    def write_new_file(
+        self, path: str | os.PathLike[str], data: bytes, *, sync: bool = True
+    ) -> None:
+        """Create ``path`` (which must not exist), write ``data``, fsync it, close it."""
+        self._before("open", path)
+        fd = os.open(path, _O_CREATE_NEW, FILE_MODE)
+        if self.recorder is not None:
+            self.recorder(IoCall("open", os.fspath(path)))
+        try:
+            self.write_all(fd, data, path)
+            if sync:
+                self.fsync_fd(fd, path)
+        finally:
+            os.close(fd)
+
+    def rename(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        """Atomically rename ``src`` over ``dst`` (same directory)."""
+        self._before("rename", dst)
+        os.replace(src, dst)
+        if self.recorder is not None:
+            self.recorder(IoCall("rename", os.fspath(dst), source=os.fspath(src)))
+
+    def hard_link(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        """Make ``dst`` a new hard link to the file ``src`` (a symlink is linked, not followed)."""
+        self._before("link", dst)
+        os.link(src, dst, follow_symlinks=False)
+        if self.recorder is not None:
+            self.recorder(IoCall("link", os.fspath(dst), source=os.fspath(src)))
+
+    def unlink(self, path: str | os.PathLike[str], *, missing_ok: bool = True) -> None:
+        """Remove a file; a missing file is fine unless ``missing_ok`` is false."""
+        self._before("unlink", path)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+            return
+        if self.recorder is not None:
+            self.recorder(IoCall("unlink", os.fspath(path)))
+
+    def atomic_write(
+        self, path: str | os.PathLike[str], data: bytes, *, sync_dir: bool = True
+    ) -> None:
+        """Publish ``data`` at ``path`` all at once: temp file, fsync, rename, fsync directory.
+
+        Readers see the old file or the new one, never a mix. With ``sync_dir=False``
+        the caller promises to fsync the directory itself before acknowledging.
+        """
+        target = os.fspath(path)
+        tmp = _temp_sibling(target)
+        try:
+            self.write_new_file(tmp, data)
+            self.rename(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        if sync_dir:
+            self.fsync_dir(os.path.dirname(target) or ".")
+
+    def atomic_symlink(
+        self, target: str, link: str | os.PathLike[str], *, sync_dir: bool = True
+    ) -> None:
+        """Point ``link`` at ``target`` atomically: symlink to a temp name, rename over.
+
+        ``target`` is a name relative to the link's directory. Where symlinks cannot
+        be made, ``link`` becomes a small pointer file holding ``target``, replaced
+        atomically; readers accept both forms (see :func:`read_link`).
+        """
+        link_path = os.fspath(link)
+        tmp = _temp_sibling(link_path)
+        try:
+            self._before("symlink", tmp)
+            os.symlink(target, tmp)
+            self._record(IoCall("symlink", tmp, source=target))
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+            self.atomic_write(link_path, target.encode(), sync_dir=sync_dir)
+            return
+        try:
+            self.rename(tmp, link_path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        if sync_dir:
+            self.fsync_dir(os.path.dirname(link_path) or ".")
+
+    def publish_with_link(
+        self,
+        prefix: str,
+        name: str,
+        data: bytes,
+        link: str,
+        *,
+        dir_fd: int | None = None,
+        while_syncing: Callable[[], None] | None = None,
+    ) -> None:
+        """Durably publish ``data`` as ``prefix + name`` and point ``prefix + link`` at it.
+
+        A sync checkpoint (DESIGN §4.1) in one call: a temp file written and fsynced,
+        renamed into place, the link swapped (:meth:`atomic_symlink`), then one fsync of
+        the directory, which makes the new name and the new link durable together. The
+        same durable calls, hooks and recordings as :meth:`atomic_write`,
+        :meth:`atomic_symlink` and :meth:`fsync_dir` one after the other, with less
+        overhead; ``dir_fd`` (the directory, opened once by a caller that publishes
+        many files there) spares opening the directory for every fsync.
+
+        Args:
+            prefix: the directory, ending with a path separator.
+            name: the new file's name (it must not exist yet).
+            data: its bytes.
+            link: the name of the link in the same directory.
+            dir_fd: an open descriptor of the directory, or None.
+            while_syncing: called after the bytes are written, just before the file's
+                fsync: work that can overlap the wait for the disk (it must not touch
+                the file, and cannot change what is published).
+        """
+        tmp = prefix + _temp_name(name)
+        self._before("open", tmp)
+        fd = os.open(tmp, _O_CREATE_NEW, FILE_MODE)
+        try:
+            if self.recorder is not None:
+                self.recorder(IoCall("open", tmp))
+            try:
+                self.write_all(fd, data, tmp)
+                if while_syncing is not None:
+                    while_syncing()
+                self.fsync_fd(fd, tmp)
+            finally:
+                os.close(fd)
+            self.rename(tmp, prefix + name)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self.atomic_symlink(name, prefix + link, sync_dir=False)
+        if dir_fd is None:
+            self.fsync_dir(prefix)
+        else:
+            self.fsync_fd(dir_fd, prefix)
+
+    def make_dir(self, path: str | os.PathLike[str], *, exist_ok: bool = False) -> bool:
+        """Create a 0700 directory and fsync its parent so the new entry survives a crash.
+
+        Returns True when the directory was created, False when it existed (``exist_ok``).
+        """
+        target = Path(path)
+        self._before("mkdir", target)
+        try:
+            os.mkdir(target, DIR_MODE)
+        except FileExistsError:
+            if exist_ok and target.is_dir() and not target.is_symlink():
+                return False
+            raise
+        self._record(IoCall("mkdir", os.fspath(target)))
+        self.fsync_dir(target.parent)
+        return True
+
+    def make_dirs(self, path: str | os.PathLike[str]) -> None:
+        """Create ``path`` and missing parents, each 0700 and durable."""
+        target = Path(path)
+        if target.is_dir():
+            return
+        if not target.parent.is_dir():
+            self.make_dirs(target.parent)
+        self.make_dir(target, exist_ok=True)
+
+    def publish_dir(self, tmp_dir: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+        """Make a directory built under a temp name appear at ``target`` all at once.
+
+        The directory's entries are fsynced, then it is renamed into place and the
+        parent fsynced. Never replaces an existing ``target``: raises FileExistsError.
+        """
+        self.fsync_dir(tmp_dir)
+        if os.path.lexists(target):
+            raise FileExistsError(errno.EEXIST, "already exists", os.fspath(target))
+        try:
+            self.rename(tmp_dir, target)
+        except OSError as exc:
+            # Linux replaces an *empty* directory silently; a non-empty one fails like this.
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise FileExistsError(errno.EEXIST, "already exists", os.fspath(target)) from exc
+            raise
+        self.fsync_dir(os.path.dirname(os.path.abspath(target)))
+
+    def open_append(self, path: str | os.PathLike[str]) -> int:
+        """Open (creating 0600) a regular file for appending; returns the descriptor.
+
+        A symlink, FIFO, socket or device there is refused without blocking (see
+        :func:`open_regular`).
+        """
+        self._before("open", path)
+        fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
+        self._record(IoCall("open", os.fspath(path), append=True))
+        return fd
+
+    def remove_temp_entry(self, path: str | os.PathLike[str]) -> None:
+        """Remove a stale ``.tmp-*`` entry of a crashed writer: a file, a symlink or a directory.
+
+        A directory is removed with everything in it, never following a symlink out of it.
+        """
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(st.st_mode):
+            self._before("unlink", path)
+            shutil.rmtree(path)
+        else:
+            self.unlink(path)
+
+    def truncate(self, fd: int, size: int, path: str | os.PathLike[str] = "") -> None:
+        """Cut the file behind ``fd`` to ``size`` bytes and fsync it."""
+        self._before("truncate", path)
+        os.ftruncate(fd, size)
+        self._record(IoCall("truncate", os.fspath(path), offset=size))
+        self.fsync_fd(fd, path)
+
+
+DEFAULT_ENV = Env()
+"""The process-wide Env: every store made without an Env of its own uses it."""
+
+
+def set_io_hook(hook: IoHook | None) -> IoHook | None:
+    """Install ``hook`` on :data:`DEFAULT_ENV`, called before every durable I/O call of the
+    stores that use it; returns the previous one.
+
+    For fault-injection tests (see ``afk_local.testing``); never needed in normal use.
+    A store with an Env of its own (``StoreOptions.env``) is not affected.
+    """
+    previous, DEFAULT_ENV.hook = DEFAULT_ENV.hook, hook
+    return previous
+
+
+def set_io_recorder(recorder: IoRecorder | None) -> IoRecorder | None:
+    """Install ``recorder`` on :data:`DEFAULT_ENV`, to see every durable I/O call with its
+    details; returns the previous.
+
+    A mutating call is reported after it succeeded; an fsync as it starts, so a
+    write that finished before is known to be covered by it even when threads
+    interleave. For the crash-state explorer; never needed in normal use.
+    """
+    previous, DEFAULT_ENV.recorder = DEFAULT_ENV.recorder, recorder
+    return previous
+
+
+# The module-level functions act on the process-wide Env: for code that has no
+# store's Env at hand (the watcher's own files, integrations, tests).
+fsync_fd = DEFAULT_ENV.fsync_fd
+fsync_dir = DEFAULT_ENV.fsync_dir
+write_all = DEFAULT_ENV.write_all
+write_new_file = DEFAULT_ENV.write_new_file
+rename = DEFAULT_ENV.rename
+hard_link = DEFAULT_ENV.hard_link
+unlink = DEFAULT_ENV.unlink
+atomic_write = DEFAULT_ENV.atomic_write
+atomic_symlink = DEFAULT_ENV.atomic_symlink
+publish_with_link = DEFAULT_ENV.publish_with_link
+make_dir = DEFAULT_ENV.make_dir
+make_dirs = DEFAULT_ENV.make_dirs
+publish_dir = DEFAULT_ENV.publish_dir
+open_append = DEFAULT_ENV.open_append
+remove_temp_entry = DEFAULT_ENV.remove_temp_entry
+truncate = DEFAULT_ENV.truncate

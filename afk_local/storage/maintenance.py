@@ -39,6 +39,7 @@ class MaintainedStore(Protocol):
     root: Path
     codec: RecordCodec
     heads: HeadStore | None
+    env: fsio.Env
 
     @property
     def runs_dir(self) -> Path:
@@ -187,7 +188,12 @@ def pack(
 
         def pack_one(reader: RunReader, done: list[PackReport] = done) -> None:
             done[0] = pack_run(
-                reader.paths, store.codec, full=full, keep_loose=keep_loose, dry_run=dry_run
+                reader.paths,
+                store.codec,
+                full=full,
+                keep_loose=keep_loose,
+                dry_run=dry_run,
+                env=store.env,
             )
 
         def skip(report: PackReport = report) -> None:
@@ -231,12 +237,12 @@ def delete(
         if check is not None and meta is not None:
             check(meta)
         if keep_effects:
-            kept = keep_journal(paths, store.root)
+            kept = keep_journal(paths, store.root, store.env)
         # Rename first: the run vanishes from listings at once, and a crash
         # mid-delete leaves only a temp directory that gc removes.
         trash = fsio.temp_path(store.runs_dir, f"deleted-{run_id}")
-        fsio.rename(paths.dir, trash)
-        fsio.fsync_dir(store.runs_dir)
+        store.env.rename(paths.dir, trash)
+        store.env.fsync_dir(store.runs_dir)
     finally:
         lock.release()
     shutil.rmtree(trash, ignore_errors=True)

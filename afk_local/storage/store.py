@@ -12,9 +12,11 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,11 +28,9 @@ from afk_local.errors import (
     UntrustedStoreError,
 )
 from afk_local.storage import fsio, listing, maintenance
-from afk_local.storage.format import codec
 from afk_local.storage.format.codec import DecHook, EncHook, RecordCodec
 from afk_local.storage.format.integrity import signer_for
 from afk_local.storage.format.layout import (
-    DEFAULT_LOOSE_LIMIT,
     REQUESTS_DIR,
     RUNS_DIR,
     RunPaths,
@@ -38,9 +38,9 @@ from afk_local.storage.format.layout import (
 )
 from afk_local.storage.format.layout import new_run_id as fresh_run_id
 from afk_local.storage.format.records import RunMeta, RunStatus, now_ms
-from afk_local.storage.rundir.chain import MAX_READ_CHAIN
-from afk_local.storage.rundir.heads import HeadStore, default_head_dir
-from afk_local.storage.rundir.mirror import Mirror, default_mirror_url, open_mirror
+from afk_local.storage.rundir.heads import HeadStore
+from afk_local.storage.rundir.mirror import Mirror, open_mirror
+from afk_local.storage.rundir.options import StoreOptions, default_root
 from afk_local.storage.rundir.ownership import (
     is_interrupted,
     lock_is_held,
@@ -58,23 +58,28 @@ if TYPE_CHECKING:
     from afk_local.storage.rundir.writer import RunWriter
     from afk_local.storage.views.run_info import RunInfo, RunList
 
-ROOT_ENV = "AFK_LOCAL_ROOT"
-DEFAULT_ROOT = ".afk"
-MAX_RECORD_BYTES_ENV = "AFK_LOCAL_MAX_RECORD_BYTES"
-"""Environment variable giving ``max_record_bytes`` to stores made without one (the CLI,
-the watcher and its children), so every process of a store uses the same bound."""
+
+class _Unset(enum.Enum):
+    """The type of a keyword argument left out, where None already means something."""
+
+    UNSET = "unset"
 
 
-def default_root() -> Path:
-    """``$AFK_LOCAL_ROOT`` if set, else ``./.afk``."""
-    return Path(os.environ.get(ROOT_ENV) or DEFAULT_ROOT)
+_UNSET = _Unset.UNSET
 
 
 class Store:
     """A directory of runs (``<root>/runs/<run_id>/``).
 
+    Every setting is in a :class:`~afk_local.StoreOptions` (docs/options.md lists each
+    one, its default and its environment variable). Pass ``options=`` or the
+    keyword arguments below, or both (a keyword given wins over ``options``).
+    Without ``options`` the environment is read once, here
+    (:meth:`StoreOptions.from_environ`); an explicit ``options`` is used as it is.
+
     Args:
         root: the store's directory; default ``$AFK_LOCAL_ROOT``, else ``./.afk``.
+        options: every setting at once; default ``StoreOptions.from_environ()``.
         enc_hook / dec_hook: msgspec hooks for custom payload types (never pickle).
         max_record_bytes: largest decoded record written or read (default
             ``$AFK_LOCAL_MAX_RECORD_BYTES``, else 256 MiB). Reading a record allocates at
@@ -104,43 +109,94 @@ class Store:
         self,
         root: str | os.PathLike[str] | None = None,
         *,
+        options: StoreOptions | None = None,
         enc_hook: EncHook | None = None,
         dec_hook: DecHook | None = None,
         max_record_bytes: int | None = None,
-        lock_timeout: float = 0.0,
-        max_chain: int = 32,
+        lock_timeout: float | None = None,
+        max_chain: int | None = None,
         key: bytes | str | None = None,
         mirror: str | Mirror | None = None,
         head_dir: str | os.PathLike[str] | None = None,
-        pack_loose_limit: int | None = DEFAULT_LOOSE_LIMIT,
+        pack_loose_limit: int | _Unset | None = _UNSET,
     ) -> None:
-        if not 0 <= max_chain <= MAX_READ_CHAIN:
-            raise ValueError(f"max_chain must be 0..{MAX_READ_CHAIN}, not {max_chain}")
+        given: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("enc_hook", enc_hook),
+                ("dec_hook", dec_hook),
+                ("max_record_bytes", max_record_bytes),
+                ("lock_timeout", lock_timeout),
+                ("max_chain", max_chain),
+                ("key", key),
+                ("mirror", mirror),
+                ("head_dir", head_dir),
+            )
+            if value is not None
+        }
+        if not isinstance(pack_loose_limit, _Unset):
+            given["pack_loose_limit"] = pack_loose_limit
+        base = options if options is not None else StoreOptions.from_environ()
+        self.options: StoreOptions = replace(base, **given) if given else base
+        """Every setting of this store (:class:`~afk_local.StoreOptions`)."""
+        options = self.options
         self.root = Path(root) if root is not None else default_root()
-        self.codec = RecordCodec(enc_hook=enc_hook, dec_hook=dec_hook, signer=signer_for(key))
-        self.max_record_bytes = (
-            max_record_bytes if max_record_bytes is not None else default_max_record_bytes()
+        self.env: fsio.Env = options.env
+        """The I/O seam this store and its writers write through."""
+        signer = signer_for(options.key)
+        self.codec = RecordCodec(
+            enc_hook=options.enc_hook, dec_hook=options.dec_hook, signer=signer
         )
-        self.lock_timeout = lock_timeout
-        self.max_chain = max_chain
-        if mirror is None:
-            mirror = default_mirror_url()
         self._mirror: Mirror | None = None
         self.mirror_url: str | None = None
         """The URL of the remote this store mirrors its runs to, if any."""
-        if isinstance(mirror, str):
-            self.mirror_url = mirror or None
-        elif mirror is not None:
-            self.mirror_url, self._mirror = mirror.url, mirror
-        self.head_dir = Path(head_dir) if head_dir is not None else default_head_dir()
+        if isinstance(options.mirror, str):
+            self.mirror_url = options.mirror or None
+        elif options.mirror is not None:
+            self.mirror_url, self._mirror = options.mirror.url, options.mirror
+        self.head_dir = options.resolved_head_dir()
         """Where this store's head records live (used when the store is keyed)."""
-        self._head_dir_given = head_dir is not None
-        signer = self.codec.signer
+        self._head_dir_given = options.head_dir is not None
         self.heads: HeadStore | None = (
             None if signer is None else HeadStore(self.root, self.head_dir, signer)
         )
         """The store's head records (None without a key: rollback protection needs one)."""
-        self.pack_loose_limit = pack_loose_limit
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The largest decoded record this store writes or reads (``options.max_record_bytes``)."""
+        return self.options.max_record_bytes
+
+    @max_record_bytes.setter
+    def max_record_bytes(self, value: int) -> None:
+        self.options = replace(self.options, max_record_bytes=value)
+
+    @property
+    def lock_timeout(self) -> float:
+        """Seconds a writer waits for a run's lock (``options.lock_timeout``)."""
+        return self.options.lock_timeout
+
+    @lock_timeout.setter
+    def lock_timeout(self, value: float) -> None:
+        self.options = replace(self.options, lock_timeout=value)
+
+    @property
+    def max_chain(self) -> int:
+        """Deltas after which a writer starts a new keyframe (``options.max_chain``)."""
+        return self.options.max_chain
+
+    @max_chain.setter
+    def max_chain(self, value: int) -> None:
+        self.options = replace(self.options, max_chain=value)
+
+    @property
+    def pack_loose_limit(self) -> int | None:
+        """Loose files a writer keeps before packing (``options.pack_loose_limit``)."""
+        return self.options.pack_loose_limit
+
+    @pack_loose_limit.setter
+    def pack_loose_limit(self, value: int | None) -> None:
+        self.options = replace(self.options, pack_loose_limit=value)
 
     def __repr__(self) -> str:
         keyed = ", keyed" if self.keyed else ""
@@ -203,7 +259,7 @@ class Store:
             KeyRequiredError: a keyed store opened without the key.
             UntrustedStoreError: a keyed store opened with another key.
         """
-        prepare_write(self.root, self.head_dir, self.codec.signer, run_id)
+        prepare_write(self.root, self.head_dir, self.codec.signer, run_id, self.env)
 
     @property
     def runs_dir(self) -> Path:
@@ -266,16 +322,14 @@ class Store:
         extra: dict[str, Any] | None = None,
     ) -> RunWriter:
         """Create a new run and return its writer, holding the run's lock."""
-        from afk_local.storage.rundir.writer import open_writer  # noqa: PLC0415
-
         paths = self.paths(run_id if run_id is not None else fresh_run_id())
         if parent_run_id is not None:
             validate_run_id(parent_run_id)
         self.prepare_write(paths.run_id)
-        fsio.make_dirs(self.runs_dir)
+        self.env.make_dirs(self.runs_dir)
         self.paths(paths.run_id, refuse_links=True)
         try:
-            fsio.make_dir(paths.dir)
+            self.env.make_dir(paths.dir)
         except FileExistsError:
             # A crash between mkdir and the first run.meta leaves a directory with no
             # meta and no owner: adopt it, or that run id could never be used again.
@@ -284,7 +338,7 @@ class Store:
             self.paths(paths.run_id, refuse_links=True)  # but never through a symlink
             if os.path.lexists(paths.meta) or lock_is_held(paths.lock):
                 raise RunExistsError(paths.run_id, str(paths.dir)) from None
-            fsio.fsync_dir(self.runs_dir)
+            self.env.fsync_dir(self.runs_dir)
         stamp = now_ms()
         meta = RunMeta(
             run_id=paths.run_id,
@@ -298,7 +352,7 @@ class Store:
             version=version,
             extra=extra or {},
         )
-        return open_writer(paths, new_meta=meta, **self._writer_options(0.0))
+        return self._open_writer(paths, 0.0, new_meta=meta)
 
     def resume_writer(
         self, run_id: str, *, lock_timeout: float | None = None, new_attempt: bool = True
@@ -312,25 +366,34 @@ class Store:
             RunNotFoundError: no such run.
             RunLockedError: another writer holds it (after ``lock_timeout``).
         """
-        from afk_local.storage.rundir.writer import open_writer  # noqa: PLC0415
 
         paths = self.paths(run_id, refuse_links=True)
         if not self.exists(run_id):
             raise RunNotFoundError(run_id, str(self.root))
         self.prepare_write(run_id)
         timeout = self.lock_timeout if lock_timeout is None else lock_timeout
-        return open_writer(paths, new_attempt=new_attempt, **self._writer_options(timeout))
+        return self._open_writer(paths, timeout, new_attempt=new_attempt)
 
-    def _writer_options(self, lock_timeout: float) -> dict[str, Any]:
-        return {
-            "record_codec": self.codec,
-            "lock_timeout": lock_timeout,
-            "max_record_bytes": self.max_record_bytes,
-            "max_chain": self.max_chain,
-            "mirror": self.mirror,
-            "heads": self.heads,
-            "pack_loose_limit": self.pack_loose_limit,
-        }
+    def _open_writer(
+        self,
+        paths: RunPaths,
+        lock_timeout: float,
+        *,
+        new_meta: RunMeta | None = None,
+        new_attempt: bool = True,
+    ) -> RunWriter:
+        from afk_local.storage.rundir.writer import open_writer  # noqa: PLC0415
+
+        return open_writer(
+            paths,
+            self.options,
+            record_codec=self.codec,
+            lock_timeout=lock_timeout,
+            new_meta=new_meta,
+            new_attempt=new_attempt,
+            mirror=self.mirror,
+            heads=self.heads,
+        )
 
     def delete(
         self,
@@ -368,6 +431,7 @@ class Store:
             max_record_bytes=self.max_record_bytes,
             heads=self.heads,
             html_view=_reader_html,
+            env=self.env,
         )
         if not lazy:
             reader.meta  # noqa: B018 - raises RunNotFoundError now rather than later
@@ -496,22 +560,6 @@ class Store:
         paths = self.paths(run_id)
         if lock_is_held(paths.lock):
             raise RunLockedError(run_id, str(paths.lock))
-
-
-def default_max_record_bytes() -> int:
-    """``$AFK_LOCAL_MAX_RECORD_BYTES`` (a whole number of bytes), else 256 MiB."""
-    text = os.environ.get(MAX_RECORD_BYTES_ENV)
-    if not text:
-        return codec.DEFAULT_MAX_RECORD_BYTES
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(
-            f"{MAX_RECORD_BYTES_ENV}={text!r} is not a whole number of bytes"
-        ) from None
-    if value < 1:
-        raise ValueError(f"{MAX_RECORD_BYTES_ENV} must be >= 1, not {value}")
-    return value
 
 
 StoreLike = Store | str | os.PathLike[str] | None

@@ -75,14 +75,16 @@ def check_marker(root: str | os.PathLike[str], signer: Signer) -> str | None:
     return None
 
 
-def write_marker(root: str | os.PathLike[str], signer: Signer) -> None:
-    """Write the marker of a keyed store at ``root`` unless it has one."""
+def write_marker(
+    root: str | os.PathLike[str], signer: Signer, env: fsio.Env = fsio.DEFAULT_ENV
+) -> None:
+    """Write the marker of a keyed store at ``root`` unless it has one (through ``env``)."""
     path = marker_path(root)
     if os.path.lexists(path):
         return
-    fsio.make_dirs(path.parent)
+    env.make_dirs(path.parent)
     body = msgspec.json.encode(KeyedMarker(created_ms=now_ms()))
-    fsio.atomic_write(path, signer.sign_document(_TAG, body))
+    env.atomic_write(path, signer.sign_document(_TAG, body))
 
 
 def known_keyed(root: str | os.PathLike[str], head_dir: str | os.PathLike[str]) -> bool:
@@ -111,8 +113,10 @@ def prepare_write(
     head_dir: str | os.PathLike[str],
     signer: Signer | None,
     run_id: str = "",
+    env: fsio.Env = fsio.DEFAULT_ENV,
 ) -> None:
-    """Check that a process with ``signer`` may write into the store and, if keyed, mark it.
+    """Check that a process with ``signer`` may write into the store and, if keyed, mark it
+    (through the store's I/O seam ``env``).
 
     Raises:
         KeyRequiredError: a keyed store opened without the key.
@@ -126,7 +130,7 @@ def prepare_write(
             str(marker_path(root)), problem, "use the store's own key", run_id or None
         )
     if signer is not None:
-        write_marker(root, signer)
+        write_marker(root, signer, env)
 
 
 __all__ = [

@@ -182,7 +182,7 @@ def trust_run(store: Store, run_id: str) -> RunMeta:
         extra: dict[str, Any] = dict(meta.extra) if isinstance(meta.extra, dict) else {}
         if extra.pop(IMPORTED_KEY, None) is not None or store.heads is not None:
             meta = msgspec.structs.replace(meta, extra=extra, updated_ms=later_ms(meta.updated_ms))
-            fsio.atomic_write(paths.meta, codec.encode_meta(store.codec, meta))
+            store.env.atomic_write(paths.meta, codec.encode_meta(store.codec, meta))
         if store.heads is not None:
             store.heads.anchor(paths, meta.updated_ms)
         return meta

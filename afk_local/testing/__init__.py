@@ -36,6 +36,7 @@ from afk_local.runner.durable_function import DurableFunction
 from afk_local.runner.resume import load_entrypoint
 from afk_local.storage import fsio
 from afk_local.storage.format.layout import new_run_id
+from afk_local.storage.fsio import Env, IoCall
 from afk_local.storage.store import Store
 
 try:
@@ -237,6 +238,8 @@ if pytest is not None:
 __all__ = [
     "EXIT_PAUSED",
     "KILL_POINTS",
+    "Env",
+    "IoCall",
     "IoKillSwitch",
     "KillResult",
     "afk_store",

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TextIO
 
 from afk_local.storage import fsio
-from afk_local.storage.store import default_root
+from afk_local.storage.rundir.options import default_root
 
 SERVICE_DIR_ENV = "AFK_LOCAL_SERVICE_DIR"
 LAUNCHD_LABEL_PREFIX = "dev.afk-local.watch"

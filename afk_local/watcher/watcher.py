@@ -45,9 +45,10 @@ from afk_local.runner.origin import cannot_resume, reentry_plan
 from afk_local.storage import fsio
 from afk_local.storage.format.records import RunMeta, RunStatus, now_ms
 from afk_local.storage.rundir.heads import HEAD_DIR_ENV
+from afk_local.storage.rundir.options import MAX_RECORD_BYTES_ENV
 from afk_local.storage.rundir.ownership import boot_id, is_interrupted, probe_owner
 from afk_local.storage.rundir.reader import read_meta
-from afk_local.storage.store import MAX_RECORD_BYTES_ENV, Store
+from afk_local.storage.store import Store
 from afk_local.storage.trust import path_problem, require_trusted_run, store_problems
 from afk_local.watcher.attempts import (
     attempt_died,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import struct
 from collections.abc import Mapping
 from typing import Any
@@ -161,13 +160,10 @@ def split_document(data: bytes) -> tuple[bytes, bytes | None]:
 
 
 def signer_for(key: bytes | str | Signer | None) -> Signer | None:
-    """The signer for ``key``; with None, for ``$AFK_LOCAL_KEY`` (None when unset or empty)."""
-    if isinstance(key, Signer):
+    """The signer for ``key``; None for no key (``$AFK_LOCAL_KEY`` is read by
+    :meth:`~afk_local.storage.rundir.options.StoreOptions.from_environ`, not here)."""
+    if key is None or isinstance(key, Signer):
         return key
-    if key is None:
-        key = os.environ.get(KEY_ENV) or None
-        if key is None:
-            return None
     return Signer(key)
 
 

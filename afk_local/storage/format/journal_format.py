@@ -264,6 +264,7 @@ def write_journal_file(
     record_codec: RecordCodec | None = None,
     *,
     run_id: str | None = None,
+    env: fsio.Env = fsio.DEFAULT_ENV,
 ) -> None:
     """Write a new effect journal holding ``records`` (one write, one fsync).
 
@@ -274,7 +275,7 @@ def write_journal_file(
     encoder = record_codec or RecordCodec()
     if encoder.signer is not None and not run_id:
         raise ValueError("a keyed journal is signed for its run: pass run_id")
-    fsio.write_new_file(path, encode_journal(records, encoder, run_id or ""))
+    env.write_new_file(path, encode_journal(records, encoder, run_id or ""))
 
 
 @dataclass(frozen=True)

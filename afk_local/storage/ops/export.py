@@ -75,6 +75,8 @@ class ImportTarget(Protocol):
     def runs_dir(self) -> Path: ...
     @property
     def heads(self) -> HeadStore | None: ...
+    @property
+    def env(self) -> fsio.Env: ...
     def prepare_write(self, run_id: str) -> None: ...
     def paths(self, run_id: str, *, refuse_links: bool = False) -> RunPaths: ...
 
@@ -234,9 +236,10 @@ def import_run(
     target = store.paths(run_id, refuse_links=True)
     if os.path.lexists(target.dir):
         raise RunExistsError(run_id, str(target.dir))
-    fsio.make_dirs(store.runs_dir)
+    env = store.env
+    env.make_dirs(store.runs_dir)
     tmp_dir = fsio.temp_path(store.runs_dir, f"import-{run_id}")
-    fsio.make_dir(tmp_dir)
+    env.make_dir(tmp_dir)
     try:
         tmp = RunPaths(run_id, tmp_dir)
         signer = store.codec.signer
@@ -250,17 +253,17 @@ def import_run(
                 mac = signer.checkpoint_mac(run_id, c.seq, c.phase, prev, record_digest(raw))
                 prev, prev_seq = mac, c.seq
             frame = codec.pack_frame(codec.KIND_CHECKPOINT, codec.compress(raw), mac=mac)
-            fsio.write_new_file(tmp.checkpoint(c.seq, c.phase), frame)
+            env.write_new_file(tmp.checkpoint(c.seq, c.phase), frame)
         if links:
             meta = msgspec.structs.replace(meta, extra=with_chain_links(meta.extra, links))
         if effects:
-            write_journal_file(tmp.journal, effects, store.codec, run_id=run_id)
+            write_journal_file(tmp.journal, effects, store.codec, run_id=run_id, env=env)
         if checkpoints:
             last = max(checkpoints, key=lambda c: c.seq)
-            fsio.atomic_symlink(checkpoint_name(last.seq, last.phase), tmp.latest, sync_dir=False)
-        fsio.atomic_write(tmp.meta, codec.encode_meta(store.codec, meta), sync_dir=False)
+            env.atomic_symlink(checkpoint_name(last.seq, last.phase), tmp.latest, sync_dir=False)
+        env.atomic_write(tmp.meta, codec.encode_meta(store.codec, meta), sync_dir=False)
         try:
-            fsio.publish_dir(tmp_dir, target.dir)
+            env.publish_dir(tmp_dir, target.dir)
         except FileExistsError:
             raise RunExistsError(run_id, str(target.dir)) from None
     except BaseException:

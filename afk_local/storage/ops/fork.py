@@ -135,20 +135,21 @@ def fork_run(
     effects = _effects_until(source, at)
     edited = _edited_state(source, files, updates) if updates else None
 
+    env = source.env  # the store's I/O seam
     runs_dir = target.dir.parent
-    fsio.make_dirs(runs_dir)
+    env.make_dirs(runs_dir)
     tmp_dir = fsio.temp_path(runs_dir, f"fork-{target_id}")
-    fsio.make_dir(tmp_dir)
+    env.make_dir(tmp_dir)
     try:
         tmp = RunPaths(target_id, tmp_dir)
         _share_history(source, files, at_seq, tmp)
         if effects:
-            write_journal_file(tmp.journal, effects, record_codec, run_id=target_id)
-        copy_archive(source, tmp, at_seq)
+            write_journal_file(tmp.journal, effects, record_codec, run_id=target_id, env=env)
+        copy_archive(source, tmp, at_seq, env)
         newest = files[-1].name
         if edited is not None:
             newest = _write_edited(source, tmp, at_seq, edited)
-        fsio.atomic_symlink(newest, tmp.latest, sync_dir=False)
+        env.atomic_symlink(newest, tmp.latest, sync_dir=False)
         stamp = at.timestamp_ms
         now = max(stamp, now_ms())
         extra: dict[str, Any] = dict(meta.extra) if isinstance(meta.extra, dict) else {}
@@ -176,9 +177,9 @@ def fork_run(
             version=meta.version,
             extra=extra,
         )
-        fsio.atomic_write(tmp.meta, codec.encode_meta(record_codec, new_meta), sync_dir=False)
+        env.atomic_write(tmp.meta, codec.encode_meta(record_codec, new_meta), sync_dir=False)
         try:
-            fsio.publish_dir(tmp_dir, target.dir)
+            env.publish_dir(tmp_dir, target.dir)
         except FileExistsError:
             raise RunExistsError(target_id, str(target.dir)) from None
     except BaseException:
@@ -227,7 +228,7 @@ def _write_edited(source: RunReader, tmp: RunPaths, at_seq: int, edited: Checkpo
         )
     name = checkpoint_name(record.seq, record.phase)
     frame = codec.pack_frame(codec.KIND_CHECKPOINT, codec.compress(raw), mac=mac)
-    fsio.write_new_file(tmp.dir / name, frame)
+    source.env.write_new_file(tmp.dir / name, frame)
     return name
 
 
@@ -244,11 +245,11 @@ def _share_history(
     record_codec = source.record_codec
     for f in files:
         if f.pack is None:
-            _link_or_copy(source.paths.dir / f.name, tmp.dir / f.name)
+            _link_or_copy(source.paths.dir / f.name, tmp.dir / f.name, source.env)
     for name in sorted({f.pack for f in files if f.pack is not None}):
         pack = parse_pack_name(name)
         if pack is not None and pack.last <= at_seq:
-            _link_or_copy(source.paths.dir / name, tmp.dir / name)
+            _link_or_copy(source.paths.dir / name, tmp.dir / name, source.env)
             continue
         reader = source.catalog.pack_reader(name)
         index = reader.index
@@ -259,21 +260,21 @@ def _share_history(
         ]
         if entries:
             pack_file, data = encode_pack(entries, run_id=tmp.run_id, signer=record_codec.signer)
-            fsio.write_new_file(tmp.dir / pack_file, data)
+            source.env.write_new_file(tmp.dir / pack_file, data)
     at = files[-1]
     if at.pack is not None:
-        fsio.write_new_file(tmp.dir / at.name, source.stored_bytes(at))
+        source.env.write_new_file(tmp.dir / at.name, source.stored_bytes(at))
 
 
-def _link_or_copy(src: os.PathLike[str], dst: os.PathLike[str]) -> None:
+def _link_or_copy(src: os.PathLike[str], dst: os.PathLike[str], env: fsio.Env) -> None:
     try:
-        fsio.hard_link(src, dst)
+        env.hard_link(src, dst)
         return
     except OSError as exc:
         if exc.errno not in _LINK_REFUSED:
             raise
     data = fsio.read_bounded(src, max(codec.DEFAULT_MAX_RECORD_BYTES * 2, MAX_PACK_BYTES))
-    fsio.write_new_file(dst, data)
+    env.write_new_file(dst, data)
 
 
 def _effects_until(source: RunReader, at: Checkpoint) -> list[Effect]:

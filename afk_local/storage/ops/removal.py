@@ -24,7 +24,7 @@ _LINK_REFUSED = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EO
 _MAX_COPY_BYTES = 1 << 40
 
 
-def keep_journal(paths: RunPaths, root: Path) -> Path | None:
+def keep_journal(paths: RunPaths, root: Path, env: fsio.Env = fsio.DEFAULT_ENV) -> Path | None:
     """Keep the run's journal and meta under ``root/removed/``; returns where (None: none).
 
     Call it holding the run's lock, before the run directory is deleted: when it
@@ -33,28 +33,28 @@ def keep_journal(paths: RunPaths, root: Path) -> Path | None:
     if not paths.journal.is_file():
         return None
     removed = root / REMOVED_DIR
-    fsio.make_dirs(removed)
+    env.make_dirs(removed)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target = removed / f"{paths.run_id}.{stamp}"
     suffix = 1
-    while not fsio.make_dir(target, exist_ok=True):  # durable in removed/ once made
+    while not env.make_dir(target, exist_ok=True):  # durable in removed/ once made
         suffix += 1
         target = removed / f"{paths.run_id}.{stamp}.{suffix}"
     for source in (paths.journal, paths.meta):
         if source.is_file():
-            _link_or_copy(source, target / source.name)
-    fsio.fsync_dir(target)
+            _link_or_copy(source, target / source.name, env)
+    env.fsync_dir(target)
     return target
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
+def _link_or_copy(src: Path, dst: Path, env: fsio.Env) -> None:
     try:
-        fsio.hard_link(src, dst)
+        env.hard_link(src, dst)
         return
     except OSError as exc:
         if exc.errno not in _LINK_REFUSED:
             raise
-    fsio.write_new_file(dst, fsio.read_bounded(src, _MAX_COPY_BYTES))
+    env.write_new_file(dst, fsio.read_bounded(src, _MAX_COPY_BYTES))
 
 
 __all__ = ["REMOVED_DIR", "keep_journal"]

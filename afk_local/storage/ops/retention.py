@@ -386,11 +386,13 @@ def compact_run(
     if extra is not None:
         # updated_ms stays: compaction does not make a run younger (gc's age order)
         meta = msgspec.structs.replace(reader.meta, extra=extra)
-        fsio.atomic_write(paths.meta, codec.encode_meta(reader.record_codec, meta))
+        reader.env.atomic_write(paths.meta, codec.encode_meta(reader.record_codec, meta))
         reader.refresh()
     # 0c. the metrics the doomed checkpoints carry go to the run's metrics.archive (durably).
     archive_metrics(
-        reader, [CheckpointFile(f.seq, f.phase, f.name, pack=f.pack) for f in plan.delete]
+        reader,
+        [CheckpointFile(f.seq, f.phase, f.name, pack=f.pack) for f in plan.delete],
+        reader.env,
     )
     # 1-2. rewrite what would lose its base, then delete, in crash-safe order.
     remove_checkpoints(reader, plan)
@@ -420,16 +422,19 @@ def remove_checkpoints(reader: RunReader, plan: RunPlan) -> None:
         rewrite_as_keyframe(reader, CheckpointFile(f.seq, f.phase, f.name, pack=f.pack))
     drop = {f.seq for f in plan.delete if f.pack is not None}
     drop |= {f.seq for f in plan.rewrite if f.pack is not None}
-    replaced = drop_from_packs(paths, reader.record_codec, reader.catalog, drop) if drop else []
+    env = reader.env
+    replaced = (
+        drop_from_packs(paths, reader.record_codec, reader.catalog, drop, env) if drop else []
+    )
     loose = [f for f in plan.delete if f.pack is None]
     for batch in deletion_rounds(loose, keyed=reader.record_codec.signer is not None):
         for f in batch:
-            fsio.unlink(paths.dir / f.name)
-        fsio.fsync_dir(paths.dir)
+            env.unlink(paths.dir / f.name)
+        env.fsync_dir(paths.dir)
     if replaced:
         for name in replaced:
-            fsio.unlink(paths.dir / name)
-        fsio.fsync_dir(paths.dir)
+            env.unlink(paths.dir / name)
+        env.fsync_dir(paths.dir)
 
 
 def deletion_rounds(doomed: Sequence[FileFacts], *, keyed: bool) -> list[list[FileFacts]]:
@@ -463,7 +468,7 @@ def _mark_journal_trimmed(reader: RunReader, dropped: int) -> None:
     extra = dict(reader.meta.extra) if isinstance(reader.meta.extra, dict) else {}
     extra[JOURNAL_TRIMMED_KEY] = int(extra.get(JOURNAL_TRIMMED_KEY) or 0) + dropped
     meta = msgspec.structs.replace(reader.meta, extra=extra)
-    fsio.atomic_write(reader.paths.meta, codec.encode_meta(reader.record_codec, meta))
+    reader.env.atomic_write(reader.paths.meta, codec.encode_meta(reader.record_codec, meta))
     reader.refresh()
 
 
@@ -475,7 +480,7 @@ def rewrite_as_keyframe(reader: RunReader, file: CheckpointFile) -> None:
     reader.load(file)  # checks the record decodes, belongs here and (keyed) is signed
     raw, mac = reader.record_bytes(file)  # exact bytes: kept deltas use them
     frame = codec.pack_frame(codec.KIND_CHECKPOINT, codec.compress(raw), mac=mac)
-    fsio.atomic_write(reader.paths.dir / file.name, frame)
+    reader.env.atomic_write(reader.paths.dir / file.name, frame)
 
 
 def chain_links_after_delete(
@@ -515,15 +520,15 @@ def _journal_records(reader: RunReader) -> list[Effect] | None:
 
 
 def _rewrite_journal(reader: RunReader, records: Sequence[Effect]) -> None:
-    path = reader.paths.journal
+    path, env = reader.paths.journal, reader.env
     tmp = fsio.temp_path(path.parent, path.name)
     try:
-        write_journal_file(tmp, records, reader.record_codec, run_id=reader.run_id)
-        fsio.rename(tmp, path)
+        write_journal_file(tmp, records, reader.record_codec, run_id=reader.run_id, env=env)
+        env.rename(tmp, path)
     except BaseException:
-        fsio.unlink(tmp)
+        env.unlink(tmp)
         raise
-    fsio.fsync_dir(path.parent)
+    env.fsync_dir(path.parent)
 
 
 def remove_stale_builds(runs_dir: Path) -> int:

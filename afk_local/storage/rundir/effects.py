@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from afk_local.storage.format.codec import RecordCodec
+    from afk_local.storage.fsio import Env
     from afk_local.storage.rundir.mirror import RunMirror
 
 
@@ -51,8 +52,9 @@ class JournalOpener(Protocol):
         record_codec: RecordCodec,
         listener: RunMirror | None,
         on_durable: Callable[[int, bytes], None] | None,
+        env: Env,
     ) -> EffectLog:
-        """Open the journal at ``path`` for run ``run_id``."""
+        """Open the journal at ``path`` for run ``run_id``, writing through ``env``."""
         ...
 
 
@@ -72,10 +74,16 @@ def open_effect_log(
     record_codec: RecordCodec,
     listener: RunMirror | None,
     on_durable: Callable[[int, bytes], None] | None,
+    env: Env,
 ) -> EffectLog:
     """Open run ``run_id``'s journal for writing through the registered opener."""
     if _opener is None:  # only if afk_local/__init__.py was bypassed
         raise RuntimeError("no effect journal is registered: import afk_local first")
     return _opener(
-        path, run_id, record_codec=record_codec, listener=listener, on_durable=on_durable
+        path,
+        run_id,
+        record_codec=record_codec,
+        listener=listener,
+        on_durable=on_durable,
+        env=env,
     )

@@ -25,12 +25,10 @@ directory is known to be keyed even if its in-store marker is removed.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
 import re
-import sys
 import threading
 from pathlib import Path
 
@@ -72,18 +70,6 @@ class Head(msgspec.Struct, kw_only=True, frozen=True):
     written_ms: int = 0
 
 
-def default_head_dir() -> Path:
-    """``$AFK_LOCAL_HEAD_DIR``, else the user's state directory's ``afk_local/heads``."""
-    configured = os.environ.get(HEAD_DIR_ENV)
-    if configured:
-        return Path(configured).expanduser()
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "afk_local" / "heads"
-    state = os.environ.get("XDG_STATE_HOME")
-    base = Path(state).expanduser() if state else Path.home() / ".local" / "state"
-    return base / "afk_local" / "heads"
-
-
 def store_id(root: str | os.PathLike[str]) -> str:
     """A directory name for a store: its base name and a digest of its real path."""
     real = os.path.realpath(root)
@@ -102,7 +88,7 @@ class HeadStore:
 
     Args:
         root: the store's root directory.
-        head_dir: the directory of head records (see :func:`default_head_dir`).
+        head_dir: the directory of head records (``StoreOptions.head_dir``, resolved).
         signer: the store's key; heads are signed with it.
     """
 
@@ -167,8 +153,7 @@ class HeadStore:
 
     def remove(self, run_id: str) -> None:
         """Forget the head of a run that was deleted on purpose."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path(run_id))
+        fsio.remove_unsynced(self.path(run_id))
 
     def anchor(self, paths: RunPaths, meta_updated_ms: int) -> Head:
         """Record the run as it is on disk now as its head, and return it.
@@ -387,7 +372,6 @@ __all__ = [
     "Head",
     "HeadKeeper",
     "HeadStore",
-    "default_head_dir",
     "store_dir",
     "store_id",
     "with_disk_checkpoint",

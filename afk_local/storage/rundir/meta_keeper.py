@@ -17,11 +17,11 @@ from typing import Any
 import msgspec
 
 from afk_local.errors import LeaseLostError, RunExistsError
-from afk_local.storage import fsio
 from afk_local.storage.format import codec
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import RunPaths
 from afk_local.storage.format.records import OwnerInfo, RunMeta, later_ms
+from afk_local.storage.fsio import DEFAULT_ENV, Env
 from afk_local.storage.rundir.heads import HeadKeeper, HeadStore
 from afk_local.storage.rundir.mirror import REMOTE_COPY_KEY, RunMirror
 from afk_local.storage.rundir.reader import read_meta
@@ -95,8 +95,10 @@ class MetaKeeper:
         record_codec: RecordCodec,
         head: HeadKeeper | None = None,
         mirror: RunMirror | None = None,
+        env: Env = DEFAULT_ENV,
         on_failure: Callable[[BaseException], None],
     ) -> None:
+        self._env = env
         self.paths = paths
         self.meta = meta
         """The run's current ``run.meta``."""
@@ -116,7 +118,7 @@ class MetaKeeper:
         )
         data = codec.encode_meta(self._codec, meta)  # a bad value fails here, before I/O
         try:
-            fsio.atomic_write(self.paths.meta, data)
+            self._env.atomic_write(self.paths.meta, data)
         except BaseException as exc:
             self._on_failure(exc)
             raise

@@ -301,6 +301,7 @@ def write_archive(
     batches: dict[int, Stamped],
     *,
     sync_dir: bool = True,
+    env: fsio.Env = fsio.DEFAULT_ENV,
 ) -> None:
     """Replace ``paths``' archive by one holding ``batches`` (temp + fsync + rename)."""
     record = Checkpoint(
@@ -319,10 +320,12 @@ def write_archive(
         digest = record_digest(raw)
         mac = record_codec.signer.checkpoint_mac(paths.run_id, 0, ARCHIVE_PHASE, NO_MAC, digest)
     frame = codec.pack_frame(codec.KIND_CHECKPOINT, codec.compress(raw), mac=mac)
-    fsio.atomic_write(archive_path(paths), frame, sync_dir=sync_dir)
+    env.atomic_write(archive_path(paths), frame, sync_dir=sync_dir)
 
 
-def archive_metrics(run: RunFiles, doomed: Sequence[CheckpointFile]) -> int:
+def archive_metrics(
+    run: RunFiles, doomed: Sequence[CheckpointFile], env: fsio.Env = fsio.DEFAULT_ENV
+) -> int:
     """Copy the metrics of checkpoints about to be deleted into the archive; returns how many.
 
     Call it holding the run's lock, before deleting anything: the archive is durable
@@ -343,11 +346,13 @@ def archive_metrics(run: RunFiles, doomed: Sequence[CheckpointFile]) -> int:
         return 0
     batches = read_archive(run)
     batches.update(found)
-    write_archive(run.record_codec, run.paths, batches)
+    write_archive(run.record_codec, run.paths, batches, env=env)
     return len(found)
 
 
-def copy_archive(source: RunFiles, target: RunPaths, until_seq: int) -> None:
+def copy_archive(
+    source: RunFiles, target: RunPaths, until_seq: int, env: fsio.Env = fsio.DEFAULT_ENV
+) -> None:
     """Give a fork (being built at ``target``) the source's archived metrics up to ``until_seq``.
 
     The copy is signed for the fork's own run id in a keyed store. The caller makes
@@ -355,7 +360,7 @@ def copy_archive(source: RunFiles, target: RunPaths, until_seq: int) -> None:
     """
     batches = {seq: b for seq, b in read_archive(source).items() if seq <= until_seq}
     if batches:
-        write_archive(source.record_codec, target, batches, sync_dir=False)
+        write_archive(source.record_codec, target, batches, sync_dir=False, env=env)
 
 
 __all__ = [

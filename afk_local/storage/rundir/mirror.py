@@ -19,7 +19,6 @@ Example:
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import re
 from pathlib import Path
 from typing import Protocol
@@ -102,11 +101,6 @@ def mirror_scheme(url: str) -> str:
     return match.group(1)
 
 
-def default_mirror_url() -> str | None:
-    """``$AFK_LOCAL_MIRROR`` when set and not empty."""
-    return os.environ.get(MIRROR_ENV) or None
-
-
 def open_mirror(url: str, root: Path) -> Mirror:
     """The mirror registered for ``url``'s scheme, for the store at ``root``.
 
@@ -136,7 +130,6 @@ __all__ = [
     "Mirror",
     "MirrorFactory",
     "RunMirror",
-    "default_mirror_url",
     "mirror_scheme",
     "open_mirror",
 ]

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import RunPaths
+from afk_local.storage.fsio import DEFAULT_ENV, Env
 from afk_local.storage.rundir.delta_policy import DeltaPolicy
 from afk_local.storage.rundir.mirror import RunMirror
 from afk_local.storage.rundir.packing import PackReport, pack_run
@@ -56,8 +57,10 @@ class PackTrigger:
         loose: int,
         delta: DeltaPolicy,
         mirror: RunMirror | None = None,
+        env: Env = DEFAULT_ENV,
         on_failure: Callable[[BaseException], None] = _ignore,
     ) -> None:
+        self._env = env
         self.paths = paths
         self._codec = record_codec
         self.limit = limit
@@ -94,7 +97,9 @@ class PackTrigger:
                 )
                 return
         try:
-            report = pack_run(self.paths, self._codec, keep_from=keep_from, sync_removals=False)
+            report = pack_run(
+                self.paths, self._codec, keep_from=keep_from, sync_removals=False, env=self._env
+            )
         except Exception as exc:
             log.error("run %s: packing older checkpoints failed: %s", self.paths.run_id, exc)
             self._on_failure(exc)
@@ -110,7 +115,7 @@ class PackTrigger:
         if self._mirror is not None:  # what is packed away must be on the remote first
             self._mirror.flush(MIRROR_CATCH_UP_S)
         try:
-            report = pack_run(self.paths, self._codec, full=full)
+            report = pack_run(self.paths, self._codec, full=full, env=self._env)
         except BaseException as exc:
             self._on_failure(exc)
             raise

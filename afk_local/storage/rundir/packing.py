@@ -98,6 +98,7 @@ def pack_run(
     full: bool = False,
     sync_removals: bool = True,
     dry_run: bool = False,
+    env: fsio.Env = fsio.DEFAULT_ENV,
 ) -> PackReport:
     """Fold the older loose checkpoint files of one run into a pack. The caller holds its lock.
 
@@ -113,6 +114,7 @@ def pack_run(
         sync_removals: fsync the directory after removing the superseded files (a
             writer leaves that to its next checkpoint's directory fsync).
         dry_run: say what would happen, change nothing.
+        env: the I/O seam to write through (the store's).
 
     Raises:
         AfkLocalError: the run is signed and the codec has no key (it could not sign
@@ -126,7 +128,7 @@ def pack_run(
             "key to sign a pack with; pack it with AFK_LOCAL_KEY set"
         )
     if not dry_run:
-        _remove_temp_files(paths)
+        _remove_temp_files(paths, env)
     catalog = RunCatalog(paths, signer=record_codec.signer)
     loose, packs = catalog.scan()
     report.files_before = len(loose) + len(packs)
@@ -146,7 +148,9 @@ def pack_run(
         report.files_after = report.files_before - len(doomed_names) + new_packs
         report.bytes_after = report.bytes_before  # not known before the packs are made
         return report
-    written = _write_packs(paths, record_codec, catalog, plan) if plan.loose or plan.merge else []
+    written = (
+        _write_packs(paths, record_codec, catalog, plan, env) if plan.loose or plan.merge else []
+    )
     report.packs_written = len(written)
     # Everything below only drops second copies: the new packs are durable already. A
     # merge may produce a pack that exists (a crash came before its inputs were
@@ -154,9 +158,9 @@ def pack_run(
     doomed_names -= set(written)
     report.packs_merged = sum(1 for p in plan.merge if p.name not in written)
     for name in sorted(doomed_names):
-        fsio.unlink(paths.dir / name)
+        env.unlink(paths.dir / name)
     if sync_removals:
-        fsio.fsync_dir(paths.dir)
+        env.fsync_dir(paths.dir)
     loose_after, packs_after = catalog.scan()
     report.loose_left = len(loose_after)
     report.files_after = len(loose_after) + len(packs_after)
@@ -256,7 +260,7 @@ def _packable(paths: RunPaths, file: CheckpointFile) -> bytes | None:
 
 
 def _write_packs(
-    paths: RunPaths, record_codec: RecordCodec, catalog: RunCatalog, plan: _Plan
+    paths: RunPaths, record_codec: RecordCodec, catalog: RunCatalog, plan: _Plan, env: fsio.Env
 ) -> list[str]:
     """Write and publish the new pack(s); each durable before this returns."""
     entries: list[PackEntry] = []
@@ -277,13 +281,17 @@ def _write_packs(
     for chunk in _chunks([unique[seq] for seq in sorted(unique)]):
         name, data = encode_pack(chunk, run_id=paths.run_id, signer=record_codec.signer)
         if not (paths.dir / name).exists():  # identical content is already published
-            fsio.atomic_write(paths.dir / name, data)
+            env.atomic_write(paths.dir / name, data)
         written.append(name)
     return written
 
 
 def drop_from_packs(
-    paths: RunPaths, record_codec: RecordCodec, catalog: RunCatalog, drop: set[int]
+    paths: RunPaths,
+    record_codec: RecordCodec,
+    catalog: RunCatalog,
+    drop: set[int],
+    env: fsio.Env = fsio.DEFAULT_ENV,
 ) -> list[str]:
     """Publish, for every pack holding a seq of ``drop``, a pack without those entries.
 
@@ -309,7 +317,7 @@ def drop_from_packs(
         ]
         for chunk in _chunks(kept):
             name, data = encode_pack(chunk, run_id=paths.run_id, signer=record_codec.signer)
-            fsio.atomic_write(paths.dir / name, data)
+            env.atomic_write(paths.dir / name, data)
         replaced.append(pack.name)
     return replaced
 
@@ -328,12 +336,12 @@ def _chunks(entries: list[PackEntry]) -> list[list[PackEntry]]:
     return [c for c in chunks if c]
 
 
-def _remove_temp_files(paths: RunPaths) -> None:
+def _remove_temp_files(paths: RunPaths, env: fsio.Env) -> None:
     """Remove what a killed writer or packer left unpublished (the caller holds the lock)."""
     with os.scandir(paths.dir) as entries:
         stray = [e.path for e in entries if e.name.startswith(fsio.TEMP_PREFIX) and e.is_file()]
     for path in stray:
-        fsio.unlink(path)
+        env.unlink(path)
 
 
 def _size(paths: RunPaths, name: str) -> int:

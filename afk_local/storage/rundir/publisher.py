@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 from afk_local.storage import fsio
 from afk_local.storage.format.layout import LATEST_NAME, RunPaths, scan_checkpoints
+from afk_local.storage.fsio import DEFAULT_ENV, Env
 
 log = logging.getLogger("afk_local")
 
@@ -46,8 +47,14 @@ class Publisher:
             work that overlaps the wait for the disk (it cannot change what is published).
     """
 
-    def __init__(self, paths: RunPaths, while_syncing: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        paths: RunPaths,
+        env: Env = DEFAULT_ENV,
+        while_syncing: Callable[[], None] | None = None,
+    ) -> None:
         self.paths = paths
+        self._env = env  # the store's I/O seam: every durable call goes through it
         self._dir = str(paths.dir) + os.sep
         self._dir_fd: int | None = None
         self._latest = str(paths.latest)
@@ -62,7 +69,7 @@ class Publisher:
         """
         if self._dir_fd is None:
             self._dir_fd = fsio.open_dir(self._dir)
-        fsio.publish_with_link(
+        self._env.publish_with_link(
             self._dir,
             name,
             data,
@@ -82,7 +89,7 @@ class Publisher:
         # last acknowledged state.
         previous = fsio.read_link(self._latest)
         with contextlib.suppress(OSError):
-            os.unlink(self._dir + name)
+            self._env.unlink(self._dir + name)
         if previous == name:
             if acknowledged_seq:
                 good = next(
@@ -91,12 +98,10 @@ class Publisher:
                 )
                 if good is not None:
                     with contextlib.suppress(OSError):
-                        tmp = fsio.temp_path(self.paths.dir, "latest")
-                        os.symlink(good, tmp)
-                        os.replace(tmp, self.paths.latest)
+                        self._env.atomic_symlink(good, self.paths.latest, sync_dir=False)
             else:
                 with contextlib.suppress(OSError):
-                    os.unlink(self.paths.latest)
+                    self._env.unlink(self.paths.latest)
 
     def remove_temp_files(self) -> int:
         """Remove what a crashed publish left in the run directory; returns how many.
@@ -107,7 +112,7 @@ class Publisher:
         with os.scandir(self.paths.dir) as entries:
             stray = [e.path for e in entries if e.name.startswith(fsio.TEMP_PREFIX)]
         for path in stray:
-            fsio.remove_temp_entry(path)
+            self._env.remove_temp_entry(path)
         if stray:
             log.info("run %s: removed %d stray temp file(s)", self.paths.run_id, len(stray))
         return len(stray)

@@ -96,8 +96,12 @@ class RunReader:
         max_record_bytes: int = codec.DEFAULT_MAX_RECORD_BYTES,
         heads: HeadStore | None = None,
         html_view: Callable[[RunReader], str] | None = None,
+        env: fsio.Env = fsio.DEFAULT_ENV,
     ) -> None:
         self.paths = paths
+        self.env = env
+        """The I/O seam of the store this run belongs to: what gc, fork and packing of
+        this run write through (a reader itself never writes)."""
         self._html_view = html_view
         self._heads = heads
         self.run_id = paths.run_id

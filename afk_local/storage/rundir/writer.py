@@ -30,12 +30,10 @@ from afk_local.errors import (
     KeyRequiredError,
     UnstorableValueError,
 )
-from afk_local.storage import fsio
 from afk_local.storage.format import codec
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.integrity import NO_MAC, record_digest
 from afk_local.storage.format.layout import (
-    DEFAULT_LOOSE_LIMIT,
     RunPaths,
     checkpoint_name,
     scan_run_files,
@@ -54,16 +52,13 @@ from afk_local.storage.format.records import (
 )
 from afk_local.storage.rundir.catalog import RunCatalog
 from afk_local.storage.rundir.chain import is_signed_file, read_link_value
-from afk_local.storage.rundir.delta_policy import (
-    DEFAULT_DELTA_FRACTION,
-    DEFAULT_MAX_CHAIN,
-    DeltaPolicy,
-)
+from afk_local.storage.rundir.delta_policy import DeltaPolicy
 from afk_local.storage.rundir.effects import EffectLog
 from afk_local.storage.rundir.heads import HeadKeeper, HeadStore
 from afk_local.storage.rundir.lifetime import WriterLifetime
 from afk_local.storage.rundir.meta_keeper import MetaKeeper, attempt_meta
 from afk_local.storage.rundir.mirror import Mirror, RunMirror
+from afk_local.storage.rundir.options import StoreOptions
 from afk_local.storage.rundir.ownership import acquire_lock, current_owner
 from afk_local.storage.rundir.pack_trigger import PackTrigger
 from afk_local.storage.rundir.packing import PackReport
@@ -88,21 +83,18 @@ class RunWriter:
         paths: RunPaths,
         lock: FileLock,
         meta: RunMeta,
+        options: StoreOptions,
         *,
         record_codec: RecordCodec,
-        max_record_bytes: int = codec.DEFAULT_MAX_RECORD_BYTES,
-        max_chain: int = DEFAULT_MAX_CHAIN,
-        delta_fraction: float = DEFAULT_DELTA_FRACTION,
-        level: int = codec.DEFAULT_LEVEL,
         mirror: RunMirror | None = None,
         head: HeadKeeper | None = None,
-        pack_loose_limit: int | None = DEFAULT_LOOSE_LIMIT,
     ) -> None:
         self.paths = paths
         self.run_id = paths.run_id
         self._lock = lock
         self._codec = record_codec
-        self._max_record_bytes = max_record_bytes
+        self._env = env = options.env  # every durable call of this writer goes through it
+        self._max_record_bytes = options.max_record_bytes
         # Serialises the writes themselves: the next seq, the delta chains, the signature
         # chain and the meta are one state that two threads must never update at once.
         self._serial = threading.RLock()
@@ -116,6 +108,7 @@ class RunWriter:
             record_codec=record_codec,
             listener=mirror,
             on_durable=None if head is None else head.journal,
+            env=env,
             check_writable=self._life.check_writable,
             on_close=self._life.on_close,
         )
@@ -127,20 +120,24 @@ class RunWriter:
             record_codec=record_codec,
             head=head,
             mirror=mirror,
+            env=env,
             on_failure=self._life.fail,
         )
-        self._delta = DeltaPolicy(max_chain=max_chain, delta_fraction=delta_fraction, level=level)
-        self._publisher = Publisher(paths, while_syncing=self._delta.prefetch.start)
+        self._delta = DeltaPolicy(
+            max_chain=options.max_chain, delta_fraction=options.delta_fraction, level=options.level
+        )
+        self._publisher = Publisher(paths, env, while_syncing=self._delta.prefetch.start)
         self._publisher.remove_temp_files()
         self._seq, loose, self._prev_mac = _resume_point(paths, record_codec)
         self._signer = record_codec.signer  # keyed: each MAC chains on the one before it
         self._packing = PackTrigger(
             paths,
             record_codec,
-            limit=pack_loose_limit or 0,
+            limit=options.pack_loose_limit or 0,
             loose=loose,
             delta=self._delta,
             mirror=mirror,
+            env=env,
             on_failure=self._life.fail,
         )
 
@@ -199,7 +196,10 @@ class RunWriter:
     def reader(self) -> RunReader:
         """A reader of this run (sharing the codec)."""
         return RunReader(
-            self.paths, record_codec=self._codec, max_record_bytes=self._max_record_bytes
+            self.paths,
+            record_codec=self._codec,
+            max_record_bytes=self._max_record_bytes,
+            env=self._env,
         )
 
     def __repr__(self) -> str:
@@ -416,16 +416,20 @@ def _resume_point(paths: RunPaths, record_codec: RecordCodec) -> tuple[int, int,
 
 def open_writer(
     paths: RunPaths,
+    options: StoreOptions,
     *,
     record_codec: RecordCodec,
-    lock_timeout: float,
+    lock_timeout: float | None = None,
     new_meta: RunMeta | None = None,
     new_attempt: bool = True,
     mirror: Mirror | None = None,
     heads: HeadStore | None = None,
-    **writer_options: Any,
 ) -> RunWriter:
     """Lock a run directory and return its writer; with ``new_meta``, write it first.
+
+    The writer's settings and its I/O seam come from ``options`` (the store's);
+    ``lock_timeout`` (default ``options.lock_timeout``) is how long to wait for the lock,
+    and ``record_codec``, ``mirror`` and ``heads`` are what the store built from them.
 
     Opening an existing run starts a new attempt (``attempt`` + 1, this process as
     owner) unless ``new_attempt`` is False: cancelling or settling a run is not an
@@ -449,7 +453,8 @@ def open_writer(
     """
     if new_meta is None and record_codec.signer is None and is_signed_file(paths.meta):
         raise KeyRequiredError(paths.run_id, str(paths.meta))
-    lock = acquire_lock(paths, lock_timeout)
+    timeout = options.lock_timeout if lock_timeout is None else lock_timeout
+    lock = acquire_lock(paths, timeout)
     run_mirror: RunMirror | None = None
     try:
         meta = attempt_meta(
@@ -462,15 +467,9 @@ def open_writer(
         )
         if mirror is not None:
             run_mirror = mirror.attach(paths, record_codec)
-        fsio.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))
+        options.env.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))
         writer = _writer_on(
-            paths,
-            lock,
-            meta,
-            record_codec=record_codec,
-            mirror=run_mirror,
-            heads=heads,
-            writer_options=writer_options,
+            paths, lock, meta, options, record_codec=record_codec, mirror=run_mirror, heads=heads
         )
     except BaseException:
         try:
@@ -488,11 +487,11 @@ def _writer_on(
     paths: RunPaths,
     lock: FileLock,
     meta: RunMeta,
+    options: StoreOptions,
     *,
     record_codec: RecordCodec,
     mirror: RunMirror | None,
     heads: HeadStore | None,
-    writer_options: dict[str, Any],
 ) -> RunWriter:
     """The writer of the attempt whose ``meta`` is durable: its head record anchored
     there (a keyed store), the mirror attached."""
@@ -500,13 +499,7 @@ def _writer_on(
     if heads is not None:
         keeper = HeadKeeper(heads, heads.anchor(paths, meta.updated_ms))
     writer = RunWriter(
-        paths,
-        lock,
-        meta,
-        record_codec=record_codec,
-        mirror=mirror,
-        head=keeper,
-        **writer_options,
+        paths, lock, meta, options, record_codec=record_codec, mirror=mirror, head=keeper
     )
     if keeper is not None:
         writer.on_close(keeper.close)  # runs before the mirror's: after the journal's records

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from afk_local.storage.format.codec import RecordCodec
+from afk_local.storage.fsio import DEFAULT_ENV, Env
 from afk_local.storage.rundir.effects import EffectLog, open_effect_log
 from afk_local.storage.rundir.mirror import RunMirror
 
@@ -54,6 +55,7 @@ class WriterJournal:
         record_codec: RecordCodec,
         listener: RunMirror | None = None,
         on_durable: Callable[[int, bytes], None] | None = None,
+        env: Env = DEFAULT_ENV,
         check_writable: Callable[[], None] = _nothing,
         on_close: Callable[[Callable[[], None]], None] = _no_close_hooks,
     ) -> None:
@@ -62,6 +64,7 @@ class WriterJournal:
         self._codec = record_codec
         self._listener = listener
         self._on_durable = on_durable
+        self._env = env
         self._check_writable = check_writable
         self._on_close = on_close
         self.log: EffectLog | None = None
@@ -83,6 +86,7 @@ class WriterJournal:
                         record_codec=self._codec,
                         listener=self._listener,
                         on_durable=self._on_durable,
+                        env=self._env,
                     )
                     self._on_close(journal.close)
                     self.log = journal

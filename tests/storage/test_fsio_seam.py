@@ -1,0 +1,180 @@
+"""The I/O seam (storage/fsio.py): every write-side call goes through an Env, one per store.
+
+A store made with an Env of its own (``StoreOptions.env``) sends every durable call of
+its own through it — writer, journal, gc, fork, delete — and none through the
+process-wide one, so a test can fail one store's fsync while another store in the
+same process writes undisturbed (LevelDB's per-database ``Env``).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import afk_local as afk
+from afk_local.storage import fsio
+
+STORAGE = Path(afk.__file__).parent / "storage"
+
+# What only fsio.py may call: every system call that changes a directory or makes
+# bytes durable. A call elsewhere would bypass the kill switch and the crash explorer.
+_WRITE_SIDE = {
+    "fdatasync",
+    "fsync",
+    "ftruncate",
+    "link",
+    "makedirs",
+    "mkdir",
+    "remove",
+    "removedirs",
+    "rename",
+    "renames",
+    "replace",
+    "rmdir",
+    "symlink",
+    "truncate",
+    "unlink",
+}
+
+
+def _direct_os_calls(source: str, name: str) -> list[str]:
+    """``os.<write-side>(...)`` calls and ``from os import <write-side>`` in one module."""
+    found = []
+    for node in ast.walk(ast.parse(source, name)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "os"
+            and node.func.attr in _WRITE_SIDE
+        ):
+            found.append(f"{name}:{node.lineno}: os.{node.func.attr}")
+        if isinstance(node, ast.ImportFrom) and node.module == "os":
+            found += [
+                f"{name}:{node.lineno}: from os import {alias.name}"
+                for alias in node.names
+                if alias.name in _WRITE_SIDE
+            ]
+    return found
+
+
+def test_no_storage_module_makes_a_write_side_call_around_the_seam() -> None:
+    modules = sorted(STORAGE.rglob("*.py"))
+    assert len(modules) > 30  # the walk found the package
+    bypasses = [
+        call
+        for module in modules
+        if module.name != "fsio.py"
+        for call in _direct_os_calls(module.read_text(), str(module.relative_to(STORAGE)))
+    ]
+    assert bypasses == [], "call these through the store's fsio.Env instead:\n" + "\n".join(
+        bypasses
+    )
+
+
+def test_the_seam_check_catches_a_direct_call() -> None:
+    source = "import os\nfrom os import replace\nos.unlink('x')\nos.path.join('a')\n"
+    assert _direct_os_calls(source, "probe.py") == [
+        "probe.py:2: from os import replace",
+        "probe.py:3: os.unlink",
+    ]
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.calls: list[fsio.IoCall] = []
+
+    def __call__(self, call: fsio.IoCall) -> None:
+        self.calls.append(call)
+
+    def operations(self) -> set[str]:
+        return {c.operation for c in self.calls}
+
+
+def _fail_fsync(operation: str, path: str) -> None:
+    if operation == "fsync":
+        raise OSError(5, f"Input/output error (injected into one store's Env): {path}")
+
+
+def test_one_store_fails_through_its_own_env_while_another_writes(tmp_path: Path) -> None:
+    faulty = afk.Store(tmp_path / "a", options=afk.StoreOptions(env=fsio.Env(hook=_fail_fsync)))
+    healthy = afk.Store(tmp_path / "b")
+    seen_globally: list[tuple[str, str]] = []
+    previous = fsio.set_io_hook(lambda operation, path: seen_globally.append((operation, path)))
+    try:
+        with pytest.raises(OSError, match="injected into one store"):
+            faulty.create("r")
+        with healthy.create("r") as run:
+            run.checkpoint("runtime_state", {"n": 1}, step=1)
+    finally:
+        fsio.set_io_hook(previous)
+    assert healthy.open("r").latest().payload == {"n": 1}
+    assert seen_globally, "the healthy store writes through the process-wide Env"
+    assert not [p for _, p in seen_globally if str(tmp_path / "a") in p]
+
+
+def test_every_write_of_a_store_goes_through_its_env(tmp_path: Path) -> None:
+    recorder, hooked = _Recorder(), []
+    env = fsio.Env(hook=lambda operation, path: hooked.append(operation), recorder=recorder)
+    store = afk.Store(tmp_path, options=afk.StoreOptions(env=env, pack_loose_limit=4))
+    process_wide = _Recorder()
+    previous = fsio.set_io_recorder(process_wide)
+    try:
+        with store.create("r") as run:
+            run.effects.record_intent("k", step=1, name="send", input_hash="h", idempotency_key="i")
+            for step in range(1, 9):  # past pack_loose_limit: the writer packs
+                run.checkpoint("runtime_state", {"n": step}, step=step)
+            run.finish("done")
+        store.fork("r", 9, "f")  # hard links, the journal up to seq 9
+        store.gc()
+        store.delete("r", keep_effects=True)
+    finally:
+        fsio.set_io_recorder(previous)
+    assert process_wide.calls == [], "nothing of this store went through the process-wide Env"
+    assert {"open", "write", "fsync", "rename", "symlink", "unlink", "mkdir", "link"} <= (
+        recorder.operations()
+    )
+    assert any(c.path.endswith("effects.log") for c in recorder.calls)  # the journal too
+    assert any(".pack" in c.path for c in recorder.calls)  # and the writer's packing
+    assert len(hooked) >= len(recorder.calls)
+
+
+def test_a_failed_checkpoint_is_taken_back_through_the_env(tmp_path: Path) -> None:
+    """The unpublish after a failed directory fsync (unlink, ``latest`` swap) is seen too."""
+    calls: list[tuple[str, str]] = []
+    failing = {"on": False}
+
+    def hook(operation: str, path: str) -> None:
+        calls.append((operation, path))
+        if failing["on"] and operation == "fsync" and path.endswith("/"):
+            raise OSError(5, "Input/output error (injected)")
+
+    store = afk.Store(tmp_path, options=afk.StoreOptions(env=fsio.Env(hook=hook)))
+    with store.create("r") as run:
+        run.checkpoint("runtime_state", {"n": 1}, step=1)
+        failing["on"] = True
+        del calls[:]
+        with pytest.raises(OSError, match="injected"):
+            run.checkpoint("runtime_state", {"n": 2}, step=2)
+        failing["on"] = False
+    after = calls[[op for op, _ in calls].index("fsync", 1) :]
+    assert ("unlink", str(tmp_path / "runs" / "r" / "000000000002.runtime_state.ckpt")) in after
+    assert any(op == "symlink" for op, _ in after)  # latest pointed back at seq 1
+    reader = store.open("r")
+    assert reader.latest().seq == 1
+    assert (tmp_path / "runs" / "r" / "latest").readlink().name == (
+        "000000000001.runtime_state.ckpt"
+    )
+
+
+def test_module_functions_are_the_default_envs() -> None:
+    assert fsio.atomic_write.__self__ is fsio.DEFAULT_ENV
+    assert afk.StoreOptions().env is fsio.DEFAULT_ENV
+    assert afk.Store("/tmp/afk-seam-unused").env is fsio.DEFAULT_ENV
+    previous = fsio.set_io_hook(_fail_fsync)
+    try:
+        assert fsio.DEFAULT_ENV.hook is _fail_fsync
+    finally:
+        assert fsio.set_io_hook(previous) is _fail_fsync
