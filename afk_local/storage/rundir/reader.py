@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("afk_local")
 
 MAX_META_BYTES = 64 << 20
+_MOVED_RETRIES = 4  # fresh views a read tries while rewrites keep moving its files
+_NO_REWRITES = (None, ())  # view token of a run without packs or manifest
 
 
 class Skipped(msgspec.Struct, frozen=True):
@@ -192,6 +194,43 @@ class RunReader:
         file: CheckpointFile,
         names: dict[int, str] | None = None,
         macs: dict[int, bytes] | None = None,
+    ) -> tuple[Checkpoint, bytes | None]:
+        try:
+            return self._load_once(file, names, macs)
+        except DecodeBudgetError:
+            raise
+        except CheckpointCorruptionError as exc:
+            failure = exc
+        # A lock-free reader races rewrites: when one moved the files under it, look again
+        # through a fresh view (the manifest said where everything live is at every instant).
+        token = self._catalog.view_token()
+        if token == _NO_REWRITES:
+            raise failure
+        for _ in range(_MOVED_RETRIES):
+            self._chain.forget()
+            try:
+                fresh = self._catalog.find(file.seq)
+            except CheckpointCorruptionError:
+                raise failure from None
+            if fresh is None or fresh.name != file.name:
+                raise failure
+            try:
+                return self._load_once(fresh, names, macs)
+            except DecodeBudgetError:
+                raise
+            except CheckpointCorruptionError as exc:
+                failure = exc
+            now = self._catalog.view_token()
+            if now == token:
+                break
+            token = now
+        raise failure
+
+    def _load_once(
+        self,
+        file: CheckpointFile,
+        names: dict[int, str] | None,
+        macs: dict[int, bytes] | None,
     ) -> tuple[Checkpoint, bytes | None]:
         path = self._catalog.location(file)
         try:
@@ -423,7 +462,29 @@ class RunReader:
         return ResumeState(self.run_id, status, False, None, None, latest_seq, tuple(skipped))
 
     def verify(self) -> VerifyReport:
-        """Check every file of the run; problems are reported, not raised."""
+        """Check every file of the run; problems are reported, not raised.
+
+        Always decodes cold, from the bytes on disk (a fresh reader: no cached base can
+        hide a missing one). When a rewrite published while it read and something looked
+        damaged, it checks again against the new view.
+        """
+        report = None
+        for _ in range(_MOVED_RETRIES):
+            token = self._catalog.view_token()
+            cold = RunReader(
+                self.paths,
+                record_codec=self._codec,
+                max_record_bytes=self._max_bytes,
+                heads=self._heads,
+                env=self.env,
+            )
+            report = cold._verify_cold()
+            if report.ok or self._catalog.view_token() == token:
+                return report
+        assert report is not None
+        return report
+
+    def _verify_cold(self) -> VerifyReport:
         from afk_local.storage.rundir.verify import (  # noqa: PLC0415
             VerifyProblem,
             VerifyReport,
@@ -442,7 +503,12 @@ class RunReader:
             report.problems.append(VerifyProblem(str(self.paths.meta), str(exc)))
         except SchemaVersionError as exc:
             report.problems.append(VerifyProblem(str(self.paths.meta), _newer_schema(exc)))
-        files = self.checkpoint_files()
+        try:
+            files = self.checkpoint_files()
+        except CheckpointCorruptionError as exc:
+            report.problems.append(VerifyProblem(exc.path, exc.reason))
+            files = []
+        self._note_garbage(report)
         names = {f.seq: f.name for f in files}
         macs: dict[int, bytes] = {}  # MACs of the files read so far: the next one chains on them
         valid: list[int] = []
@@ -527,6 +593,24 @@ class RunReader:
             except CheckpointCorruptionError as exc:
                 problems = [exc.reason]
             report.problems += [VerifyProblem(path, reason) for reason in problems]
+
+    def _note_garbage(self, report: VerifyReport) -> None:
+        """Note the copies an interrupted rewrite left that the manifest does not name."""
+        try:
+            manifest = self._catalog.manifest()
+            loose, packs = self._catalog.scan()
+        except (CheckpointCorruptionError, OSError):
+            return
+        if manifest is None:
+            return
+        stale = [f.name for f in loose if f.seq < manifest.loose_from]
+        stale += [p.name for p in packs if p.name not in manifest.packs]
+        if stale:
+            report.notes.append(
+                f"{len(stale)} file(s) the MANIFEST does not name, left by an interrupted "
+                f"rewrite (ignored; the next pack or gc removes them): {', '.join(stale[:3])}"
+                + ("..." if len(stale) > 3 else "")
+            )
 
     def _is_packed(self, file: CheckpointFile) -> bool:
         try:
