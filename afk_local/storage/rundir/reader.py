@@ -579,11 +579,15 @@ class RunReader:
         return report
 
     def _verify_packs(self, report: VerifyReport) -> None:
-        """Every pack file: header, index, MAC and every block (its entries were loaded)."""
+        """Every live pack file: header, index, MAC and every block (its entries were loaded)."""
         from afk_local.storage.format.pack import verify_pack  # noqa: PLC0415
         from afk_local.storage.rundir.verify import VerifyProblem  # noqa: PLC0415
 
-        for pack in self._catalog.packs():
+        try:
+            packs = self._catalog.live()[1]  # garbage packs are no longer part of the run
+        except CheckpointCorruptionError:
+            packs = self._catalog.packs()  # the manifest is reported already
+        for pack in packs:
             report.checked_files += 1
             path = str(self.paths.dir / pack.name)
             try:
