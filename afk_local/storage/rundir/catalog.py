@@ -10,8 +10,8 @@ Which copy is live is the run's ``MANIFEST``'s to say
 named pack, from it on as a loose file; every other copy is garbage and ignored. A run
 without a manifest (never rewritten since packs got one, or never packed) is read as
 before: every loose file is live and, for a seq found loose and in a pack, the loose
-file is used. The manifest is read only when the directory holds a pack, so a run of
-loose files costs no extra read.
+file is used. Listings stat ``MANIFEST`` and read it only when it changed; reading
+``latest``'s target never lists, so a cold read of one run costs no extra read.
 
 Lock-free readers race rewrites: a pack or loose file named by one listing may be gone
 by the time it is read. The catalog then lists again, through the manifest, and looks
@@ -139,7 +139,7 @@ class RunCatalog:
     def live(self) -> tuple[list[CheckpointFile], list[PackFile], Manifest | None]:
         """The live loose files and live packs, through the manifest, and the manifest.
 
-        Without packs on disk the manifest is not read: every loose file is live.
+        Without a manifest (a run never packed) every loose file and every pack is live.
 
         Raises:
             CheckpointCorruptionError: the manifest is damaged, or names a pack that is
@@ -148,7 +148,7 @@ class RunCatalog:
         missing = ""
         for _ in range(_VIEW_ATTEMPTS):
             loose, packs = self.scan()
-            manifest = self.manifest() if packs else None
+            manifest = self.manifest()  # a failed lstat for a run that was never packed
             if manifest is None:
                 self._listed = packs
                 return loose, packs, None
