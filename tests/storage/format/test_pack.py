@@ -19,6 +19,7 @@ from afk_local.storage.format.layout import parse_pack_name
 from afk_local.storage.format.pack import (
     BLOCK_TARGET_BYTES,
     HEADER_SIZE,
+    BlockCache,
     PackEntry,
     PackReader,
     encode_pack,
@@ -85,11 +86,13 @@ def test_many_entries_span_blocks_and_each_is_found(tmp_path: Path) -> None:
     index = read_pack_index(str(path))
     assert len(index.blocks) > 1  # about BLOCK_TARGET_BYTES of entries per block
     assert all(b.raw_size < BLOCK_TARGET_BYTES + 2000 for b in index.blocks)
-    reader = PackReader(index, cache_blocks=2)
+    cache = BlockCache(max_bytes=2 * BLOCK_TARGET_BYTES + 4000)  # two blocks
+    reader = PackReader(index, cache)
     for entry in reversed(entries):  # out of order: blocks evicted and read again
         at = index.find(entry.seq)
         assert at is not None and reader.image(at) == entry.image
         assert index.phase(at) == entry.phase
+        assert 0 < cache.size <= cache.max_bytes
 
 
 def _sample() -> list[PackEntry]:
@@ -206,10 +209,9 @@ def test_a_crafted_index_is_refused_with_bounded_work(tmp_path: Path) -> None:
         path = _forge(tmp_path, entries, edit)
         with pytest.raises(CheckpointCorruptionError):
             read_pack_index(str(path))
-    # Seqs out of order are found by verify (a read only ever returns a record naming
-    # its own seq, so lookups stay safe; see storage/pack.py).
-    index = read_pack_index(str(_forge(tmp_path, entries, unordered)))
-    assert "index seqs do not rise strictly" in verify_pack(index)
+    # Seqs out of order are refused when the index is read, not only by verify.
+    with pytest.raises(CheckpointCorruptionError, match="do not rise strictly"):
+        read_pack_index(str(_forge(tmp_path, entries, unordered)))
 
 
 def test_encode_refuses_what_it_cannot_store() -> None:
