@@ -274,7 +274,15 @@ def read_pack_index(
             raise _bad(path, f"{size} bytes, which does not match the header (cut short?)")
         # Every length is bounded by what the counts allow before a byte is read: a
         # sparse file can be any size on disk for free.
-        _check_counts(path, first, last, count, block_count, index_len, index_at)
+        _check_counts(
+            path,
+            first=first,
+            last=last,
+            count=count,
+            block_count=block_count,
+            index_len=index_len,
+            index_at=index_at,
+        )
         index = os.pread(fd, index_len, index_at)
         mac = os.pread(fd, trailer, index_at + index_len) if trailer else b""
     except OSError as exc:
@@ -297,7 +305,7 @@ def read_pack_index(
             raise _bad(path, "HMAC mismatch: edited, copied from another run, or another key")
     raw = _decode_index(path, index, count, block_count)
     phases, blocks, seqs, lengths, phase_ids = _parse_index(path, raw, count, block_count)
-    _check_entries(path, first, last, seqs, lengths, blocks)
+    _check_entries(path, first, last, seqs=seqs, lengths=lengths, blocks=blocks)
     if sum(b.size for b in blocks) != index_at - HEADER_SIZE:
         raise _bad(path, "blocks do not fill the space before the index")
     return PackIndex(
@@ -316,7 +324,14 @@ def _index_bound(count: int, block_count: int) -> int:
 
 
 def _check_counts(
-    path: str, first: int, last: int, count: int, block_count: int, index_len: int, index_at: int
+    path: str,
+    *,
+    first: int,
+    last: int,
+    count: int,
+    block_count: int,
+    index_len: int,
+    index_at: int,
 ) -> None:
     """Refuse a header whose counts, seq range or lengths cannot be, before the index is read.
 
@@ -343,6 +358,7 @@ def _check_entries(
     path: str,
     first: int,
     last: int,
+    *,
     seqs: array.array[int],
     lengths: array.array[int],
     blocks: Sequence[_Block],
@@ -596,7 +612,6 @@ def verify_pack(index: PackIndex) -> list[str]:
 __all__ = [
     "BLOCK_CACHE_BYTES",
     "BLOCK_TARGET_BYTES",
-    "BlockCache",
     "FLAG_SIGNED",
     "HEADER_SIZE",
     "MAX_ENTRY_BYTES",
@@ -605,6 +620,7 @@ __all__ = [
     "MAX_PACK_INPUT_BYTES",
     "PACK_MAGIC",
     "PACK_VERSION",
+    "BlockCache",
     "PackEntry",
     "PackIndex",
     "PackReader",
