@@ -18,7 +18,7 @@ import subprocess
 import sys
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from proc import REPO, SUPPORT
@@ -150,22 +150,27 @@ def afk(root: Path, *args: str, env: dict[str, str] | None = None, timeout: floa
 
 
 MEASURE = """
-import resource, subprocess, sys
+import json, resource, subprocess, sys
 proc = subprocess.run(sys.argv[1:], capture_output=True, timeout=120)
-sys.stdout.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) + "\\n")
-sys.stdout.write(str(proc.returncode) + "\\n" + proc.stderr.decode(errors="replace"))
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+sys.stdout.write(json.dumps([peak, proc.returncode, proc.stdout.decode(errors="replace"),
+                             proc.stderr.decode(errors="replace")]))
 """
 
 
-def peak_rss(root: Path, *args: str) -> tuple[int, int, str]:
-    """Run ``afk-local ARGS --root ROOT`` under a fresh parent; its peak RSS in bytes, its
-    exit code and stderr. (A fresh parent so no other child's peak is counted.)"""
-    return peak_rss_of(sys.executable, "-m", "afk_local", *args, "--root", str(root))
+class Measured(NamedTuple):
+    """What a child did: its peak RSS in bytes, exit code, stdout and stderr."""
+
+    peak: int
+    code: int
+    stdout: str
+    stderr: str
 
 
-def peak_rss_of(*cmd: str) -> tuple[int, int, str]:
-    """Run ``cmd`` under a fresh parent: its peak RSS in bytes, exit code and stderr."""
-    assert resource  # Linux: ru_maxrss in KiB
+def measure(*cmd: str) -> Measured:
+    """Run ``cmd`` under a fresh parent (so no other child's peak is counted) and take
+    its peak RSS from the parent's ``RUSAGE_CHILDREN`` (Linux: ``ru_maxrss`` in KiB)."""
+    assert resource
     res = subprocess.run(
         [sys.executable, "-c", MEASURE, *cmd],
         capture_output=True,
@@ -173,8 +178,20 @@ def peak_rss_of(*cmd: str) -> tuple[int, int, str]:
         env={**os.environ, **ENV},
         timeout=TIMEOUT * 2,
     )
-    lines = res.stdout.splitlines()
-    return int(lines[0]) * 1024, int(lines[1]), "\n".join(lines[2:])
+    peak, code, out, err = json.loads(res.stdout)
+    return Measured(peak * 1024, code, out, err)
+
+
+def measure_afk(root: Path, *args: str) -> Measured:
+    """:func:`measure` of ``afk-local ARGS --root ROOT``."""
+    return measure(sys.executable, "-m", "afk_local", *args, "--root", str(root))
+
+
+def peak_rss(root: Path, *args: str) -> tuple[int, int, str]:
+    """Run ``afk-local ARGS --root ROOT`` under a fresh parent; its peak RSS in bytes, its
+    exit code and stderr."""
+    done = measure_afk(root, *args)
+    return done.peak, done.code, done.stderr
 
 
 def one_line_error(res: subprocess.CompletedProcess[str]) -> str:
