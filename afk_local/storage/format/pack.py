@@ -36,6 +36,7 @@ import bisect
 import errno
 import hashlib
 import itertools
+import operator
 import os
 import stat
 import struct
@@ -368,7 +369,7 @@ def _check_entries(
     size that the file's name and header do not allow."""
     if seqs[0] != first or seqs[-1] != last:
         raise _bad(path, f"holds {seqs[0]}..{seqs[-1]}, header says {first}..{last}")
-    if any(a >= b for a, b in itertools.pairwise(seqs)):
+    if not all(map(operator.lt, seqs, itertools.islice(seqs, 1, None))):
         raise _bad(path, "index seqs do not rise strictly")
     if min(lengths) < codec.HEADER_SIZE or max(lengths) > MAX_ENTRY_BYTES:
         raise _bad(path, "an entry's length is out of bounds")
