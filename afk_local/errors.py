@@ -618,3 +618,15 @@ class FanOutError(AfkLocalError):
             "Every run is kept: `afk-local show RUN` shows its error; fix the cause and call "
             "map_durable again: completed runs return their stored results, the others resume"
         )
+
+
+def run_failure(exc: Exception) -> str:
+    """One line for an error met while reading or rewriting one run of a store.
+
+    Store-wide commands (listing, gc, pack, verify) report it for that run and go on
+    with the others. An afk_local error or an OSError says what it is; anything else
+    (damage no check caught, or a bug) is named with its type, so it can be reported.
+    """
+    if isinstance(exc, (AfkLocalError, OSError)):
+        return str(exc)
+    return f"unexpected {type(exc).__name__}: {exc} (please report it)"
