@@ -466,11 +466,13 @@ class Journal:
         error: ErrorInfo | None = None,
         output_hash: str | None = None,
         enc_hook: EncHook | None = None,
+        settled_attempt: int = 0,
     ) -> Effect:
         """Durably record how the call ``key`` ended: ``status`` ``"ok"`` or ``"error"``.
 
         For ``"ok"`` without ``output_hash``, the blake2b of the result's
-        canonical msgpack is stored.
+        canonical msgpack is stored. ``settled_attempt``: a person recorded it
+        (``afk-local settle``), at that attempt of the run.
         """
         if status not in ("ok", "error"):
             raise ValueError(f"status must be 'ok' or 'error', not {status!r}")
@@ -485,6 +487,7 @@ class Journal:
             output_hash=output_hash,
             result=result,
             error=error,
+            settled_attempt=settled_attempt,
         )
         self.append(effect, enc_hook=enc_hook)
         return effect

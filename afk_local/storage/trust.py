@@ -13,6 +13,9 @@ when
 - the store is keyed but this process has no key, or another key
   (:mod:`afk_local.storage.store_key`); in a keyed store ``run.meta`` must carry a
   valid MAC (checked by :func:`~afk_local.storage.rundir.reader.read_meta`);
+- the store was copied or moved (its identity records another path,
+  :mod:`afk_local.storage.store_identity`): :class:`~afk_local.StoreMovedError`
+  until ``afk-local adopt``;
 - the run was imported and nobody has trusted it yet (``afk-local resume RUN --trust``);
 - a keyed run is behind its head record: rolled back (:class:`~afk_local.RunRolledBackError`).
 
@@ -42,6 +45,7 @@ from afk_local.storage.ops.export import IMPORTED_KEY, imported_mark
 from afk_local.storage.rundir.ownership import acquire_lock
 from afk_local.storage.rundir.reader import read_meta
 from afk_local.storage.store import Store
+from afk_local.storage.store_identity import require_home
 from afk_local.storage.store_key import marker_path
 
 _FIX_MODE = "make it yours and private (chown $USER; chmod go-w)"
@@ -127,12 +131,16 @@ def require_trusted_run(store: Store, run_id: str) -> TrustedRun:
         UntrustedStoreError: a check failed (the message names the path, what is wrong
             and what to do).
         RunRolledBackError: a keyed run is behind its head record.
+        StoreMovedError: the store was copied or moved and not adopted since.
         RunNotFoundError: no such run.
         CheckpointCorruptionError: ``run.meta`` is damaged, or in a keyed store unsigned
             or signed with another key.
     """
     for path, reason in [*store_problems(store), *run_problems(store, run_id)]:
         raise UntrustedStoreError(path, reason, _hint(path, reason), run_id)
+    # A copied or moved store's runs record the old working directory and scripts:
+    # running them would repeat their effects there.
+    require_home(store.root, store.codec.signer, run_id)
     paths = store.paths(run_id)
     if not os.path.lexists(paths.meta):
         raise RunNotFoundError(run_id, str(store.root))
