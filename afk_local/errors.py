@@ -338,9 +338,9 @@ class UnstorableValueError(AfkLocalError, TypeError):
         super().__init__(
             f"{run}cannot store {path}: {type_name} is neither msgpack data (dict, list, str, "
             "int, float, bool, None, bytes) nor a type afk_local stores (datetime, date, time, "
-            "timedelta, UUID, Decimal, Path, set, Enum, dataclass, msgspec Struct, numpy array); "
-            "convert it, or give the Store an enc_hook/dec_hook pair (docs/runner.md, "
-            '"Custom types")'
+            "timedelta, UUID, Decimal, Path, set, Enum, dataclass, msgspec Struct, numpy array, "
+            "pandas DataFrame/Series/Index, Arrow table); convert it, or give the Store (or "
+            'StateCheckpoint) an enc_hook/dec_hook pair (docs/runner.md, "Custom types")'
         )
 
     def under(self, prefix: str, run_id: str | None = None) -> UnstorableValueError:
