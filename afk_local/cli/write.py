@@ -146,7 +146,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         return request_resume(args, store, value)
     # The trust gate before anything the run names runs here: the interpreter it hands
     # over to, the module it imports, the script it re-enters (docs/security.md).
-    meta = require_trusted_run(store, args.run).meta
+    meta = require_trusted_run(store, args.run, from_origin=True).meta
     plan = reentry_plan(meta)
     if plan.other_interpreter and not os.environ.get(REENTERED_ENV):
         return _hand_over(args, store, plan)

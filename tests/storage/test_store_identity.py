@@ -59,8 +59,9 @@ def test_a_moved_store_is_refused_by_the_trust_gate_until_adopted(tmp_path: Path
     os.rename(tmp_path / "s", tmp_path / "t")
     moved = afk.Store(tmp_path / "t")
     assert moved.moved_from() == os.path.realpath(tmp_path / "s")
-    with pytest.raises(afk.StoreMovedError) as caught:
-        require_trusted_run(moved, "r")
+    require_trusted_run(moved, "r")  # continuing it with this process's own code is fine
+    with pytest.raises(afk.StoreMovedError) as caught:  # from where it ran, never
+        require_trusted_run(moved, "r", from_origin=True)
     assert caught.value.run_id == "r"
     assert "copied or moved" in str(caught.value) and "adopt" in str(caught.value)
     with pytest.raises(afk.StoreMovedError):
@@ -78,7 +79,7 @@ def test_a_damaged_identity_is_refused_with_what_to_do(tmp_path: Path, content: 
     store = make_run(tmp_path / "s")
     identity_path(store.root).write_bytes(content)
     with pytest.raises(afk.UntrustedStoreError, match="afk-local adopt"):
-        require_trusted_run(store, "r")
+        require_trusted_run(store, "r", from_origin=True)
 
 
 def test_an_oversized_or_special_identity_is_not_read(tmp_path: Path) -> None:
@@ -102,4 +103,4 @@ def test_a_keyed_store_signs_its_identity(tmp_path: Path) -> None:
     body = path.read_text().splitlines()[0].replace(str(tmp_path), "/elsewhere")
     path.write_text(body + "\n")  # edited, unsigned
     with pytest.raises(afk.UntrustedStoreError, match="does not verify"):
-        require_trusted_run(store, "r")
+        require_trusted_run(store, "r", from_origin=True)
