@@ -272,7 +272,8 @@ def cmd_effects(args: argparse.Namespace) -> int:
     )
     for r in doubtful:
         out(f"  {r['key']}  (idempotency key {r['idempotency_key']})")
-        out(f"    it happened:      {suggest(args, 'settle', args.run, r['key'], '--done')}")
+        done = suggest(args, "settle", args.run, r["key"], "--done", "--result", "JSON")
+        out(f"    it happened:      {done}")
         out(
             "    it did not:       "
             f"{suggest(args, 'settle', args.run, r['key'], '--failed', 'it did not happen')}"
@@ -281,7 +282,10 @@ def cmd_effects(args: argparse.Namespace) -> int:
         f"then {suggest(args, 'resume', args.run)}; or, without settling, call them all "
         f"again: {suggest(args, 'resume', args.run, '--in-doubt', 'retry')}"
     )
-    out("(--done takes --result JSON: what the call returned, replayed by the resume)")
+    out(
+        "(JSON: what the call returned, replayed by the resume, e.g. --result '{\"id\": 7}' "
+        "or --result null; a mistake is taken back with `settle RUN KEY --undo` before resuming)"
+    )
     return EXIT_OK
 
 
