@@ -52,6 +52,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "RunRolledBackError",
         "SchemaVersionError",
         "SettleError",
+        "StoreMovedError",
         "UnstorableValueError",
         "UntrustedStoreError",
         "WriterFailedError",
@@ -63,7 +64,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "afk_local.runner.observe": ("add_observer",),
     "afk_local.runner.restart": ("restart_run",),
     "afk_local.runner.run_context": ("RunContext",),
-    "afk_local.runner.settle": ("settle",),
+    "afk_local.runner.settle": ("settle", "unsettle"),
     "afk_local.runner.state_checkpoint": ("StateCheckpoint",),
     "afk_local.runner.versions": ("CodeChangedWarning", "migration"),
     "afk_local.runner.writer": ("DurableWriter",),
@@ -129,6 +130,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which do not run __getatt
     from afk_local.errors import RunRolledBackError as RunRolledBackError
     from afk_local.errors import SchemaVersionError as SchemaVersionError
     from afk_local.errors import SettleError as SettleError
+    from afk_local.errors import StoreMovedError as StoreMovedError
     from afk_local.errors import UnstorableValueError as UnstorableValueError
     from afk_local.errors import UntrustedStoreError as UntrustedStoreError
     from afk_local.errors import WriterFailedError as WriterFailedError
@@ -142,6 +144,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which do not run __getatt
     from afk_local.runner.restart import restart_run as restart_run
     from afk_local.runner.run_context import RunContext as RunContext
     from afk_local.runner.settle import settle as settle
+    from afk_local.runner.settle import unsettle as unsettle
     from afk_local.runner.state_checkpoint import StateCheckpoint as StateCheckpoint
     from afk_local.runner.versions import CodeChangedWarning as CodeChangedWarning
     from afk_local.runner.versions import migration as migration

@@ -183,7 +183,8 @@ class EffectInDoubtError(AfkLocalError):
             f"run {run_id!r}: effect {key!r} was started before a crash but has no recorded "
             f"outcome{where}: it may or may not have happened. Check the outside system for "
             f"idempotency key {idempotency_key!r}, then record what happened with "
-            f"`afk-local settle {run_id} {quoted} --done` (or --failed 'it did not happen') "
+            f"`afk-local settle {run_id} {quoted} --done --result JSON` (JSON: what it "
+            "returned; or --failed 'it did not happen') "
             f"and resume, or call it again with `afk-local resume {run_id} --in-doubt retry` "
             "(in Python: afk.resume(run_id, in_doubt='retry'))"
         )
@@ -247,6 +248,25 @@ class UntrustedStoreError(AfkLocalError):
         self.run_id = run_id
         run = f"run {run_id!r}: " if run_id else ""
         super().__init__(f"{run}refused: {path}: {reason}; {hint}")
+
+
+class StoreMovedError(UntrustedStoreError):
+    """The store was copied or moved: nothing it names is run until it is adopted.
+
+    Its runs still record the old working directory and scripts, so a resume from
+    here would run their jobs there again. ``afk-local adopt`` makes ``root`` the
+    store's home (docs/cli.md).
+    """
+
+    def __init__(self, path: str, root: str, recorded: str, run_id: str | None = None) -> None:
+        self.root = root
+        self.recorded = recorded
+        super().__init__(
+            path,
+            f"this store was created at {recorded} and is now at {root} (copied or moved)",
+            f"nothing was run; to make {root} its home, run `afk-local --root {root} adopt`",
+            run_id,
+        )
 
 
 class RunRolledBackError(UntrustedStoreError):
@@ -318,9 +338,9 @@ class UnstorableValueError(AfkLocalError, TypeError):
         super().__init__(
             f"{run}cannot store {path}: {type_name} is neither msgpack data (dict, list, str, "
             "int, float, bool, None, bytes) nor a type afk_local stores (datetime, date, time, "
-            "timedelta, UUID, Decimal, Path, set, Enum, dataclass, msgspec Struct, numpy array); "
-            "convert it, or give the Store an enc_hook/dec_hook pair (docs/runner.md, "
-            '"Custom types")'
+            "timedelta, UUID, Decimal, Path, set, Enum, dataclass, msgspec Struct, numpy array, "
+            "pandas DataFrame/Series/Index, Arrow table); convert it, or give the Store (or "
+            'StateCheckpoint) an enc_hook/dec_hook pair (docs/runner.md, "Custom types")'
         )
 
     def under(self, prefix: str, run_id: str | None = None) -> UnstorableValueError:
@@ -618,3 +638,15 @@ class FanOutError(AfkLocalError):
             "Every run is kept: `afk-local show RUN` shows its error; fix the cause and call "
             "map_durable again: completed runs return their stored results, the others resume"
         )
+
+
+def run_failure(exc: Exception) -> str:
+    """One line for an error met while reading or rewriting one run of a store.
+
+    Store-wide commands (listing, gc, pack, verify) report it for that run and go on
+    with the others. An afk_local error or an OSError says what it is; anything else
+    (damage no check caught, or a bug) is named with its type, so it can be reported.
+    """
+    if isinstance(exc, (AfkLocalError, OSError)):
+        return str(exc)
+    return f"unexpected {type(exc).__name__}: {exc} (please report it)"

@@ -153,7 +153,9 @@ def resume_agent(
     done = runner._settled(meta, NO_INPUT if input is None else input, pause_seq)
     if done is not None:
         return done
-    meta = require_trusted_run(the_store, run_id).meta  # before anything it names is imported
+    meta = require_trusted_run(
+        the_store, run_id, from_origin=True
+    ).meta  # before anything it names is imported
     return runner.resume(
         load_agent(meta), run_id, input=input, on_corrupt=on_corrupt, pause_seq=pause_seq
     )

@@ -49,6 +49,7 @@ def describe_run(
         "interrupted": info.interrupted,
         "owner_alive": info.owner_alive,
         "lock_problem": info.lock_problem,
+        "damage": info.damage,
         "owner": to_jsonable(meta.owner) if meta.owner else None,
         "attempt": meta.attempt,
         "progress": ({**progress.to_dict(), "fraction": progress.fraction} if progress else None),
@@ -101,6 +102,8 @@ def describe_run(
     )
     if info.lock_problem is not None:
         facts["next"] = f"repair first: {info.lock_problem} (`{hint('verify', run_id)}`)"
+    elif info.damage is not None:
+        facts["next"] = f"see every damaged file: `{hint('verify', run_id)}`"
     return facts
 
 

@@ -44,6 +44,7 @@ from afk_local.cli.remote import (
     cmd_pull,
     cmd_push,
 )
+from afk_local.cli.repair import add_settle_arguments, cmd_adopt, cmd_settle
 from afk_local.cli.watch import add_submit_arguments, add_watch_arguments, cmd_submit, cmd_watch
 from afk_local.cli.write import (
     cmd_cancel,
@@ -53,7 +54,6 @@ from afk_local.cli.write import (
     cmd_import,
     cmd_pack,
     cmd_resume,
-    cmd_settle,
 )
 from afk_local.errors import AfkLocalError, RunLockedError
 from afk_local.storage.rundir.options import ROOT_ENV, default_root
@@ -196,16 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = add("settle", cmd_settle, "record what happened to an effect left in doubt")
-    p.add_argument("run", metavar="RUN")
-    p.add_argument("key", metavar="KEY", help="the effect's key (`afk-local effects RUN`)")
-    outcome = p.add_mutually_exclusive_group(required=True)
-    outcome.add_argument(
-        "--done", action="store_true", help="it happened: a resume replays it, never calls it"
-    )
-    outcome.add_argument(
-        "--failed", metavar="MESSAGE", help="it did not happen: a resume calls it again"
-    )
-    p.add_argument("--result", metavar="JSON", help="with --done: what the call returned")
+    add_settle_arguments(p)
+
+    add("adopt", cmd_adopt, "make a copied or moved store's new directory its home")
 
     p = add("fork", cmd_fork, "a new run continuing from checkpoint SEQ of RUN")
     p.add_argument("run", metavar="RUN")

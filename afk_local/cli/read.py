@@ -50,6 +50,8 @@ from afk_local.storage.views.run_progress import format_duration, format_progres
 def _state_label(info: RunInfo, reason: str | None) -> str:
     if info.lock_problem is not None:
         return f"{info.status.value} (owner.lock damaged)"
+    if info.damage is not None:
+        return f"{info.status.value} (DAMAGED)"
     if info.interrupted:
         blocked = ", cannot resume" if reason else ""
         return f"{info.status.value} (interrupted{blocked})"
@@ -84,9 +86,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     warn_untrusted(store)
     infos = list_runs(store, args)
     reasons = _reasons(store, infos)
+    damaged = [i for i in infos if i.damage is not None]
+    code = EXIT_PROBLEMS if damaged else EXIT_OK
     if args.json:
         emit_json([{**info_dict(i), "cannot_resume": reasons.get(i.run_id)} for i in infos])
-        return EXIT_OK
+        return code
     if not infos:
         out(f"no runs{describe_filters(args)} under {store.root}")
         return EXIT_OK
@@ -110,7 +114,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     )
     for run_id, reason in reasons.items():
         out(f"{run_id}: cannot be resumed: {reason}")
-    return EXIT_OK
+    for info in damaged:
+        out(f"{info.run_id}: DAMAGED: {info.damage} (`{suggest(args, 'verify', info.run_id)}`)")
+    return code
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -119,9 +125,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     require_run(store, args.run)
     warn_untrusted(store, args.run)
     facts = describe_run(store, args.run, hint=lambda *words: suggest(args, *words))
+    code = EXIT_PROBLEMS if facts["damage"] is not None else EXIT_OK
     if args.json:
         emit_json(facts)
-        return EXIT_OK
+        return code
     width = max(len(k) for k in facts)
     for key, value in facts.items():
         if value is None or value in ({}, []) or key in ("extra", "cannot_resume"):
@@ -130,7 +137,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         label = _SHOW_LABELS.get(key, key)
         for index, line in enumerate(lines):
             out(f"{label if index == 0 else '':<{width}}  {line}")
-    return EXIT_OK
+    return code
 
 
 _SHOW_LABELS = {"active_ms": "elapsed", "eta_s": "eta", "failure": "failed at"}
@@ -265,7 +272,8 @@ def cmd_effects(args: argparse.Namespace) -> int:
     )
     for r in doubtful:
         out(f"  {r['key']}  (idempotency key {r['idempotency_key']})")
-        out(f"    it happened:      {suggest(args, 'settle', args.run, r['key'], '--done')}")
+        done = suggest(args, "settle", args.run, r["key"], "--done", "--result", "JSON")
+        out(f"    it happened:      {done}")
         out(
             "    it did not:       "
             f"{suggest(args, 'settle', args.run, r['key'], '--failed', 'it did not happen')}"
@@ -274,7 +282,10 @@ def cmd_effects(args: argparse.Namespace) -> int:
         f"then {suggest(args, 'resume', args.run)}; or, without settling, call them all "
         f"again: {suggest(args, 'resume', args.run, '--in-doubt', 'retry')}"
     )
-    out("(--done takes --result JSON: what the call returned, replayed by the resume)")
+    out(
+        "(JSON: what the call returned, replayed by the resume, e.g. --result '{\"id\": 7}' "
+        "or --result null; a mistake is taken back with `settle RUN KEY --undo` before resuming)"
+    )
     return EXIT_OK
 
 

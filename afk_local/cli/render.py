@@ -8,18 +8,21 @@ run's lock is free.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from afk_local.cli.command import CliError
-from afk_local.errors import AfkLocalError, RunLockedError
+from afk_local.errors import AfkLocalError, RunLockedError, run_failure
 from afk_local.storage.format import codec
 from afk_local.storage.ops.export import to_jsonable
 
 if TYPE_CHECKING:
     from afk_local.storage.rundir.reader import RunReader
     from afk_local.storage.store import Store
+
+log = logging.getLogger("afk_local")
 
 _MISSING = object()
 
@@ -234,7 +237,17 @@ def verify_run(store: Store, run_id: str, *, repair: bool = True) -> dict[str, A
     # Not store.open(): a damaged (or, in a keyed store, wrongly signed) run.meta must
     # be reported like any other damaged file, not stop the command.
     reader = store.open(run_id, lazy=True)
-    report = reader.verify()
+    try:
+        report = reader.verify()
+    except Exception as exc:  # one bad run is one reported problem; the others are verified
+        log.debug("run %s: verify failed", run_id, exc_info=True)
+        return {
+            "run_id": run_id,
+            "checked_files": 0,
+            "problems": [{"path": str(reader.paths.dir), "reason": run_failure(exc)}],
+            "notes": [],
+            "repaired": [],
+        }
     result: dict[str, Any] = {
         "run_id": run_id,
         "checked_files": report.checked_files,

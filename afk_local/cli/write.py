@@ -1,9 +1,8 @@
-"""The write commands of ``afk-local``: import, fork, resume, settle, cancel, gc, pack, demo.
+"""The write commands of ``afk-local``: import, fork, resume, cancel, gc, pack, demo.
 
 Each changes the store: a new run (import, fork), an attempt of a run
-(resume), the outcome of an effect left in doubt (settle), a terminal status
-(cancel), compaction (gc), fewer files (pack); ``resume --via-watcher`` hands over
-to the watcher (:mod:`afk_local.cli.watch`).
+(resume), a terminal status (cancel), compaction (gc), fewer files (pack);
+``resume --via-watcher`` hands over to the watcher (:mod:`afk_local.cli.watch`).
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ from afk_local.cli.watch import request_resume
 from afk_local.errors import AfkLocalError, EffectInDoubtError, RunLockedError, RunPaused
 from afk_local.runner.cancel import cancel
 from afk_local.runner.origin import REENTERED_ENV, ReentryPlan, cannot_resume, reentry_plan
-from afk_local.runner.settle import settle
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.ops.export import import_run
 from afk_local.storage.ops.retention import DEFAULT_ALWAYS_KEEP, RetentionPolicy
@@ -148,7 +146,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         return request_resume(args, store, value)
     # The trust gate before anything the run names runs here: the interpreter it hands
     # over to, the module it imports, the script it re-enters (docs/security.md).
-    meta = require_trusted_run(store, args.run).meta
+    meta = require_trusted_run(store, args.run, from_origin=True).meta
     plan = reentry_plan(meta)
     if plan.other_interpreter and not os.environ.get(REENTERED_ENV):
         return _hand_over(args, store, plan)
@@ -173,14 +171,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
             {"run_id": args.run, "status": "paused", "kind": paused.kind, "prompt": paused.prompt},
         )
     except EffectInDoubtError as exc:  # the run is now recorded as failed
-        settle_it = suggest(args, "settle", args.run, exc.key, "--done")
+        settle_it = suggest(args, "settle", args.run, exc.key, "--done", "--result", "JSON")
         retry = suggest(args, "resume", args.run, "--in-doubt", "retry")
         message = (
             f"run {args.run!r}: effect {exc.key!r} was started before a crash but has no "
             "recorded outcome: it may or may not have happened. Check the outside system for "
             f"idempotency key {exc.idempotency_key!r}, then record what happened with "
-            f"`{settle_it}` (or --failed 'it did not happen') and resume, or call it again "
-            f"with `{retry}`"
+            f"`{settle_it}` (JSON: what it returned; or --failed 'it did not happen') and "
+            f"resume, or call it again with `{retry}`"
         )
         return _failed(args, message, exc)
     except (AfkLocalError, CliError):
@@ -250,36 +248,6 @@ def _hand_over(args: argparse.Namespace, store: Store, plan: ReentryPlan) -> int
             f"run {args.run!r} ran under {plan.python}, which cannot be started here "
             f"({exc.strerror or exc})"
         ) from None
-
-
-def cmd_settle(args: argparse.Namespace) -> int:
-    """``settle RUN KEY --done [--result JSON] | --failed MESSAGE``: record an in-doubt outcome."""
-    if args.result is not None and not args.done:
-        raise CliError("--result goes with --done (the result the call returned)")
-    result = parse_json_option("--result", args.result) if args.result is not None else None
-    store = open_store(args)
-    require_run(store, args.run)
-    effect = settle(
-        args.run, args.key, store=store, done=args.done, result=result, message=args.failed
-    )
-    outcome = "done" if args.done else "failed"
-    if args.json:
-        emit_json(
-            {
-                "run_id": args.run,
-                "key": args.key,
-                "settled": outcome,
-                "result": effect.result,
-                "error": effect.error,
-            }
-        )
-        return EXIT_OK
-    if args.done:
-        out(f"run {args.run}: effect {args.key} settled as done; a resume replays it")
-    else:
-        out(f"run {args.run}: effect {args.key} settled as failed; a resume calls it again")
-    out(f"continue the run with: {suggest(args, 'resume', args.run)}")
-    return EXIT_OK
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -417,6 +385,5 @@ __all__ = [
     "cmd_import",
     "cmd_pack",
     "cmd_resume",
-    "cmd_settle",
     "parse_json_option",
 ]

@@ -466,11 +466,13 @@ class Journal:
         error: ErrorInfo | None = None,
         output_hash: str | None = None,
         enc_hook: EncHook | None = None,
+        settled_attempt: int = 0,
     ) -> Effect:
         """Durably record how the call ``key`` ended: ``status`` ``"ok"`` or ``"error"``.
 
         For ``"ok"`` without ``output_hash``, the blake2b of the result's
-        canonical msgpack is stored.
+        canonical msgpack is stored. ``settled_attempt``: a person recorded it
+        (``afk-local settle``), at that attempt of the run.
         """
         if status not in ("ok", "error"):
             raise ValueError(f"status must be 'ok' or 'error', not {status!r}")
@@ -485,6 +487,7 @@ class Journal:
             output_hash=output_hash,
             result=result,
             error=error,
+            settled_attempt=settled_attempt,
         )
         self.append(effect, enc_hook=enc_hook)
         return effect
@@ -500,7 +503,7 @@ class Journal:
         *,
         name: str | None = None,
         step: int = 0,
-        idempotent: bool = False,
+        idempotent: bool | None = None,
         in_doubt: InDoubtPolicy | None = None,
         retry_errors: bool = False,
         enc_hook: EncHook | None = None,
@@ -518,7 +521,11 @@ class Journal:
           ``"retry"`` (call again with the same idempotency key), ``"raise"``
           (:class:`EffectInDoubtError`) or a callable that gets the
           :class:`EffectState` and returns one of those. None means
-          ``"retry"`` when ``idempotent`` else ``"raise"``.
+          ``"retry"`` when the call is idempotent, else ``"raise"``. It is when
+          ``idempotent=True``, and with ``idempotent=None`` (the default) when it
+          carries an idempotency key: ``fn`` takes an ``idempotency_key``
+          parameter (the service drops the duplicate) or ``kwargs`` holds one.
+          ``idempotent=False`` keeps such a call in doubt.
         - Otherwise: intent (durable), call, outcome (durable), return.
 
         ``fn`` gets ``idempotency_key=...`` when its signature has a parameter
@@ -575,7 +582,7 @@ class Journal:
         call_name: str,
         digest: str,
         step: int,
-        idempotent: bool,
+        idempotent: bool | None,
         in_doubt: InDoubtPolicy | None,
         retry_errors: bool,
         enc_hook: EncHook | None,
@@ -607,6 +614,9 @@ class Journal:
                 info = outcome.error or ErrorInfo(type="ReplayedError", message="recorded error")
                 raise replayed_error(info, key)
         elif state is not None and state.in_doubt:
+            if idempotent is None:  # a call that carries its key may be repeated: the
+                # service it goes to drops the duplicate
+                idempotent = "idempotency_key" in kwargs or accepts_idempotency_key(fn)
             policy = in_doubt if in_doubt is not None else ("retry" if idempotent else "raise")
             decision = policy(state) if callable(policy) else policy
             if decision == "raise":

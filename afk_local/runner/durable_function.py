@@ -39,7 +39,7 @@ from afk_local.runner.attempt import (
 from afk_local.runner.observe import AttemptObservation
 from afk_local.runner.origin import ORIGIN_KEY, origin_here
 from afk_local.runner.run_context import NO_INPUT, RunContext
-from afk_local.runner.stopping import sigterm_exits
+from afk_local.runner.stopping import sigterm_exits, stopped_line
 from afk_local.runner.tags import checked_tags
 from afk_local.runner.versions import OnCodeChange, check_code, code_fingerprint, migrate_state
 from afk_local.runner.writer import DurableWriter, validate_durability
@@ -496,8 +496,8 @@ class DurableFunction(Generic[R]):
             ):
                 ended = "failed"
                 writer.fail(exc, **terminal_extras(begun.ctx, exc))
-            # BaseExceptions (KeyboardInterrupt, SystemExit from SIGTERM): the run is
-            # stopped, not failed; close() below persists what is queued.
+            # BaseExceptions (KeyboardInterrupt, StopRequested from SIGTERM or Ctrl-C):
+            # the run is stopped, not failed; close() below persists what is queued.
         except Exception as write_error:
             log.error("run %s: could not record the failure: %s", writer.run_id, write_error)
         attempt_ended(writer.run_id, begun.observations, ended, exc)
@@ -505,6 +505,9 @@ class DurableFunction(Generic[R]):
             writer.close()
         except Exception as close_error:
             log.error("run %s: closing the writer failed: %s", writer.run_id, close_error)
+        line = stopped_line(writer.run_id, exc)
+        if line is not None:
+            log.warning("%s", line)
 
 
 @dataclass
@@ -603,7 +606,8 @@ def durable(
             changed since the run started.
         flush_timeout_s: bound on waiting for queued checkpoints before pause/end.
         in_doubt: default policy for steps a crash left in doubt (``"retry"``,
-            ``"raise"`` or a callable); None means retry only ``idempotent=True`` steps.
+            ``"raise"`` or a callable); None: retry the steps whose function takes an
+            ``idempotency_key`` (and ``idempotent=True`` ones), raise for the others.
 
     Example:
         >>> @afk.durable(durability="async")  # doctest: +SKIP

@@ -39,7 +39,7 @@ def restart_run(run_id: str, *, store: StoreLike = None, new_run_id: str | None 
     the_store = as_store(store)
     # The new run is this process's own (signed with its key): it must not launder an
     # entrypoint that someone else wrote into the old one. The old run passes the gate.
-    meta = require_trusted_run(the_store, run_id).meta
+    meta = require_trusted_run(the_store, run_id, from_origin=True).meta
     if meta.extra.get("kind") == "agent":
         raise EntrypointError(
             run_id,

@@ -130,7 +130,7 @@ def resume_job(
     done = settled(store, store.read_meta(run_id), value, pause_seq)  # answered from disk
     if done is not None:
         return done.result
-    trusted = require_trusted_run(store, run_id)  # before anything it names is imported or run
+    trusted = require_trusted_run(store, run_id, from_origin=True)  # before anything runs
     if reenter:
         store = _absolute(store)
     job = load_job(trusted, reenter=reenter)
@@ -153,7 +153,7 @@ async def aresume_job(
     done = settled(store, store.read_meta(run_id), value, pause_seq)
     if done is not None:
         return done.result
-    job = load_job(require_trusted_run(store, run_id))
+    job = load_job(require_trusted_run(store, run_id, from_origin=True))
     return await job._async(
         store, run_id, (), {}, input_value=value, in_doubt=in_doubt, pause_seq=pause_seq
     )

@@ -166,18 +166,24 @@ class RunContext(Reporting):
         fn: Callable[..., R],
         /,
         *args: Any,
-        idempotent: bool = False,
+        idempotent: bool | None = None,
         **kwargs: Any,
     ) -> R:
         """Call ``fn(*args, **kwargs)`` through the effect journal and return its result.
 
         The n-th call of ``name`` (within the current ``iterate`` item) has the
         stable key ``name#n``. A finished call is replayed on resume; a call a
-        crash cut short is *in doubt*: retried when ``idempotent=True`` (``fn``
-        gets ``idempotency_key=`` if it takes it), else
-        :class:`~afk_local.EffectInDoubtError` (resume with ``in_doubt="retry"``
-        once you checked). A call that raised is run again on a later attempt.
-        Arguments and result must be msgpack-able.
+        crash cut short is *in doubt*. It is called again, with the same
+        idempotency key, when ``fn`` takes an ``idempotency_key`` parameter (it
+        gets ``idempotency_key=``, and the service it calls drops the duplicate)
+        or when ``idempotent=True``; otherwise, or with ``idempotent=False``, the
+        resume stops with :class:`~afk_local.EffectInDoubtError` (settle it, or
+        resume with ``in_doubt="retry"`` once you checked). A call that raised is
+        run again on a later attempt. Arguments and result must be msgpack-able.
+
+        >>> def charge(amount, *, idempotency_key):  # doctest: +SKIP
+        ...     return payments.charge(amount, idempotency_key=idempotency_key)
+        >>> receipt = ctx.step("charge", charge, 5)  # doctest: +SKIP
         """
         key = self._key(name)
         self._steps += 1
@@ -218,7 +224,7 @@ class RunContext(Reporting):
         fn: Callable[..., Awaitable[R]] | Callable[..., R],
         /,
         *args: Any,
-        idempotent: bool = False,
+        idempotent: bool | None = None,
         **kwargs: Any,
     ) -> R:
         """The async twin of :meth:`step`: ``fn`` may be a coroutine function.

@@ -31,6 +31,7 @@ from typing import Any
 
 from afk_local.errors import RunNotFoundError, UnstorableValueError
 from afk_local.runner.writer import Durability, DurableWriter
+from afk_local.storage.format.codec import DecHook, EncHook
 from afk_local.storage.format.records import Phase, RunStatus
 from afk_local.storage.store import Store
 
@@ -50,16 +51,28 @@ class StateCheckpoint:
         path: a directory (created on first save); it becomes a store holding one run.
         durability: ``"sync"`` (default: ``save`` is durable when it returns),
             ``"async"`` or ``"exit"`` (see :mod:`afk_local.runner.writer`).
+        enc_hook / dec_hook: msgspec hooks for types afk_local does not store itself
+            (never pickle): ``enc_hook(obj)`` returns storable data and
+            ``dec_hook(type, data)`` rebuilds the object (docs/runner.md, "What can be
+            stored"). Pass the same pair to every StateCheckpoint of ``path``.
 
     The state holds storable values: msgpack data and the types of
     :mod:`afk_local.storage.format.values` (paths, datetimes, UUIDs, decimals, sets, enums,
-    dataclasses, numpy arrays...); anything else raises
+    dataclasses, numpy arrays, pandas DataFrames, Arrow tables...) and whatever the
+    hooks store; anything else raises
     :class:`~afk_local.errors.UnstorableValueError` naming where it is
     (``state.model.weights``). The first :meth:`save` takes the run's lock and holds it
     until :meth:`mark_complete`, :meth:`clear`, :meth:`close` or process exit.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, durability: Durability = "sync") -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = "sync",
+        enc_hook: EncHook | None = None,
+        dec_hook: DecHook | None = None,
+    ) -> None:
         self.path = Path(path)
         if self.path.exists() and not self.path.is_dir():
             raise NotADirectoryError(
@@ -67,7 +80,7 @@ class StateCheckpoint:
                 "the checkpoint files)"
             )
         self.durability = durability
-        self.store = Store(self.path)
+        self.store = Store(self.path, enc_hook=enc_hook, dec_hook=dec_hook)
         self._step: int | None = None
 
     def __repr__(self) -> str:

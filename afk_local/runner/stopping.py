@@ -1,18 +1,50 @@
-"""What SIGTERM does to a running job: exit cleanly, but never in the middle of a step.
+"""What SIGTERM and Ctrl-C do to a running job: exit cleanly, never in the middle of a step.
 
-:func:`sigterm_exits` turns SIGTERM into ``SystemExit`` while a job runs in the
-main thread, so queued checkpoints flush on the way out; :func:`defer_stop`
-wraps a journaled call so that exit waits until the call's outcome is
-journaled. A run stopped by SIGTERM (the watcher stopping) leaves no effect in
-doubt.
+:func:`sigterm_exits` turns SIGTERM, and the first Ctrl-C (SIGINT), into
+:class:`StopRequested` (a ``SystemExit``) while a job runs in the main thread, so
+queued checkpoints flush on the way out; :func:`defer_stop` wraps a journaled call
+so that exit waits until the call's outcome is journaled. A run stopped this way
+(the watcher stopping, a person pressing Ctrl-C) leaves no effect in doubt and exits
+with 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM), without a
+traceback. A second Ctrl-C while a step runs stops at once: that step may be left
+in doubt.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import threading
 from collections.abc import Iterator
+
+log = logging.getLogger("afk_local")
+
+
+class StopRequested(SystemExit):
+    """A job's process was asked to stop (SIGTERM, Ctrl-C): the run is stopped, not failed.
+
+    ``signum`` is the signal; ``at_once``: a second Ctrl-C did not wait for the
+    running step (it may be in doubt). Exits the process with ``128 + signum``.
+    """
+
+    def __init__(self, signum: int, *, at_once: bool = False) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
+        self.at_once = at_once
+
+
+def stopped_line(run_id: str, exc: BaseException) -> str | None:
+    """The one line that says a run was stopped by Ctrl-C (None for any other exception)."""
+    if not isinstance(exc, StopRequested) or exc.signum != signal.SIGINT:
+        return None
+    how = (
+        "at once by a second Ctrl-C: the step that was running may be in doubt"
+        if exc.at_once
+        else "by Ctrl-C, after its running step finished and was checkpointed"
+    )
+    return f"run {run_id} stopped {how}; continue it with `afk-local resume {run_id}`"
+
 
 _stop_deferral = [0, 0]
 """[steps in flight, SIGTERM received meanwhile (0 = none)]: see :func:`sigterm_exits`."""
@@ -44,40 +76,49 @@ def _raise_deferred_stop() -> None:
     signum = _stop_deferral[1]
     if signum and _stop_deferral[0] == 0 and threading.current_thread() is threading.main_thread():
         _stop_deferral[1] = 0
-        raise SystemExit(128 + signum)
+        raise StopRequested(signum)
+
+
+def _stop(signum: int, frame: object) -> None:
+    if _stop_deferral[0] > 0:  # inside ctx.step: stop right after its outcome is journaled
+        if signum == signal.SIGINT and _stop_deferral[1] == signal.SIGINT:
+            _stop_deferral[1] = 0  # the second Ctrl-C: the person will not wait
+            raise StopRequested(signum, at_once=True)
+        if not _stop_deferral[1]:
+            _stop_deferral[1] = signum
+        return
+    raise StopRequested(signum)
 
 
 @contextlib.contextmanager
 def sigterm_exits() -> Iterator[None]:
-    """While a job runs in the main thread, SIGTERM raises SystemExit: queued checkpoints flush.
+    """While a job runs in the main thread, SIGTERM and Ctrl-C raise :class:`StopRequested`.
 
-    Inside ``ctx.step`` the exit waits until the step's outcome is journaled, so
-    a run stopped by SIGTERM (the watcher stopping) leaves no effect in doubt.
+    Inside ``ctx.step`` the exit waits until the step's outcome is journaled, so a
+    run stopped this way leaves no effect in doubt; a second Ctrl-C meanwhile stops
+    at once. A handler the program installed itself is left alone.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    try:
-        previous = signal.getsignal(signal.SIGTERM)
-    except (ValueError, AttributeError):  # pragma: no cover - no SIGTERM here
-        yield
-        return
-    if previous is not signal.SIG_DFL:
-        yield
-        return
-
-    def stop(signum: int, frame: object) -> None:
-        if _stop_deferral[0] > 0:  # inside ctx.step: stop right after its outcome is journaled
-            _stop_deferral[1] = signum
-            return
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
+    installed: list[tuple[int, signal._HANDLER]] = []
+    for signum, default in (
+        (signal.SIGTERM, signal.SIG_DFL),
+        (signal.SIGINT, signal.default_int_handler),
+    ):
+        try:
+            previous = signal.getsignal(signum)
+        except (ValueError, AttributeError):  # pragma: no cover - no such signal here
+            continue
+        if previous is default:
+            signal.signal(signum, _stop)
+            installed.append((signum, previous))
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in installed:
+            signal.signal(number, handler)
         _stop_deferral[1] = 0
 
 
-__all__ = ["defer_stop", "sigterm_exits"]
+__all__ = ["StopRequested", "defer_stop", "sigterm_exits", "stopped_line"]

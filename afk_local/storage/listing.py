@@ -9,13 +9,17 @@ verify`` reports it). :class:`~afk_local.Store` holds the public methods.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from typing import TYPE_CHECKING, Protocol
 
-from afk_local.errors import AfkLocalError
-from afk_local.storage.format.records import RunMeta
+from afk_local.errors import AfkLocalError, run_failure
+from afk_local.storage.format.layout import parse_pack_name
+from afk_local.storage.format.records import Checkpoint, RunMeta
 from afk_local.storage.rundir.ownership import probe_owner
 from afk_local.storage.rundir.reader import RunReader
+
+log = logging.getLogger("afk_local")
 
 # The views are imported where they are used: a process that only reads a run never
 # pays for them.
@@ -51,7 +55,13 @@ def run_info(store: ListedStore, run_id: str) -> RunInfo:
 
     reader = store.open(run_id)
     meta = reader.meta
-    latest = reader.latest()
+    damage: str | None
+    try:
+        latest = reader.latest()
+    except AfkLocalError as exc:  # a crafted chain past its decode budget
+        latest, damage = None, str(exc)
+    else:
+        damage = newest_unreadable(reader, latest)
     owner = probe_owner(reader.paths.lock)
     size = 0
     with os.scandir(reader.paths.dir) as entries:
@@ -76,6 +86,54 @@ def run_info(store: ListedStore, run_id: str) -> RunInfo:
         tags=tags_of(meta.extra),
         progress=progress_of(latest.payload) if latest else None,
         lock_problem=owner.problem,
+        damage=damage,
+    )
+
+
+def newest_unreadable(reader: RunReader, latest: Checkpoint | None) -> str | None:
+    """Why the run's newest checkpoint could not be read, when ``latest`` (what
+    :meth:`RunReader.latest` returned) is older than a checkpoint the run holds.
+
+    Costs nothing when ``latest()`` skipped nothing: a healthy run is not listed again.
+    """
+    damaged = reader.catalog.damaged_packs()
+    if not reader.skipped and not damaged:
+        return None
+    have = latest.seq if latest is not None else 0
+    newest = max((f.seq for f in reader.checkpoint_files()), default=0)
+    for name, reason in damaged.items():
+        pack = parse_pack_name(name)
+        if pack is not None and pack.last > newest:
+            newest = pack.last
+            if pack.last > have and not reader.skipped:
+                return f"{name}: {reason}"
+    if newest <= have:
+        return None  # e.g. a `latest` a crash left dangling: nothing acknowledged is lost
+    first = reader.skipped[0] if reader.skipped else None
+    why = f" ({first.name}: {first.reason})" if first is not None else ""
+    return f"newest checkpoint {newest} cannot be read{why}"
+
+
+def _damaged_info(run_id: str, meta: RunMeta, damage: str) -> RunInfo:
+    """What can be listed of a run whose checkpoints could not be read: its meta."""
+    from afk_local.storage.views.run_info import RunInfo, tags_of  # noqa: PLC0415
+
+    return RunInfo(
+        run_id=run_id,
+        status=meta.status,
+        step=0,
+        phase=None,
+        seq=0,
+        updated_ms=meta.updated_ms,
+        owner_alive=False,
+        bytes=0,
+        thread_id=meta.thread_id,
+        parent_run_id=meta.parent_run_id,
+        entrypoint=meta.entrypoint,
+        attempt=meta.attempt,
+        created_ms=meta.created_ms,
+        tags=tags_of(meta.extra),
+        damage=damage,
     )
 
 
@@ -87,11 +145,16 @@ def list_runs(store: ListedStore, wanted: RunFilter, limit: int | None) -> RunLi
     result = RunList()
     for run_id in store.run_ids():
         try:
-            if not wanted.admits_meta(store.read_meta(run_id)):
+            meta = store.read_meta(run_id)
+            if not wanted.admits_meta(meta):
                 continue
-            info = store.info(run_id)
         except AfkLocalError:
             continue  # a run being created, or a damaged meta: `verify` reports it
+        try:
+            info = store.info(run_id)
+        except Exception as exc:  # one damaged run is one marked line, never the listing
+            log.debug("run %s: cannot be listed", run_id, exc_info=True)
+            info = _damaged_info(run_id, meta, run_failure(exc))
         if wanted.admits(info):
             result.append(info)
     result.sort(key=lambda info: info.updated_ms, reverse=True)
@@ -100,4 +163,4 @@ def list_runs(store: ListedStore, wanted: RunFilter, limit: int | None) -> RunLi
     return result
 
 
-__all__ = ["ListedStore", "list_runs", "run_info"]
+__all__ = ["ListedStore", "list_runs", "newest_unreadable", "run_info"]

@@ -10,13 +10,21 @@ does the work, on anything shaped like a store (:class:`MaintainedStore`).
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from afk_local.errors import AfkLocalError, RunLockedError, RunNotFoundError, UntrustedStoreError
+from afk_local.errors import (
+    AfkLocalError,
+    CheckpointCorruptionError,
+    RunLockedError,
+    RunNotFoundError,
+    UntrustedStoreError,
+    run_failure,
+)
 from afk_local.storage import fsio
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import RunPaths, validate_run_id
@@ -31,6 +39,9 @@ if TYPE_CHECKING:
     from afk_local.storage.ops.retention import GcReport, RetentionPolicy
     from afk_local.storage.rundir.packing import PackReport
     from afk_local.storage.views.run_info import RunInfo, RunList
+
+
+log = logging.getLogger("afk_local")
 
 
 class MaintainedStore(Protocol):
@@ -112,8 +123,10 @@ def on_idle_run(
         if store.heads is not None:  # a run put back from an older copy: not touched
             store.heads.require_not_behind(paths, reader.meta.updated_ms)
         work(reader)
-    except (AfkLocalError, OSError) as exc:
-        failed(f"{verb}: {exc}")
+    except Exception as exc:  # one bad run is one reported line; the loop goes on
+        if not isinstance(exc, (AfkLocalError, OSError)):
+            log.debug("run %s: %s failed", run_id, verb, exc_info=True)
+        failed(f"{verb}: {run_failure(exc)}")
     finally:
         lock.release()
 
@@ -136,6 +149,11 @@ def gc(store: MaintainedStore, policy: RetentionPolicy | None, *, dry_run: bool)
     for run_id in store.run_ids():
 
         def compact(reader: RunReader, policy: RetentionPolicy = policy) -> None:
+            reader.checkpoint_files()  # opens every pack: a damaged one is named, not guessed
+            for name, reason in reader.catalog.damaged_packs().items():
+                # Never plan a rewrite around checkpoints that cannot be read.
+                path = str(reader.paths.dir / name)
+                raise CheckpointCorruptionError(path, reason, reader.run_id)
             report.compacted.append(compact_run(reader, policy, dry_run=dry_run))
             if store.heads is not None and not dry_run:
                 reader.refresh()  # compaction may have rewritten the meta and the journal
@@ -148,7 +166,9 @@ def gc(store: MaintainedStore, policy: RetentionPolicy | None, *, dry_run: bool)
             report.errors.append(f"run {run_id}: {message}")
 
         on_idle_run(store, run_id, compact, locked=locked, failed=failed, verb="skipped")
-    infos: list[RunInfo] = store.runs()
+    # A run whose newest checkpoint cannot be read is never deleted by a policy: a person
+    # looks at it first (`afk-local verify RUN`).
+    infos: list[RunInfo] = [i for i in store.runs() if i.damage is None]
     if dry_run:  # account for what compaction would have freed
         freed = {c.run_id: c.bytes_freed for c in report.compacted}
         infos = [replace(i, bytes=max(0, i.bytes - freed.get(i.run_id, 0))) for i in infos]
@@ -161,8 +181,8 @@ def gc(store: MaintainedStore, policy: RetentionPolicy | None, *, dry_run: bool)
                 report.deleted_runs.append(run_id)
         except RunLockedError:
             report.skipped_locked.append(run_id)
-        except (AfkLocalError, OSError) as exc:
-            report.errors.append(f"run {run_id}: not deleted: {exc}")
+        except Exception as exc:  # reported for that run; the others are still deleted
+            report.errors.append(f"run {run_id}: not deleted: {run_failure(exc)}")
     return report
 
 

@@ -47,6 +47,7 @@ from afk_local.storage.rundir.ownership import (
     probe_owner,
 )
 from afk_local.storage.rundir.reader import RunReader, read_meta
+from afk_local.storage.store_identity import ensure_identity, home_problem
 from afk_local.storage.store_key import key_problem, known_keyed, prepare_write
 
 # Writing, gc, packing, fork and the run listings are imported where they are
@@ -253,13 +254,22 @@ class Store:
         return key_problem(self.root, self.head_dir, self.codec.signer)
 
     def prepare_write(self, run_id: str = "") -> None:
-        """Check that this process may write into the store and, if keyed, mark it so.
+        """Check that this process may write into the store, mark it keyed if it is, and
+        give it an identity if it has none (:mod:`afk_local.storage.store_identity`).
 
         Raises:
             KeyRequiredError: a keyed store opened without the key.
             UntrustedStoreError: a keyed store opened with another key.
         """
         prepare_write(self.root, self.head_dir, self.codec.signer, run_id, self.env)
+        ensure_identity(self.root, self.codec.signer, self.env)
+
+    def moved_from(self) -> str | None:
+        """The path this store was created at when it was since copied or moved; else None.
+
+        A moved store runs nothing (the trust gate refuses) until ``afk-local adopt``.
+        """
+        return home_problem(self.root, self.codec.signer)
 
     @property
     def runs_dir(self) -> Path:

@@ -13,6 +13,10 @@ when
 - the store is keyed but this process has no key, or another key
   (:mod:`afk_local.storage.store_key`); in a keyed store ``run.meta`` must carry a
   valid MAC (checked by :func:`~afk_local.storage.rundir.reader.read_meta`);
+- for a run to be continued from its recorded origin (``from_origin``): the store was
+  copied or moved (its identity records another path,
+  :mod:`afk_local.storage.store_identity`): :class:`~afk_local.StoreMovedError` until
+  ``afk-local adopt``;
 - the run was imported and nobody has trusted it yet (``afk-local resume RUN --trust``);
 - a keyed run is behind its head record: rolled back (:class:`~afk_local.RunRolledBackError`).
 
@@ -42,6 +46,7 @@ from afk_local.storage.ops.export import IMPORTED_KEY, imported_mark
 from afk_local.storage.rundir.ownership import acquire_lock
 from afk_local.storage.rundir.reader import read_meta
 from afk_local.storage.store import Store
+from afk_local.storage.store_identity import require_home
 from afk_local.storage.store_key import marker_path
 
 _FIX_MODE = "make it yours and private (chown $USER; chmod go-w)"
@@ -117,22 +122,33 @@ def imported_from(meta: RunMeta) -> str | None:
     return source if isinstance(source, str) else "an export"
 
 
-def require_trusted_run(store: Store, run_id: str) -> TrustedRun:
+def require_trusted_run(store: Store, run_id: str, *, from_origin: bool = False) -> TrustedRun:
     """THE TRUST GATE: check run ``run_id`` before anything it names is executed.
 
     Returns the run with the ``run.meta`` the checks read; act on that meta, not on a
     later read.
 
+    ``from_origin``: the run's job is to be found where it ran (re-imported from its
+    recorded ``sys.path``, its script re-entered in its recorded working directory:
+    ``afk.resume``, ``afk-local resume``/``restart``, the watcher). Then a store that was
+    copied or moved is refused too, as its runs' origins name the old place, where
+    their effects would run again. (``job.run(run_id=...)`` continues a run with the
+    code and working directory of the calling process, so it does not ask this.)
+
     Raises:
         UntrustedStoreError: a check failed (the message names the path, what is wrong
             and what to do).
         RunRolledBackError: a keyed run is behind its head record.
+        StoreMovedError: ``from_origin`` and the store was copied or moved and not
+            adopted since.
         RunNotFoundError: no such run.
         CheckpointCorruptionError: ``run.meta`` is damaged, or in a keyed store unsigned
             or signed with another key.
     """
     for path, reason in [*store_problems(store), *run_problems(store, run_id)]:
         raise UntrustedStoreError(path, reason, _hint(path, reason), run_id)
+    if from_origin:  # a copied or moved store's runs record the old directory and script
+        require_home(store.root, store.codec.signer, run_id)
     paths = store.paths(run_id)
     if not os.path.lexists(paths.meta):
         raise RunNotFoundError(run_id, str(store.root))

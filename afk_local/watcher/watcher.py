@@ -252,7 +252,7 @@ class Watcher:
         left alone; the watcher goes on with the others.
         """
         try:
-            require_trusted_run(self.store, run_id)
+            require_trusted_run(self.store, run_id, from_origin=True)
             self._logs_dir(run_id)
         except (AfkLocalError, OSError) as exc:
             self.forget(run_id)

@@ -72,8 +72,9 @@ def test_settle_done_replays_the_given_result(
         f"afk-local: run 'pay': effect 'charge#1' was started before a crash but has no "
         f"recorded outcome: it may or may not have happened. Check the outside system for "
         f"idempotency key {key!r}, then record what happened with `afk-local --root {r} "
-        f"settle pay 'charge#1' --done` (or --failed 'it did not happen') and resume, or call "
-        f"it again with `afk-local --root {r} resume pay --in-doubt retry`"
+        f"settle pay 'charge#1' --done --result JSON` (JSON: what it returned; or --failed "
+        f"'it did not happen') and resume, or call it again with `afk-local --root {r} resume "
+        "pay --in-doubt retry`"
     )
     assert err.splitlines()[1] == f"afk-local: see `afk-local --root {r} show pay`"
     assert afk.Store(root).read_meta("pay").status is afk.RunStatus.FAILED
@@ -114,7 +115,9 @@ def test_settle_done_replays_the_given_result(
     }
     assert charges(outside) == 1  # replayed with the settled result, never called again
 
-    code, out, err = run_cli(capsys, "--root", r, "settle", "pay", "charge#1", "--done")
+    code, out, err = run_cli(
+        capsys, "--root", r, "settle", "pay", "charge#1", "--done", "--result", "null"
+    )
     assert (code, out) == (2, "")
     assert err == (
         "afk-local: run 'pay': cannot settle: effect 'charge#1' is not in doubt: its outcome "
@@ -165,3 +168,76 @@ def test_resume_in_doubt_retry_calls_it_again(
     code, out, err = run_cli(capsys, "--root", str(root), "resume", "pay2", "--in-doubt", "raise")
     assert code == 1 and "has no recorded outcome" in err
     assert cli_jobs.charge_job.entrypoint == afk.Store(root).read_meta("pay2").entrypoint
+
+
+def test_settle_undo_settle_again_then_resume_replays_the_last_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], in_process: None
+) -> None:
+    root, outside = tmp_path / "store", tmp_path / "outside.txt"
+    crash_in_doubt(root, outside, "pay")
+    r = str(root)
+
+    # --done without a result is refused: a forgotten result is never replayed as null
+    code, out, err = run_cli(capsys, "--root", r, "settle", "pay", "charge#1", "--done")
+    assert (code, out) == (2, "")
+    assert "--done needs what the call returned" in err
+    assert "settle pay 'charge#1' --done --result JSON" in err
+    assert afk.Store(root).open("pay").effects()[-1].kind == "intent"  # nothing recorded
+
+    code, out, _ = run_cli(
+        capsys, "--root", r, "settle", "pay", "charge#1", "--done", "--result", '"wrong"'
+    )
+    assert code == 0
+    assert f"afk-local --root {r} settle pay 'charge#1' --undo" in out
+    code, out, err = run_cli(capsys, "--root", r, "settle", "pay", "charge#1", "--undo")
+    assert code == 0, err
+    assert "in doubt again" in out
+    code, out, _ = run_cli(capsys, "--root", r, "effects", "pay", "--json")
+    assert [row["state"] for row in json.loads(out)] == ["in_doubt"]
+    code, out, err = run_cli(capsys, "--root", r, "settle", "pay", "charge#1", "--undo")
+    assert code == 2
+    assert "is in doubt already" in err
+
+    result_file = tmp_path / "result.json"
+    result_file.write_text('"right"')
+    code, out, err = run_cli(
+        capsys,
+        "--root",
+        r,
+        "settle",
+        "pay",
+        "charge#1",
+        "--done",
+        "--result-file",
+        str(result_file),
+    )
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "--root", r, "resume", "pay", "--json")
+    assert code == 0, err
+    assert json.loads(out)["result"] == {"receipt": "right"}  # the last answer
+    assert charges(outside) == 1
+
+    # a resume used the settlement: it stands
+    code, out, err = run_cli(capsys, "--root", r, "settle", "pay", "charge#1", "--undo")
+    assert code == 2
+    assert "a resume has started since" in err
+
+
+def test_settle_done_with_an_explicit_null_records_null(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], in_process: None
+) -> None:
+    root, outside = tmp_path / "store", tmp_path / "outside.txt"
+    crash_in_doubt(root, outside, "pay")
+    code, _, err = run_cli(
+        capsys, "--root", str(root), "settle", "pay", "charge#1", "--done", "--result", "null"
+    )
+    assert code == 0, err
+    outcome = afk.Store(root).open("pay").effects()[-1]
+    assert (outcome.kind, outcome.status, outcome.result, outcome.settled_attempt) == (
+        "outcome",
+        "ok",
+        None,
+        1,
+    )
+    with pytest.raises(afk.SettleError, match="needs the result"):
+        afk.settle("pay", "charge#1", store=afk.Store(root), done=True)

@@ -327,8 +327,10 @@ def test_in_doubt_policies(tmp_path: Path) -> None:
 
     with Journal(path, "run-d", writable=True) as journal:
         assert [s.key for s in journal.in_doubt()] == ["e"]
-        with pytest.raises(afk.EffectInDoubtError) as caught:
-            journal.call("e", effect)
+        with pytest.raises(afk.EffectInDoubtError) as caught:  # the explicit override
+            journal.call("e", effect, idempotent=False)
+        with pytest.raises(afk.EffectInDoubtError):  # no key: nothing drops a duplicate
+            journal.call("e", lambda: "done", name="effect")
         assert caught.value.idempotency_key == idempotency_key("run-d", "e")
         decisions: list[object] = []
 
@@ -340,11 +342,28 @@ def test_in_doubt_policies(tmp_path: Path) -> None:
             journal.call("e", effect, in_doubt=ask)
         assert len(decisions) == 1
         assert seen == []
-        assert journal.call("e", effect, idempotent=True) == "done"
+        assert journal.call("e", effect) == "done"  # it takes the key: retried with it
         assert seen == [idempotency_key("run-d", "e")]
         assert journal.in_doubt() == []
         assert journal.call("e", effect) == "done"  # now replayed
         assert seen == [idempotency_key("run-d", "e")]
+
+
+def test_a_call_given_its_key_in_kwargs_is_retried_and_true_retries_any(tmp_path: Path) -> None:
+    path = tmp_path / "effects.log"
+    with Journal(path, "run-d", writable=True) as journal:
+        journal.record_intent(
+            "k",
+            name="effect",
+            input_hash=input_hash("effect", (), {"idempotency_key": "mine"}),
+            idempotency_key="x",
+        )
+        assert journal.call(
+            "k", lambda **kw: kw, name="effect", kwargs={"idempotency_key": "mine"}
+        ) == {"idempotency_key": "mine"}
+    in_doubt_journal(path2 := tmp_path / "other.log")
+    with Journal(path2, "run-d", writable=True) as journal:
+        assert journal.call("e", lambda: 3, name="effect", idempotent=True) == 3
 
 
 def test_in_doubt_callback_may_retry(tmp_path: Path) -> None:

@@ -13,16 +13,19 @@ from __future__ import annotations
 import json
 import os
 import resource
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from proc import REPO, SUPPORT
 
 from afk_local.storage import fsio
 from afk_local.storage.format import codec
+from afk_local.storage.format import pack as pack_format
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.integrity import Signer
 from afk_local.storage.format.records import SCHEMA_VERSION, Checkpoint, RunMeta, RunStatus, now_ms
@@ -147,18 +150,27 @@ def afk(root: Path, *args: str, env: dict[str, str] | None = None, timeout: floa
 
 
 MEASURE = """
-import resource, subprocess, sys
+import json, resource, subprocess, sys
 proc = subprocess.run(sys.argv[1:], capture_output=True, timeout=120)
-sys.stdout.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) + "\\n")
-sys.stdout.write(str(proc.returncode) + "\\n" + proc.stderr.decode(errors="replace"))
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+sys.stdout.write(json.dumps([peak, proc.returncode, proc.stdout.decode(errors="replace"),
+                             proc.stderr.decode(errors="replace")]))
 """
 
 
-def peak_rss(root: Path, *args: str) -> tuple[int, int, str]:
-    """Run ``afk-local ARGS --root ROOT`` under a fresh parent; its peak RSS in bytes, its
-    exit code and stderr. (A fresh parent so no other child's peak is counted.)"""
-    assert resource  # Linux: ru_maxrss in KiB
-    cmd = [sys.executable, "-m", "afk_local", *args, "--root", str(root)]
+class Measured(NamedTuple):
+    """What a child did: its peak RSS in bytes, exit code, stdout and stderr."""
+
+    peak: int
+    code: int
+    stdout: str
+    stderr: str
+
+
+def measure(*cmd: str) -> Measured:
+    """Run ``cmd`` under a fresh parent (so no other child's peak is counted) and take
+    its peak RSS from the parent's ``RUSAGE_CHILDREN`` (Linux: ``ru_maxrss`` in KiB)."""
+    assert resource
     res = subprocess.run(
         [sys.executable, "-c", MEASURE, *cmd],
         capture_output=True,
@@ -166,8 +178,20 @@ def peak_rss(root: Path, *args: str) -> tuple[int, int, str]:
         env={**os.environ, **ENV},
         timeout=TIMEOUT * 2,
     )
-    lines = res.stdout.splitlines()
-    return int(lines[0]) * 1024, int(lines[1]), "\n".join(lines[2:])
+    peak, code, out, err = json.loads(res.stdout)
+    return Measured(peak * 1024, code, out, err)
+
+
+def measure_afk(root: Path, *args: str) -> Measured:
+    """:func:`measure` of ``afk-local ARGS --root ROOT``."""
+    return measure(sys.executable, "-m", "afk_local", *args, "--root", str(root))
+
+
+def peak_rss(root: Path, *args: str) -> tuple[int, int, str]:
+    """Run ``afk-local ARGS --root ROOT`` under a fresh parent; its peak RSS in bytes, its
+    exit code and stderr."""
+    done = measure_afk(root, *args)
+    return done.peak, done.code, done.stderr
 
 
 def one_line_error(res: subprocess.CompletedProcess[str]) -> str:
@@ -197,3 +221,89 @@ def watch_events(root: Path, *flags: str, env: dict[str, str] | None = None) -> 
     assert "Traceback" not in res.stderr, res.stderr
     events = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
     return res.returncode, events
+
+
+# -- hostile packs ----------------------------------------------------------------------
+
+_PACK_HEADER = struct.Struct("<4sBBHQQIIQQI")
+
+
+def packed_run(root: Path, run_id: str, n: int = 16) -> Path:
+    """A run of ``n`` checkpoints, every one of them in one pack (no loose file, no
+    ``latest``): its reads must open the pack. Returns the pack's path."""
+    import afk_local  # noqa: PLC0415
+
+    store = afk_local.Store(root)
+    with store.create(run_id) as run:
+        for i in range(n):
+            run.checkpoint("runtime_state", {"i": i, "pad": "x" * 200}, step=i)
+    store.pack([run_id], keep_loose=1)
+    run_dir = root / "runs" / run_id
+    (run_dir / "latest").unlink()
+    for loose in run_dir.glob("*.ckpt"):
+        loose.unlink()
+    store.pack([run_id], keep_loose=1)  # nothing left to pack; merges nothing either
+    (pack,) = run_dir.glob("pack-*.pack")
+    return pack
+
+
+def forge_pack_index(pack: Path, edit: Any) -> None:
+    """Rewrite ``pack``'s index with ``edit(fields, raw_index)`` and recompute its crc."""
+    import zstandard  # noqa: PLC0415
+
+    data = pack.read_bytes()
+    fields = list(_PACK_HEADER.unpack(data[: _PACK_HEADER.size]))
+    index_at, index_len = fields[8], fields[9]
+    raw = bytearray(zstandard.ZstdDecompressor().decompress(data[index_at : index_at + index_len]))
+    edit(fields, raw)
+    index = zstandard.ZstdCompressor(write_content_size=True).compress(bytes(raw))
+    fields[9] = len(index)
+    head = _PACK_HEADER.pack(*fields[:-1], 0)[:-4]
+    crc = zlib.crc32(index, zlib.crc32(head))
+    pack.write_bytes(head + struct.pack("<I", crc) + data[_PACK_HEADER.size : index_at] + index)
+
+
+def seq_out_of_range(pack: Path, entry: int = 3, seq: int = 1 << 63) -> None:
+    """Finding 6 of issue 33: entry ``entry``'s seq set to ``seq`` (crc recomputed)."""
+
+    def edit(fields: list[Any], raw: bytearray) -> None:
+        count = fields[6]
+        struct.pack_into("<Q", raw, len(raw) - 13 * count + 8 * entry, seq)
+
+    forge_pack_index(pack, edit)
+
+
+def sparse_index_pack(pack: Path, size: int = pack_format.MAX_PACK_BYTES - 4096) -> None:
+    """Finding 7: ``pack`` replaced by a sparse file of ``size`` bytes (a few KB on disk)
+    whose header declares an index of almost all of it, with a crc that matches."""
+    data = pack.read_bytes()
+    fields = list(_PACK_HEADER.unpack(data[: _PACK_HEADER.size]))
+    index_at = _PACK_HEADER.size + 64
+    fields[7] = 1  # one block
+    fields[8], fields[9] = index_at, size - index_at
+    head = _PACK_HEADER.pack(*fields[:-1], 0)[:-4]
+    crc = zlib.crc32(data[_PACK_HEADER.size : _PACK_HEADER.size + 64], zlib.crc32(head))
+    zeros = bytes(1 << 20)  # the index: zeros, as the sparse file reads back
+    left = size - index_at
+    while left > 0:
+        crc = zlib.crc32(zeros[: min(left, len(zeros))], crc)
+        left -= len(zeros)
+    with open(pack, "wb") as out:
+        out.write(head + struct.pack("<I", crc) + data[_PACK_HEADER.size : _PACK_HEADER.size + 64])
+        out.truncate(size)
+
+
+def bomb_pack(pack: Path, blocks: int = 16) -> Path:
+    """Finding 7: ``pack`` replaced by ``blocks`` blocks of zstd bombs (each one entry of
+    64 MiB of zeros, a few KB packed; ~33 KB in all), every crc valid. Returns its path."""
+    parsed = pack.name.split("-")
+    first = int(parsed[1])
+    entries = [
+        pack_format.PackEntry(first + i, "runtime_state", bytes(pack_format.MAX_ENTRY_BYTES))
+        for i in range(blocks)
+    ]
+    name, data = pack_format.encode_pack(entries, run_id=pack.parent.name)
+    pack.unlink()
+    bomb = pack.parent / name
+    bomb.write_bytes(data)
+    return bomb

@@ -36,6 +36,7 @@ import bisect
 import errno
 import hashlib
 import itertools
+import operator
 import os
 import stat
 import struct
@@ -51,7 +52,7 @@ import zstandard
 from afk_local.errors import CheckpointCorruptionError
 from afk_local.storage.format import codec
 from afk_local.storage.format.integrity import MAC_SIZE, Signer
-from afk_local.storage.format.layout import MAX_SEQ, pack_name, validate_phase
+from afk_local.storage.format.layout import MAX_SEQ, pack_name, parse_pack_name, validate_phase
 
 PACK_MAGIC = b"AFKP"
 PACK_VERSION = 1
@@ -75,6 +76,10 @@ MAX_PACK_BYTES = 1 << 30
 """Largest pack file a reader accepts."""
 _MAX_BLOCK_RAW = MAX_ENTRY_BYTES + BLOCK_TARGET_BYTES
 _MAX_PHASES = 255
+_MAX_PHASE_NAME = 32
+BLOCK_CACHE_BYTES = 8 << 20
+"""Decoded block bytes one :class:`BlockCache` keeps (a run reader's; 64 blocks of the
+usual 128 KiB). A block larger than this is decoded for its read and not kept."""
 _LEVEL = 3
 
 _BIG_ENDIAN = sys.byteorder == "big"
@@ -268,6 +273,17 @@ def read_pack_index(
             raise _bad(path, f"{size} bytes, over the {MAX_PACK_BYTES} a pack may have")
         if index_len > size or index_at != size - trailer - index_len or index_at < HEADER_SIZE:
             raise _bad(path, f"{size} bytes, which does not match the header (cut short?)")
+        # Every length is bounded by what the counts allow before a byte is read: a
+        # sparse file can be any size on disk for free.
+        _check_counts(
+            path,
+            first=first,
+            last=last,
+            count=count,
+            block_count=block_count,
+            index_len=index_len,
+            index_at=index_at,
+        )
         index = os.pread(fd, index_len, index_at)
         mac = os.pread(fd, trailer, index_at + index_len) if trailer else b""
     except OSError as exc:
@@ -282,10 +298,6 @@ def read_pack_index(
         raise _bad(path, f"pack version {version}, this afk_local reads {PACK_VERSION}: upgrade")
     if flags & ~FLAG_SIGNED or reserved:
         raise _bad(path, f"unknown flags {flags:#x}")
-    if not (1 <= count <= MAX_PACK_ENTRIES and 1 <= block_count <= count):
-        raise _bad(path, f"{count} entries in {block_count} blocks")
-    if not 1 <= first <= last <= MAX_SEQ:
-        raise _bad(path, f"seq range {first}..{last}")
     if signer is not None:
         if not trailer:
             raise _bad(path, codec.UNSIGNED_REASON)
@@ -294,13 +306,77 @@ def read_pack_index(
             raise _bad(path, "HMAC mismatch: edited, copied from another run, or another key")
     raw = _decode_index(path, index, count, block_count)
     phases, blocks, seqs, lengths, phase_ids = _parse_index(path, raw, count, block_count)
-    if seqs[0] != first or seqs[-1] != last:
-        raise _bad(path, f"holds {seqs[0]}..{seqs[-1]}, header says {first}..{last}")
+    _check_entries(path, first, last, seqs=seqs, lengths=lengths, blocks=blocks)
     if sum(b.size for b in blocks) != index_at - HEADER_SIZE:
         raise _bad(path, "blocks do not fill the space before the index")
     return PackIndex(
         path, first, last, phases, seqs, lengths, phase_ids, blocks, bool(trailer), size
     )
+
+
+def _compress_bound(size: int) -> int:
+    """The largest zstd frame ``size`` bytes compress to (ZSTD_COMPRESSBOUND, rounded up)."""
+    return size + (size >> 8) + 1024
+
+
+def _index_bound(count: int, block_count: int) -> int:
+    """The largest decompressed index ``count`` entries in ``block_count`` blocks need."""
+    return 4 + _MAX_PHASES * (1 + _MAX_PHASE_NAME) + _BLOCK.size * block_count + 13 * count
+
+
+def _check_counts(
+    path: str,
+    *,
+    first: int,
+    last: int,
+    count: int,
+    block_count: int,
+    index_len: int,
+    index_at: int,
+) -> None:
+    """Refuse a header whose counts, seq range or lengths cannot be, before the index is read.
+
+    The seq range must be the one the file is named after (when it has a pack's name)
+    and hold ``count`` seqs; the index may be no longer than its counts compress to.
+    """
+    if not (1 <= count <= MAX_PACK_ENTRIES and 1 <= block_count <= count):
+        raise _bad(path, f"{count} entries in {block_count} blocks")
+    if not 1 <= first <= last <= MAX_SEQ:
+        raise _bad(path, f"seq range {first}..{last}")
+    if count > last - first + 1:
+        raise _bad(path, f"{count} entries cannot have seqs in {first}..{last}")
+    named = parse_pack_name(os.path.basename(path))
+    if named is not None and (named.first, named.last) != (first, last):
+        raise _bad(path, f"holds {first}..{last}, its name says {named.first}..{named.last}")
+    bound = _compress_bound(_index_bound(count, block_count))
+    if index_len > bound:
+        raise _bad(path, f"index of {index_len} bytes, over the {bound} its counts allow")
+    if index_at - HEADER_SIZE > block_count * _compress_bound(_MAX_BLOCK_RAW):
+        raise _bad(path, f"{index_at - HEADER_SIZE} bytes of blocks, over what {block_count} hold")
+
+
+def _check_entries(
+    path: str,
+    first: int,
+    last: int,
+    *,
+    seqs: array.array[int],
+    lengths: array.array[int],
+    blocks: Sequence[_Block],
+) -> None:
+    """Every seq in the header's range and strictly rising, every length in bounds, every
+    block filled exactly by its entries: a parsed index never hands out a seq, offset or
+    size that the file's name and header do not allow."""
+    if seqs[0] != first or seqs[-1] != last:
+        raise _bad(path, f"holds {seqs[0]}..{seqs[-1]}, header says {first}..{last}")
+    if not all(map(operator.lt, seqs, itertools.islice(seqs, 1, None))):
+        raise _bad(path, "index seqs do not rise strictly")
+    if min(lengths) < codec.HEADER_SIZE or max(lengths) > MAX_ENTRY_BYTES:
+        raise _bad(path, "an entry's length is out of bounds")
+    for block in blocks:
+        start = block.first_entry
+        if sum(lengths[start : start + block.entry_count]) != block.raw_size:
+            raise _bad(path, f"block at byte {block.offset}: its entries do not fill it exactly")
 
 
 def _open_read(path: str) -> int:
@@ -318,7 +394,7 @@ def _open_read(path: str) -> int:
 
 
 def _decode_index(path: str, index: bytes, count: int, block_count: int) -> bytes:
-    bound = 4 + _MAX_PHASES * 33 + _BLOCK.size * block_count + 13 * count
+    bound = _index_bound(count, block_count)
     try:
         declared = zstandard.frame_content_size(index)
     except zstandard.ZstdError as exc:
@@ -326,7 +402,7 @@ def _decode_index(path: str, index: bytes, count: int, block_count: int) -> byte
     if not 0 <= declared <= bound:
         raise _bad(path, f"index declares {declared} bytes, over the {bound} its counts allow")
     try:
-        raw = zstandard.ZstdDecompressor().decompress(index, max_output_size=max(declared, 1))
+        raw = _decompressor(declared).decompress(index, max_output_size=max(declared, 1))
     except zstandard.ZstdError as exc:
         raise _bad(path, f"index: zstd: {exc}") from None
     if len(raw) != declared:
@@ -361,7 +437,11 @@ def _parse_index(
     for size, raw_size, crc, entry_count in _BLOCK.iter_unpack(
         raw[at : at + _BLOCK.size * block_count]
     ):
-        if not (1 <= entry_count <= count - first_entry and 1 <= raw_size <= _MAX_BLOCK_RAW):
+        if not (
+            1 <= entry_count <= count - first_entry
+            and 1 <= raw_size <= _MAX_BLOCK_RAW
+            and 1 <= size <= _compress_bound(raw_size)
+        ):
             raise _bad(path, f"block {len(blocks)} is out of bounds")
         blocks.append(_Block(offset, size, raw_size, crc, first_entry, entry_count))
         offset += size
@@ -379,26 +459,71 @@ def _parse_index(
     if _BIG_ENDIAN:  # pragma: no cover
         seqs.byteswap()
         lengths.byteswap()
-    # Cheap checks only (a read opens the pack): a lookup never trusts more than
-    # these, since the entry it finds is itself a crc'd record naming its own seq and
-    # length. verify_pack checks the order of every seq and that entries fill blocks.
     if phase_ids.translate(None, bytes(range(phase_count))):
         raise _bad(path, "an entry names a phase the index does not have")
     return tuple(phases), tuple(blocks), seqs, lengths, phase_ids
 
 
+class BlockCache:
+    """Decoded blocks of packs, least recently used first out, bounded in bytes.
+
+    One per run reader (its catalog), shared by the readers of all of its packs, so
+    what a read keeps is :data:`BLOCK_CACHE_BYTES` however many packs it opens.
+    Blocks are keyed by pack path, offset and crc: a pack re-read after it changed
+    never hits a block of the old file.
+
+    Args:
+        max_bytes: decoded bytes kept; a larger block is returned but never kept.
+    """
+
+    def __init__(self, max_bytes: int = BLOCK_CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._blocks: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
+        self._bytes = 0
+
+    @property
+    def size(self) -> int:
+        """Decoded bytes held now."""
+        return self._bytes
+
+    def get(self, path: str, block: _Block) -> bytes:
+        """The decoded bytes of ``block`` of the pack at ``path``, from memory or disk.
+
+        Raises:
+            CheckpointCorruptionError: the block is damaged.
+            FileNotFoundError: the pack is gone.
+        """
+        key = (path, block.offset, block.crc)
+        raw = self._blocks.get(key)
+        if raw is not None:
+            self._blocks.move_to_end(key)
+            return raw
+        raw = read_block(path, block)
+        if len(raw) <= self.max_bytes:
+            self._blocks[key] = raw
+            self._bytes += len(raw)
+            while self._bytes > self.max_bytes:
+                self._bytes -= len(self._blocks.popitem(last=False)[1])
+        return raw
+
+    def clear(self) -> None:
+        """Drop every kept block."""
+        self._blocks.clear()
+        self._bytes = 0
+
+
 class PackReader:
-    """Reads entries of one checked pack, keeping a few decompressed blocks.
+    """Reads entries of one checked pack through a byte-bounded :class:`BlockCache`.
 
     Args:
         index: the pack's checked index (:func:`read_pack_index`).
-        cache_blocks: decompressed blocks kept for later reads.
+        cache: decoded blocks kept for later reads, shared with other packs' readers
+            (a fresh one of :data:`BLOCK_CACHE_BYTES` when not given).
     """
 
-    def __init__(self, index: PackIndex, cache_blocks: int = 8) -> None:
+    def __init__(self, index: PackIndex, cache: BlockCache | None = None) -> None:
         self.index = index
-        self._blocks: OrderedDict[int, bytes] = OrderedDict()
-        self._cache_blocks = cache_blocks
+        self._cache = cache if cache is not None else BlockCache()
         self._starts = [b.first_entry for b in index.blocks]
         self._offsets: dict[int, list[int]] = {}
 
@@ -418,19 +543,18 @@ class PackReader:
             lengths = index.lengths[first : first + block.entry_count]
             offsets = self._offsets[number] = list(itertools.accumulate(lengths, initial=0))
         at = offsets[entry - block.first_entry]
-        raw = self._block(block)
+        raw = self._cache.get(index.path, block)
         return raw[at : at + index.lengths[entry]]
 
-    def _block(self, block: _Block) -> bytes:
-        raw = self._blocks.get(block.offset)
-        if raw is not None:
-            self._blocks.move_to_end(block.offset)
-            return raw
-        raw = read_block(self.index.path, block)
-        self._blocks[block.offset] = raw
-        while len(self._blocks) > self._cache_blocks:
-            self._blocks.popitem(last=False)
-        return raw
+
+def _decompressor(size: int) -> zstandard.ZstdDecompressor:
+    """A decompressor whose window may be no larger than a frame of ``size`` bytes needs.
+
+    An encoder never uses a window larger than its input (rounded up to a power of
+    two), so this refuses nothing zstd wrote and bounds what a crafted frame allocates.
+    """
+    window = 1 << max(10, (max(size, 1) - 1).bit_length())
+    return zstandard.ZstdDecompressor(max_window_size=window)
 
 
 def read_block(path: str, block: _Block) -> bytes:
@@ -459,7 +583,7 @@ def read_block(path: str, block: _Block) -> bytes:
         declared = zstandard.frame_content_size(data)
         if declared != block.raw_size:
             raise _bad(path, f"{where}: declares {declared} bytes, the index says {block.raw_size}")
-        raw = zstandard.ZstdDecompressor().decompress(data, max_output_size=block.raw_size)
+        raw = _decompressor(block.raw_size).decompress(data, max_output_size=block.raw_size)
     except zstandard.ZstdError as exc:
         raise _bad(path, f"{where}: zstd: {exc}") from None
     if len(raw) != block.raw_size:
@@ -468,21 +592,13 @@ def read_block(path: str, block: _Block) -> bytes:
 
 
 def verify_pack(index: PackIndex) -> list[str]:
-    """Check what reading a pack does not: the order of its seqs, the size of every
-    entry, and every block read back. Returns the problems found (empty: sound).
+    """Read back every block of a checked pack (one at a time, none kept). Returns the
+    problems found (empty: sound).
 
-    The entries themselves (AFK1 frames) are checked when their checkpoints are loaded.
+    The order of its seqs and the size of every entry were checked when the index was
+    read; the entries themselves (AFK1 frames) are checked when their checkpoints load.
     """
     problems = []
-    ordered = index.seqs.tolist()
-    if any(a >= b for a, b in itertools.pairwise(ordered)):
-        problems.append("index seqs do not rise strictly")
-    if min(index.lengths) < codec.HEADER_SIZE or max(index.lengths) > MAX_ENTRY_BYTES:
-        problems.append("an entry's length is out of bounds")
-    for block in index.blocks:
-        start = block.first_entry
-        if sum(index.lengths[start : start + block.entry_count]) != block.raw_size:
-            problems.append(f"block at byte {block.offset}: its entries do not fill it exactly")
     for block in index.blocks:
         try:
             read_block(index.path, block)
@@ -495,6 +611,7 @@ def verify_pack(index: PackIndex) -> list[str]:
 
 
 __all__ = [
+    "BLOCK_CACHE_BYTES",
     "BLOCK_TARGET_BYTES",
     "FLAG_SIGNED",
     "HEADER_SIZE",
@@ -504,6 +621,7 @@ __all__ = [
     "MAX_PACK_INPUT_BYTES",
     "PACK_MAGIC",
     "PACK_VERSION",
+    "BlockCache",
     "PackEntry",
     "PackIndex",
     "PackReader",

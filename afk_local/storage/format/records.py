@@ -183,6 +183,12 @@ class Effect(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     output_hash: str | None = None
     result: Any = None
     error: ErrorInfo | None = None
+    settled_attempt: int = 0
+    """For outcomes a person recorded (``afk-local settle``): the run's ``attempt`` then
+    (at least 1); 0 for outcomes the call itself recorded. ``settle --undo`` is allowed
+    while the run's attempt is still this one (no resume has consumed the settlement)."""
+    reopened: bool = False
+    """For intents: re-recorded by ``afk-local settle --undo`` (the call is in doubt again)."""
 
 
 def now_ms() -> int:

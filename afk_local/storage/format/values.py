@@ -5,7 +5,9 @@ msgpack data (dict, list, str, int, float, bool, None, bytes). These types are
 stored too and come back as themselves: ``pathlib`` paths, ``datetime``,
 ``date``, ``time``, ``timedelta``, ``UUID``, ``Decimal``, ``set``, ``frozenset``,
 enums, dataclasses, msgspec Structs, and numpy arrays and scalars (when numpy is
-installed; it is not a dependency). Each is written as a msgpack extension value
+installed; it is not a dependency), and pandas DataFrames, Series and Indexes and
+pyarrow Tables (:mod:`afk_local.storage.format.tables`; neither is a dependency nor
+imported before such a value is seen). Each is written as a msgpack extension value
 (docs/format.md, "Typed values"); :func:`tag` turns them into those before
 msgspec encodes a record, and the decoder's ``ext_hook`` (:func:`ext_decoder`)
 turns them back.
@@ -62,6 +64,8 @@ EXT_STRUCT = 11
 EXT_NDARRAY = 12
 EXT_NUMPY_SCALAR = 13
 EXT_HOOKED = 14
+EXT_PANDAS = 15
+EXT_ARROW = 16
 """msgpack extension type codes of the typed values (docs/format.md, "Typed values")."""
 
 _PLAIN = frozenset({str, int, float, bool, type(None), bytes})
@@ -201,6 +205,11 @@ def _typed(value: Any, cls: type, hook: EncHook | None, where: Where, depth: int
         return _numpy(numpy, value, where)
     if isinstance(value, pathlib.PurePath):
         return _ext(EXT_PATH, [_path_class(cls), str(value)])
+    if cls.__module__.startswith(("pandas", "pyarrow")):
+        from afk_local.storage.format import tables  # noqa: PLC0415 - only for such values
+
+        if tables.is_table(value):
+            return tables.encode(value, lambda v, w: _tag(v, hook, w, depth + 1), where)
     raise UnstorableValueError(where_text(where), _describe(cls))
 
 
@@ -317,6 +326,10 @@ def _untag(code: int, inner: Any, dec_hook: DecHook | None) -> tuple[Any] | None
         return _instance(code, inner, dec_hook)
     if code in (EXT_NDARRAY, EXT_NUMPY_SCALAR):
         return _numpy_value(code, inner)
+    if code in (EXT_PANDAS, EXT_ARROW):
+        from afk_local.storage.format import tables  # noqa: PLC0415 - only for such values
+
+        return tables.decode(code, inner)
     return None
 
 
@@ -416,6 +429,12 @@ def _plain_hook(value: Any) -> Any:
 
 
 def _plain_ext(value: msgspec.msgpack.Ext, *, keep_types: bool = False) -> Any:
+    if value.code in (EXT_PANDAS, EXT_ARROW) and not keep_types:
+        from afk_local.storage.format import tables  # noqa: PLC0415 - only for such values
+
+        shown = tables.plain(value.code, bytes(value.data), ext_decoder())
+        if shown is not None:
+            return shown
     typed = ext_decoder() if keep_types else _plain_ext_hook
     try:
         inner = msgspec.msgpack.decode(value.data, ext_hook=typed)
@@ -454,12 +473,15 @@ def _make_hash_hook(enc_hook: EncHook | None) -> EncHook:
             return _numpy(numpy, value, None)
         if isinstance(value, pathlib.PurePath):
             return _ext(EXT_PATH, [_path_class(type(value)), str(value)])
+        if type(value).__module__.startswith(("pandas", "pyarrow")):
+            return tag(value, enc_hook)  # a DataFrame argument: hashed as it is stored
         raise UnstorableValueError("(an argument)", _describe(type(value)))
 
     return hook
 
 
 __all__ = [
+    "EXT_ARROW",
     "EXT_DATACLASS",
     "EXT_DATE",
     "EXT_DATETIME",
@@ -468,6 +490,7 @@ __all__ = [
     "EXT_HOOKED",
     "EXT_NDARRAY",
     "EXT_NUMPY_SCALAR",
+    "EXT_PANDAS",
     "EXT_PATH",
     "EXT_SET",
     "EXT_STRUCT",

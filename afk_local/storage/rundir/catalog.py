@@ -45,7 +45,7 @@ from afk_local.storage.format.manifest import (
 # The pack format is imported when a pack is first opened: a run of loose files (most
 # runs, and every cold read of one) never needs it.
 if TYPE_CHECKING:
-    from afk_local.storage.format.pack import PackReader
+    from afk_local.storage.format.pack import BlockCache, PackReader
 
 PACK_SEPARATOR = "#"
 """Between a pack's path and a checkpoint's name in the location of a packed checkpoint."""
@@ -74,6 +74,7 @@ class RunCatalog:
         self._signer = signer
         self._owners = owners or (lambda: (paths.run_id,))
         self._readers: dict[str, PackReader] = {}
+        self._blocks: BlockCache | None = None  # one byte bound for all of the run's packs
         self._damaged: dict[str, str] = {}
         self._listed: list[PackFile] | None = None
         self._manifest: Manifest | None = None
@@ -208,13 +209,20 @@ class RunCatalog:
         name = pack if isinstance(pack, str) else pack.name
         reader = self._readers.get(name)
         if reader is None:
-            from afk_local.storage.format.pack import PackReader, read_pack_index  # noqa: PLC0415
+            from afk_local.storage.format.pack import (  # noqa: PLC0415
+                BlockCache,
+                PackReader,
+                read_pack_index,
+            )
 
             self._damaged.pop(name, None)
             path = self._prefix + name
             signer = self._signer
             owners = self._owners() if signer is not None else ()
-            reader = PackReader(read_pack_index(path, signer=signer, owners=owners))
+            if self._blocks is None:
+                self._blocks = BlockCache()
+            index = read_pack_index(path, signer=signer, owners=owners)
+            reader = PackReader(index, self._blocks)
             self._readers[name] = reader
         return reader
 

@@ -661,7 +661,10 @@ class RunReader:
         return read_metrics(self)
 
     def _skip(self, name: str, reason: str) -> None:
-        log.warning("run %s: skipped %s: %s", self.run_id, name, reason)
+        # One warning per reader: a run damaged throughout is one line, not one per file
+        # (every skip is kept in self.skipped for whoever reports the run).
+        level = logging.DEBUG if self.skipped else logging.WARNING
+        log.log(level, "run %s: skipped %s: %s", self.run_id, name, reason)
         self.skipped.append(Skipped(name, reason))
 
 

@@ -56,6 +56,9 @@ class RunInfo:
     lock_problem: str | None = None
     """Set when ``owner.lock`` is damaged (a symlink, a FIFO...): nobody can own the run
     until a person removes it; ``afk-local verify`` lists it."""
+    damage: str | None = None
+    """Set when the run's newest checkpoint cannot be read (a damaged file or pack): why,
+    in one line; ``afk-local verify RUN`` lists every damaged file."""
 
     @property
     def interrupted(self) -> bool:
@@ -98,6 +101,7 @@ class RunInfo:
             "fraction": p.fraction if p else None,
             "active_ms": p.active_ms if p else None,
             "eta_s": self.eta_s,
+            "damage": self.damage,
         }
 
     def _row(self) -> RunRow:
@@ -121,6 +125,8 @@ class RunInfo:
         alive = ", owner alive" if self.owner_alive else ""
         if self.lock_problem is not None:
             alive = f", {self.lock_problem}"
+        if self.damage is not None:
+            alive += f", damaged: {self.damage}"
         return (
             f"RunInfo(run_id={self.run_id!r}, status={self.status.value}, step={self.step}, "
             f"seq={self.seq}, phase={self.phase}, updated={format_ms(self.updated_ms)}, "

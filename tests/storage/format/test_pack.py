@@ -19,6 +19,7 @@ from afk_local.storage.format.layout import parse_pack_name
 from afk_local.storage.format.pack import (
     BLOCK_TARGET_BYTES,
     HEADER_SIZE,
+    BlockCache,
     PackEntry,
     PackReader,
     encode_pack,
@@ -85,11 +86,13 @@ def test_many_entries_span_blocks_and_each_is_found(tmp_path: Path) -> None:
     index = read_pack_index(str(path))
     assert len(index.blocks) > 1  # about BLOCK_TARGET_BYTES of entries per block
     assert all(b.raw_size < BLOCK_TARGET_BYTES + 2000 for b in index.blocks)
-    reader = PackReader(index, cache_blocks=2)
+    cache = BlockCache(max_bytes=2 * BLOCK_TARGET_BYTES + 4000)  # two blocks
+    reader = PackReader(index, cache)
     for entry in reversed(entries):  # out of order: blocks evicted and read again
         at = index.find(entry.seq)
         assert at is not None and reader.image(at) == entry.image
         assert index.phase(at) == entry.phase
+        assert 0 < cache.size <= cache.max_bytes
 
 
 def _sample() -> list[PackEntry]:
@@ -206,10 +209,9 @@ def test_a_crafted_index_is_refused_with_bounded_work(tmp_path: Path) -> None:
         path = _forge(tmp_path, entries, edit)
         with pytest.raises(CheckpointCorruptionError):
             read_pack_index(str(path))
-    # Seqs out of order are found by verify (a read only ever returns a record naming
-    # its own seq, so lookups stay safe; see storage/pack.py).
-    index = read_pack_index(str(_forge(tmp_path, entries, unordered)))
-    assert "index seqs do not rise strictly" in verify_pack(index)
+    # Seqs out of order are refused when the index is read, not only by verify.
+    with pytest.raises(CheckpointCorruptionError, match="do not rise strictly"):
+        read_pack_index(str(_forge(tmp_path, entries, unordered)))
 
 
 def test_encode_refuses_what_it_cannot_store() -> None:
@@ -221,3 +223,59 @@ def test_encode_refuses_what_it_cannot_store() -> None:
         encode_pack([PackEntry(1, "runtime_state", b"short")], run_id="r")
     with pytest.raises(ValueError, match="invalid phase"):
         encode_pack([PackEntry(1, "Bad Phase", _image(1, b"x"))], run_id="r")
+
+
+@pytest.mark.parametrize("seq", [0, 2, 1 << 63, (1 << 64) - 1])
+def test_every_seq_is_range_checked_when_the_index_is_read(tmp_path: Path, seq: int) -> None:
+    """Issue 33, finding 6: an index naming a seq outside its pack (crc recomputed)."""
+    entries = _sample()  # seqs 1..8
+
+    def out_of_range(fields, raw):
+        count = fields[6]
+        struct.pack_into("<Q", raw, len(raw) - 13 * count + 8 * 3, seq)
+        return fields, raw
+
+    with pytest.raises(CheckpointCorruptionError, match="do not rise strictly"):
+        read_pack_index(str(_forge(tmp_path, entries, out_of_range)))
+
+
+def test_the_header_must_agree_with_the_pack_name_and_its_counts(tmp_path: Path) -> None:
+    path = _write(tmp_path, _entries([b"x"] * 3, first=100))  # pack-...100-...102-...
+    named = parse_pack_name(path.name)
+    assert named is not None
+    wider = path.with_name(path.name.replace("000000000102", "000000000103"))
+    path.rename(wider)
+    with pytest.raises(CheckpointCorruptionError, match=r"its name says 100\.\.103"):
+        read_pack_index(str(wider))
+
+    def crowded(fields, raw):
+        fields[5] = fields[4] + 1  # 8 entries cannot have seqs in 1..2
+        return fields, raw
+
+    with pytest.raises(CheckpointCorruptionError, match=r"8 entries cannot have seqs in 1\.\.2"):
+        read_pack_index(str(_forge(tmp_path, _sample(), crowded)))
+
+
+def test_a_declared_index_longer_than_its_counts_is_refused_unread(tmp_path: Path) -> None:
+    """Issue 33, finding 7: a sparse 1 GiB file declaring an index of all of it (crc
+    matching) is refused from its header; nothing of the index is read."""
+    from attacks import sparse_index_pack  # noqa: PLC0415
+
+    path = _write(tmp_path, _sample())
+    sparse_index_pack(path)
+    assert path.stat().st_size > 1 << 29
+    with pytest.raises(CheckpointCorruptionError, match="its counts allow"):
+        read_pack_index(str(path))
+
+
+def test_the_block_cache_is_bounded_in_bytes(tmp_path: Path) -> None:
+    entries = _entries([bytes([i % 251]) * 900 for i in range(600)])
+    index = read_pack_index(str(_write(tmp_path, entries)))
+    cache = BlockCache(max_bytes=BLOCK_TARGET_BYTES)  # less than two blocks
+    readers = [PackReader(index, cache), PackReader(index, cache)]  # shared by readers
+    for n, entry in enumerate(entries):
+        at = index.find(entry.seq)
+        assert at is not None and readers[n % 2].image(at) == entry.image
+        assert cache.size <= cache.max_bytes
+    small = BlockCache(max_bytes=1000)  # a block larger than the bound is read, not kept
+    assert PackReader(index, small).image(0) == entries[0].image and small.size == 0
