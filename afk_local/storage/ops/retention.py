@@ -350,6 +350,8 @@ def compact_run(
     """
     paths = reader.paths
     facts = read_file_facts(paths.dir, reader.checkpoint_files(), reader.catalog)
+    if reader.catalog.manifest_problem is not None:
+        raise reader.catalog.manifest_problem  # never plan a rewrite on a guess
     target = fsio.read_link(paths.latest)
     latest = parse_checkpoint_name(target) if target else None
     plan = plan_run(paths.run_id, facts, policy, latest_name=latest.name if latest else None)

@@ -79,6 +79,10 @@ class RunCatalog:
         self._listed: list[PackFile] | None = None
         self._manifest: Manifest | None = None
         self._manifest_id: tuple[int, int, int] | None = None
+        self.manifest_problem: CheckpointCorruptionError | None = None
+        """Why the last listing could not follow the manifest (damaged, or naming a pack
+        that is gone): it was then read by the rule of a run without one. Readers go on
+        with what they can read, verify reports it, rewrites refuse to run on a guess."""
 
     # -- listing ----------------------------------------------------------------------
 
@@ -141,15 +145,20 @@ class RunCatalog:
         """The live loose files and live packs, through the manifest, and the manifest.
 
         Without a manifest (a run never packed) every loose file and every pack is live.
-
-        Raises:
-            CheckpointCorruptionError: the manifest is damaged, or names a pack that is
-                missing (and no rewrite replaced it meanwhile).
+        A manifest that is damaged or names a missing pack (after listing again, in case
+        a rewrite replaced it meanwhile) is set aside: :attr:`manifest_problem` says why,
+        and the run is listed as if it had none (every copy of a seq decodes the same, so
+        a reader loses nothing it could read).
         """
+        self.manifest_problem = None
         missing = ""
         for _ in range(_VIEW_ATTEMPTS):
             loose, packs = self.scan()
-            manifest = self.manifest()  # a failed lstat for a run that was never packed
+            try:
+                manifest = self.manifest()  # a failed lstat for a run never packed
+            except CheckpointCorruptionError as exc:
+                self.manifest_problem = exc
+                manifest = None
             if manifest is None:
                 self._listed = packs
                 return loose, packs, None
@@ -161,9 +170,11 @@ class RunCatalog:
                 return [f for f in loose if f.seq >= manifest.loose_from], live, manifest
             # Listed before a rewrite published, or after it removed what this manifest
             # named: the manifest read now is newer; list again.
-        raise CheckpointCorruptionError(
+        self.manifest_problem = CheckpointCorruptionError(
             str(self.paths.manifest), f"names pack {missing}, which is missing"
         )
+        self._listed = packs
+        return loose, packs, None
 
     def loose_from(self) -> int:
         """The lowest seq whose loose file is live (1 when the run has no manifest).
@@ -171,8 +182,11 @@ class RunCatalog:
         A stat of ``MANIFEST`` (and a read when it changed): readers call it only to
         find a delta's base.
         """
-        manifest = self.manifest()
-        return 1 if manifest is None else manifest.loose_from
+        try:
+            manifest = self.manifest()
+        except CheckpointCorruptionError:
+            return 1  # set aside, as live() does
+        return 1 if manifest is None or self.manifest_problem is not None else manifest.loose_from
 
     def files(self) -> list[CheckpointFile]:
         """Every live checkpoint, loose or packed, in seq order (each seq once)."""
@@ -230,8 +244,7 @@ class RunCatalog:
         """Live checkpoint ``seq``, loose or packed, or None when the run has none.
 
         Raises:
-            CheckpointCorruptionError: a damaged pack's name claims ``seq``, or the
-                manifest is damaged.
+            CheckpointCorruptionError: a damaged pack's name claims ``seq``.
         """
         loose, packs, _ = self.live()
         for file in loose:
@@ -243,8 +256,7 @@ class RunCatalog:
         """Live checkpoint ``seq`` if a live pack holds it (no listing when a known pack does).
 
         Raises:
-            CheckpointCorruptionError: a damaged pack's name claims ``seq``, or the
-                manifest is damaged.
+            CheckpointCorruptionError: a damaged pack's name claims ``seq``.
         """
         if self._listed is not None and any(p.first <= seq <= p.last for p in self._listed):
             found = self._packed(seq, self._listed)

@@ -213,6 +213,8 @@ def live_view(catalog: RunCatalog) -> LiveView:
             pack is: the run is left alone, verify names the file.
     """
     loose, packs, manifest = catalog.live()
+    if catalog.manifest_problem is not None:
+        raise catalog.manifest_problem
     files = catalog.files()
     if manifest is not None:
         return LiveView(manifest, loose, packs, files, False, manifest.loose_from)

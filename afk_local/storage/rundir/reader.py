@@ -59,6 +59,7 @@ log = logging.getLogger("afk_local")
 MAX_META_BYTES = 64 << 20
 _MOVED_RETRIES = 4  # fresh views a read tries while rewrites keep moving its files
 _NO_REWRITES = (None, ())  # view token of a run without packs or manifest
+_RACE_SIGNS = ("vanished", "missing", "changed while", "cannot read")  # what a race looks like
 
 
 class Skipped(msgspec.Struct, frozen=True):
@@ -148,8 +149,16 @@ class RunReader:
         self._meta = None
 
     def checkpoint_files(self) -> list[CheckpointFile]:
-        """Every checkpoint on disk, loose or packed, in seq order (nothing decoded)."""
-        return self._catalog.files()
+        """Every live checkpoint, loose or packed, in seq order (nothing decoded).
+
+        A damaged ``MANIFEST`` is skipped (recorded in :attr:`skipped`) and the run
+        listed as if it had none.
+        """
+        files = self._catalog.files()
+        problem = self._catalog.manifest_problem
+        if problem is not None and not any(s.name == "MANIFEST" for s in self.skipped):
+            self._skip("MANIFEST", problem.reason)
+        return files
 
     @property
     def catalog(self) -> RunCatalog:
@@ -200,31 +209,40 @@ class RunReader:
         except DecodeBudgetError:
             raise
         except CheckpointCorruptionError as exc:
-            failure = exc
-        # A lock-free reader races rewrites: when one moved the files under it, look again
-        # through a fresh view (the manifest said where everything live is at every instant).
-        token = self._catalog.view_token()
-        if token == _NO_REWRITES:
-            raise failure
-        for _ in range(_MOVED_RETRIES):
+            # Files are immutable, so a rewrite racing this lock-free read only ever shows
+            # as a file or a base gone missing; anything else is damage. (Raised from
+            # here: a kept exception would keep its frames, and their blocks, alive.)
+            token = self._catalog.view_token()
+            if token == _NO_REWRITES or not any(s in exc.reason for s in _RACE_SIGNS):
+                raise
+        return self._reload(file, names, macs, token)
+
+    def _reload(
+        self,
+        file: CheckpointFile,
+        names: dict[int, str] | None,
+        macs: dict[int, bytes] | None,
+        token: tuple[object, ...],
+    ) -> tuple[Checkpoint, bytes | None]:
+        """Load ``file`` again where a fresh view says it is now (the manifest said where
+        everything live was at every instant), while rewrites keep moving it."""
+        for attempt in range(_MOVED_RETRIES):
             self._chain.forget()
-            try:
-                fresh = self._catalog.find(file.seq)
-            except CheckpointCorruptionError:
-                raise failure from None
+            fresh = self._catalog.find(file.seq)
             if fresh is None or fresh.name != file.name:
-                raise failure
+                raise CheckpointCorruptionError(
+                    self._catalog.location(file), "vanished while reading", self.run_id
+                )
             try:
                 return self._load_once(fresh, names, macs)
             except DecodeBudgetError:
                 raise
-            except CheckpointCorruptionError as exc:
-                failure = exc
-            now = self._catalog.view_token()
-            if now == token:
-                break
-            token = now
-        raise failure
+            except CheckpointCorruptionError:
+                now = self._catalog.view_token()
+                if now == token or attempt == _MOVED_RETRIES - 1:
+                    raise
+                token = now
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _load_once(
         self,
@@ -503,11 +521,10 @@ class RunReader:
             report.problems.append(VerifyProblem(str(self.paths.meta), str(exc)))
         except SchemaVersionError as exc:
             report.problems.append(VerifyProblem(str(self.paths.meta), _newer_schema(exc)))
-        try:
-            files = self.checkpoint_files()
-        except CheckpointCorruptionError as exc:
-            report.problems.append(VerifyProblem(exc.path, exc.reason))
-            files = []
+        files = self.checkpoint_files()
+        problem = self._catalog.manifest_problem
+        if problem is not None:
+            report.problems.append(VerifyProblem(problem.path, problem.reason))
         self._note_garbage(report)
         names = {f.seq: f.name for f in files}
         macs: dict[int, bytes] = {}  # MACs of the files read so far: the next one chains on them
