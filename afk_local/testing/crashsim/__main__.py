@@ -12,7 +12,13 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from afk_local.testing.crashsim.explorer import DEFAULT_MAX_STATES, MUTANTS, explore
+from afk_local.testing.crashsim.explorer import (
+    DEFAULT_MAX_STATES,
+    MUTANTS,
+    SECOND_CRASHES,
+    SITE_MUTANTS,
+    explore,
+)
 from afk_local.testing.crashsim.report import counterexample_text, json_report, summary_line
 from afk_local.testing.crashsim.workloads import WORKLOADS
 
@@ -31,8 +37,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--mutant",
-        choices=list(MUTANTS),
-        help="remove one durability step; the explorer must then find a counterexample",
+        choices=[*MUTANTS, *SITE_MUTANTS],
+        metavar="MUTANT",
+        help="remove one durability step (a kind of fsync, or one call site's: "
+        f"{', '.join([*MUTANTS, *SITE_MUTANTS])}); the explorer must then find a "
+        "counterexample",
+    )
+    parser.add_argument(
+        "--depth",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="2: also re-run the interrupted operation inside crash states and crash it "
+        "again (workloads that have a rerun)",
+    )
+    parser.add_argument(
+        "--second-crashes",
+        type=int,
+        default=SECOND_CRASHES,
+        metavar="N",
+        help=f"with --depth 2: first crash states to re-run in (default {SECOND_CRASHES}; "
+        "0: every one checked)",
     )
     parser.add_argument(
         "--max-states",
@@ -57,7 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for name in names:
         result = explore(
-            name, mutant=args.mutant, max_states=args.max_states or None, seed=args.seed
+            name,
+            mutant=args.mutant,
+            max_states=args.max_states or None,
+            seed=args.seed,
+            depth=args.depth,
+            second_crashes=args.second_crashes or None,
         )
         results.append(result)
         if not args.json:  # one line as each workload finishes: a full run takes a while

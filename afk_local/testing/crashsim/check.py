@@ -102,17 +102,10 @@ def _check_acks(
                     readers[ack.run_id] = store.open(ack.run_id)
                 except AfkLocalError:
                     continue  # reported by _check_run
-            reader = readers[ack.run_id]
             if ack.run_id not in newest or ack.seq > newest[ack.run_id].seq:
                 newest[ack.run_id] = ack
             what = f"run {ack.run_id}: checkpoint {ack.seq} (acknowledged after call #{ack.at})"
-            try:
-                if reader.get(ack.seq).payload != ack.payload:
-                    problems.append(f"{what} holds another payload")
-            except CheckpointNotFoundError:
-                problems.append(f"{what} is missing")
-            except CheckpointCorruptionError as exc:
-                problems.append(f"{what} is unreadable: {exc.reason}")
+            problems += _cold_get(store, ack, what)
         elif isinstance(ack, OutcomeAck):
             problems += _check_outcome(ack, journals.get(ack.run_id))
         else:
@@ -126,6 +119,14 @@ def _check_acks(
                     f"after call #{ack.at}"
                 )
     for run_id, ack in newest.items():
+        try:
+            cold = store.open(run_id)  # a new reader: nothing decoded yet
+            cold.resume_state()
+        except AfkLocalError as exc:
+            problems.append(
+                f"run {run_id}: resume_state() raised {type(exc).__name__}: {exc} (newest "
+                f"acknowledged checkpoint {ack.seq}, after call #{ack.at})"
+            )
         latest = readers[run_id].latest()
         if latest is None or latest.seq < ack.seq:
             shown = "nothing" if latest is None else f"checkpoint {latest.seq}"
@@ -134,6 +135,22 @@ def _check_acks(
                 f"(acknowledged after call #{ack.at})"
             )
     return problems
+
+
+def _cold_get(store: Store, ack: CheckpointAck, what: str) -> list[str]:
+    """Decode checkpoint ``ack.seq`` cold: a new reader, no chain decoded before it, as a
+    new process would (a reader that decoded the chain in order may hold a base that
+    the files on disk no longer give)."""
+    try:
+        if store.open(ack.run_id).get(ack.seq).payload != ack.payload:
+            return [f"{what} holds another payload"]
+    except CheckpointNotFoundError:
+        return [f"{what} is missing"]
+    except CheckpointCorruptionError as exc:
+        return [f"{what} is unreadable: {exc.reason}"]
+    except AfkLocalError as exc:
+        return [f"{what}: reading it raised {type(exc).__name__}: {exc}"]
+    return []
 
 
 def _check_outcome(ack: OutcomeAck, journal: JournalContents | None) -> list[str]:

@@ -23,10 +23,12 @@ def _listed(title: str, lines: Sequence[str]) -> list[str]:
 def counterexample_text(found: Counterexample) -> str:
     """A counterexample as a person reads it: where the crash was, what it lost, what broke."""
     mutant = f", mutant {found.mutant}" if found.mutant else ""
-    lines = [
-        f"COUNTEREXAMPLE in workload {found.workload}{mutant}",
-        f"  crash right after call {found.op}",
-    ]
+    lines = [f"COUNTEREXAMPLE in workload {found.workload}{mutant}"]
+    if found.first_crash:
+        lines += ["  crashed twice:", *(f"    {line}" for line in found.first_crash)]
+        lines.append(f"  then, re-running it, crash right after call {found.op}")
+    else:
+        lines.append(f"  crash right after call {found.op}")
     lines += _listed("the crash lost", found.lost or ("nothing: every call persisted",))
     lines += _listed("the mutant removed", found.ignored)
     lines += _listed("a new process found", found.problems)
@@ -42,9 +44,14 @@ def summary_line(result: Exploration) -> str:
     else:
         verdict = f"counterexample after call #{result.counterexample.call}"  # type: ignore[union-attr]
     name = result.workload + (f" [{result.mutant}]" if result.mutant else "")
+    again = (
+        f" +{result.second_states} after {result.first_states_rerun} reruns"
+        if result.first_states_rerun
+        else ""
+    )
     return (
         f"{name:<28} {result.calls:>4} calls {result.crash_points:>4} crash points "
-        f"{result.combinations:>6} states allowed {result.states:>5} checked "
+        f"{result.combinations:>6} states allowed {result.states:>5} checked{again} "
         f"{result.seconds:>6.1f} s  {verdict}"
     )
 

@@ -15,6 +15,7 @@ recorded binds every crash after call ``n``.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,9 @@ class Op:
     data: bytes = b""
     offset: int = 0
     append: bool = False
+    site: str = ""
+    """fsync: the afk_local function that asked for it (``packing._write_packs``), as
+    :func:`call_site` names it; site mutants remove the fsyncs of one site."""
 
     def describe(self) -> str:
         """``#12 rename a -> b``: the call as a person reads it."""
@@ -53,6 +57,8 @@ class Op:
             return f"#{self.index} write {self.path} ({len(self.data)} bytes at {self.offset})"
         if self.operation == "truncate":
             return f"#{self.index} truncate {self.path} to {self.offset} bytes"
+        if self.site:
+            return f"#{self.index} {self.operation} {self.path} (from {self.site})"
         return f"#{self.index} {self.operation} {self.path}"
 
 
@@ -64,6 +70,8 @@ class CheckpointAck:
     run_id: str
     seq: int
     payload: Any
+    until: int | None = None
+    """Binds crashes up to (not after) this call: the retention policy let it go there."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,24 @@ class EffectCall:
 Ack = CheckpointAck | OutcomeAck | StatusAck
 
 
+_IO_MODULES = frozenset({"afk_local.storage.fsio", __name__})
+
+
+def call_site() -> str:
+    """The innermost afk_local function on the stack outside the I/O seam: ``module.function``.
+
+    ``atomic_write`` called by ``drop_from_packs`` is ``packing.drop_from_packs``: the place
+    that decided this fsync was needed, which is what a mutant removes.
+    """
+    frame = sys._getframe(1)  # noqa: SLF001 - cheaper than inspect.stack(), and enough
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("afk_local.") and module not in _IO_MODULES:
+            return f"{module.rpartition('.')[2]}.{frame.f_code.co_name}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return ""
+
+
 class Recorder:
     """The I/O recorder installed while a workload runs (thread-safe)."""
 
@@ -120,6 +146,7 @@ class Recorder:
                     data=call.data,
                     offset=call.offset,
                     append=call.append,
+                    site=call_site() if call.operation == "fsync" else "",
                 )
             )
 
@@ -172,6 +199,22 @@ class Session:
             self._acked.add((run_id, "ckpt", file.seq))
             self.acks.append(CheckpointAck(at, run_id, file.seq, reader.load(file).payload))
 
+    def checkpoints_released(self, run_id: str, *, since: int) -> None:
+        """Acknowledged checkpoints of ``run_id`` no longer on disk were let go by the policy.
+
+        Call after the gc that deleted them: they bind only crashes up to ``since`` (the
+        position before that gc started), never later ones.
+        """
+        present = {f.seq for f in self.store.open(run_id).checkpoint_files()}
+        for i, ack in enumerate(self.acks):
+            if (
+                isinstance(ack, CheckpointAck)
+                and ack.run_id == run_id
+                and ack.seq not in present
+                and ack.until is None
+            ):
+                self.acks[i] = CheckpointAck(ack.at, run_id, ack.seq, ack.payload, until=since)
+
     def outcomes_acked(
         self, run_id: str, keys: list[str] | None = None, *, since: int | None = None
     ) -> None:
@@ -212,7 +255,12 @@ class Trace:
 
     def acks_at(self, position: int) -> tuple[Ack, ...]:
         """The acknowledgements that bind a crash after call ``position``."""
-        return tuple(a for a in self.acks if a.at <= position)
+        return tuple(
+            a
+            for a in self.acks
+            if a.at <= position
+            and (not isinstance(a, CheckpointAck) or a.until is None or position <= a.until)
+        )
 
     def calls_at(self, position: int) -> tuple[EffectCall, ...]:
         """The side effects that may have happened before a crash after call ``position``."""

@@ -69,6 +69,10 @@ class Workload:
     setup: Callable[[Store, Path], Any] = field(default=lambda store, scratch: None)
     key: str | None = None
     """A store key: the workload runs, and is checked, in a keyed (signed) store."""
+    rerun: Callable[[Session, Any], None] | None = None
+    """Crashing twice: what a new process does first in a crash state (the interrupted
+    operation again: gc after a killed gc), recorded and crashed in turn. It reports the
+    promises it gets, like ``record``; those of the first recording still bind."""
 
     def store(self, root: Path) -> Store:
         """The workload's store at ``root``.
