@@ -55,7 +55,6 @@ from afk_local.testing.crashsim.model import Choice, DiskModel, Frontier
 from afk_local.testing.crashsim.trace import (
     Ack,
     CheckpointAck,
-    EffectCall,
     OutcomeAck,
     Recorder,
     RecordingError,
@@ -184,12 +183,15 @@ def record(workload: Workload, base: Path, scratch: Path) -> tuple[Tree, Trace]:
     store = workload.store(base / "store")
     prepared = workload.setup(store, scratch)
     initial = read_tree(base)
-    return initial, _recorded(workload, workload.record, base, initial, prepared)
+    return initial, _recorded(
+        workload, workload.record, base=base, initial=initial, prepared=prepared
+    )
 
 
 def _recorded(
     workload: Workload,
     part: Any,
+    *,
     base: Path,
     initial: Tree,
     prepared: Any,
@@ -328,7 +330,9 @@ def explore(
         store = chosen.store(work / "base" / "store")
         prepared = chosen.setup(store, work / "scratch")
         initial = read_tree(work / "base")
-        trace = _recorded(chosen, chosen.record, work / "base", initial, prepared)
+        trace = _recorded(
+            chosen, chosen.record, base=work / "base", initial=initial, prepared=prepared
+        )
         model = DiskModel(initial, ignored_fsyncs=kinds, ignored_sites=sites)
         frontiers = _frontiers(model, trace)
         removed = len(model.ignored)
@@ -336,22 +340,30 @@ def explore(
         states, found = 0, None
         if mutant is None or removed:  # a mutant that removes nothing changes nothing
             states, found = _explore_frontiers(
-                frontiers, trace, chosen, work, max_states, rng, mutant, model, taken
+                frontiers,
+                trace,
+                workload=chosen,
+                work=work,
+                max_states=max_states,
+                rng=rng,
+                mutant=mutant,
+                model=model,
+                taken=taken,
             )
         second, reruns = 0, 0
         if found is None and depth == 2 and chosen.rerun is not None:
             second, reruns, found = _crash_again(
                 chosen,
                 work,
-                prepared,
-                trace,
-                taken,
-                max_states,
-                second_crashes,
-                rng,
-                mutant,
-                kinds,
-                sites,
+                prepared=prepared,
+                trace=trace,
+                taken=taken,
+                max_states=max_states,
+                second_crashes=second_crashes,
+                rng=rng,
+                mutant=mutant,
+                kinds=kinds,
+                sites=sites,
             )
     return Exploration(
         workload=chosen.name,
@@ -381,6 +393,7 @@ def _frontiers(model: DiskModel, trace: Trace) -> list[Frontier]:
 def _explore_frontiers(
     frontiers: list[Frontier],
     trace: Trace,
+    *,
     workload: Workload,
     work: Path,
     max_states: int | None,
@@ -428,6 +441,7 @@ def _explore_frontiers(
 def _crash_again(
     workload: Workload,
     work: Path,
+    *,
     prepared: Any,
     trace: Trace,
     taken: list[tuple[Frontier, Choice]],
@@ -461,7 +475,9 @@ def _crash_again(
         acks = _rebased(trace.acks_at(frontier.at))
         calls = trace.calls_at(frontier.at)
         try:
-            second = _recorded(workload, rerun, base, first_tree, prepared, acks)
+            second = _recorded(
+                workload, rerun, base=base, initial=first_tree, prepared=prepared, inherited=acks
+            )
         except RecordingError:
             raise
         except Exception as exc:  # the rerun itself failed in the crash state: a finding
@@ -482,7 +498,15 @@ def _crash_again(
         model = DiskModel(first_tree, ignored_fsyncs=kinds, ignored_sites=sites)
         frontiers = _frontiers(model, second)
         states, found = _explore_frontiers(
-            frontiers, second, workload, work, budget, rng, mutant, model, first_crash=first
+            frontiers,
+            second,
+            workload=workload,
+            work=work,
+            max_states=budget,
+            rng=rng,
+            mutant=mutant,
+            model=model,
+            first_crash=first,
         )
         total += states
         if found is not None:
@@ -533,9 +557,9 @@ __all__ = [
     "SECOND_CRASHES",
     "SECOND_MAX_STATES",
     "SITE_MUTANTS",
-    "fsync_sites",
     "Counterexample",
     "Exploration",
     "explore",
+    "fsync_sites",
     "record",
 ]

@@ -115,7 +115,7 @@ def call_site() -> str:
     ``atomic_write`` called by ``drop_from_packs`` is ``packing.drop_from_packs``: the place
     that decided this fsync was needed, which is what a mutant removes.
     """
-    frame = sys._getframe(1)  # noqa: SLF001 - cheaper than inspect.stack(), and enough
+    frame = sys._getframe(1)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if module.startswith("afk_local.") and module not in _IO_MODULES:
