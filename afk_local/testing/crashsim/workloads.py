@@ -131,7 +131,7 @@ def _continue_runs(*run_ids: str) -> Callable[[Store], dict[str, Any]]:
     return resume
 
 
-def _state_payload(i: int) -> dict[str, Any]:
+def state_payload(i: int) -> dict[str, Any]:
     return {"i": i, "log": [f"line {j} " * 12 for j in range(i + 1)]}
 
 
@@ -139,7 +139,7 @@ def _value(i: int) -> dict[str, Any]:
     return {"i": i, "padding": PADDING}
 
 
-def _write_run(
+def write_run(
     store: Store,
     run_id: str,
     checkpoints: int,
@@ -156,7 +156,7 @@ def _write_run(
                 journal_of(run).call(f"e{i}", _value, (i,))
             if steps:
                 run.checkpoint("step_started", {"state": "running", "message_count": i}, step=i)
-            run.checkpoint("runtime_state", _state_payload(i), step=i)
+            run.checkpoint("runtime_state", state_payload(i), step=i)
         if finish is not None:
             run.finish(finish)
     time.sleep(0.003)  # distinct updated_ms: gc's age order is then deterministic
@@ -168,9 +168,9 @@ GC_POLICY = RetentionPolicy(keep_runtime_states=2, max_effects_per_run=2, max_ru
 
 
 def _gc_setup(store: Store, _scratch: Path) -> None:
-    _write_run(store, "old", 3, finish="old result")  # the oldest terminal run: deleted
-    _write_run(store, "done", 6, effects=4, finish="done result")  # compacted, journal trimmed
-    _write_run(store, "live", 5, effects=3, steps=True)  # interrupted: compacted, kept deltas
+    write_run(store, "old", 3, finish="old result")  # the oldest terminal run: deleted
+    write_run(store, "done", 6, effects=4, finish="done result")  # compacted, journal trimmed
+    write_run(store, "live", 5, effects=3, steps=True)  # interrupted: compacted, kept deltas
     # rewritten; its step_started and runtime_state chains interleave
 
 
@@ -190,7 +190,7 @@ def _gc_record(session: Session, _prepared: Any) -> None:
 def _pack_setup(store: Store, _scratch: Path) -> None:
     # Two interleaved delta chains and a few effects; the oldest checkpoints already
     # packed, so the recorded pack merges that pack with the files after it.
-    _write_run(store, "idle", 5, effects=2, steps=True)
+    write_run(store, "idle", 5, effects=2, steps=True)
     pack_run(store.paths("idle"), store.codec, keep_from=5)
 
 
@@ -206,7 +206,7 @@ def _pack_record(session: Session, _prepared: Any) -> None:
     session.store.pack_loose_limit = 3
     with session.store.create("live") as run:
         for i in range(6):
-            run.checkpoint("runtime_state", _state_payload(i), step=i)
+            run.checkpoint("runtime_state", state_payload(i), step=i)
             session.checkpoints_acked("live")
 
 
@@ -214,7 +214,7 @@ def _pack_record(session: Session, _prepared: Any) -> None:
 
 
 def _fork_setup(store: Store, _scratch: Path) -> None:
-    _write_run(store, "source", 5, effects=4)
+    write_run(store, "source", 5, effects=4)
 
 
 def _fork_record(session: Session, _prepared: Any) -> None:
@@ -232,7 +232,7 @@ def _fork_record(session: Session, _prepared: Any) -> None:
 
 def _import_setup(_store: Store, scratch: Path) -> str:
     source = Store(scratch / "exporting-store")
-    _write_run(source, "exported", 5, effects=3)
+    write_run(source, "exported", 5, effects=3)
     records = export_records(source.open("exported"))
     return "\n".join(json.dumps(to_jsonable(r)) for r in records)
 
@@ -332,5 +332,18 @@ WORKLOADS: dict[str, Workload] = {
 }
 """Every workload by name, in the order the explorer runs them."""
 
+# The composed rewrites (issue 33) build on the helpers above, so they are imported last.
+from afk_local.testing.crashsim.rewrites import REWRITE_WORKLOADS  # noqa: E402
 
-__all__ = ["WORKLOADS", "InDoubt", "ResumeFailed", "Workload", "continue_run"]
+WORKLOADS.update((w.name, w) for w in REWRITE_WORKLOADS)
+
+
+__all__ = [
+    "WORKLOADS",
+    "InDoubt",
+    "ResumeFailed",
+    "Workload",
+    "continue_run",
+    "state_payload",
+    "write_run",
+]
