@@ -19,8 +19,8 @@ from afk_local.testing.crashsim.explorer import (
     SITE_MUTANTS,
     explore,
 )
+from afk_local.testing.crashsim.registry import WORKLOADS
 from afk_local.testing.crashsim.report import counterexample_text, json_report, summary_line
-from afk_local.testing.crashsim.workloads import WORKLOADS
 
 
 def _parser() -> argparse.ArgumentParser:

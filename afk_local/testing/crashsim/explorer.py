@@ -52,6 +52,7 @@ from afk_local.testing.crashsim.disk import (
 )
 from afk_local.testing.crashsim.jobs import use_probe
 from afk_local.testing.crashsim.model import Choice, DiskModel, Frontier
+from afk_local.testing.crashsim.registry import WORKLOADS
 from afk_local.testing.crashsim.trace import (
     Ack,
     CheckpointAck,
@@ -62,7 +63,7 @@ from afk_local.testing.crashsim.trace import (
     StatusAck,
     Trace,
 )
-from afk_local.testing.crashsim.workloads import WORKLOADS, Workload
+from afk_local.testing.crashsim.workloads import Workload
 
 MUTANTS: dict[str, str] = {
     "no-file-fsync": "file",

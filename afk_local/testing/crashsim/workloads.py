@@ -15,7 +15,8 @@ A :class:`Workload` has three parts:
   outcome must be.
 
 Adding one (the ``pack`` workloads are the newest): write the three functions, give the expected
-outcomes, add the :class:`Workload` to :data:`WORKLOADS`. The explorer, the
+outcomes, add the :class:`Workload` to :data:`BASIC_WORKLOADS` (or, composing rewrites, to
+:data:`~afk_local.testing.crashsim.rewrites.REWRITE_WORKLOADS`). The explorer, the
 command line and the tests pick it up by name; docs/guarantees.md lists the
 state counts per workload.
 """
@@ -244,102 +245,95 @@ def _import_record(session: Session, text: str) -> None:
     session.status_acked("imported")
 
 
-WORKLOADS: dict[str, Workload] = {
-    w.name: w
-    for w in (
-        _job_workload(
-            "sync",
-            "a sync job: 6 checkpoints of a growing state (deltas), then its result",
-            count_job,
-            (6,),
-            {"count": 6},
-        ),
-        _job_workload(
-            "async",
-            "an async job: queued checkpoints while 3 threads journal calls (group commit), "
-            "two flushes, its result",
-            batch_job,
-            (2, 3),
-            {"fetched": [0, 1, 2, 3, 4, 5], "done": 6},
-        ),
-        _job_workload(
-            "exit",
-            "an exit-mode job: 4 checkpoints kept in memory, written with its result",
-            count_job_at_exit,
-            (4,),
-            {"count": 4},
-        ),
-        _job_workload(
-            "journal",
-            "journaled calls: not idempotent, idempotent, one that fails; checkpoints between",
-            ledger_job,
-            (),
-            {"charged": 1, "mailed": 2, "notified": 3},
-        ),
-        Workload(
-            "gc",
-            "gc of three runs: one deleted (max_runs), a finished one compacted and its "
-            "journal trimmed, an interrupted one compacted (deltas rewritten as keyframes)",
-            _gc_record,
-            _continue_runs("done", "live"),
-            {"done": {"completed": "done result"}, "live": "resumed"},
-            setup=_gc_setup,
-        ),
-        Workload(
-            "gc-keyed",
-            "the gc workload in a keyed store (signature chains, chain links in run.meta)",
-            _gc_record,
-            _continue_runs("done", "live"),
-            {"done": {"completed": "done result"}, "live": "resumed"},
-            setup=_gc_setup,
-            key="crashsim key",
-        ),
-        Workload(
-            "pack",
-            "afk-local pack of an idle run (an older pack merged, every file but the newest "
-            "folded in), then a live writer packing by itself past 3 loose files",
-            _pack_record,
-            _continue_runs("idle", "live"),
-            {"idle": "resumed", "live": "resumed"},
-            setup=_pack_setup,
-        ),
-        Workload(
-            "pack-keyed",
-            "the pack workload in a keyed store (signed packs, signature chains across them)",
-            _pack_record,
-            _continue_runs("idle", "live"),
-            {"idle": "resumed", "live": "resumed"},
-            setup=_pack_setup,
-            key="crashsim key",
-        ),
-        Workload(
-            "fork",
-            "fork of a 5-checkpoint run with 4 effects at checkpoint 3",
-            _fork_record,
-            _continue_runs("source", "forked"),
-            {"source": "resumed", "forked": "resumed"},
-            setup=_fork_setup,
-        ),
-        Workload(
-            "import",
-            "import of an exported 5-checkpoint run with 3 effects",
-            _import_record,
-            _continue_runs("imported"),
-            {"imported": "resumed"},
-            setup=_import_setup,
-        ),
-    )
-}
-"""Every workload by name, in the order the explorer runs them."""
-
-# The composed rewrites (issue 33) build on the helpers above, so they are imported last.
-from afk_local.testing.crashsim.rewrites import REWRITE_WORKLOADS  # noqa: E402
-
-WORKLOADS.update((w.name, w) for w in REWRITE_WORKLOADS)
+BASIC_WORKLOADS: tuple[Workload, ...] = (
+    _job_workload(
+        "sync",
+        "a sync job: 6 checkpoints of a growing state (deltas), then its result",
+        count_job,
+        (6,),
+        {"count": 6},
+    ),
+    _job_workload(
+        "async",
+        "an async job: queued checkpoints while 3 threads journal calls (group commit), "
+        "two flushes, its result",
+        batch_job,
+        (2, 3),
+        {"fetched": [0, 1, 2, 3, 4, 5], "done": 6},
+    ),
+    _job_workload(
+        "exit",
+        "an exit-mode job: 4 checkpoints kept in memory, written with its result",
+        count_job_at_exit,
+        (4,),
+        {"count": 4},
+    ),
+    _job_workload(
+        "journal",
+        "journaled calls: not idempotent, idempotent, one that fails; checkpoints between",
+        ledger_job,
+        (),
+        {"charged": 1, "mailed": 2, "notified": 3},
+    ),
+    Workload(
+        "gc",
+        "gc of three runs: one deleted (max_runs), a finished one compacted and its "
+        "journal trimmed, an interrupted one compacted (deltas rewritten as keyframes)",
+        _gc_record,
+        _continue_runs("done", "live"),
+        {"done": {"completed": "done result"}, "live": "resumed"},
+        setup=_gc_setup,
+    ),
+    Workload(
+        "gc-keyed",
+        "the gc workload in a keyed store (signature chains, chain links in run.meta)",
+        _gc_record,
+        _continue_runs("done", "live"),
+        {"done": {"completed": "done result"}, "live": "resumed"},
+        setup=_gc_setup,
+        key="crashsim key",
+    ),
+    Workload(
+        "pack",
+        "afk-local pack of an idle run (an older pack merged, every file but the newest "
+        "folded in), then a live writer packing by itself past 3 loose files",
+        _pack_record,
+        _continue_runs("idle", "live"),
+        {"idle": "resumed", "live": "resumed"},
+        setup=_pack_setup,
+    ),
+    Workload(
+        "pack-keyed",
+        "the pack workload in a keyed store (signed packs, signature chains across them)",
+        _pack_record,
+        _continue_runs("idle", "live"),
+        {"idle": "resumed", "live": "resumed"},
+        setup=_pack_setup,
+        key="crashsim key",
+    ),
+    Workload(
+        "fork",
+        "fork of a 5-checkpoint run with 4 effects at checkpoint 3",
+        _fork_record,
+        _continue_runs("source", "forked"),
+        {"source": "resumed", "forked": "resumed"},
+        setup=_fork_setup,
+    ),
+    Workload(
+        "import",
+        "import of an exported 5-checkpoint run with 3 effects",
+        _import_record,
+        _continue_runs("imported"),
+        {"imported": "resumed"},
+        setup=_import_setup,
+    ),
+)
+"""The workloads of one operation each (jobs, gc, pack, fork, import); the registry
+(:data:`~afk_local.testing.crashsim.registry.WORKLOADS`) adds the composed ones."""
 
 
 __all__ = [
-    "WORKLOADS",
+    "BASIC_WORKLOADS",
     "InDoubt",
     "ResumeFailed",
     "Workload",
