@@ -530,6 +530,58 @@ def _spread(
     return chosen
 
 
+@dataclass(frozen=True)
+class MutantHunt:
+    """Where a site mutant was looked for, and the workload that caught it (if one did)."""
+
+    mutant: str
+    caught: Exploration | None
+    """The exploration that found a counterexample, in a workload that recovers without
+    the mutant."""
+    tried: tuple[Exploration, ...]
+    """Every exploration of the mutant, in the order tried."""
+    skipped: tuple[str, ...]
+    """Workloads that make this fsync but were passed over: they do not recover even
+    without the mutant, so a counterexample there would prove nothing about it."""
+
+
+def hunt_mutant(
+    mutant: str,
+    *,
+    max_states: int | None = DEFAULT_MAX_STATES,
+    depth: int = 1,
+    seed: int = 0,
+    sites: dict[str, dict[tuple[str, str], int]] | None = None,
+    baselines: dict[str, bool] | None = None,
+) -> MutantHunt:
+    """Explore a site mutant in each workload that makes its fsync until one catches it.
+
+    Only a workload that recovers without the mutant (same budget, depth and seed) may
+    catch it. ``sites`` (workload -> :func:`fsync_sites`) and ``baselines`` (workload ->
+    recovers) are caches shared across calls.
+    """
+    site = SITE_MUTANTS[mutant]
+    sites = {} if sites is None else sites
+    baselines = {} if baselines is None else baselines
+    tried: list[Exploration] = []
+    skipped: list[str] = []
+    for name, workload in WORKLOADS.items():
+        if name not in sites:
+            sites[name] = fsync_sites(workload)
+        if site not in sites[name]:
+            continue
+        if name not in baselines:
+            baselines[name] = explore(workload, max_states=max_states, depth=depth, seed=seed).ok
+        if not baselines[name]:
+            skipped.append(name)
+            continue
+        result = explore(workload, mutant=mutant, max_states=max_states, depth=depth, seed=seed)
+        tried.append(result)
+        if not result.ok:
+            return MutantHunt(mutant, result, tuple(tried), tuple(skipped))
+    return MutantHunt(mutant, None, tuple(tried), tuple(skipped))
+
+
 def _scratch_root() -> str | None:
     """A memory-backed temp directory when there is one: crash states are built and
     resumed by the thousand, and a disk's fsyncs and unlinks would dominate the run
@@ -560,7 +612,9 @@ __all__ = [
     "SITE_MUTANTS",
     "Counterexample",
     "Exploration",
+    "MutantHunt",
     "explore",
     "fsync_sites",
+    "hunt_mutant",
     "record",
 ]

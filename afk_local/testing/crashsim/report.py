@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from afk_local.testing.crashsim.explorer import Counterexample, Exploration
+from afk_local.testing.crashsim.explorer import Counterexample, Exploration, MutantHunt
 
 _SHOWN = 12
 """Lines of one list shown before "... and N more"."""
@@ -56,10 +56,25 @@ def summary_line(result: Exploration) -> str:
     )
 
 
+def hunt_line(found: MutantHunt) -> str:
+    """One row of the site-mutant table: the mutant, who caught it, with how many states."""
+    if found.caught is not None:
+        c = found.caught
+        states = f"{c.states}" + (f"+{c.second_states}" if c.first_states_rerun else "")
+        where = f"caught by {c.workload} after call #{c.counterexample.call}"  # type: ignore[union-attr]
+    else:
+        states = str(sum(e.states + e.second_states for e in found.tried))
+        where = "NOT CAUGHT" + (
+            f" (tried {', '.join(e.workload for e in found.tried)})" if found.tried else ""
+        )
+    skipped = f"; passed over {', '.join(found.skipped)}" if found.skipped else ""
+    return f"| {found.mutant} | {states} | {where}{skipped} |"
+
+
 def json_report(results: Sequence[Exploration]) -> str:
     """The report as JSON: ``ok`` and every exploration in full."""
     doc = {"ok": all(r.ok for r in results), "explorations": [r.to_dict() for r in results]}
     return json.dumps(doc, indent=2) + "\n"
 
 
-__all__ = ["counterexample_text", "json_report", "summary_line"]
+__all__ = ["counterexample_text", "hunt_line", "json_report", "summary_line"]
