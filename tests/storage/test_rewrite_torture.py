@@ -2,7 +2,7 @@
 pack and verify, both killed at random (issue 33, "Must show").
 
 Each trial runs a few rounds in a fresh store. In a round the writer (resumed after the
-last round's kill) checkpoints run ``r`` with ``pack_loose_limit=3`` and reports every
+last round's kill) checkpoints run ``r`` with ``pack_loose_limit=2`` and reports every
 acknowledged checkpoint on its stdout, while the maintainer loops ``gc``, ``pack`` and
 ``verify``; the writer is killed after a random number of acknowledgements, the
 maintainer a random moment later (it gets the run's lock once the writer is dead, and

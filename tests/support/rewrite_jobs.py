@@ -7,7 +7,7 @@ before its N-th durable I/O call (through the fsio hook), so a kill lands inside
 pack, a merge or a gc rather than wherever a timer happens to fall; 0 leaves the kill
 to the parent.
 
-- :func:`writer`: writes checkpoints of run ``r`` with a small ``pack_loose_limit``,
+- :func:`writer`: writes checkpoints of run ``r`` with ``pack_loose_limit=2``,
   so it packs as it goes, and prints ``ack SEQ I`` once each checkpoint call returned;
 - :func:`maintainer`: loops gc, pack and verify over the store until killed;
 - :func:`cold_check`: a new process's verdict on the store, as one JSON line.
@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 import afk_local as afk
@@ -30,7 +31,9 @@ from afk_local.storage.ops.retention import RetentionPolicy
 
 RUN = "r"
 KEY = "torture key"
-POLICY = RetentionPolicy(keep_runtime_states=3)
+POLICY = RetentionPolicy(keep_runtime_states=4)
+"""Four newest runtime states: with two loose files at most, the oldest kept ones are
+packed deltas whose bases go (gc rewrites them, issue 33's path)."""
 
 
 def payload(i: int) -> dict[str, Any]:
@@ -55,16 +58,27 @@ def _die_at(calls: str) -> None:
 
 def _store(root: str, keyed: bool) -> afk.Store:
     store = afk.Store(root, key=KEY if keyed else None, lock_timeout=30)
-    store.pack_loose_limit = 3
+    store.pack_loose_limit = 2
     return store
+
+
+def _open_run(store: afk.Store) -> afk.RunWriter:
+    """Resume run ``r`` (waiting for the maintainer's lock), or create it the first time."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return store.resume_writer(RUN) if store.exists(RUN) else store.create(RUN)
+        except afk.errors.RunLockedError:  # create does not wait: a killed create's leftovers
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def writer(root: str, keyed: str, first: str, die_at: str = "0") -> None:
     """Checkpoint ``first``, ``first + 1``, ... until killed, a step marker between."""
     store = _store(root, keyed == "1")
     _die_at(die_at)
-    run = store.resume_writer(RUN) if store.exists(RUN) else store.create(RUN)
-    with run:
+    with _open_run(store) as run:
         i = int(first)
         while True:
             run.checkpoint("step_started", {"state": "running", "message_count": i}, step=i)

@@ -22,7 +22,14 @@ from afk_local.storage.format.journal_format import JournalContents, read_journa
 from afk_local.storage.rundir.reader import CheckpointNotFoundError, RunReader
 from afk_local.storage.store import Store
 from afk_local.testing.crashsim.jobs import EffectLedger, use_probe
-from afk_local.testing.crashsim.trace import Ack, CheckpointAck, EffectCall, OutcomeAck
+from afk_local.testing.crashsim.trace import (
+    Ack,
+    CheckpointAck,
+    DoneAck,
+    EffectCall,
+    OutcomeAck,
+    run_listing,
+)
 from afk_local.testing.crashsim.workloads import InDoubt, Workload
 
 
@@ -39,7 +46,8 @@ def check_state(
         shutil.rmtree(store.heads.dir.parent, ignore_errors=True)
     acked: dict[str, int] = {}
     for ack in sorted(acks, key=lambda a: a.at):
-        acked.setdefault(ack.run_id, ack.at)
+        if not (isinstance(ack, DoneAck) and ack.names is None):  # deleted, and stays so
+            acked.setdefault(ack.run_id, ack.at)
     problems: list[str] = []
     journals: dict[str, JournalContents] = {}
     for run_id in store.run_ids():
@@ -94,6 +102,9 @@ def _check_acks(
     readers: dict[str, RunReader] = {}
     newest: dict[str, CheckpointAck] = {}
     for ack in acks:
+        if isinstance(ack, DoneAck):
+            problems += _check_done(store, ack)
+            continue
         if not store.exists(ack.run_id):
             continue  # reported as a missing run
         if isinstance(ack, CheckpointAck):
@@ -134,6 +145,27 @@ def _check_acks(
                 f"run {run_id}: latest is {shown}, older than checkpoint {ack.seq} "
                 f"(acknowledged after call #{ack.at})"
             )
+    return problems
+
+
+def _check_done(store: Store, ack: DoneAck) -> list[str]:
+    """A rewrite that returned stays done: the run directory as it left it."""
+    what = f"run {ack.run_id}: {ack.what} returned after call #{ack.at}"
+    now = run_listing(store, ack.run_id)
+    if now is None:
+        return [] if ack.names is None else [f"{what}, and the run is gone"]
+    if ack.names is None:
+        return [f"{what} and deleted it, and it is back"]
+    left, found = dict(ack.names), dict(now)
+    problems = [
+        f"{what}, and {n} (which it removed) is back" for n in sorted(set(found) - set(left))
+    ]
+    problems += [f"{what}, and {n} (which it left) is gone" for n in sorted(set(left) - set(found))]
+    problems += [
+        f"{what}, and {n} is not as it left it"
+        for n in sorted(set(left) & set(found))
+        if left[n] != found[n]
+    ]
     return problems
 
 

@@ -253,6 +253,7 @@ def _rebased(acks: tuple[Ack, ...]) -> tuple[Ack, ...]:
             out.append(OutcomeAck(0, a.run_id, a.key, a.status, a.result))
         elif isinstance(a, StatusAck):
             out.append(StatusAck(0, a.run_id, a.status))
+        # a DoneAck does not carry over: the rerun rewrites the run again
     return tuple(out)
 
 

@@ -87,6 +87,7 @@ def _gc_packed_record(session: Session, _prepared: Any) -> None:
     packed = [f.seq for f in files if f.pack]
     if not packed or not any(not f.pack and f.seq < min(packed) for f in files):
         raise ResumeFailed("gc did not leave a loose keyframe below a republished pack")
+    session.rewrite_done("live", "gc")
 
 
 def _gc_packed_rerun(session: Session, _prepared: Any) -> None:
@@ -133,6 +134,7 @@ def _merge_record(session: Session, _prepared: Any) -> None:
     if len(packs) < 2:
         raise ResumeFailed(f"the setup left {len(packs)} pack(s), not several to merge")
     _pack(session, "idle")
+    session.rewrite_done("idle", "pack")
 
 
 def _merge_rerun(session: Session, _prepared: Any) -> None:

@@ -14,6 +14,7 @@ recorded binds every crash after call ``n``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import threading
@@ -24,6 +25,7 @@ from typing import Any
 from afk_local.storage import fsio
 from afk_local.storage.format.journal_format import read_journal
 from afk_local.storage.store import Store
+from afk_local.testing.crashsim.disk import is_temporary
 
 
 class RecordingError(RuntimeError):
@@ -103,7 +105,38 @@ class EffectCall:
     label: str
 
 
-Ack = CheckpointAck | OutcomeAck | StatusAck
+def run_listing(store: Store, run_id: str) -> frozenset[tuple[str, str]] | None:
+    """``(name, sha256)`` of every entry of a run directory but temps and ``owner.lock``;
+    None when the run does not exist."""
+    run_dir = store.runs_dir / run_id
+    if not run_dir.is_dir():
+        return None
+    found = set()
+    for name in os.listdir(run_dir):
+        if name == "owner.lock" or is_temporary(name):
+            continue
+        path = run_dir / name
+        data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+        found.add((name, hashlib.sha256(data).hexdigest()))
+    return frozenset(found)
+
+
+@dataclass(frozen=True)
+class DoneAck:
+    """A rewrite of ``run_id`` returned, and stays done: from then on the run directory
+    holds exactly ``names`` with these contents (temps and ``owner.lock`` aside), or
+    the run stays deleted (``names`` None). What a pack removed does not come back, nor
+    a run gc deleted, nor an untrimmed journal: the directory fsyncs that end each
+    rewrite exist for this."""
+
+    at: int
+    run_id: str
+    names: frozenset[tuple[str, str]] | None
+    """(name, sha256 of its bytes; of its target for a symlink)"""
+    what: str
+
+
+Ack = CheckpointAck | OutcomeAck | StatusAck | DoneAck
 
 
 _IO_MODULES = frozenset({"afk_local.storage.fsio", __name__})
@@ -240,6 +273,11 @@ class Session:
         at = self.position if since is None else since
         self.acks.append(StatusAck(at, run_id, self.store.read_meta(run_id).status.value))
 
+    def rewrite_done(self, run_id: str, what: str) -> None:
+        """``what`` (``gc``, ``pack``) returned for ``run_id``: its result stays (a
+        :class:`DoneAck`). Only for a run nothing later in the recording touches."""
+        self.acks.append(DoneAck(self.position, run_id, run_listing(self.store, run_id), what))
+
     def effect_called(self, idempotency_key: str, label: str) -> None:
         """A side-effecting function of the workload ran (noted at the current position)."""
         self.calls.append(EffectCall(self.position, idempotency_key, label))
@@ -270,6 +308,7 @@ class Trace:
 __all__ = [
     "Ack",
     "CheckpointAck",
+    "DoneAck",
     "EffectCall",
     "Op",
     "OutcomeAck",
@@ -278,4 +317,5 @@ __all__ = [
     "Session",
     "StatusAck",
     "Trace",
+    "run_listing",
 ]

@@ -183,6 +183,8 @@ def _gc_record(session: Session, _prepared: Any) -> None:
         session.checkpoints_acked(run_id, since=0)
         session.outcomes_acked(run_id, since=0)
         session.status_acked(run_id, since=0)
+    for run_id in ("old", "done", "live"):  # and what it did stays done
+        session.rewrite_done(run_id, "gc")
 
 
 # -- pack -------------------------------------------------------------------------------
@@ -203,6 +205,7 @@ def _pack_record(session: Session, _prepared: Any) -> None:
     (report,) = session.store.pack(["idle"])
     if report.errors or not report.packs_merged or report.loose_left != 1:
         raise ResumeFailed(f"pack did not do what the workload expects: {report.to_dict()}")
+    session.rewrite_done("idle", "pack")
     # A live writer past its loose-file limit packs by itself, acknowledging on the way.
     session.store.pack_loose_limit = 3
     with session.store.create("live") as run:
