@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -49,6 +50,11 @@ def _trial(root: Path, keyed: bool, rng: random.Random) -> tuple[int, int, list[
     acks = 0
     for _ in range(ROUNDS):
         first = 0 if newest is None else newest[1] + 1
+        if newest is None:
+            # Nothing acknowledged yet: a create killed after its mkdir leaves runs/r with
+            # no run.meta, which neither create nor resume_writer opens; start afresh,
+            # as a user would after `afk-local rm r`.
+            shutil.rmtree(root / "runs" / "r", ignore_errors=True)
         # Half the kills land at a chosen durable I/O call (inside a pack, a merge, a gc),
         # the others whenever the parent decides.
         writer_dies = str(rng.randint(1, 90) if rng.random() < 0.5 else 0)
