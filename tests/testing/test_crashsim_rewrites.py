@@ -17,13 +17,9 @@ from __future__ import annotations
 import pytest
 
 from afk_local.testing.crashsim import WORKLOADS, explore
-from afk_local.testing.crashsim.explorer import (
-    DEFAULT_MAX_STATES,
-    REWRITE_MODULES,
-    SITE_MUTANTS,
-    fsync_sites,
-    hunt_mutant,
-)
+from afk_local.testing.crashsim.explorer import DEFAULT_MAX_STATES
+from afk_local.testing.crashsim.hunt import fsync_sites, hunt_mutant
+from afk_local.testing.crashsim.mutants import REWRITE_MODULES, SITE_MUTANTS
 from afk_local.testing.crashsim.report import counterexample_text, hunt_line
 from afk_local.testing.crashsim.rewrites import REWRITE_WORKLOADS
 

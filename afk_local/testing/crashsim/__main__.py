@@ -18,8 +18,8 @@ from afk_local.testing.crashsim.explorer import (
     SECOND_CRASHES,
     SITE_MUTANTS,
     explore,
-    hunt_mutant,
 )
+from afk_local.testing.crashsim.hunt import hunt_mutant
 from afk_local.testing.crashsim.registry import WORKLOADS
 from afk_local.testing.crashsim.report import (
     counterexample_text,

@@ -52,6 +52,7 @@ from afk_local.testing.crashsim.disk import (
 )
 from afk_local.testing.crashsim.jobs import use_probe
 from afk_local.testing.crashsim.model import Choice, DiskModel, Frontier
+from afk_local.testing.crashsim.mutants import MUTANTS, SITE_MUTANTS
 from afk_local.testing.crashsim.registry import WORKLOADS
 from afk_local.testing.crashsim.trace import (
     Ack,
@@ -64,41 +65,6 @@ from afk_local.testing.crashsim.trace import (
     Trace,
 )
 from afk_local.testing.crashsim.workloads import Workload
-
-MUTANTS: dict[str, str] = {
-    "no-file-fsync": "file",
-    "no-dir-fsync": "dir",
-    "no-journal-fsync": "journal",
-}
-"""Mutant name -> the kind of fsync it removes (a file's data, a directory's entries,
-``effects.log`` appends)."""
-
-_REWRITE_SITES: tuple[tuple[str, str], ...] = (
-    ("packing._write_packs", "file"),  # a new or merged pack's bytes
-    ("packing._write_packs", "dir"),  # its name, before the packed files go
-    ("packing.pack_run", "dir"),  # the removal of what the pack superseded
-    ("packing.drop_from_packs", "file"),  # gc: a pack republished without doomed seqs
-    ("packing.drop_from_packs", "dir"),
-    ("retention.rewrite_as_keyframe", "file"),  # gc: a kept delta rewritten as a keyframe
-    ("retention.rewrite_as_keyframe", "dir"),
-    ("retention.remove_checkpoints", "dir"),  # gc: each deletion round, the replaced packs
-    ("retention.compact_run", "file"),  # gc, keyed: chain links in run.meta
-    ("retention.compact_run", "dir"),
-    ("retention._mark_journal_trimmed", "file"),
-    ("retention._mark_journal_trimmed", "dir"),
-    ("journal_format.write_journal_file", "file"),  # gc: the trimmed journal
-    ("retention._rewrite_journal", "dir"),
-    ("maintenance.delete", "dir"),  # gc: a deleted run
-)
-
-SITE_MUTANTS: dict[str, tuple[str, str]] = {
-    f"no-fsync@{site}:{kind}": (site, kind) for site, kind in _REWRITE_SITES
-}
-"""Site mutant name -> the (call site, fsync kind) it removes: every fsync of the pack,
-merge and gc paths, one at a time (:attr:`~afk_local.testing.crashsim.trace.Op.site`)."""
-
-REWRITE_MODULES = ("packing", "retention", "maintenance", "metrics")
-"""Modules whose fsyncs are the rewrite paths that :data:`SITE_MUTANTS` must cover."""
 
 SECOND_CRASHES = 6
 """With a budget: first crash states in which the rerun is recorded and crashed again."""
@@ -225,23 +191,6 @@ def _recorded(
     return trace
 
 
-def fsync_sites(workload: str | Workload) -> dict[tuple[str, str], int]:
-    """``(site, kind) -> count`` of the fsyncs one recording of ``workload`` makes."""
-    chosen = WORKLOADS[workload] if isinstance(workload, str) else workload
-    with tempfile.TemporaryDirectory(prefix="afk-crashsim-sites-", dir=_scratch_root()) as tmp:
-        work = Path(tmp)
-        (work / "base").mkdir()
-        (work / "scratch").mkdir()
-        initial, trace = record(chosen, work / "base", work / "scratch")
-    model = DiskModel(initial)
-    for op in trace.ops:
-        model.apply(op)
-    found: dict[tuple[str, str], int] = {}
-    for op, kind in model.fsyncs:
-        found[(op.site, kind)] = found.get((op.site, kind), 0) + 1
-    return found
-
-
 def _rebased(acks: tuple[Ack, ...]) -> tuple[Ack, ...]:
     """Promises of a first recording, binding from the start of a second one."""
     out: list[Ack] = []
@@ -324,7 +273,7 @@ def explore(
     started = time.perf_counter()
     rng = random.Random(f"{seed}:{chosen.name}")
     with tempfile.TemporaryDirectory(
-        prefix=f"afk-crashsim-{chosen.name}-", dir=_scratch_root()
+        prefix=f"afk-crashsim-{chosen.name}-", dir=scratch_root()
     ) as tmp:
         work = Path(tmp)
         (work / "base").mkdir()
@@ -531,59 +480,7 @@ def _spread(
     return chosen
 
 
-@dataclass(frozen=True)
-class MutantHunt:
-    """Where a site mutant was looked for, and the workload that caught it (if one did)."""
-
-    mutant: str
-    caught: Exploration | None
-    """The exploration that found a counterexample, in a workload that recovers without
-    the mutant."""
-    tried: tuple[Exploration, ...]
-    """Every exploration of the mutant, in the order tried."""
-    skipped: tuple[str, ...]
-    """Workloads that make this fsync but were passed over: they do not recover even
-    without the mutant, so a counterexample there would prove nothing about it."""
-
-
-def hunt_mutant(
-    mutant: str,
-    *,
-    max_states: int | None = DEFAULT_MAX_STATES,
-    depth: int = 1,
-    seed: int = 0,
-    sites: dict[str, dict[tuple[str, str], int]] | None = None,
-    baselines: dict[str, bool] | None = None,
-) -> MutantHunt:
-    """Explore a site mutant in each workload that makes its fsync until one catches it.
-
-    Only a workload that recovers without the mutant (same budget, depth and seed) may
-    catch it. ``sites`` (workload -> :func:`fsync_sites`) and ``baselines`` (workload ->
-    recovers) are caches shared across calls.
-    """
-    site = SITE_MUTANTS[mutant]
-    sites = {} if sites is None else sites
-    baselines = {} if baselines is None else baselines
-    tried: list[Exploration] = []
-    skipped: list[str] = []
-    for name, workload in WORKLOADS.items():
-        if name not in sites:
-            sites[name] = fsync_sites(workload)
-        if site not in sites[name]:
-            continue
-        if name not in baselines:
-            baselines[name] = explore(workload, max_states=max_states, depth=depth, seed=seed).ok
-        if not baselines[name]:
-            skipped.append(name)
-            continue
-        result = explore(workload, mutant=mutant, max_states=max_states, depth=depth, seed=seed)
-        tried.append(result)
-        if not result.ok:
-            return MutantHunt(mutant, result, tuple(tried), tuple(skipped))
-    return MutantHunt(mutant, None, tuple(tried), tuple(skipped))
-
-
-def _scratch_root() -> str | None:
+def scratch_root() -> str | None:
     """A memory-backed temp directory when there is one: crash states are built and
     resumed by the thousand, and a disk's fsyncs and unlinks would dominate the run
     (what is checked is what a new process makes of the files, not the disk)."""
@@ -607,15 +504,12 @@ __all__ = [
     "DEFAULT_MAX_STATES",
     "FULL_CAP",
     "MUTANTS",
-    "REWRITE_MODULES",
     "SECOND_CRASHES",
     "SECOND_MAX_STATES",
     "SITE_MUTANTS",
     "Counterexample",
     "Exploration",
-    "MutantHunt",
     "explore",
-    "fsync_sites",
-    "hunt_mutant",
     "record",
+    "scratch_root",
 ]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from afk_local.testing.crashsim.explorer import Counterexample, Exploration, MutantHunt
+from afk_local.testing.crashsim.explorer import Counterexample, Exploration
+from afk_local.testing.crashsim.hunt import MutantHunt
 
 _SHOWN = 12
 """Lines of one list shown before "... and N more"."""
