@@ -14,9 +14,9 @@ import os
 from typing import TYPE_CHECKING, Protocol
 
 from afk_local.errors import AfkLocalError, run_failure
-from afk_local.storage.format.layout import parse_pack_name
+from afk_local.storage.format.layout import RunPaths, parse_pack_name
 from afk_local.storage.format.records import Checkpoint, RunMeta
-from afk_local.storage.rundir.ownership import probe_owner
+from afk_local.storage.rundir.ownership import is_interrupted, probe_owner
 from afk_local.storage.rundir.reader import RunReader
 
 log = logging.getLogger("afk_local")
@@ -45,6 +45,10 @@ class ListedStore(Protocol):
 
     def info(self, run_id: str) -> RunInfo:
         """The :class:`RunInfo` of one run."""
+        ...
+
+    def paths(self, run_id: str, *, refuse_links: bool = False) -> RunPaths:
+        """The paths of a run."""
         ...
 
 
@@ -163,4 +167,24 @@ def list_runs(store: ListedStore, wanted: RunFilter, limit: int | None) -> RunLi
     return result
 
 
-__all__ = ["ListedStore", "list_runs", "newest_unreadable", "run_info"]
+def interrupted(store: ListedStore) -> list[str]:
+    """Ids of runs whose status says running (or created) but whose lock is free.
+
+    A run whose ``owner.lock`` is damaged is not listed: nobody can take it over until
+    a person repairs it (:attr:`RunInfo.lock_problem`).
+    """
+    found = []
+    for run_id in store.run_ids():
+        try:
+            meta = store.read_meta(run_id)
+        except AfkLocalError:
+            continue
+        # The status first: only a run that expects an owner is worth a lock probe.
+        if meta.status.expects_owner and is_interrupted(
+            meta.status, probe_owner(store.paths(run_id).lock)
+        ):
+            found.append(run_id)
+    return found
+
+
+__all__ = ["ListedStore", "interrupted", "list_runs", "newest_unreadable", "run_info"]

@@ -22,10 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from afk_local.errors import (
     AfkLocalError,
-    RunExistsError,
     RunLockedError,
     RunNotFoundError,
-    UntrustedStoreError,
 )
 from afk_local.storage import fsio, listing, maintenance
 from afk_local.storage.format.codec import DecHook, EncHook, RecordCodec
@@ -37,14 +35,13 @@ from afk_local.storage.format.layout import (
     validate_run_id,
 )
 from afk_local.storage.format.layout import new_run_id as fresh_run_id
-from afk_local.storage.format.records import RunMeta, RunStatus, now_ms
+from afk_local.storage.format.records import RunMeta, RunStatus
+from afk_local.storage.rundir.creation import make_run_dir, new_run_meta, refuse_linked_dirs
 from afk_local.storage.rundir.heads import HeadStore
 from afk_local.storage.rundir.mirror import Mirror, open_mirror
 from afk_local.storage.rundir.options import StoreOptions, default_root
 from afk_local.storage.rundir.ownership import (
-    is_interrupted,
     lock_is_held,
-    probe_owner,
 )
 from afk_local.storage.rundir.reader import RunReader, read_meta
 from afk_local.storage.store_identity import ensure_identity, home_problem
@@ -293,18 +290,7 @@ class Store:
         """
         paths = RunPaths(validate_run_id(run_id), self.runs_dir / run_id)
         if refuse_links:
-            for path in (self.runs_dir, paths.dir):
-                try:
-                    mode = os.lstat(path).st_mode
-                except FileNotFoundError:
-                    return paths
-                if not stat.S_ISDIR(mode):
-                    raise UntrustedStoreError(
-                        str(path),
-                        f"is a {fsio.file_kind(mode)}, not a directory",
-                        "afk-local never follows a link out of the store; remove it",
-                        run_id,
-                    )
+            refuse_linked_dirs(self.runs_dir, paths)
         return paths
 
     def exists(self, run_id: str) -> bool:
@@ -333,35 +319,18 @@ class Store:
     ) -> RunWriter:
         """Create a new run and return its writer, holding the run's lock."""
         paths = self.paths(run_id if run_id is not None else fresh_run_id())
-        if parent_run_id is not None:
-            validate_run_id(parent_run_id)
-        self.prepare_write(paths.run_id)
-        self.env.make_dirs(self.runs_dir)
-        self.paths(paths.run_id, refuse_links=True)
-        try:
-            self.env.make_dir(paths.dir)
-        except FileExistsError:
-            # A crash between mkdir and the first run.meta leaves a directory with no
-            # meta and no owner: adopt it, or that run id could never be used again.
-            # (open_writer checks again under the lock: another creator may be just
-            # ahead of us.) The crash may also have come before mkdir's parent fsync.
-            self.paths(paths.run_id, refuse_links=True)  # but never through a symlink
-            if os.path.lexists(paths.meta) or lock_is_held(paths.lock):
-                raise RunExistsError(paths.run_id, str(paths.dir)) from None
-            self.env.fsync_dir(self.runs_dir)
-        stamp = now_ms()
-        meta = RunMeta(
-            run_id=paths.run_id,
+        meta = new_run_meta(
+            paths.run_id,
             thread_id=thread_id,
-            created_ms=stamp,
-            updated_ms=stamp,
             entrypoint=entrypoint,
             params=params,
             parent_run_id=parent_run_id,
             code_fingerprint=code_fingerprint,
             version=version,
-            extra=extra or {},
+            extra=extra,
         )
+        self.prepare_write(paths.run_id)
+        make_run_dir(paths, self.runs_dir, self.env)
         return self._open_writer(paths, 0.0, new_meta=meta)
 
     def resume_writer(
@@ -505,18 +474,7 @@ class Store:
         until a person repairs it (:attr:`RunInfo.lock_problem`).
         """
 
-        found = []
-        for run_id in self.run_ids():
-            try:
-                meta = self.read_meta(run_id)
-            except AfkLocalError:
-                continue
-            # The status first: only a run that expects an owner is worth a lock probe.
-            if meta.status.expects_owner and is_interrupted(
-                meta.status, probe_owner(self.paths(run_id).lock)
-            ):
-                found.append(run_id)
-        return found
+        return listing.interrupted(self)
 
     def gc(self, policy: RetentionPolicy | None = None, *, dry_run: bool = False) -> GcReport:
         """Compact runs and delete old final runs per ``policy`` (:mod:`.retention`).

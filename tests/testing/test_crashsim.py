@@ -1,7 +1,9 @@
 """The crash-state explorer: every state it builds recovers, and every mutant is caught.
 
-The default run explores each workload with the default budget (today that is
-every distinct state) and every mutant on every workload; ``--torture`` explores
+The composed rewrite workloads, crashing twice and the site mutants are in
+test_crashsim_rewrites.py. The default run explores each single-operation workload
+with the default budget (today that is every distinct state) and every kind mutant on
+every one of them; ``--torture`` explores
 every state with no budget and records the async workload many times (its threads
 interleave differently on each recording, so its traces differ).
 """
@@ -22,7 +24,7 @@ from afk_local.testing.crashsim.disk import DIR, FILE, Node, read_tree, write_tr
 from afk_local.testing.crashsim.model import PAGE_SIZE, DiskModel, content_candidates
 from afk_local.testing.crashsim.report import counterexample_text
 from afk_local.testing.crashsim.trace import Op, RecordingError
-from afk_local.testing.crashsim.workloads import continue_run
+from afk_local.testing.crashsim.workloads import BASIC_WORKLOADS, continue_run
 
 
 @pytest.fixture
@@ -31,7 +33,7 @@ def full(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--torture"))
 
 
-@pytest.mark.parametrize("workload", list(WORKLOADS))
+@pytest.mark.parametrize("workload", [w.name for w in BASIC_WORKLOADS])
 def test_every_crash_state_of_every_workload_recovers(workload: str, full: bool) -> None:
     result = explore(workload, max_states=None if full else DEFAULT_MAX_STATES, seed=1)
     found = result.counterexample
@@ -50,7 +52,7 @@ def test_async_workload_recovers_under_many_thread_interleavings(trials) -> None
 @pytest.mark.parametrize("mutant", list(MUTANTS))
 def test_each_mutant_is_caught_wherever_it_removes_an_fsync(mutant: str, full: bool) -> None:
     applied = 0
-    for workload in WORKLOADS:
+    for workload in (w.name for w in BASIC_WORKLOADS):
         result = explore(workload, mutant=mutant, max_states=None if full else DEFAULT_MAX_STATES)
         if result.removed == 0:  # this workload makes no fsync of that kind
             assert result.ok

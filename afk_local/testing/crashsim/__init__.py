@@ -27,7 +27,8 @@ from afk_local.testing.crashsim.explorer import (
     Exploration,
     explore,
 )
-from afk_local.testing.crashsim.workloads import WORKLOADS, Workload
+from afk_local.testing.crashsim.registry import WORKLOADS
+from afk_local.testing.crashsim.workloads import Workload
 
 __all__ = [
     "DEFAULT_MAX_STATES",

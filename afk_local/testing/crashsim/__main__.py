@@ -12,9 +12,21 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from afk_local.testing.crashsim.explorer import DEFAULT_MAX_STATES, MUTANTS, explore
-from afk_local.testing.crashsim.report import counterexample_text, json_report, summary_line
-from afk_local.testing.crashsim.workloads import WORKLOADS
+from afk_local.testing.crashsim.explorer import (
+    DEFAULT_MAX_STATES,
+    MUTANTS,
+    SECOND_CRASHES,
+    SITE_MUTANTS,
+    explore,
+)
+from afk_local.testing.crashsim.hunt import hunt_mutant
+from afk_local.testing.crashsim.registry import WORKLOADS
+from afk_local.testing.crashsim.report import (
+    counterexample_text,
+    hunt_line,
+    json_report,
+    summary_line,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,8 +43,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--mutant",
-        choices=list(MUTANTS),
-        help="remove one durability step; the explorer must then find a counterexample",
+        choices=[*MUTANTS, *SITE_MUTANTS, "sites"],
+        metavar="MUTANT",
+        help="remove one durability step (a kind of fsync, or one call site's: "
+        f"{', '.join([*MUTANTS, *SITE_MUTANTS])}); the explorer must then find a "
+        "counterexample; 'sites': every site mutant, each in the workloads that make its "
+        "fsync until one that recovers without it catches it (a table)",
+    )
+    parser.add_argument(
+        "--depth",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="2: also re-run the interrupted operation inside crash states and crash it "
+        "again (workloads that have a rerun)",
+    )
+    parser.add_argument(
+        "--second-crashes",
+        type=int,
+        default=SECOND_CRASHES,
+        metavar="N",
+        help=f"with --depth 2: first crash states to re-run in (default {SECOND_CRASHES}; "
+        "0: every one checked)",
     )
     parser.add_argument(
         "--max-states",
@@ -53,11 +85,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         _parser().error("--max-states must be 0 (all) or more")
     # Crash states make the library warn (torn tails, skipped files): expected here.
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    if args.mutant == "sites":
+        return _site_table(args.max_states or None, args.depth, args.seed)
     names = list(WORKLOADS) if args.workload == "all" else [args.workload]
     results = []
     for name in names:
         result = explore(
-            name, mutant=args.mutant, max_states=args.max_states or None, seed=args.seed
+            name,
+            mutant=args.mutant,
+            max_states=args.max_states or None,
+            seed=args.seed,
+            depth=args.depth,
+            second_crashes=args.second_crashes or None,
         )
         results.append(result)
         if not args.json:  # one line as each workload finishes: a full run takes a while
@@ -71,6 +110,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif found is not None:
         sys.stdout.write("\n" + counterexample_text(found) + "\n")
     return 0 if found is None else 1
+
+
+def _site_table(max_states: int | None, depth: int, seed: int) -> int:
+    """Hunt every site mutant; print the table (docs/guarantees.md); 1 if one escapes."""
+    sites: dict[str, dict[tuple[str, str], int]] = {}
+    baselines: dict[str, bool] = {}
+    sys.stdout.write("| mutant | states checked | verdict |\n|---|---|---|\n")
+    escaped = 0
+    for mutant in SITE_MUTANTS:
+        found = hunt_mutant(
+            mutant, max_states=max_states, depth=depth, seed=seed, sites=sites, baselines=baselines
+        )
+        escaped += found.caught is None
+        sys.stdout.write(hunt_line(found) + "\n")
+        sys.stdout.flush()
+    return 1 if escaped else 0
 
 
 if __name__ == "__main__":

@@ -22,7 +22,14 @@ from afk_local.storage.format.journal_format import JournalContents, read_journa
 from afk_local.storage.rundir.reader import CheckpointNotFoundError, RunReader
 from afk_local.storage.store import Store
 from afk_local.testing.crashsim.jobs import EffectLedger, use_probe
-from afk_local.testing.crashsim.trace import Ack, CheckpointAck, EffectCall, OutcomeAck
+from afk_local.testing.crashsim.trace import (
+    Ack,
+    CheckpointAck,
+    DoneAck,
+    EffectCall,
+    OutcomeAck,
+    run_listing,
+)
 from afk_local.testing.crashsim.workloads import InDoubt, Workload
 
 
@@ -39,7 +46,8 @@ def check_state(
         shutil.rmtree(store.heads.dir.parent, ignore_errors=True)
     acked: dict[str, int] = {}
     for ack in sorted(acks, key=lambda a: a.at):
-        acked.setdefault(ack.run_id, ack.at)
+        if not (isinstance(ack, DoneAck) and ack.names is None):  # deleted, and stays so
+            acked.setdefault(ack.run_id, ack.at)
     problems: list[str] = []
     journals: dict[str, JournalContents] = {}
     for run_id in store.run_ids():
@@ -94,6 +102,9 @@ def _check_acks(
     readers: dict[str, RunReader] = {}
     newest: dict[str, CheckpointAck] = {}
     for ack in acks:
+        if isinstance(ack, DoneAck):
+            problems += _check_done(store, ack)
+            continue
         if not store.exists(ack.run_id):
             continue  # reported as a missing run
         if isinstance(ack, CheckpointAck):
@@ -102,17 +113,10 @@ def _check_acks(
                     readers[ack.run_id] = store.open(ack.run_id)
                 except AfkLocalError:
                     continue  # reported by _check_run
-            reader = readers[ack.run_id]
             if ack.run_id not in newest or ack.seq > newest[ack.run_id].seq:
                 newest[ack.run_id] = ack
             what = f"run {ack.run_id}: checkpoint {ack.seq} (acknowledged after call #{ack.at})"
-            try:
-                if reader.get(ack.seq).payload != ack.payload:
-                    problems.append(f"{what} holds another payload")
-            except CheckpointNotFoundError:
-                problems.append(f"{what} is missing")
-            except CheckpointCorruptionError as exc:
-                problems.append(f"{what} is unreadable: {exc.reason}")
+            problems += _cold_get(store, ack, what)
         elif isinstance(ack, OutcomeAck):
             problems += _check_outcome(ack, journals.get(ack.run_id))
         else:
@@ -126,6 +130,14 @@ def _check_acks(
                     f"after call #{ack.at}"
                 )
     for run_id, ack in newest.items():
+        try:
+            cold = store.open(run_id)  # a new reader: nothing decoded yet
+            cold.resume_state()
+        except AfkLocalError as exc:
+            problems.append(
+                f"run {run_id}: resume_state() raised {type(exc).__name__}: {exc} (newest "
+                f"acknowledged checkpoint {ack.seq}, after call #{ack.at})"
+            )
         latest = readers[run_id].latest()
         if latest is None or latest.seq < ack.seq:
             shown = "nothing" if latest is None else f"checkpoint {latest.seq}"
@@ -134,6 +146,43 @@ def _check_acks(
                 f"(acknowledged after call #{ack.at})"
             )
     return problems
+
+
+def _check_done(store: Store, ack: DoneAck) -> list[str]:
+    """A rewrite that returned stays done: the run directory as it left it."""
+    what = f"run {ack.run_id}: {ack.what} returned after call #{ack.at}"
+    now = run_listing(store, ack.run_id)
+    if now is None:
+        return [] if ack.names is None else [f"{what}, and the run is gone"]
+    if ack.names is None:
+        return [f"{what} and deleted it, and it is back"]
+    left, found = dict(ack.names), dict(now)
+    problems = [
+        f"{what}, and {n} (which it removed) is back" for n in sorted(set(found) - set(left))
+    ]
+    problems += [f"{what}, and {n} (which it left) is gone" for n in sorted(set(left) - set(found))]
+    problems += [
+        f"{what}, and {n} is not as it left it"
+        for n in sorted(set(left) & set(found))
+        if left[n] != found[n]
+    ]
+    return problems
+
+
+def _cold_get(store: Store, ack: CheckpointAck, what: str) -> list[str]:
+    """Decode checkpoint ``ack.seq`` cold: a new reader, no chain decoded before it, as a
+    new process would (a reader that decoded the chain in order may hold a base that
+    the files on disk no longer give)."""
+    try:
+        if store.open(ack.run_id).get(ack.seq).payload != ack.payload:
+            return [f"{what} holds another payload"]
+    except CheckpointNotFoundError:
+        return [f"{what} is missing"]
+    except CheckpointCorruptionError as exc:
+        return [f"{what} is unreadable: {exc.reason}"]
+    except AfkLocalError as exc:
+        return [f"{what}: reading it raised {type(exc).__name__}: {exc}"]
+    return []
 
 
 def _check_outcome(ack: OutcomeAck, journal: JournalContents | None) -> list[str]:

@@ -83,12 +83,24 @@ class DiskModel:
         initial: the tree when the recording started, all of it durable.
         ignored_fsyncs: kinds of fsync (``file``, ``dir``, ``journal``) to treat as
             never made: the mutants of the explorer.
+        ignored_sites: ``(site, kind)`` pairs: the fsyncs of that kind asked for by that
+            call site (:attr:`Op.site`) are treated as never made (the site mutants).
     """
 
-    def __init__(self, initial: Tree, *, ignored_fsyncs: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        initial: Tree,
+        *,
+        ignored_fsyncs: frozenset[str] = frozenset(),
+        ignored_sites: frozenset[tuple[str, str]] = frozenset(),
+    ) -> None:
         unknown = set(ignored_fsyncs) - set(FSYNC_KINDS)
+        unknown |= {kind for _, kind in ignored_sites} - set(FSYNC_KINDS)
         if unknown:
             raise ValueError(f"unknown fsync kinds {sorted(unknown)}")
+        self._ignored_sites = ignored_sites
+        self.fsyncs: list[tuple[Op, str]] = []
+        """Every fsync replayed, with its kind (``file``, ``dir``, ``journal``)."""
         self._inodes: dict[int, _Inode] = {}
         self._ignored = ignored_fsyncs
         self.ignored: list[Op] = []
@@ -193,7 +205,8 @@ class DiskModel:
         ino = self._existing(op.path, op)
         node = self._inodes[ino]
         kind = "dir" if node.kind == DIR else "journal" if node.append else "file"
-        if kind in self._ignored:
+        self.fsyncs.append((op, kind))
+        if kind in self._ignored or (op.site, kind) in self._ignored_sites:
             self.ignored.append(op)
         elif node.kind == DIR:
             node.durable = dict(node.entries)

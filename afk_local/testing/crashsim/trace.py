@@ -14,7 +14,9 @@ recorded binds every crash after call ``n``.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +25,7 @@ from typing import Any
 from afk_local.storage import fsio
 from afk_local.storage.format.journal_format import read_journal
 from afk_local.storage.store import Store
+from afk_local.testing.crashsim.disk import is_temporary
 
 
 class RecordingError(RuntimeError):
@@ -42,6 +45,9 @@ class Op:
     data: bytes = b""
     offset: int = 0
     append: bool = False
+    site: str = ""
+    """fsync: the afk_local function that asked for it (``packing._write_packs``), as
+    :func:`call_site` names it; site mutants remove the fsyncs of one site."""
 
     def describe(self) -> str:
         """``#12 rename a -> b``: the call as a person reads it."""
@@ -53,6 +59,8 @@ class Op:
             return f"#{self.index} write {self.path} ({len(self.data)} bytes at {self.offset})"
         if self.operation == "truncate":
             return f"#{self.index} truncate {self.path} to {self.offset} bytes"
+        if self.site:
+            return f"#{self.index} {self.operation} {self.path} (from {self.site})"
         return f"#{self.index} {self.operation} {self.path}"
 
 
@@ -64,6 +72,8 @@ class CheckpointAck:
     run_id: str
     seq: int
     payload: Any
+    until: int | None = None
+    """Binds crashes up to (not after) this call: the retention policy let it go there."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +105,56 @@ class EffectCall:
     label: str
 
 
-Ack = CheckpointAck | OutcomeAck | StatusAck
+def run_listing(store: Store, run_id: str) -> frozenset[tuple[str, str]] | None:
+    """``(name, sha256)`` of every entry of a run directory but temps and ``owner.lock``;
+    None when the run does not exist."""
+    run_dir = store.runs_dir / run_id
+    if not run_dir.is_dir():
+        return None
+    found = set()
+    for name in os.listdir(run_dir):
+        if name == "owner.lock" or is_temporary(name):
+            continue
+        path = run_dir / name
+        data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+        found.add((name, hashlib.sha256(data).hexdigest()))
+    return frozenset(found)
+
+
+@dataclass(frozen=True)
+class DoneAck:
+    """A rewrite of ``run_id`` returned, and stays done: from then on the run directory
+    holds exactly ``names`` with these contents (temps and ``owner.lock`` aside), or
+    the run stays deleted (``names`` None). What a pack removed does not come back, nor
+    a run gc deleted, nor an untrimmed journal: the directory fsyncs that end each
+    rewrite exist for this."""
+
+    at: int
+    run_id: str
+    names: frozenset[tuple[str, str]] | None
+    """(name, sha256 of its bytes; of its target for a symlink)"""
+    what: str
+
+
+Ack = CheckpointAck | OutcomeAck | StatusAck | DoneAck
+
+
+_IO_MODULES = frozenset({"afk_local.storage.fsio", __name__})
+
+
+def call_site() -> str:
+    """The innermost afk_local function on the stack outside the I/O seam: ``module.function``.
+
+    ``atomic_write`` called by ``drop_from_packs`` is ``packing.drop_from_packs``: the place
+    that decided this fsync was needed, which is what a mutant removes.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("afk_local.") and module not in _IO_MODULES:
+            return f"{module.rpartition('.')[2]}.{frame.f_code.co_name}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return ""
 
 
 class Recorder:
@@ -120,6 +179,7 @@ class Recorder:
                     data=call.data,
                     offset=call.offset,
                     append=call.append,
+                    site=call_site() if call.operation == "fsync" else "",
                 )
             )
 
@@ -172,6 +232,22 @@ class Session:
             self._acked.add((run_id, "ckpt", file.seq))
             self.acks.append(CheckpointAck(at, run_id, file.seq, reader.load(file).payload))
 
+    def checkpoints_released(self, run_id: str, *, since: int) -> None:
+        """Acknowledged checkpoints of ``run_id`` no longer on disk were let go by the policy.
+
+        Call after the gc that deleted them: they bind only crashes up to ``since`` (the
+        position before that gc started), never later ones.
+        """
+        present = {f.seq for f in self.store.open(run_id).checkpoint_files()}
+        for i, ack in enumerate(self.acks):
+            if (
+                isinstance(ack, CheckpointAck)
+                and ack.run_id == run_id
+                and ack.seq not in present
+                and ack.until is None
+            ):
+                self.acks[i] = CheckpointAck(ack.at, run_id, ack.seq, ack.payload, until=since)
+
     def outcomes_acked(
         self, run_id: str, keys: list[str] | None = None, *, since: int | None = None
     ) -> None:
@@ -197,6 +273,11 @@ class Session:
         at = self.position if since is None else since
         self.acks.append(StatusAck(at, run_id, self.store.read_meta(run_id).status.value))
 
+    def rewrite_done(self, run_id: str, what: str) -> None:
+        """``what`` (``gc``, ``pack``) returned for ``run_id``: its result stays (a
+        :class:`DoneAck`). Only for a run nothing later in the recording touches."""
+        self.acks.append(DoneAck(self.position, run_id, run_listing(self.store, run_id), what))
+
     def effect_called(self, idempotency_key: str, label: str) -> None:
         """A side-effecting function of the workload ran (noted at the current position)."""
         self.calls.append(EffectCall(self.position, idempotency_key, label))
@@ -212,7 +293,12 @@ class Trace:
 
     def acks_at(self, position: int) -> tuple[Ack, ...]:
         """The acknowledgements that bind a crash after call ``position``."""
-        return tuple(a for a in self.acks if a.at <= position)
+        return tuple(
+            a
+            for a in self.acks
+            if a.at <= position
+            and (not isinstance(a, CheckpointAck) or a.until is None or position <= a.until)
+        )
 
     def calls_at(self, position: int) -> tuple[EffectCall, ...]:
         """The side effects that may have happened before a crash after call ``position``."""
@@ -222,6 +308,7 @@ class Trace:
 __all__ = [
     "Ack",
     "CheckpointAck",
+    "DoneAck",
     "EffectCall",
     "Op",
     "OutcomeAck",
@@ -230,4 +317,5 @@ __all__ = [
     "Session",
     "StatusAck",
     "Trace",
+    "run_listing",
 ]

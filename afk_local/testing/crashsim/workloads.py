@@ -15,7 +15,8 @@ A :class:`Workload` has three parts:
   outcome must be.
 
 Adding one (the ``pack`` workloads are the newest): write the three functions, give the expected
-outcomes, add the :class:`Workload` to :data:`WORKLOADS`. The explorer, the
+outcomes, add the :class:`Workload` to :data:`BASIC_WORKLOADS` (or, composing rewrites, to
+:data:`~afk_local.testing.crashsim.rewrites.REWRITE_WORKLOADS`). The explorer, the
 command line and the tests pick it up by name; docs/guarantees.md lists the
 state counts per workload.
 """
@@ -69,6 +70,10 @@ class Workload:
     setup: Callable[[Store, Path], Any] = field(default=lambda store, scratch: None)
     key: str | None = None
     """A store key: the workload runs, and is checked, in a keyed (signed) store."""
+    rerun: Callable[[Session, Any], None] | None = None
+    """Crashing twice: what a new process does first in a crash state (the interrupted
+    operation again: gc after a killed gc), recorded and crashed in turn. It reports the
+    promises it gets, like ``record``; those of the first recording still bind."""
 
     def store(self, root: Path) -> Store:
         """The workload's store at ``root``.
@@ -127,7 +132,7 @@ def _continue_runs(*run_ids: str) -> Callable[[Store], dict[str, Any]]:
     return resume
 
 
-def _state_payload(i: int) -> dict[str, Any]:
+def state_payload(i: int) -> dict[str, Any]:
     return {"i": i, "log": [f"line {j} " * 12 for j in range(i + 1)]}
 
 
@@ -135,7 +140,7 @@ def _value(i: int) -> dict[str, Any]:
     return {"i": i, "padding": PADDING}
 
 
-def _write_run(
+def write_run(
     store: Store,
     run_id: str,
     checkpoints: int,
@@ -152,7 +157,7 @@ def _write_run(
                 journal_of(run).call(f"e{i}", _value, (i,))
             if steps:
                 run.checkpoint("step_started", {"state": "running", "message_count": i}, step=i)
-            run.checkpoint("runtime_state", _state_payload(i), step=i)
+            run.checkpoint("runtime_state", state_payload(i), step=i)
         if finish is not None:
             run.finish(finish)
     time.sleep(0.003)  # distinct updated_ms: gc's age order is then deterministic
@@ -164,9 +169,9 @@ GC_POLICY = RetentionPolicy(keep_runtime_states=2, max_effects_per_run=2, max_ru
 
 
 def _gc_setup(store: Store, _scratch: Path) -> None:
-    _write_run(store, "old", 3, finish="old result")  # the oldest terminal run: deleted
-    _write_run(store, "done", 6, effects=4, finish="done result")  # compacted, journal trimmed
-    _write_run(store, "live", 5, effects=3, steps=True)  # interrupted: compacted, kept deltas
+    write_run(store, "old", 3, finish="old result")  # the oldest terminal run: deleted
+    write_run(store, "done", 6, effects=4, finish="done result")  # compacted, journal trimmed
+    write_run(store, "live", 5, effects=3, steps=True)  # interrupted: compacted, kept deltas
     # rewritten; its step_started and runtime_state chains interleave
 
 
@@ -178,6 +183,8 @@ def _gc_record(session: Session, _prepared: Any) -> None:
         session.checkpoints_acked(run_id, since=0)
         session.outcomes_acked(run_id, since=0)
         session.status_acked(run_id, since=0)
+    for run_id in ("old", "done", "live"):  # and what it did stays done
+        session.rewrite_done(run_id, "gc")
 
 
 # -- pack -------------------------------------------------------------------------------
@@ -186,7 +193,7 @@ def _gc_record(session: Session, _prepared: Any) -> None:
 def _pack_setup(store: Store, _scratch: Path) -> None:
     # Two interleaved delta chains and a few effects; the oldest checkpoints already
     # packed, so the recorded pack merges that pack with the files after it.
-    _write_run(store, "idle", 5, effects=2, steps=True)
+    write_run(store, "idle", 5, effects=2, steps=True)
     pack_run(store.paths("idle"), store.codec, keep_from=5)
 
 
@@ -198,11 +205,12 @@ def _pack_record(session: Session, _prepared: Any) -> None:
     (report,) = session.store.pack(["idle"])
     if report.errors or not report.packs_merged or report.loose_left != 1:
         raise ResumeFailed(f"pack did not do what the workload expects: {report.to_dict()}")
+    session.rewrite_done("idle", "pack")
     # A live writer past its loose-file limit packs by itself, acknowledging on the way.
     session.store.pack_loose_limit = 3
     with session.store.create("live") as run:
         for i in range(6):
-            run.checkpoint("runtime_state", _state_payload(i), step=i)
+            run.checkpoint("runtime_state", state_payload(i), step=i)
             session.checkpoints_acked("live")
 
 
@@ -210,7 +218,7 @@ def _pack_record(session: Session, _prepared: Any) -> None:
 
 
 def _fork_setup(store: Store, _scratch: Path) -> None:
-    _write_run(store, "source", 5, effects=4)
+    write_run(store, "source", 5, effects=4)
 
 
 def _fork_record(session: Session, _prepared: Any) -> None:
@@ -228,7 +236,7 @@ def _fork_record(session: Session, _prepared: Any) -> None:
 
 def _import_setup(_store: Store, scratch: Path) -> str:
     source = Store(scratch / "exporting-store")
-    _write_run(source, "exported", 5, effects=3)
+    write_run(source, "exported", 5, effects=3)
     records = export_records(source.open("exported"))
     return "\n".join(json.dumps(to_jsonable(r)) for r in records)
 
@@ -240,93 +248,99 @@ def _import_record(session: Session, text: str) -> None:
     session.status_acked("imported")
 
 
-WORKLOADS: dict[str, Workload] = {
-    w.name: w
-    for w in (
-        _job_workload(
-            "sync",
-            "a sync job: 6 checkpoints of a growing state (deltas), then its result",
-            count_job,
-            (6,),
-            {"count": 6},
-        ),
-        _job_workload(
-            "async",
-            "an async job: queued checkpoints while 3 threads journal calls (group commit), "
-            "two flushes, its result",
-            batch_job,
-            (2, 3),
-            {"fetched": [0, 1, 2, 3, 4, 5], "done": 6},
-        ),
-        _job_workload(
-            "exit",
-            "an exit-mode job: 4 checkpoints kept in memory, written with its result",
-            count_job_at_exit,
-            (4,),
-            {"count": 4},
-        ),
-        _job_workload(
-            "journal",
-            "journaled calls: not idempotent, idempotent, one that fails; checkpoints between",
-            ledger_job,
-            (),
-            {"charged": 1, "mailed": 2, "notified": 3},
-        ),
-        Workload(
-            "gc",
-            "gc of three runs: one deleted (max_runs), a finished one compacted and its "
-            "journal trimmed, an interrupted one compacted (deltas rewritten as keyframes)",
-            _gc_record,
-            _continue_runs("done", "live"),
-            {"done": {"completed": "done result"}, "live": "resumed"},
-            setup=_gc_setup,
-        ),
-        Workload(
-            "gc-keyed",
-            "the gc workload in a keyed store (signature chains, chain links in run.meta)",
-            _gc_record,
-            _continue_runs("done", "live"),
-            {"done": {"completed": "done result"}, "live": "resumed"},
-            setup=_gc_setup,
-            key="crashsim key",
-        ),
-        Workload(
-            "pack",
-            "afk-local pack of an idle run (an older pack merged, every file but the newest "
-            "folded in), then a live writer packing by itself past 3 loose files",
-            _pack_record,
-            _continue_runs("idle", "live"),
-            {"idle": "resumed", "live": "resumed"},
-            setup=_pack_setup,
-        ),
-        Workload(
-            "pack-keyed",
-            "the pack workload in a keyed store (signed packs, signature chains across them)",
-            _pack_record,
-            _continue_runs("idle", "live"),
-            {"idle": "resumed", "live": "resumed"},
-            setup=_pack_setup,
-            key="crashsim key",
-        ),
-        Workload(
-            "fork",
-            "fork of a 5-checkpoint run with 4 effects at checkpoint 3",
-            _fork_record,
-            _continue_runs("source", "forked"),
-            {"source": "resumed", "forked": "resumed"},
-            setup=_fork_setup,
-        ),
-        Workload(
-            "import",
-            "import of an exported 5-checkpoint run with 3 effects",
-            _import_record,
-            _continue_runs("imported"),
-            {"imported": "resumed"},
-            setup=_import_setup,
-        ),
-    )
-}
-"""Every workload by name, in the order the explorer runs them."""
+BASIC_WORKLOADS: tuple[Workload, ...] = (
+    _job_workload(
+        "sync",
+        "a sync job: 6 checkpoints of a growing state (deltas), then its result",
+        count_job,
+        (6,),
+        {"count": 6},
+    ),
+    _job_workload(
+        "async",
+        "an async job: queued checkpoints while 3 threads journal calls (group commit), "
+        "two flushes, its result",
+        batch_job,
+        (2, 3),
+        {"fetched": [0, 1, 2, 3, 4, 5], "done": 6},
+    ),
+    _job_workload(
+        "exit",
+        "an exit-mode job: 4 checkpoints kept in memory, written with its result",
+        count_job_at_exit,
+        (4,),
+        {"count": 4},
+    ),
+    _job_workload(
+        "journal",
+        "journaled calls: not idempotent, idempotent, one that fails; checkpoints between",
+        ledger_job,
+        (),
+        {"charged": 1, "mailed": 2, "notified": 3},
+    ),
+    Workload(
+        "gc",
+        "gc of three runs: one deleted (max_runs), a finished one compacted and its "
+        "journal trimmed, an interrupted one compacted (deltas rewritten as keyframes)",
+        _gc_record,
+        _continue_runs("done", "live"),
+        {"done": {"completed": "done result"}, "live": "resumed"},
+        setup=_gc_setup,
+    ),
+    Workload(
+        "gc-keyed",
+        "the gc workload in a keyed store (signature chains, chain links in run.meta)",
+        _gc_record,
+        _continue_runs("done", "live"),
+        {"done": {"completed": "done result"}, "live": "resumed"},
+        setup=_gc_setup,
+        key="crashsim key",
+    ),
+    Workload(
+        "pack",
+        "afk-local pack of an idle run (an older pack merged, every file but the newest "
+        "folded in), then a live writer packing by itself past 3 loose files",
+        _pack_record,
+        _continue_runs("idle", "live"),
+        {"idle": "resumed", "live": "resumed"},
+        setup=_pack_setup,
+    ),
+    Workload(
+        "pack-keyed",
+        "the pack workload in a keyed store (signed packs, signature chains across them)",
+        _pack_record,
+        _continue_runs("idle", "live"),
+        {"idle": "resumed", "live": "resumed"},
+        setup=_pack_setup,
+        key="crashsim key",
+    ),
+    Workload(
+        "fork",
+        "fork of a 5-checkpoint run with 4 effects at checkpoint 3",
+        _fork_record,
+        _continue_runs("source", "forked"),
+        {"source": "resumed", "forked": "resumed"},
+        setup=_fork_setup,
+    ),
+    Workload(
+        "import",
+        "import of an exported 5-checkpoint run with 3 effects",
+        _import_record,
+        _continue_runs("imported"),
+        {"imported": "resumed"},
+        setup=_import_setup,
+    ),
+)
+"""The workloads of one operation each (jobs, gc, pack, fork, import); the registry
+(:data:`~afk_local.testing.crashsim.registry.WORKLOADS`) adds the composed ones."""
 
 
-__all__ = ["WORKLOADS", "InDoubt", "ResumeFailed", "Workload", "continue_run"]
+__all__ = [
+    "BASIC_WORKLOADS",
+    "InDoubt",
+    "ResumeFailed",
+    "Workload",
+    "continue_run",
+    "state_payload",
+    "write_run",
+]

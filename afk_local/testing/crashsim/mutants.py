@@ -1,0 +1,47 @@
+"""The explorer's mutants: each makes the model treat some fsyncs as never made.
+
+A *kind* mutant (:data:`MUTANTS`) removes every fsync of one kind; a *site* mutant
+(:data:`SITE_MUTANTS`) removes the fsyncs of one kind that one function of the pack,
+merge and gc paths asked for (:attr:`~afk_local.testing.crashsim.trace.Op.site`).
+:mod:`.hunt` looks for the workload that catches each site mutant.
+"""
+
+from __future__ import annotations
+
+MUTANTS: dict[str, str] = {
+    "no-file-fsync": "file",
+    "no-dir-fsync": "dir",
+    "no-journal-fsync": "journal",
+}
+"""Mutant name -> the kind of fsync it removes (a file's data, a directory's entries,
+``effects.log`` appends)."""
+
+_REWRITE_SITES: tuple[tuple[str, str], ...] = (
+    ("packing._write_packs", "file"),  # a new or merged pack's bytes
+    ("packing._write_packs", "dir"),  # its name, before the packed files go
+    ("packing.pack_run", "dir"),  # the removal of what the pack superseded
+    ("packing.drop_from_packs", "file"),  # gc: a pack republished without doomed seqs
+    ("packing.drop_from_packs", "dir"),
+    ("retention.rewrite_as_keyframe", "file"),  # gc: a kept delta rewritten as a keyframe
+    ("retention.rewrite_as_keyframe", "dir"),
+    ("retention.remove_checkpoints", "dir"),  # gc: each deletion round, the replaced packs
+    ("retention.compact_run", "file"),  # gc, keyed: chain links in run.meta
+    ("retention.compact_run", "dir"),
+    ("retention._mark_journal_trimmed", "file"),
+    ("retention._mark_journal_trimmed", "dir"),
+    ("journal_format.write_journal_file", "file"),  # gc: the trimmed journal
+    ("retention._rewrite_journal", "dir"),
+    ("maintenance.delete", "dir"),  # gc: a deleted run
+)
+
+SITE_MUTANTS: dict[str, tuple[str, str]] = {
+    f"no-fsync@{site}:{kind}": (site, kind) for site, kind in _REWRITE_SITES
+}
+"""Site mutant name -> the (call site, fsync kind) it removes: every fsync of the pack,
+merge and gc paths, one at a time (:attr:`~afk_local.testing.crashsim.trace.Op.site`)."""
+
+REWRITE_MODULES = ("packing", "retention", "maintenance", "metrics")
+"""Modules whose fsyncs are the rewrite paths that :data:`SITE_MUTANTS` must cover."""
+
+
+__all__ = ["MUTANTS", "REWRITE_MODULES", "SITE_MUTANTS"]
