@@ -520,7 +520,8 @@ def chain_links_after_delete(
 
     Each kept checkpoint whose predecessor is doomed gets that predecessor's MAC
     as its chain link (checked: the survivor must verify with it); links of doomed
-    checkpoints are dropped. None when nothing changes or the store has no key.
+    checkpoints stay until a later compaction finds them gone. None when nothing
+    changes or the store has no key.
     Write it to ``run.meta`` before deleting anything.
 
     Raises:
@@ -530,7 +531,11 @@ def chain_links_after_delete(
         return None
     extra = reader.meta.extra if isinstance(reader.meta.extra, dict) else {}
     old = chain_links(extra)
-    links = {seq: mac for seq, mac in old.items() if seq not in doomed}
+    # The doomed keep their links until they are gone: a crash before the rewrite that
+    # drops them is published leaves them live, and they must still verify. Links of
+    # checkpoints an earlier, finished compaction removed are pruned now.
+    present = doomed | {f.seq for f in kept}
+    links = {seq: mac for seq, mac in old.items() if seq in present}
     for file in kept:
         if file.seq - 1 in doomed:
             links[file.seq] = reader.chain_value(file)
