@@ -324,7 +324,11 @@ def cmd_pack(args: argparse.Namespace) -> int:
     for run_id in args.runs:
         require_run(store, run_id)
     reports = store.pack(
-        args.runs or None, full=not args.no_merge, keep_loose=args.keep_loose, dry_run=args.dry_run
+        args.runs or None,
+        full=not args.no_merge,
+        merge=not args.no_merge,
+        keep_loose=args.keep_loose,
+        dry_run=args.dry_run,
     )
     if args.json:
         emit_json([r.to_dict() for r in reports])

@@ -193,6 +193,7 @@ def pack(
     full: bool,
     keep_loose: int,
     dry_run: bool,
+    merge: bool = True,
 ) -> list[PackReport]:
     """Fold the loose checkpoint files of idle runs into packs (:meth:`afk_local.Store.pack`)."""
     from afk_local.storage.rundir.packing import PackReport, pack_run  # noqa: PLC0415
@@ -211,6 +212,7 @@ def pack(
                 reader.paths,
                 store.codec,
                 full=full,
+                merge=merge,
                 keep_loose=keep_loose,
                 dry_run=dry_run,
                 env=store.env,

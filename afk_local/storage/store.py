@@ -490,6 +490,7 @@ class Store:
         run_ids: list[str] | None = None,
         *,
         full: bool = True,
+        merge: bool = True,
         keep_loose: int = 1,
         dry_run: bool = False,
     ) -> list[PackReport]:
@@ -503,10 +504,14 @@ class Store:
         Args:
             run_ids: the runs (default: every run of the store).
             full: merge each run's packs into as few as the size bounds allow.
+            merge: False: add a pack per run and leave its existing packs alone (a run
+                written before manifests existed is merged once, to adopt it).
             keep_loose: the newest loose files of each run that stay loose (>= 1).
             dry_run: say what would happen, change nothing.
         """
-        return maintenance.pack(self, run_ids, full=full, keep_loose=keep_loose, dry_run=dry_run)
+        return maintenance.pack(
+            self, run_ids, full=full, merge=merge, keep_loose=keep_loose, dry_run=dry_run
+        )
 
     def fork(
         self,

@@ -41,6 +41,7 @@ from afk_local.storage.format.records import (
 MAGIC = b"AFK1"
 KIND_CHECKPOINT = 1
 KIND_META = 2
+KIND_MANIFEST = 3
 FLAG_DELTA = 0x01
 FLAG_SIGNED = 0x02
 """Flag bit 1: a 32-byte HMAC-SHA256 trailer follows the body (a keyed store)."""

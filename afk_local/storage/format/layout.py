@@ -28,6 +28,8 @@ META_NAME = "run.meta"
 LOCK_NAME = "owner.lock"
 LATEST_NAME = "latest"
 JOURNAL_NAME = "effects.log"
+MANIFEST_NAME = "MANIFEST"
+"""Which packs and which loose range of a run are live (format/manifest.py)."""
 LOGS_NAME = "logs"
 RUNS_DIR = "runs"
 REQUESTS_DIR = "requests"
@@ -227,6 +229,11 @@ class RunPaths(msgspec.Struct, frozen=True):
     def journal(self) -> Path:
         """``effects.log``."""
         return self.dir / JOURNAL_NAME
+
+    @property
+    def manifest(self) -> Path:
+        """``MANIFEST``: the live packs and loose range (written by rewrites only)."""
+        return self.dir / MANIFEST_NAME
 
     @property
     def logs(self) -> Path:

@@ -51,7 +51,7 @@ from typing import Any
 
 import msgspec
 
-from afk_local.errors import AfkLocalError, RunExistsError
+from afk_local.errors import AfkLocalError, CheckpointCorruptionError, RunExistsError
 from afk_local.storage import fsio
 from afk_local.storage.format import codec
 from afk_local.storage.format.integrity import (
@@ -83,6 +83,7 @@ from afk_local.storage.format.records import (
 from afk_local.storage.ops.state_edit import apply_updates
 from afk_local.storage.rundir.metrics import METRICS_KEY, copy_archive
 from afk_local.storage.rundir.reader import CheckpointNotFoundError, RunReader
+from afk_local.storage.rundir.rewrite import publish_manifest
 
 log = logging.getLogger("afk_local")
 
@@ -90,6 +91,7 @@ JOURNAL_TRIMMED_KEY = "journal_trimmed"
 """``RunMeta.extra`` key gc sets before it trims a run's journal: forks of it are refused."""
 
 
+_SNAPSHOT_ATTEMPTS = 5  # listings a fork tries while a pack or gc moves the source's files
 _LINK_REFUSED = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP)
 
 
@@ -123,6 +125,36 @@ def fork_run(
         StateEditError: ``updates`` name a path the state does not have, or there is
             no ``runtime_state`` at or before ``at_seq`` to edit.
     """
+    for attempt in range(_SNAPSHOT_ATTEMPTS):
+        token = source.catalog.view_token()
+        try:
+            _fork_once(source, at_seq, target, updates=updates)
+            return
+        except (FileNotFoundError, CheckpointCorruptionError) as exc:
+            if isinstance(exc, CheckpointCorruptionError) and source.catalog.view_token() == token:
+                raise  # damage, not a race
+            failure: Exception = exc
+            log.info(
+                "fork of run %s: files moved while read (%s), attempt %d",
+                source.run_id,
+                exc,
+                attempt + 1,
+            )
+            source.catalog.scan()
+    raise AfkLocalError(
+        f"run {source.run_id!r}: not forked: its files kept moving while they were read (a "
+        f"pack or gc of the run ran meanwhile: {failure}); nothing was created, try again"
+    )
+
+
+def _fork_once(
+    source: RunReader,
+    at_seq: int,
+    target: RunPaths,
+    *,
+    updates: Mapping[str, Any] | None = None,
+) -> None:
+    """One attempt of :func:`fork_run` against the source's files as listed now."""
     run_id, record_codec = source.run_id, source.record_codec
     meta = source.meta
     files = [f for f in source.checkpoint_files() if f.seq <= at_seq]
@@ -264,6 +296,18 @@ def _share_history(
     at = files[-1]
     if at.pack is not None:
         source.env.write_new_file(tmp.dir / at.name, source.stored_bytes(at))
+    packs = [p for p in (parse_pack_name(n) for n in os.listdir(tmp.dir)) if p is not None]
+    if packs and source.catalog.manifest() is not None:
+        # The fork's packs hold seqs below every loose file it has: one manifest says so.
+        loose_from = max(p.last for p in packs) + 1
+        publish_manifest(
+            tmp,
+            None,
+            [p.name for p in packs],
+            loose_from,
+            signer=record_codec.signer,
+            env=source.env,
+        )
 
 
 def _link_or_copy(src: os.PathLike[str], dst: os.PathLike[str], env: fsio.Env) -> None:

@@ -54,13 +54,15 @@ from afk_local.storage.format.layout import (
     RunPaths,
     parse_checkpoint_name,
 )
+from afk_local.storage.format.pack import PackEntry
 from afk_local.storage.format.records import Effect, Phase, RunStatus, now_ms
 from afk_local.storage.ops.fork import JOURNAL_TRIMMED_KEY
 from afk_local.storage.rundir.catalog import RunCatalog
 from afk_local.storage.rundir.chain import is_signed_file
 from afk_local.storage.rundir.metrics import archive_metrics
-from afk_local.storage.rundir.packing import drop_from_packs
+from afk_local.storage.rundir.packing import live_view
 from afk_local.storage.rundir.reader import RunReader
+from afk_local.storage.rundir.rewrite import publish_manifest, remove_garbage, write_packs
 
 log = logging.getLogger("afk_local")
 
@@ -348,6 +350,8 @@ def compact_run(
     """
     paths = reader.paths
     facts = read_file_facts(paths.dir, reader.checkpoint_files(), reader.catalog)
+    if reader.catalog.manifest_problem is not None:
+        raise reader.catalog.manifest_problem  # never plan a rewrite on a guess
     target = fsio.read_link(paths.latest)
     latest = parse_checkpoint_name(target) if target else None
     plan = plan_run(paths.run_id, facts, policy, latest_name=latest.name if latest else None)
@@ -407,34 +411,56 @@ def compact_run(
 def remove_checkpoints(reader: RunReader, plan: RunPlan) -> None:
     """Delete ``plan.delete`` after rewriting ``plan.rewrite``, crash-safely (steps 1-2 above).
 
-    1. every kept delta whose base goes is rewritten as a keyframe with the same decoded
-       bytes (a packed one gets a loose keyframe copy, which readers prefer);
-    2. every pack holding a doomed checkpoint (or the old copy of a rewritten one) is
-       published again without them, the old pack kept for now;
-    3. loose files are deleted in durable rounds (:func:`deletion_rounds`), then the
-       replaced packs (packed checkpoints never depend on loose ones).
+    1. every kept loose delta whose base goes is rewritten as a loose keyframe with the
+       same decoded bytes (temp + rename over it: either copy decodes the same);
+    2. every live pack holding a doomed checkpoint or one to rewrite (every pack, in a
+       run without a manifest) is replaced by new packs of its kept entries, the
+       rewritten ones as keyframes, and the run's ``MANIFEST`` naming them is published
+       (:mod:`~afk_local.storage.rundir.rewrite`): the instant the packed part changes;
+    3. the doomed live loose files are deleted in durable rounds (:func:`deletion_rounds`),
+       then everything the manifest no longer names.
 
-    The caller holds the run's lock and, in a keyed store, has recorded the chain
-    links first (:func:`chain_links_after_delete`).
+    No copy is ever both kept and deleted, and nothing is deleted before the manifest
+    that stops naming it is durable, so a kill at any point, then any rewrite, loses
+    nothing. The caller holds the run's lock and, in a keyed store, has recorded the
+    chain links first (:func:`chain_links_after_delete`).
     """
-    paths = reader.paths
+    paths, env = reader.paths, reader.env
+    view = live_view(reader.catalog)
     for f in plan.rewrite:
-        rewrite_as_keyframe(reader, CheckpointFile(f.seq, f.phase, f.name, pack=f.pack))
-    drop = {f.seq for f in plan.delete if f.pack is not None}
-    drop |= {f.seq for f in plan.rewrite if f.pack is not None}
-    env = reader.env
-    replaced = (
-        drop_from_packs(paths, reader.record_codec, reader.catalog, drop, env) if drop else []
-    )
-    loose = [f for f in plan.delete if f.pack is None]
+        if f.pack is None and f.seq >= view.loose_from:
+            rewrite_as_keyframe(reader, CheckpointFile(f.seq, f.phase, f.name))
+    touched = {f.seq for f in (*plan.delete, *plan.rewrite) if f.pack is not None}
+    if view.legacy:
+        touched |= {f.seq for f in (*plan.delete, *plan.rewrite) if f.seq < view.loose_from}
+    replace = [p for p in view.packs if view.legacy or any(p.first <= s <= p.last for s in touched)]
+    manifest = view.manifest
+    if replace:
+        names = {p.name for p in replace}
+        rewritten = {f.seq for f in plan.rewrite}
+        entries = []
+        for f in plan.keep:
+            file = CheckpointFile(f.seq, f.phase, f.name, pack=f.pack)
+            if not (f.pack in names or (view.legacy and f.seq < view.loose_from)):
+                continue
+            image = (
+                keyframe_image(reader, file) if f.seq in rewritten else reader.stored_bytes(file)
+            )
+            entries.append(PackEntry(f.seq, f.phase, image))
+        signer = reader.record_codec.signer
+        written = write_packs(paths, entries, signer, env)
+        kept = [p.name for p in view.packs if p.name not in names]
+        manifest = publish_manifest(
+            paths, view.manifest, kept + written, view.loose_from, signer=signer, env=env
+        )
+    loose = [f for f in plan.delete if f.pack is None and f.seq >= view.loose_from]
     for batch in deletion_rounds(loose, keyed=reader.record_codec.signer is not None):
         for f in batch:
             env.unlink(paths.dir / f.name)
         env.fsync_dir(paths.dir)
-    if replaced:
-        for name in replaced:
-            env.unlink(paths.dir / name)
-        env.fsync_dir(paths.dir)
+    if manifest is not None:
+        remove_garbage(paths, manifest, env, just_published=bool(replace), sync=True)
+    reader.catalog.scan()
 
 
 def deletion_rounds(doomed: Sequence[FileFacts], *, keyed: bool) -> list[list[FileFacts]]:
@@ -472,15 +498,19 @@ def _mark_journal_trimmed(reader: RunReader, dropped: int) -> None:
     reader.refresh()
 
 
-def rewrite_as_keyframe(reader: RunReader, file: CheckpointFile) -> None:
-    """Replace a checkpoint file by a keyframe of the same decoded bytes (temp + rename).
+def keyframe_image(reader: RunReader, file: CheckpointFile) -> bytes:
+    """The bytes of a keyframe with ``file``'s decoded bytes and signature.
 
     Its signature covers the decoded bytes, so a signed file keeps its MAC unchanged.
     """
     reader.load(file)  # checks the record decodes, belongs here and (keyed) is signed
     raw, mac = reader.record_bytes(file)  # exact bytes: kept deltas use them
-    frame = codec.pack_frame(codec.KIND_CHECKPOINT, codec.compress(raw), mac=mac)
-    reader.env.atomic_write(reader.paths.dir / file.name, frame)
+    return codec.pack_frame(codec.KIND_CHECKPOINT, codec.compress(raw), mac=mac)
+
+
+def rewrite_as_keyframe(reader: RunReader, file: CheckpointFile) -> None:
+    """Replace a loose checkpoint file by a keyframe of the same decoded bytes (temp + rename)."""
+    reader.env.atomic_write(reader.paths.dir / file.name, keyframe_image(reader, file))
 
 
 def chain_links_after_delete(
@@ -490,7 +520,8 @@ def chain_links_after_delete(
 
     Each kept checkpoint whose predecessor is doomed gets that predecessor's MAC
     as its chain link (checked: the survivor must verify with it); links of doomed
-    checkpoints are dropped. None when nothing changes or the store has no key.
+    checkpoints stay until a later compaction finds them gone. None when nothing
+    changes or the store has no key.
     Write it to ``run.meta`` before deleting anything.
 
     Raises:
@@ -500,7 +531,11 @@ def chain_links_after_delete(
         return None
     extra = reader.meta.extra if isinstance(reader.meta.extra, dict) else {}
     old = chain_links(extra)
-    links = {seq: mac for seq, mac in old.items() if seq not in doomed}
+    # The doomed keep their links until they are gone: a crash before the rewrite that
+    # drops them is published leaves them live, and they must still verify. Links of
+    # checkpoints an earlier, finished compaction removed are pruned now.
+    present = doomed | {f.seq for f in kept}
+    links = {seq: mac for seq, mac in old.items() if seq in present}
     for file in kept:
         if file.seq - 1 in doomed:
             links[file.seq] = reader.chain_value(file)

@@ -5,10 +5,18 @@ file bytes inside a ``pack-*.pack`` file, see :mod:`afk_local.storage.format.pac
 its name either way. :class:`RunCatalog` lists both and hands out the bytes of
 either, so the chain decoder, the reader, verify, gc and fork treat them alike.
 
-A seq found loose and in a pack (a crash between publishing a pack and removing the
-files it holds) is the same bytes twice: the loose file is used. Packs are immutable
-and uniquely named, so an opened pack's index is kept; a pack that vanished (merged
-into a bigger one) is forgotten and the directory listed again.
+Which copy is live is the run's ``MANIFEST``'s to say
+(:mod:`afk_local.storage.format.manifest`): below its ``loose_from`` a seq lives in a
+named pack, from it on as a loose file; every other copy is garbage and ignored. A run
+without a manifest (never rewritten since packs got one, or never packed) is read as
+before: every loose file is live and, for a seq found loose and in a pack, the loose
+file is used. Listings stat ``MANIFEST`` and read it only when it changed; reading
+``latest``'s target never lists, so a cold read of one run costs no extra read.
+
+Lock-free readers race rewrites: a pack or loose file named by one listing may be gone
+by the time it is read. The catalog then lists again, through the manifest, and looks
+for the seq where the new view says it is (:meth:`RunCatalog.view_token` lets callers
+see that the view moved).
 """
 
 from __future__ import annotations
@@ -28,6 +36,11 @@ from afk_local.storage.format.layout import (
     checkpoint_name,
     scan_run_files,
 )
+from afk_local.storage.format.manifest import (
+    MAX_MANIFEST_BYTES,
+    Manifest,
+    decode_manifest,
+)
 
 # The pack format is imported when a pack is first opened: a run of loose files (most
 # runs, and every cold read of one) never needs it.
@@ -36,6 +49,7 @@ if TYPE_CHECKING:
 
 PACK_SEPARATOR = "#"
 """Between a pack's path and a checkpoint's name in the location of a packed checkpoint."""
+_VIEW_ATTEMPTS = 8  # listings tried while rewrites keep replacing what the manifest names
 
 
 class RunCatalog:
@@ -63,13 +77,21 @@ class RunCatalog:
         self._blocks: BlockCache | None = None  # one byte bound for all of the run's packs
         self._damaged: dict[str, str] = {}
         self._listed: list[PackFile] | None = None
+        self._manifest: Manifest | None = None
+        self._manifest_id: tuple[int, int, int] | None = None
+        self.manifest_problem: CheckpointCorruptionError | None = None
+        """Why the last listing could not follow the manifest (damaged, or naming a pack
+        that is gone): it was then read by the rule of a run without one. Readers go on
+        with what they can read, verify reports it, rewrites refuse to run on a guess."""
 
     # -- listing ----------------------------------------------------------------------
 
     def scan(self) -> tuple[list[CheckpointFile], list[PackFile]]:
-        """List the directory: its loose checkpoint files and its pack files, in order."""
+        """List the directory: its loose checkpoint files and its pack files, in order.
+
+        Every file is listed, live or not; :meth:`live` applies the manifest.
+        """
         loose, packs = scan_run_files(self.paths.dir)
-        self._listed = packs
         names = {p.name for p in packs}
         for gone in [n for n in self._readers if n not in names]:
             del self._readers[gone]
@@ -77,11 +99,100 @@ class RunCatalog:
             del self._damaged[gone]
         return loose, packs
 
+    # -- the manifest -----------------------------------------------------------------
+
+    def manifest(self) -> Manifest | None:
+        """The run's manifest as it is on disk now (None: the run has none).
+
+        Raises:
+            CheckpointCorruptionError: it is damaged, oversized or not this run's.
+        """
+        path = str(self.paths.manifest)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            self._manifest = self._manifest_id = None
+            return None
+        except OSError as exc:
+            raise CheckpointCorruptionError(path, f"cannot read: {exc.strerror}") from None
+        identity = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if identity == self._manifest_id and self._manifest is not None:
+            return self._manifest
+        try:
+            data = fsio.read_bounded(path, MAX_MANIFEST_BYTES)
+        except FileNotFoundError:  # replaced between the stat and the open: read the new one
+            return self.manifest()
+        except (OSError, ValueError) as exc:
+            raise CheckpointCorruptionError(path, f"cannot read: {exc}") from None
+        manifest = decode_manifest(data, path, run_id=self.paths.run_id, signer=self._signer)
+        self._manifest, self._manifest_id = manifest, identity
+        return manifest
+
+    def view_token(self) -> tuple[object, ...]:
+        """Something that changes whenever a rewrite publishes: compare two to see one ran."""
+        try:
+            st = os.lstat(self.paths.manifest)
+            manifest_id: object = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            manifest_id = None
+        try:
+            packs = tuple(p.name for p in scan_run_files(self.paths.dir)[1])
+        except OSError:
+            packs = ()
+        return (manifest_id, packs)
+
+    def live(self) -> tuple[list[CheckpointFile], list[PackFile], Manifest | None]:
+        """The live loose files and live packs, through the manifest, and the manifest.
+
+        Without a manifest (a run never packed) every loose file and every pack is live.
+        A manifest that is damaged or names a missing pack (after listing again, in case
+        a rewrite replaced it meanwhile) is set aside: :attr:`manifest_problem` says why,
+        and the run is listed as if it had none (every copy of a seq decodes the same, so
+        a reader loses nothing it could read).
+        """
+        self.manifest_problem = None
+        missing = ""
+        for _ in range(_VIEW_ATTEMPTS):
+            loose, packs = self.scan()
+            try:
+                manifest = self.manifest()  # a failed lstat for a run never packed
+            except CheckpointCorruptionError as exc:
+                self.manifest_problem = exc
+                manifest = None
+            if manifest is None:
+                self._listed = packs
+                return loose, packs, None
+            names = {p.name for p in packs}
+            missing = next((n for n in manifest.packs if n not in names), "")
+            if not missing:
+                live = manifest.pack_files()
+                self._listed = live
+                return [f for f in loose if f.seq >= manifest.loose_from], live, manifest
+            # Listed before a rewrite published, or after it removed what this manifest
+            # named: the manifest read now is newer; list again.
+        self.manifest_problem = CheckpointCorruptionError(
+            str(self.paths.manifest), f"names pack {missing}, which is missing"
+        )
+        self._listed = packs
+        return loose, packs, None
+
+    def loose_from(self) -> int:
+        """The lowest seq whose loose file is live (1 when the run has no manifest).
+
+        A stat of ``MANIFEST`` (and a read when it changed): readers call it only to
+        find a delta's base.
+        """
+        try:
+            manifest = self.manifest()
+        except CheckpointCorruptionError:
+            return 1  # set aside, as live() does
+        return 1 if manifest is None or self.manifest_problem is not None else manifest.loose_from
+
     def files(self) -> list[CheckpointFile]:
-        """Every checkpoint, loose or packed, in seq order (each seq once)."""
-        loose, packs = self.scan()
+        """Every live checkpoint, loose or packed, in seq order (each seq once)."""
+        loose, packs, manifest = self.live()
         found = {f.seq: f for f in loose}
-        for pack in self._preferred(packs):
+        for pack in packs if manifest is not None else self._preferred(packs):
             reader = self._reader(pack)
             if reader is None:
                 continue
@@ -130,19 +241,19 @@ class RunCatalog:
         return reader
 
     def find(self, seq: int) -> CheckpointFile | None:
-        """Checkpoint ``seq``, loose or packed, or None when the run has none.
+        """Live checkpoint ``seq``, loose or packed, or None when the run has none.
 
         Raises:
             CheckpointCorruptionError: a damaged pack's name claims ``seq``.
         """
-        loose, packs = self.scan()
+        loose, packs, _ = self.live()
         for file in loose:
             if file.seq == seq:
                 return file
         return self._packed(seq, packs)
 
     def packed(self, seq: int) -> CheckpointFile | None:
-        """Checkpoint ``seq`` if a pack holds it (no listing when a known pack does).
+        """Live checkpoint ``seq`` if a live pack holds it (no listing when a known pack does).
 
         Raises:
             CheckpointCorruptionError: a damaged pack's name claims ``seq``.
@@ -151,7 +262,7 @@ class RunCatalog:
             found = self._packed(seq, self._listed)
             if found is not None:
                 return found
-        return self._packed(seq, self.scan()[1])
+        return self._packed(seq, self.live()[1])
 
     def _packed(self, seq: int, packs: list[PackFile]) -> CheckpointFile | None:
         damage: CheckpointCorruptionError | None = None
@@ -204,7 +315,7 @@ class RunCatalog:
                 the pack no longer holds it.
         """
         assert file.pack is not None
-        for _ in range(2):
+        for _ in range(_VIEW_ATTEMPTS):
             try:
                 reader = self.pack_reader(file.pack)
                 entry = reader.index.find(file.seq)
@@ -212,7 +323,8 @@ class RunCatalog:
                     break
                 return reader.image(entry)
             except FileNotFoundError:
-                # Merged into another pack meanwhile: look for it again.
+                # Rewritten into another pack meanwhile: look for it in a fresh view.
+                self._listed = None
                 moved = self.packed(file.seq)
                 if moved is None or moved.pack is None:
                     break
@@ -232,6 +344,7 @@ class RunCatalog:
         try:
             return fsio.read_bounded(path, max_bytes)
         except FileNotFoundError:
+            self._listed = None
             packed = self.packed(file.seq)  # packed since it was listed, perhaps
             if packed is not None and packed.name == file.name:
                 return self.packed_image(packed)

@@ -22,7 +22,7 @@ from afk_local.storage.format import codec
 from afk_local.storage.format.integrity import NO_MAC
 from afk_local.storage.format.layout import CheckpointFile, RunPaths, scan_checkpoints
 from afk_local.storage.format.records import Phase
-from afk_local.storage.rundir.catalog import PACK_SEPARATOR, RunCatalog
+from afk_local.storage.rundir.catalog import RunCatalog
 
 MAX_READ_CHAIN = 1024
 """Longest delta chain a reader follows (writers default to 32 and may not exceed this):
@@ -76,6 +76,7 @@ class ChainDecoder:
         self._cache_bytes = 0
         self._cache_limit = cache_bytes
         self._names: dict[int, CheckpointFile] | None = None
+        self._loose_from: int | None = None  # the manifest's, read once per decode
         self._dir = str(paths.dir) + os.sep
         self._budget: int | None = None
         self.frames_decoded = 0
@@ -117,6 +118,7 @@ class ChainDecoder:
         # Walk back from ``seq`` to a cached base or a keyframe, headers only.
         links: list[tuple[_Link, codec.FrameHeader]] = []
         base: bytes | None = None
+        self._loose_from = None
         cur_seq = seq
         link = self._locate(seq, name, pack)
         while True:
@@ -285,12 +287,16 @@ class ChainDecoder:
             raise CheckpointCorruptionError(path, f"cannot read: {exc.strerror}") from None
 
     def _base(self, seq: int, dependent: str) -> _Link | None:
-        """Checkpoint ``seq`` (a delta's base), or None if the run has none."""
+        """Checkpoint ``seq`` (a delta's base), where the run's manifest says it is live.
+
+        None if the run has no such checkpoint.
+        """
         if self._names is None:
-            if PACK_SEPARATOR in dependent:  # a packed delta's base is packed too
+            if self._loose_from is None:
+                self._loose_from = self.catalog.loose_from()
+            if seq < self._loose_from:  # live in a pack; a loose copy there is garbage
                 packed = self.catalog.packed(seq)
-                if packed is not None:
-                    return self._in_pack(packed)
+                return None if packed is None else self._in_pack(packed)
             # Guess the base's phase first: a stat per guess beats listing a huge directory.
             hint = dependent.rsplit(".", 2)[-2]
             for phase in (hint, *_PHASE_GUESSES):
@@ -304,6 +310,11 @@ class ChainDecoder:
             self._names = {f.seq: f for f in self.catalog.files()}
         file = self._names.get(seq)
         return None if file is None else self._locate(seq, file.name, file.pack)
+
+    def forget(self) -> None:
+        """Forget what was listed (not the decoded cache: a seq's bytes never change)."""
+        self._names = None
+        self._loose_from = None
 
     def _remember(self, seq: int, raw: bytes) -> None:
         if len(raw) > self._cache_limit:

@@ -7,12 +7,12 @@ accumulate, git-style *geometrically*: a new pack absorbs the newer packs that a
 not at least twice its size, so a run of n checkpoints keeps O(log n) packs and
 each checkpoint is rewritten O(log n) times; ``full=True`` merges everything.
 
-Crash safety: a pack is published exactly like a checkpoint (temp file, fsync,
-rename, directory fsync) *before* any file it supersedes is removed, and removing
-only ever drops a second copy. A crash at any point leaves every checkpoint
-readable, loose or packed or both (readers use either copy; the next pack removes
-the leftovers). Packed checkpoints never depend on loose ones: a delta's base has a
-lower seq, and packs take the oldest loose files first.
+Crash safety (:mod:`~afk_local.storage.rundir.rewrite`): the new packs are made durable,
+then the run's ``MANIFEST`` naming them and the new loose range is published, and only
+then are the files it no longer names removed. A crash at any point leaves one manifest
+in force with every file it names durable; what it does not name is garbage the next
+rewrite removes. Packed checkpoints never depend on live loose ones: packs take a
+prefix of the live loose files, and a delta's base has a lower seq.
 
 The caller holds the run's lock (:class:`~afk_local.storage.rundir.writer.RunWriter` packs as it
 writes; :meth:`afk_local.Store.pack` takes the lock of an idle run).
@@ -35,19 +35,24 @@ from afk_local.storage.format.layout import (
     CheckpointFile,
     PackFile,
     RunPaths,
-    checkpoint_name,
     parse_checkpoint_name,
 )
+from afk_local.storage.format.manifest import Manifest
 from afk_local.storage.format.pack import (
     MAX_ENTRY_BYTES,
-    MAX_PACK_ENTRIES,
     MAX_PACK_INPUT_BYTES,
     PackEntry,
-    encode_pack,
     read_block,
 )
 from afk_local.storage.rundir.catalog import RunCatalog
 from afk_local.storage.rundir.chain import is_signed_file
+from afk_local.storage.rundir.rewrite import (
+    chunks,
+    garbage,
+    publish_manifest,
+    remove_garbage,
+    write_packs,
+)
 
 log = logging.getLogger("afk_local")
 
@@ -63,7 +68,7 @@ class PackReport:
     packs_merged: int = 0
     """Older packs merged into the new one (and removed)."""
     duplicates_removed: int = 0
-    """Loose files a crash left next to the pack that already held them."""
+    """Files an interrupted rewrite left that no manifest names (garbage), removed."""
     loose_left: int = 0
     files_before: int = 0
     files_after: int = 0
@@ -79,16 +84,6 @@ class PackReport:
         return dict(vars(self))
 
 
-@dataclass(frozen=True)
-class _Plan:
-    loose: tuple[PackEntry, ...]
-    """Loose files to pack, with their bytes."""
-    merge: tuple[PackFile, ...]
-    """Existing packs to merge into the new pack(s)."""
-    duplicates: tuple[CheckpointFile, ...]
-    """Loose files a sound pack already holds, byte for byte."""
-
-
 def pack_run(
     paths: RunPaths,
     record_codec: RecordCodec,
@@ -96,6 +91,7 @@ def pack_run(
     keep_loose: int = 1,
     keep_from: int | None = None,
     full: bool = False,
+    merge: bool = True,
     sync_removals: bool = True,
     dry_run: bool = False,
     env: fsio.Env = fsio.DEFAULT_ENV,
@@ -104,13 +100,15 @@ def pack_run(
 
     Args:
         paths: the run.
-        record_codec: the store's codec (its key signs the pack).
+        record_codec: the store's codec (its key signs the pack and the manifest).
         keep_loose: the newest loose files that stay loose (at least one: the newest
             seq, and ``latest``'s target, always do).
         keep_from: loose files from this seq on stay loose too (a writer keeps the
             delta chains it is still extending).
         full: merge every pack (and the new files) into as few packs as the size
             bounds allow; otherwise only the newer, smaller packs are merged.
+        merge: False: add a pack and leave the existing ones alone (a run written
+            before manifests existed is still merged once, to adopt it).
         sync_removals: fsync the directory after removing the superseded files (a
             writer leaves that to its next checkpoint's directory fsync).
         dry_run: say what would happen, change nothing.
@@ -130,37 +128,49 @@ def pack_run(
     if not dry_run:
         _remove_temp_files(paths, env)
     catalog = RunCatalog(paths, signer=record_codec.signer)
-    loose, packs = catalog.scan()
-    report.files_before = len(loose) + len(packs)
-    report.bytes_before = _sizes(paths, [f.name for f in loose] + [p.name for p in packs])
-    plan = _plan(
-        paths, catalog, loose, packs, keep_loose=keep_loose, keep_from=keep_from, full=full
-    )
+    all_loose, all_packs = catalog.scan()
+    report.files_before = len(all_loose) + len(all_packs)
+    report.bytes_before = _sizes(paths, [f.name for f in all_loose] + [p.name for p in all_packs])
+    try:
+        view = live_view(catalog)
+        plan = _plan(
+            paths, catalog, view, keep_loose=keep_loose, keep_from=keep_from, full=full, merge=merge
+        )
+    except CheckpointCorruptionError as exc:
+        report.errors.append(f"run {paths.run_id}: not packed: {exc}")
+        report.loose_left = len(all_loose)
+        return report
     report.packed_files = len(plan.loose)
     report.packs_merged = len(plan.merge)
-    report.duplicates_removed = len(plan.duplicates)
-    doomed_names = {checkpoint_name(e.seq, e.phase) for e in plan.loose}
-    doomed_names |= {f.name for f in plan.duplicates}
-    doomed_names |= {p.name for p in plan.merge}
-    if dry_run or not doomed_names:
-        report.loose_left = len(loose) - len(plan.loose) - len(plan.duplicates)
-        new_packs = len(_chunks(list(plan.loose))) + bool(plan.merge and not plan.loose)
-        report.files_after = report.files_before - len(doomed_names) + new_packs
+    stale = garbage(paths, view.manifest) if view.manifest is not None else []
+    report.duplicates_removed = len(stale)
+    if dry_run or not (plan.loose or plan.merge or stale):
+        report.loose_left = len(view.loose) - len(plan.loose)
+        new_packs = len(chunks(list(plan.entries)))
+        report.files_after = report.files_before - len(stale) - len(plan.merge) + new_packs
+        report.files_after -= len(plan.loose)
         report.bytes_after = report.bytes_before  # not known before the packs are made
         return report
-    written = (
-        _write_packs(paths, record_codec, catalog, plan, env) if plan.loose or plan.merge else []
+    manifest = view.manifest
+    if plan.loose or plan.merge:
+        written = write_packs(paths, plan.entries, record_codec.signer, env)
+        report.packs_written = len(written)
+        merged = {p.name for p in plan.merge}
+        kept = [p.name for p in view.packs if p.name not in merged]
+        manifest = publish_manifest(
+            paths,
+            view.manifest,
+            kept + written,
+            plan.loose_from,
+            signer=record_codec.signer,
+            env=env,
+        )
+    assert manifest is not None
+    # Everything below is garbage now: the new manifest is durable.
+    removed = remove_garbage(
+        paths, manifest, env, just_published=manifest is not view.manifest, sync=sync_removals
     )
-    report.packs_written = len(written)
-    # Everything below only drops second copies: the new packs are durable already. A
-    # merge may produce a pack that exists (a crash came before its inputs were
-    # removed): same name, same bytes; it is kept, of course.
-    doomed_names -= set(written)
-    report.packs_merged = sum(1 for p in plan.merge if p.name not in written)
-    for name in sorted(doomed_names):
-        env.unlink(paths.dir / name)
-    if sync_removals:
-        env.fsync_dir(paths.dir)
+    report.duplicates_removed = max(0, removed - len(plan.loose) - len(plan.merge))
     loose_after, packs_after = catalog.scan()
     report.loose_left = len(loose_after)
     report.files_after = len(loose_after) + len(packs_after)
@@ -177,75 +187,135 @@ def pack_run(
     return report
 
 
+@dataclass(frozen=True)
+class LiveView:
+    """What a rewrite starts from: the run's live copies, through its manifest."""
+
+    manifest: Manifest | None
+    loose: list[CheckpointFile]
+    """The live loose files."""
+    packs: list[PackFile]
+    """The live packs (every pack, in a run without a manifest)."""
+    files: list[CheckpointFile]
+    """Every live checkpoint, each seq once, where its live copy is."""
+    legacy: bool
+    """Packs but no manifest (written before manifests existed, or a crash came before
+    the first one): the next rewrite merges every pack to adopt the run."""
+    loose_from: int
+    """Seqs below this are packed: the manifest's, or one past the highest packed seq."""
+
+
+def live_view(catalog: RunCatalog) -> LiveView:
+    """The live copies of ``catalog``'s run, for a rewrite (the caller holds the lock).
+
+    Raises:
+        CheckpointCorruptionError: the manifest is damaged, or (a run without one) a
+            pack is: the run is left alone, verify names the file.
+    """
+    loose, packs, manifest = catalog.live()
+    if catalog.manifest_problem is not None:
+        raise catalog.manifest_problem
+    files = catalog.files()
+    if manifest is not None:
+        return LiveView(manifest, loose, packs, files, False, manifest.loose_from)
+    for pack in packs:
+        catalog.pack_reader(pack)  # every pack must open to be adopted
+    loose_from = max((f.seq for f in files if f.pack is not None), default=0) + 1
+    return LiveView(None, loose, packs, files, bool(packs), loose_from)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    loose: tuple[PackEntry, ...]
+    """Loose files to pack, with their bytes."""
+    merge: tuple[PackFile, ...]
+    """Live packs the new pack(s) replace."""
+    entries: tuple[PackEntry, ...]
+    """Everything the new pack(s) hold, in seq order."""
+    loose_from: int
+    """The new manifest's loose_from."""
+
+
 def _plan(
     paths: RunPaths,
     catalog: RunCatalog,
-    loose: list[CheckpointFile],
-    packs: list[PackFile],
+    view: LiveView,
     *,
     keep_loose: int,
     keep_from: int | None,
     full: bool,
+    merge: bool,
 ) -> _Plan:
-    packed: dict[int, PackFile] = {}
-    sound: list[PackFile] = []
-    for pack in packs:
-        try:
-            index = catalog.pack_reader(pack).index
-        except (CheckpointCorruptionError, FileNotFoundError):
-            continue  # a damaged pack is left alone: verify names it
-        sound.append(pack)
-        for seq in index.seqs:
-            packed.setdefault(seq, pack)
-    duplicates = tuple(f for f in loose if f.seq in packed and _same_copy(paths, catalog, f))
-    loose = [f for f in loose if f.seq not in packed]
     # The newest files stay loose: the newest seq (the writer continues after it) and
     # latest's target (a reader opens it first), plus keep_loose - 1 more.
-    keep = {f.seq for f in loose[-max(1, keep_loose) :]}
+    candidates = [f for f in view.files if f.pack is None]
+    keep = {f.seq for f in candidates[-max(1, keep_loose) :]}
     target = fsio.read_link(paths.latest)
     latest = parse_checkpoint_name(target) if target else None
     if latest is not None:
         keep.add(latest.seq)
-    newest_packed = max(packed, default=0)
     chosen: list[PackEntry] = []
     total = 0
-    for file in loose:
-        # Only a prefix of the loose files: a pack never holds a seq above a loose
-        # file's, so packed checkpoints never depend on loose ones (bases are older).
-        if file.seq in keep or file.seq < newest_packed:
-            break
-        if keep_from is not None and file.seq >= keep_from:
+    for file in candidates:
+        # Only a prefix of the live loose files: every packed seq stays below every live
+        # loose one (the manifest's loose_from), so a packed delta's base is packed too.
+        stranded = file.seq < view.loose_from  # a run without a manifest: must go in
+        if not stranded and (file.seq in keep or (keep_from is not None and file.seq >= keep_from)):
             break
         image = _packable(paths, file)
         if image is None:
+            if stranded:
+                raise CheckpointCorruptionError(
+                    str(paths.dir / file.name), "cannot be packed, and a pack holds later seqs"
+                )
             break
         chosen.append(PackEntry(file.seq, file.phase, image))
         total += len(image)
-    merge: list[PackFile] = []
-    for pack in sorted(sound, key=lambda p: p.first, reverse=True):
-        size = catalog.pack_reader(pack).index.size
-        if not full and size >= 2 * max(total, 1):
-            break  # geometric: an older pack stays once it is twice the newer content
-        if total + size > MAX_PACK_INPUT_BYTES:
-            break
-        merge.append(pack)
-        total += size
-    if not chosen and len(merge) <= 1:
-        merge = []  # nothing new, and nothing to merge with
-    return _Plan(tuple(chosen), tuple(merge), duplicates)
+    merging: list[PackFile] = []
+    if view.legacy:
+        merging = list(view.packs)  # adopted: one manifest, every pack merged once
+    elif merge:
+        for pack in sorted(view.packs, key=lambda p: p.first, reverse=True):
+            raw = _raw_size(catalog, pack)
+            if not full and raw >= 2 * max(total, 1):
+                break  # geometric: an older pack stays once it holds twice the newer bytes
+            if total + raw > MAX_PACK_INPUT_BYTES:
+                break
+            merging.append(pack)
+            total += raw
+        if not chosen and len(merging) <= 1:
+            merging = []  # nothing new, and nothing to merge with
+    entries = {e.seq: e for e in _entries_of(catalog, view, merging)}
+    entries.update({e.seq: e for e in chosen})  # a stranded loose copy is the live one
+    loose_from = max(view.loose_from, chosen[-1].seq + 1 if chosen else 0)
+    return _Plan(
+        tuple(chosen), tuple(merging), tuple(entries[s] for s in sorted(entries)), loose_from
+    )
 
 
-def _same_copy(paths: RunPaths, catalog: RunCatalog, file: CheckpointFile) -> bool:
-    """True when a pack holds exactly ``file``'s bytes (a crash left both copies)."""
-    try:
-        packed = catalog.packed(file.seq)
-        if packed is None or packed.name != file.name:
-            return False
-        return catalog.packed_image(packed) == fsio.read_bounded(
-            paths.dir / file.name, MAX_ENTRY_BYTES
-        )
-    except (OSError, ValueError, CheckpointCorruptionError):
-        return False
+def _raw_size(catalog: RunCatalog, pack: PackFile) -> int:
+    """The checkpoint bytes a pack holds (what a new pack's loose bytes compare with)."""
+    return sum(catalog.pack_reader(pack).index.lengths)
+
+
+def _entries_of(catalog: RunCatalog, view: LiveView, packs: list[PackFile]) -> list[PackEntry]:
+    """The live entries of ``packs`` (a seq whose live copy is elsewhere is skipped)."""
+    names = {p.name for p in packs}
+    live = {f.seq for f in view.files if f.pack in names}
+    entries: list[PackEntry] = []
+    for pack in sorted(packs, key=lambda p: p.first):
+        index = catalog.pack_reader(pack).index
+        for block in index.blocks:
+            raw = read_block(index.path, block)
+            at = 0
+            for entry in range(block.first_entry, block.first_entry + block.entry_count):
+                length = index.lengths[entry]
+                seq = index.seqs[entry]
+                if seq in live:
+                    entries.append(PackEntry(seq, index.phase(entry), raw[at : at + length]))
+                    live.discard(seq)  # overlapping packs a crash left: once
+                at += length
+    return entries
 
 
 def _packable(paths: RunPaths, file: CheckpointFile) -> bytes | None:
@@ -257,83 +327,6 @@ def _packable(paths: RunPaths, file: CheckpointFile) -> bytes | None:
     except (OSError, ValueError, CheckpointCorruptionError):
         return None
     return data
-
-
-def _write_packs(
-    paths: RunPaths, record_codec: RecordCodec, catalog: RunCatalog, plan: _Plan, env: fsio.Env
-) -> list[str]:
-    """Write and publish the new pack(s); each durable before this returns."""
-    entries: list[PackEntry] = []
-    for pack in sorted(plan.merge, key=lambda p: p.first):
-        index = catalog.pack_reader(pack).index
-        for block in index.blocks:
-            raw = read_block(index.path, block)
-            at = 0
-            for entry in range(block.first_entry, block.first_entry + block.entry_count):
-                length = index.lengths[entry]
-                entries.append(
-                    PackEntry(index.seqs[entry], index.phase(entry), raw[at : at + length])
-                )
-                at += length
-    entries += plan.loose
-    unique = {e.seq: e for e in reversed(entries)}  # overlapping packs a crash left: once
-    written = []
-    for chunk in _chunks([unique[seq] for seq in sorted(unique)]):
-        name, data = encode_pack(chunk, run_id=paths.run_id, signer=record_codec.signer)
-        if not (paths.dir / name).exists():  # identical content is already published
-            env.atomic_write(paths.dir / name, data)
-        written.append(name)
-    return written
-
-
-def drop_from_packs(
-    paths: RunPaths,
-    record_codec: RecordCodec,
-    catalog: RunCatalog,
-    drop: set[int],
-    env: fsio.Env = fsio.DEFAULT_ENV,
-) -> list[str]:
-    """Publish, for every pack holding a seq of ``drop``, a pack without those entries.
-
-    Returns the names of the packs replaced. The caller removes them once nothing
-    still needs them (compaction: after the loose files it deletes): until then both
-    copies exist, which readers accept, so a crash in between loses nothing.
-
-    Raises:
-        CheckpointCorruptionError: a pack to rewrite is damaged (nothing was changed).
-    """
-    replaced = []
-    for pack in catalog.packs():
-        if not drop or not any(pack.first <= seq <= pack.last for seq in drop):
-            continue
-        reader = catalog.pack_reader(pack)
-        index = reader.index
-        if not any(seq in drop for seq in index.seqs):
-            continue
-        kept = [
-            PackEntry(seq, index.phase(i), reader.image(i))
-            for i, seq in enumerate(index.seqs)
-            if seq not in drop
-        ]
-        for chunk in _chunks(kept):
-            name, data = encode_pack(chunk, run_id=paths.run_id, signer=record_codec.signer)
-            env.atomic_write(paths.dir / name, data)
-        replaced.append(pack.name)
-    return replaced
-
-
-def _chunks(entries: list[PackEntry]) -> list[list[PackEntry]]:
-    chunks: list[list[PackEntry]] = [[]]
-    size = 0
-    for entry in entries:
-        if chunks[-1] and (
-            size + len(entry.image) > MAX_PACK_INPUT_BYTES or len(chunks[-1]) >= MAX_PACK_ENTRIES
-        ):
-            chunks.append([])
-            size = 0
-        chunks[-1].append(entry)
-        size += len(entry.image)
-    return [c for c in chunks if c]
 
 
 def _remove_temp_files(paths: RunPaths, env: fsio.Env) -> None:
@@ -359,4 +352,4 @@ def _sizes(paths: RunPaths, names: list[str]) -> int:
     return total
 
 
-__all__ = ["DEFAULT_LOOSE_LIMIT", "PackReport", "drop_from_packs", "pack_run"]
+__all__ = ["DEFAULT_LOOSE_LIMIT", "LiveView", "PackReport", "live_view", "pack_run"]

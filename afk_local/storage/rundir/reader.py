@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("afk_local")
 
 MAX_META_BYTES = 64 << 20
+_MOVED_RETRIES = 4  # fresh views a read tries while rewrites keep moving its files
+_NO_REWRITES = (None, ())  # view token of a run without packs or manifest
+_RACE_SIGNS = ("vanished", "missing", "changed while", "cannot read")  # what a race looks like
 
 
 class Skipped(msgspec.Struct, frozen=True):
@@ -146,8 +149,16 @@ class RunReader:
         self._meta = None
 
     def checkpoint_files(self) -> list[CheckpointFile]:
-        """Every checkpoint on disk, loose or packed, in seq order (nothing decoded)."""
-        return self._catalog.files()
+        """Every live checkpoint, loose or packed, in seq order (nothing decoded).
+
+        A damaged ``MANIFEST`` is skipped (recorded in :attr:`skipped`) and the run
+        listed as if it had none.
+        """
+        files = self._catalog.files()
+        problem = self._catalog.manifest_problem
+        if problem is not None and not any(s.name == "MANIFEST" for s in self.skipped):
+            self._skip("MANIFEST", problem.reason)
+        return files
 
     @property
     def catalog(self) -> RunCatalog:
@@ -192,6 +203,52 @@ class RunReader:
         file: CheckpointFile,
         names: dict[int, str] | None = None,
         macs: dict[int, bytes] | None = None,
+    ) -> tuple[Checkpoint, bytes | None]:
+        try:
+            return self._load_once(file, names, macs)
+        except DecodeBudgetError:
+            raise
+        except CheckpointCorruptionError as exc:
+            # Files are immutable, so a rewrite racing this lock-free read only ever shows
+            # as a file or a base gone missing; anything else is damage. (Raised from
+            # here: a kept exception would keep its frames, and their blocks, alive.)
+            token = self._catalog.view_token()
+            if token == _NO_REWRITES or not any(s in exc.reason for s in _RACE_SIGNS):
+                raise
+        return self._reload(file, names, macs, token)
+
+    def _reload(
+        self,
+        file: CheckpointFile,
+        names: dict[int, str] | None,
+        macs: dict[int, bytes] | None,
+        token: tuple[object, ...],
+    ) -> tuple[Checkpoint, bytes | None]:
+        """Load ``file`` again where a fresh view says it is now (the manifest said where
+        everything live was at every instant), while rewrites keep moving it."""
+        for attempt in range(_MOVED_RETRIES):
+            self._chain.forget()
+            fresh = self._catalog.find(file.seq)
+            if fresh is None or fresh.name != file.name:
+                raise CheckpointCorruptionError(
+                    self._catalog.location(file), "vanished while reading", self.run_id
+                )
+            try:
+                return self._load_once(fresh, names, macs)
+            except DecodeBudgetError:
+                raise
+            except CheckpointCorruptionError:
+                now = self._catalog.view_token()
+                if now == token or attempt == _MOVED_RETRIES - 1:
+                    raise
+                token = now
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _load_once(
+        self,
+        file: CheckpointFile,
+        names: dict[int, str] | None,
+        macs: dict[int, bytes] | None,
     ) -> tuple[Checkpoint, bytes | None]:
         path = self._catalog.location(file)
         try:
@@ -423,7 +480,29 @@ class RunReader:
         return ResumeState(self.run_id, status, False, None, None, latest_seq, tuple(skipped))
 
     def verify(self) -> VerifyReport:
-        """Check every file of the run; problems are reported, not raised."""
+        """Check every file of the run; problems are reported, not raised.
+
+        Always decodes cold, from the bytes on disk (a fresh reader: no cached base can
+        hide a missing one). When a rewrite published while it read and something looked
+        damaged, it checks again against the new view.
+        """
+        report = None
+        for _ in range(_MOVED_RETRIES):
+            token = self._catalog.view_token()
+            cold = RunReader(
+                self.paths,
+                record_codec=self._codec,
+                max_record_bytes=self._max_bytes,
+                heads=self._heads,
+                env=self.env,
+            )
+            report = cold._verify_cold()
+            if report.ok or self._catalog.view_token() == token:
+                return report
+        assert report is not None
+        return report
+
+    def _verify_cold(self) -> VerifyReport:
         from afk_local.storage.rundir.verify import (  # noqa: PLC0415
             VerifyProblem,
             VerifyReport,
@@ -443,6 +522,10 @@ class RunReader:
         except SchemaVersionError as exc:
             report.problems.append(VerifyProblem(str(self.paths.meta), _newer_schema(exc)))
         files = self.checkpoint_files()
+        problem = self._catalog.manifest_problem
+        if problem is not None:
+            report.problems.append(VerifyProblem(problem.path, problem.reason))
+        self._note_garbage(report)
         names = {f.seq: f.name for f in files}
         macs: dict[int, bytes] = {}  # MACs of the files read so far: the next one chains on them
         valid: list[int] = []
@@ -513,11 +596,15 @@ class RunReader:
         return report
 
     def _verify_packs(self, report: VerifyReport) -> None:
-        """Every pack file: header, index, MAC and every block (its entries were loaded)."""
+        """Every live pack file: header, index, MAC and every block (its entries were loaded)."""
         from afk_local.storage.format.pack import verify_pack  # noqa: PLC0415
         from afk_local.storage.rundir.verify import VerifyProblem  # noqa: PLC0415
 
-        for pack in self._catalog.packs():
+        try:
+            packs = self._catalog.live()[1]  # garbage packs are no longer part of the run
+        except CheckpointCorruptionError:
+            packs = self._catalog.packs()  # the manifest is reported already
+        for pack in packs:
             report.checked_files += 1
             path = str(self.paths.dir / pack.name)
             try:
@@ -527,6 +614,24 @@ class RunReader:
             except CheckpointCorruptionError as exc:
                 problems = [exc.reason]
             report.problems += [VerifyProblem(path, reason) for reason in problems]
+
+    def _note_garbage(self, report: VerifyReport) -> None:
+        """Note the copies an interrupted rewrite left that the manifest does not name."""
+        try:
+            manifest = self._catalog.manifest()
+            loose, packs = self._catalog.scan()
+        except (CheckpointCorruptionError, OSError):
+            return
+        if manifest is None:
+            return
+        stale = [f.name for f in loose if f.seq < manifest.loose_from]
+        stale += [p.name for p in packs if p.name not in manifest.packs]
+        if stale:
+            report.notes.append(
+                f"{len(stale)} file(s) the MANIFEST does not name, left by an interrupted "
+                f"rewrite (ignored; the next pack or gc removes them): {', '.join(stale[:3])}"
+                + ("..." if len(stale) > 3 else "")
+            )
 
     def _is_packed(self, file: CheckpointFile) -> bool:
         try:

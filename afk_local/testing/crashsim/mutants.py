@@ -17,11 +17,11 @@ MUTANTS: dict[str, str] = {
 ``effects.log`` appends)."""
 
 _REWRITE_SITES: tuple[tuple[str, str], ...] = (
-    ("packing._write_packs", "file"),  # a new or merged pack's bytes
-    ("packing._write_packs", "dir"),  # its name, before the packed files go
-    ("packing.pack_run", "dir"),  # the removal of what the pack superseded
-    ("packing.drop_from_packs", "file"),  # gc: a pack republished without doomed seqs
-    ("packing.drop_from_packs", "dir"),
+    ("rewrite.write_packs", "file"),  # a new, merged or gc-republished pack's bytes
+    ("rewrite.write_packs", "dir"),  # their names, before a manifest names them
+    ("rewrite.publish_manifest", "file"),  # the MANIFEST naming what is live
+    ("rewrite.publish_manifest", "dir"),  # its rename, before anything is deleted
+    ("rewrite.remove_garbage", "dir"),  # what the manifest superseded, removed
     ("retention.rewrite_as_keyframe", "file"),  # gc: a kept delta rewritten as a keyframe
     ("retention.rewrite_as_keyframe", "dir"),
     ("retention.remove_checkpoints", "dir"),  # gc: each deletion round, the replaced packs
@@ -40,7 +40,7 @@ SITE_MUTANTS: dict[str, tuple[str, str]] = {
 """Site mutant name -> the (call site, fsync kind) it removes: every fsync of the pack,
 merge and gc paths, one at a time (:attr:`~afk_local.testing.crashsim.trace.Op.site`)."""
 
-REWRITE_MODULES = ("packing", "retention", "maintenance", "metrics")
+REWRITE_MODULES = ("packing", "rewrite", "retention", "maintenance", "metrics")
 """Modules whose fsyncs are the rewrite paths that :data:`SITE_MUTANTS` must cover."""
 
 

@@ -83,10 +83,11 @@ def _packed_run(store: Store, _scratch: Path) -> None:
 def _gc_packed_record(session: Session, _prepared: Any) -> None:
     _gc(session, "live")
     _acked_before(session, "live")  # what gc kept was there before it started
-    files = session.store.open("live").checkpoint_files()
-    packed = [f.seq for f in files if f.pack]
-    if not packed or not any(not f.pack and f.seq < min(packed) for f in files):
-        raise ResumeFailed("gc did not leave a loose keyframe below a republished pack")
+    reader = session.store.open("live")
+    manifest = reader.catalog.manifest()  # the pack's, then gc's: its packs republished
+    packed = any(f.pack for f in reader.checkpoint_files())
+    if not packed or manifest is None or manifest.generation < 2:
+        raise ResumeFailed("gc did not republish the run's packs under a new MANIFEST")
     session.rewrite_done("live", "gc")
 
 

@@ -224,7 +224,7 @@ def test_pack_skips_a_live_run_and_reports_a_dry_run(tmp_path: Path, capsys) -> 
         assert len(_names(store, "idle")) == 23  # nothing changed
         assert cli_main(["--root", str(tmp_path), "pack", "idle"]) == 0
     assert "1 run(s) checked, 19 checkpoint file(s) packed" in capsys.readouterr().out
-    assert len(_names(store, "idle")) == 5  # meta, lock, latest, newest file, pack
+    assert len(_names(store, "idle")) == 6  # meta, lock, latest, newest file, pack, MANIFEST
 
 
 # -- kill -9 while packing ---------------------------------------------------------------
@@ -263,7 +263,7 @@ def test_kill_at_every_io_call_of_a_pack_loses_nothing(tmp_path: Path) -> None:
         _check_every_checkpoint(afk.Store(root), 14)
         (report,) = afk.Store(root).pack()  # the next pack finishes the job
         assert not report.errors, (kill_at, report.errors)
-        assert len(_names(afk.Store(root), "r")) == 5, kill_at
+        assert len(_names(afk.Store(root), "r")) == 6, kill_at  # + MANIFEST
         _check_every_checkpoint(afk.Store(root), 14)
 
 
