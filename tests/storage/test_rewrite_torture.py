@@ -23,7 +23,6 @@ import signal
 import time
 from pathlib import Path
 
-import pytest
 from proc import REPO, SUPPORT, kill_after, run, spawn
 
 ROUNDS = 3
@@ -111,25 +110,12 @@ def _torture(tmp_path: Path, keyed: bool, count: int, seed: int) -> None:
     )
 
 
-ISSUE_33 = (
-    "issue 33 findings 1 and 3: a killed gc of a packed run, then gc/pack again, leaves a "
-    "packed delta whose base is gone (verify fails; sometimes the newest acknowledged "
-    "checkpoint is unreadable)"
-)
-ISSUE_33_KEYED = (
-    ISSUE_33 + "; keyed, also: gc drops the chain links of doomed packed checkpoints from "
-    "run.meta before their pack is replaced (verify: HMAC mismatch)"
-)
-
-
-@pytest.mark.xfail(strict=False, reason=ISSUE_33)
 def test_writer_packing_and_maintainer_killed_at_random_lose_nothing(
     tmp_path: Path, trials
 ) -> None:
     _torture(tmp_path, keyed=False, count=trials(6, 300), seed=33)
 
 
-@pytest.mark.xfail(strict=False, reason=ISSUE_33_KEYED)
 def test_keyed_writer_packing_and_maintainer_killed_at_random_lose_nothing(
     tmp_path: Path, trials
 ) -> None:

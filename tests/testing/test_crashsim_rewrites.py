@@ -7,9 +7,10 @@
 - Every fsync of the pack, merge and gc paths has a site mutant, and each site mutant
   is caught by a workload that recovers without it.
 
-Marked ``xfail`` (strict=False) where today's storage code loses data (issue 33's
-findings, fixed on branch i33-manifest); the marks go when the fix merges. Default:
-the bounded budget; ``--torture``: every first crash state rerun, no budget.
+Before the run's MANIFEST (issue 33), gc-packed, gc-then-pack (both keyed and not)
+and live-pack-gc found counterexamples here: a killed gc of a packed run, then gc
+again, lost the newest acknowledged checkpoint. Default: the bounded budget;
+``--torture``: every first crash state rerun, no budget.
 """
 
 from __future__ import annotations
@@ -30,38 +31,7 @@ def full(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--torture"))
 
 
-FINDING_1_3 = (
-    "issue 33 findings 1 and 3: gc of a packed run killed after its loose keyframe "
-    "rewrite, then gc again: the stale packed delta is kept, its base deleted (newest "
-    "acknowledged checkpoint unreadable, verify ok)"
-)
-FINDING_3_ORDER = (
-    "issue 33 finding 3: gc removes the packs it replaced with no sync between removals "
-    "(or loose files first): a packed delta loses its base"
-)
-CHAIN_LINKS = (
-    "issue 33 (new with these workloads): keyed gc drops the chain links of doomed packed "
-    "checkpoints from run.meta before their pack is replaced: verify reports HMAC mismatch"
-)
-
-XFAIL_ON_MAIN = {
-    "gc-packed": FINDING_1_3,
-    "gc-packed-keyed": FINDING_1_3,
-    "gc-then-pack": FINDING_1_3,
-    "gc-then-pack-keyed": FINDING_1_3,
-    "live-pack-gc": FINDING_3_ORDER,
-    "live-pack-gc-keyed": CHAIN_LINKS,
-}
-"""Composed workloads that find a counterexample on main today, and why."""
-
-
-def _param(name: str, reasons: dict[str, str]) -> object:
-    if name in reasons:
-        return pytest.param(name, marks=pytest.mark.xfail(strict=False, reason=reasons[name]))
-    return name
-
-
-@pytest.mark.parametrize("workload", [_param(w.name, XFAIL_ON_MAIN) for w in REWRITE_WORKLOADS])
+@pytest.mark.parametrize("workload", [w.name for w in REWRITE_WORKLOADS])
 def test_composed_rewrites_recover_after_crashing_twice(workload: str, full: bool) -> None:
     result = explore(
         workload,
@@ -104,6 +74,13 @@ NOT_CAUGHT_ON_MAIN = {
     ),
 }
 """Site mutants no workload catches on main today, and why (see the report of issue 33)."""
+
+
+def _param(name: str, reasons: dict[str, str]) -> object:
+    if name in reasons:
+        return pytest.param(name, marks=pytest.mark.xfail(strict=False, reason=reasons[name]))
+    return name
+
 
 HUNT_STATES = 60
 """Default suite: states per workload when hunting a site mutant (every catch on main

@@ -160,6 +160,8 @@ def _interleaved_record(session: Session, _prepared: Any) -> None:
 
 
 def _interleaved_rerun(session: Session, _prepared: Any) -> None:
+    if not session.store.exists("live"):
+        return  # the first crash came before its first run.meta: nothing to rewrite
     _gc(session, "live")
     _pack(session, "live")
 
