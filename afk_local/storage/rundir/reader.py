@@ -9,9 +9,8 @@ records what it skipped in :attr:`RunReader.skipped`.
 from __future__ import annotations
 
 import logging
-import os
-import stat
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -44,7 +43,6 @@ from afk_local.storage.rundir.catalog import RunCatalog
 from afk_local.storage.rundir.chain import (
     MAX_READ_CHAIN,
     ChainDecoder,
-    is_signed_file,
 )
 from afk_local.storage.rundir.heads import HeadStore
 
@@ -486,6 +484,8 @@ class RunReader:
         hide a missing one). When a rewrite published while it read and something looked
         damaged, it checks again against the new view.
         """
+        from afk_local.storage.rundir.verify import verify_cold  # noqa: PLC0415
+
         report = None
         for _ in range(_MOVED_RETRIES):
             token = self._catalog.view_token()
@@ -496,170 +496,36 @@ class RunReader:
                 heads=self._heads,
                 env=self.env,
             )
-            report = cold._verify_cold()
+            report = verify_cold(cold)
             if report.ok or self._catalog.view_token() == token:
                 return report
         assert report is not None
         return report
 
-    def _verify_cold(self) -> VerifyReport:
-        from afk_local.storage.rundir.verify import (  # noqa: PLC0415
-            VerifyProblem,
-            VerifyReport,
-            verify_journal,
-            verify_latest,
-        )
+    # -- what a cold verify reads (rundir/verify.py) -------------------------------
 
-        report = VerifyReport(self.run_id)
-        signed = 0
-        status: RunStatus | None = None
-        try:
-            status = read_meta(self.paths, self._codec).status
-            report.checked_files += 1
-            signed += self._codec.signer is None and is_signed_file(self.paths.meta)
-        except (CheckpointCorruptionError, RunNotFoundError) as exc:
-            report.problems.append(VerifyProblem(str(self.paths.meta), str(exc)))
-        except SchemaVersionError as exc:
-            report.problems.append(VerifyProblem(str(self.paths.meta), _newer_schema(exc)))
-        files = self.checkpoint_files()
-        problem = self._catalog.manifest_problem
-        if problem is not None:
-            report.problems.append(VerifyProblem(problem.path, problem.reason))
-        self._note_garbage(report)
-        names = {f.seq: f.name for f in files}
-        macs: dict[int, bytes] = {}  # MACs of the files read so far: the next one chains on them
-        valid: list[int] = []
-        with self._chain.budget(_read_budget(files)):
-            for file in files:
-                report.checked_files += 1
-                own = self._catalog.location(file)
-                try:
-                    mac = self._load(file, names, macs)[1]
-                    valid.append(file.seq)
-                    if mac is not None:
-                        signed += 1
-                        macs[file.seq] = mac
-                except DecodeBudgetError as exc:
-                    report.problems.append(VerifyProblem(exc.path, exc.reason))
-                    break
-                except CheckpointCorruptionError as exc:
-                    reason = exc.reason
-                    if exc.path != own:
-                        base = os.path.basename(exc.path)
-                        reason = f"its delta base {base} is damaged ({reason})"
-                    report.problems.append(VerifyProblem(own, reason))
-                except SchemaVersionError as exc:
-                    report.problems.append(VerifyProblem(own, _newer_schema(exc)))
-        verify_latest(self.paths, valid, status, report, packed=self._is_packed)
-        self._verify_packs(report)
-        lock_problem = fsio.regular_file_problem(self.paths.lock)
-        if lock_problem is not None:
-            report.problems.append(
-                VerifyProblem(
-                    str(self.paths.lock),
-                    f"{lock_problem}: nobody can own the run; remove it once no process uses it",
-                )
-            )
-        temps = []
-        with os.scandir(self.paths.dir) as entries:
-            for entry in entries:
-                if entry.name.startswith(fsio.TEMP_PREFIX):
-                    temps.append(entry.name)
-                elif parse_checkpoint_name(entry.name) is not None and not entry.is_file(
-                    follow_symlinks=False
-                ):
-                    kind = fsio.file_kind(entry.stat(follow_symlinks=False).st_mode)
-                    report.problems.append(
-                        VerifyProblem(entry.path, f"is a {kind}, not a regular file (ignored)")
-                    )
-        try:
-            latest_mode = os.lstat(self.paths.latest).st_mode
-        except OSError:
-            latest_mode = stat.S_IFLNK
-        if not (stat.S_ISLNK(latest_mode) or stat.S_ISREG(latest_mode)):
-            report.problems.append(
-                VerifyProblem(
-                    str(self.paths.latest),
-                    f"is a {fsio.file_kind(latest_mode)}, not a symlink or pointer file (ignored)",
-                )
-            )
-        if temps:
-            report.notes.append(f"{len(temps)} unpublished temp file(s), removed on next open")
-        signed += verify_journal(self.paths, self._codec, report)
-        if self._heads is not None:
-            self._verify_head(report)
-        if signed and self._codec.signer is None:
-            report.notes.append(
-                f"{signed} signed file(s)/record(s): signatures not checked, this store has no "
-                "key (set AFK_LOCAL_KEY or pass Store(key=...))"
-            )
-        return report
+    def read_meta(self) -> RunMeta:
+        """The run's ``run.meta``, read now (not the cached :attr:`meta`)."""
+        return read_meta(self.paths, self._codec)
 
-    def _verify_packs(self, report: VerifyReport) -> None:
-        """Every live pack file: header, index, MAC and every block (its entries were loaded)."""
-        from afk_local.storage.format.pack import verify_pack  # noqa: PLC0415
-        from afk_local.storage.rundir.verify import VerifyProblem  # noqa: PLC0415
+    @property
+    def heads(self) -> HeadStore | None:
+        """The store's head records (keyed stores), if this reader checks against them."""
+        return self._heads
 
-        try:
-            packs = self._catalog.live()[1]  # garbage packs are no longer part of the run
-        except CheckpointCorruptionError:
-            packs = self._catalog.packs()  # the manifest is reported already
-        for pack in packs:
-            report.checked_files += 1
-            path = str(self.paths.dir / pack.name)
-            try:
-                problems = verify_pack(self._catalog.pack_reader(pack).index)
-            except FileNotFoundError:
-                continue  # merged into another pack meanwhile
-            except CheckpointCorruptionError as exc:
-                problems = [exc.reason]
-            report.problems += [VerifyProblem(path, reason) for reason in problems]
+    def load_chained(
+        self, file: CheckpointFile, names: dict[int, str], macs: dict[int, bytes]
+    ) -> bytes | None:
+        """Decode ``file`` (its delta chain and signature chain included); its MAC, if any.
 
-    def _note_garbage(self, report: VerifyReport) -> None:
-        """Note the copies an interrupted rewrite left that the manifest does not name."""
-        try:
-            manifest = self._catalog.manifest()
-            loose, packs = self._catalog.scan()
-        except (CheckpointCorruptionError, OSError):
-            return
-        if manifest is None:
-            return
-        stale = [f.name for f in loose if f.seq < manifest.loose_from]
-        stale += [p.name for p in packs if p.name not in manifest.packs]
-        if stale:
-            report.notes.append(
-                f"{len(stale)} file(s) the MANIFEST does not name, left by an interrupted "
-                f"rewrite (ignored; the next pack or gc removes them): {', '.join(stale[:3])}"
-                + ("..." if len(stale) > 3 else "")
-            )
+        ``names`` maps every seq of the run to its file name and ``macs`` holds the MACs
+        of the files read so far, which the next one chains on.
+        """
+        return self._load(file, names, macs)[1]
 
-    def _is_packed(self, file: CheckpointFile) -> bool:
-        try:
-            return self._catalog.packed(file.seq) is not None
-        except CheckpointCorruptionError:
-            return False
-
-    def _verify_head(self, report: VerifyReport) -> None:
-        """Compare the run with its head record (keyed stores: rollback protection)."""
-        from afk_local.storage.rundir.verify import VerifyProblem  # noqa: PLC0415
-
-        assert self._heads is not None
-        try:
-            updated: int | None = read_meta(self.paths, self._codec).updated_ms
-        except AfkLocalError:
-            updated = None
-        for reason in self._heads.behind(self.paths, updated):
-            report.problems.append(VerifyProblem(str(self.paths.dir), f"rolled back: {reason}"))
-        try:
-            present = self._heads.read(self.run_id) is not None
-        except ValueError as exc:
-            report.notes.append(f"{exc}: rollback is not checked until the run is next written")
-            return
-        if not present:
-            report.notes.append(
-                "no head record: rollback is not checked for this run until it is next "
-                "written (it predates rollback protection, or the store moved)"
-            )
+    def decode_budget(self, files: list[CheckpointFile]) -> AbstractContextManager[None]:
+        """Bound the delta frames one pass over ``files`` may follow (linear in them)."""
+        return self._chain.budget(_read_budget(files))
 
     def effects(self) -> list[Effect]:
         """Every record of the effect journal in file order (a torn tail is ignored).
