@@ -417,10 +417,13 @@ def remove_checkpoints(reader: RunReader, plan: RunPlan) -> None:
        run without a manifest) is replaced by new packs of its kept entries, the
        rewritten ones as keyframes, and the run's ``MANIFEST`` naming them is published
        (:mod:`~afk_local.storage.rundir.rewrite`): the instant the packed part changes;
-    3. the doomed live loose files are deleted in durable rounds (:func:`deletion_rounds`),
-       then everything the manifest no longer names.
+    3. everything the manifest no longer names is deleted.
 
-    No copy is ever both kept and deleted, and nothing is deleted before the manifest
+    The doomed live loose files are deleted between steps 1 and 2, in durable rounds
+    (:func:`deletion_rounds`): after the publish, a loose file the kill left behind
+    would be live again by the manifest's rule, with its base gone.
+
+    No copy is ever both kept and deleted, and no pack is deleted before the manifest
     that stops naming it is durable, so a kill at any point, then any rewrite, loses
     nothing. The caller holds the run's lock and, in a keyed store, has recorded the
     chain links first (:func:`chain_links_after_delete`).
@@ -430,6 +433,16 @@ def remove_checkpoints(reader: RunReader, plan: RunPlan) -> None:
     for f in plan.rewrite:
         if f.pack is None and f.seq >= view.loose_from:
             rewrite_as_keyframe(reader, CheckpointFile(f.seq, f.phase, f.name))
+    # The doomed loose files go before the manifest changes: a loose file at or above
+    # loose_from is live by the manifest's own rule, so one left behind by a kill after
+    # the publish would come back to life with its base (a doomed packed checkpoint)
+    # gone. Deleting them first is safe: a kept loose delta on one of them was just
+    # rewritten as a keyframe, and no packed checkpoint has a loose base.
+    loose = [f for f in plan.delete if f.pack is None and f.seq >= view.loose_from]
+    for batch in deletion_rounds(loose, keyed=reader.record_codec.signer is not None):
+        for f in batch:
+            env.unlink(paths.dir / f.name)
+        env.fsync_dir(paths.dir)
     touched = {f.seq for f in (*plan.delete, *plan.rewrite) if f.pack is not None}
     if view.legacy:
         touched |= {f.seq for f in (*plan.delete, *plan.rewrite) if f.seq < view.loose_from}
@@ -453,11 +466,6 @@ def remove_checkpoints(reader: RunReader, plan: RunPlan) -> None:
         manifest = publish_manifest(
             paths, view.manifest, kept + written, view.loose_from, signer=signer, env=env
         )
-    loose = [f for f in plan.delete if f.pack is None and f.seq >= view.loose_from]
-    for batch in deletion_rounds(loose, keyed=reader.record_codec.signer is not None):
-        for f in batch:
-            env.unlink(paths.dir / f.name)
-        env.fsync_dir(paths.dir)
     if manifest is not None:
         remove_garbage(paths, manifest, env, just_published=bool(replace), sync=True)
     reader.catalog.scan()
