@@ -62,6 +62,15 @@ def _packed_run(root: Path, key: str | None) -> afk.Store:
     return store
 
 
+def _half_packed_run(root: Path, key: str | None) -> afk.Store:
+    """A run of COUNT checkpoints, 1-11 packed and the rest loose: gc dooms loose deltas
+    (13, a step_started on 11) whose base is a doomed packed checkpoint."""
+    store = afk.Store(root, key=key, pack_loose_limit=None)
+    _write(store, "r", COUNT)
+    pack_run(store.paths("r"), store.codec, keep_from=12)
+    return store
+
+
 def _copy(source: Path, target: Path) -> Path:
     shutil.copytree(source, target, symlinks=True)
     return target
@@ -203,11 +212,16 @@ def _gc(root: Path, key: str | None, kill_at: int) -> subprocess.CompletedProces
     return run(GC_CHILD, str(root), str(kill_at), key or "")
 
 
+@pytest.mark.parametrize("shape", [_packed_run, _half_packed_run], ids=["packed", "half-loose"])
 @pytest.mark.parametrize("key", [None, KEY])
-def test_gc_of_a_packed_run_killed_then_gc_again_loses_nothing(tmp_path: Path, key) -> None:
-    """Findings 1 and 3: a kill anywhere in gc, then a second gc killed too, then a third."""
+def test_gc_of_a_packed_run_killed_then_gc_again_loses_nothing(tmp_path: Path, key, shape) -> None:
+    """Findings 1 and 3: a kill anywhere in gc, then a second gc killed too, then a third.
+
+    ``half-loose``: a kill after gc published its MANIFEST but before it deleted a doomed
+    loose delta left that delta live by the manifest's rule, with its packed base gone
+    (found by the rewrite torture: gc now deletes doomed loose files first)."""
     fixture = tmp_path / "fixture"
-    _packed_run(fixture, key)
+    shape(fixture, key)
     full = _gc(_copy(fixture, tmp_path / "count"), key, 0)
     assert full.returncode == 0, full.stderr
     total = int(full.stdout.split()[1])
