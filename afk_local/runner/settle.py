@@ -24,7 +24,7 @@ import enum
 from typing import Any
 
 from afk_local.errors import SettleError
-from afk_local.journal.journal import journal_of
+from afk_local.journal.journal import EffectState, Journal, journal_of
 from afk_local.journal.replay import idempotency_key
 from afk_local.storage.format.records import Effect, ErrorInfo, now_ms
 from afk_local.storage.store import StoreLike, as_store
@@ -75,13 +75,7 @@ def settle(
     the_store = as_store(store)
     with the_store.resume_writer(run_id, new_attempt=False) as run:
         journal = journal_of(run)
-        state = journal.lookup(key)
-        if state is None:
-            raise SettleError(
-                run_id,
-                key,
-                f"the run has no effect {key!r}: run `afk-local effects {run_id}` to list them",
-            )
+        state = _effect_state(journal, run_id, key)
         if not state.in_doubt:
             raise SettleError(
                 run_id,
@@ -99,6 +93,18 @@ def settle(
             return journal.record_outcome(key, status="ok", result=result, settled_attempt=attempt)
         error = ErrorInfo(type=SETTLED_FAILED, message=message or "settled as not done")
         return journal.record_outcome(key, status="error", error=error, settled_attempt=attempt)
+
+
+def _effect_state(journal: Journal, run_id: str, key: str) -> EffectState:
+    """What the journal knows of effect ``key``; refused when the run has none."""
+    state = journal.lookup(key)
+    if state is None:
+        raise SettleError(
+            run_id,
+            key,
+            f"the run has no effect {key!r}: run `afk-local effects {run_id}` to list them",
+        )
+    return state
 
 
 def _settlement(outcome: Effect | None) -> int | None:
@@ -124,13 +130,7 @@ def unsettle(run_id: str, key: str, *, store: StoreLike = None) -> Effect:
     the_store = as_store(store)
     with the_store.resume_writer(run_id, new_attempt=False) as run:
         journal = journal_of(run)
-        state = journal.lookup(key)
-        if state is None:
-            raise SettleError(
-                run_id,
-                key,
-                f"the run has no effect {key!r}: run `afk-local effects {run_id}` to list them",
-            )
+        state = _effect_state(journal, run_id, key)
         if state.in_doubt:
             raise SettleError(run_id, key, f"effect {key!r} is in doubt already: settle it")
         outcome = state.outcome
