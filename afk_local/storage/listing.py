@@ -167,6 +167,47 @@ def list_runs(store: ListedStore, wanted: RunFilter, limit: int | None) -> RunLi
     return result
 
 
+def page_runs(
+    store: ListedStore, wanted: RunFilter, offset: int, limit: int
+) -> tuple[RunList, int, bool]:
+    """One page of the runs ``wanted`` admits, for a store too large to list whole.
+
+    Runs are ordered newest first by their ``run.meta`` (its last change), so only the
+    metas of the whole store are read and the checkpoints of the page's runs: a listing
+    of 10,000 runs costs 10,000 small reads, not 10,000 run listings. Returns the page,
+    how many runs ``run.meta`` admits (an upper bound when the filter also needs a
+    run's liveness) and whether runs follow the page.
+    """
+    from afk_local.storage.views.run_info import RunList  # noqa: PLC0415
+
+    metas: list[RunMeta] = []
+    for run_id in store.run_ids():
+        try:
+            meta = store.read_meta(run_id)
+        except AfkLocalError:
+            continue  # a run being created, or a damaged meta: `verify` reports it
+        if wanted.admits_meta(meta):
+            metas.append(meta)
+    metas.sort(key=lambda meta: (meta.updated_ms, meta.run_id), reverse=True)
+    page = RunList()
+    skipped = 0
+    for meta in metas:
+        try:
+            info = store.info(meta.run_id)
+        except Exception as exc:  # one damaged run is one marked line, never the listing
+            log.debug("run %s: cannot be listed", meta.run_id, exc_info=True)
+            info = _damaged_info(meta.run_id, meta, run_failure(exc))
+        if not wanted.admits(info):
+            continue
+        if skipped < offset:
+            skipped += 1
+            continue
+        if len(page) == limit:
+            return page, len(metas), True
+        page.append(info)
+    return page, len(metas), False
+
+
 def interrupted(store: ListedStore) -> list[str]:
     """Ids of runs whose status says running (or created) but whose lock is free.
 
@@ -187,4 +228,11 @@ def interrupted(store: ListedStore) -> list[str]:
     return found
 
 
-__all__ = ["ListedStore", "interrupted", "list_runs", "newest_unreadable", "run_info"]
+__all__ = [
+    "ListedStore",
+    "interrupted",
+    "list_runs",
+    "newest_unreadable",
+    "page_runs",
+    "run_info",
+]
