@@ -34,8 +34,9 @@ CSRF_FIELD = "csrf"
 
 
 SECURITY_HEADERS = (
-    # The token is in the first URL: never send it on to another site.
-    (b"referrer-policy", b"no-referrer"),
+    # The token is in the first URL: never send it on to another site. (Not no-referrer:
+    # then a browser sends `Origin: null` with the page's own forms.)
+    (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
     (

@@ -67,7 +67,7 @@ def test_the_token_once_then_an_http_only_strict_cookie(server) -> None:
     assert "count-0" in body
     cookie = headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-    assert headers["referrer-policy"] == "no-referrer"
+    assert headers["referrer-policy"] == "same-origin"
     pair = cookie.split(";")[0]
     status, _, body = server.get("/runs/count-0", token=False, headers={"Cookie": pair})
     assert status == 200 and "count-0" in body
