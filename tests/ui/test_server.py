@@ -18,6 +18,7 @@ import ui_server
 from ui_server import ENV, csrf_of, served
 
 import afk_local as afk
+from afk_local.ui.access import Access
 
 pytest.importorskip("starlette", reason="afk_local[ui] is not installed (starlette)")
 pytest.importorskip("uvicorn", reason="afk_local[ui] is not installed (uvicorn)")
@@ -146,9 +147,8 @@ def test_an_action_needs_the_csrf_value_and_a_same_origin(server, store) -> None
 def test_read_only_refuses_every_action(store) -> None:
     with served(store.root, "--read-only") as ro:
         _, _, page = ro.get("/runs/ask")
-        assert '<form method="post"' not in page
-        with served(store.root) as rw:  # a CSRF value a writable page would give
-            csrf = csrf_of(rw.get("/runs/ask")[2])
+        assert 'method="post"' not in page and "read-only" in page
+        csrf = Access(token=ro.token, port=ro.port).csrf  # what its forms would carry
         for action, form in (
             ("answer", {"answer": "true", "pause_seq": "1"}),
             ("resume", {}),
@@ -159,7 +159,20 @@ def test_read_only_refuses_every_action(store) -> None:
             assert status == 403, action
             assert "read-only" in body
     assert store.read_meta("ask").status is afk.RunStatus.PAUSED
-    assert not list(store.requests_dir.glob("*.json")) if store.requests_dir.exists() else True
+    assert not store.requests_dir.exists() or not list(store.requests_dir.iterdir())
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(server, store) -> None:
+    port = str(server.port)
+    taken = subprocess.run(
+        [sys.executable, "-m", "afk_local", "--root", str(store.root), "ui", "--port", port],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=60,
+    )
+    assert taken.returncode == 2
+    assert taken.stderr.startswith(f"afk-local: cannot serve on 127.0.0.1:{server.port}: ")
 
 
 def test_answering_a_pause_from_the_page_resumes_the_run_through_the_watcher(
