@@ -2,7 +2,8 @@
 
 Pages (GET): ``/`` the runs, ``/runs/rows`` the runs table's rows alone (the page's
 script fetches them every second to stay current), ``/runs/RUN`` a run,
-``/runs/RUN/checkpoints/SEQ`` one checkpoint, ``/store`` the store, ``/static/...``
+``/runs/RUN/checkpoints/SEQ`` one checkpoint, ``/runs/RUN/diff?a=SEQ&b=SEQ`` what
+changed between two, ``/store`` the store, ``/static/...``
 the stylesheet and the script. Actions (POST): ``/runs/RUN/settle``, ``answer``,
 ``resume``, ``cancel`` (:mod:`~afk_local.ui.actions`). Everything is behind
 :class:`~afk_local.ui.access.AccessGuard`.
@@ -34,6 +35,7 @@ from afk_local.ui.views import (
     STATUSES,
     RunsQuery,
     checkpoint_page,
+    diff_page,
     run_page,
     runs_page,
     store_page,
@@ -130,6 +132,21 @@ def create_app(store: Store, access: Access) -> Starlette:
             next_seq=after[0] if after else None,
         )
 
+    def diff(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        try:
+            seq_a = int(request.query_params.get("a", ""))
+            seq_b = int(request.query_params.get("b", ""))
+        except ValueError:
+            return message("Bad request", "a diff needs two checkpoint seqs: ?a=SEQ&b=SEQ", 400)
+        try:
+            d = diff_page(store, run_id, seq_a, seq_b)
+        except (RunNotFoundError, InvalidRunIdError) as exc:
+            return not_found(exc)
+        except AfkLocalError as exc:
+            return message("Cannot diff", str(exc), 404, f"/runs/{quote(run_id)}")
+        return render("diff.html", d=d)
+
     def store_view(request: Request) -> Response:
         page = store_page(store, verify=request.query_params.get("verify") == "1")
         return render("store.html", nav="store", s=page)
@@ -164,6 +181,7 @@ def create_app(store: Store, access: Access) -> Starlette:
         Route("/runs/rows", rows),
         Route("/runs/{run_id}", run),
         Route("/runs/{run_id}/checkpoints/{seq:int}", checkpoint),
+        Route("/runs/{run_id}/diff", diff),
         Route("/runs/{run_id}/{action}", act, methods=["POST"]),
         Route("/store", store_view),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

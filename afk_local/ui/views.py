@@ -25,6 +25,7 @@ from afk_local.storage.rundir.metrics import MetricLog
 from afk_local.storage.store import Store
 from afk_local.storage.views.effect_table import effect_rows
 from afk_local.storage.views.notebook import format_bytes, format_ms
+from afk_local.storage.views.payload_diff import structural_diff
 from afk_local.storage.views.run_filter import LIVENESS, RunFilter, parse_since, parse_tag
 from afk_local.storage.views.run_info import RunInfo
 from afk_local.storage.views.run_progress import format_duration, format_progress
@@ -305,6 +306,45 @@ def checkpoint_page(store: Store, run_id: str, seq: int) -> CheckpointPage:
     )
 
 
+@dataclass(frozen=True)
+class DiffPage:
+    """What changed from one checkpoint's payload to another's (as ``afk-local diff``)."""
+
+    run_id: str
+    seq_a: int
+    seq_b: int
+    phase_a: str
+    phase_b: str
+    added: list[tuple[str, str]]
+    removed: list[tuple[str, str]]
+    changed: list[tuple[str, str, str]]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=repr)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def diff_page(store: Store, run_id: str, seq_a: int, seq_b: int) -> DiffPage:
+    """The structural diff of two checkpoints of ``run_id`` (paths, as ``afk-local diff``)."""
+    require_run(store, run_id)
+    reader = store.open(run_id)
+    a, b = reader.get(seq_a), reader.get(seq_b)
+    changes = structural_diff(a.payload, b.payload)
+    return DiffPage(
+        run_id=run_id,
+        seq_a=a.seq,
+        seq_b=b.seq,
+        phase_a=a.phase,
+        phase_b=b.phase,
+        added=[(path, _short(v)) for path, v in changes["added"].items()],
+        removed=[(path, _short(v)) for path, v in changes["removed"].items()],
+        changed=[
+            (path, _short(old), _short(new)) for path, (old, new) in changes["changed"].items()
+        ],
+    )
+
+
 @dataclass
 class StorePage:
     """What the store page shows: disk use by run, what gc would remove, verify results."""
@@ -349,6 +389,7 @@ __all__ = [
     "PAGE_SIZE",
     "STATUSES",
     "CheckpointPage",
+    "DiffPage",
     "RunPage",
     "RunRow",
     "RunsPage",
@@ -356,6 +397,7 @@ __all__ = [
     "StorePage",
     "TimelineEvent",
     "checkpoint_page",
+    "diff_page",
     "require_run",
     "run_page",
     "run_row",

@@ -226,7 +226,7 @@ def test_the_store_page_shows_disk_use_gc_and_verify(server) -> None:
     assert page.count(">ok<") == 5
 
 
-def test_the_run_page_draws_metrics_and_shows_a_checkpoint(tmp_path: Path) -> None:
+def test_the_run_page_draws_metrics_shows_and_diffs_checkpoints(tmp_path: Path) -> None:
     store = afk.Store(tmp_path / "store")
     ui_server.metric_job.with_store(store).run(4, run_id="fit")
     with served(store.root) as s:
@@ -235,6 +235,13 @@ def test_the_run_page_draws_metrics_and_shows_a_checkpoint(tmp_path: Path) -> No
         status, _, ckpt = s.get("/runs/fit/checkpoints/1")
         assert status == 200 and "Payload" in ckpt
         assert s.get("/runs/fit/checkpoints/999")[0] == 404
+        seqs = [f.seq for f in store.open("fit").checkpoint_files()]
+        a, b = seqs[1], seqs[-1]
+        status, _, diff = s.get(f"/runs/fit/diff?a={a}&b={b}")
+        assert status == 200 and 'class="changed"' in diff and "progress.done" in diff
+        assert "identical" in s.get(f"/runs/fit/diff?a={a}&b={a}")[2]
+        assert s.get("/runs/fit/diff?a=1")[0] == 400
+        assert s.get(f"/runs/fit/diff?a={a}&b=999")[0] == 404
 
 
 def test_tags_are_shown_escaped(tmp_path: Path) -> None:

@@ -3,6 +3,9 @@
 "use strict";
 
 const POLL_MS = 1000;
+// A large store makes each refresh cost more: wait a few times what the last one took,
+// so one open tab never keeps the server busy; a hidden tab does not poll at all.
+const POLL_COST_FACTOR = 4;
 
 function focusedRun() {
   const row = document.activeElement && document.activeElement.closest("tr[data-run]");
@@ -20,6 +23,11 @@ function refocus(runId) {
 }
 
 async function refreshRuns(table, body) {
+  if (document.hidden) {
+    document.addEventListener("visibilitychange", () => refreshRuns(table, body), {once: true});
+    return;
+  }
+  const started = performance.now();
   try {
     const answer = await fetch(table.dataset.rowsUrl, {credentials: "same-origin", cache: "no-store"});
     if (answer.ok) {
@@ -34,7 +42,8 @@ async function refreshRuns(table, body) {
   } catch (err) {
     // the server stopped: keep what is shown, try again
   }
-  setTimeout(() => refreshRuns(table, body), POLL_MS);
+  const took = performance.now() - started;
+  setTimeout(() => refreshRuns(table, body), Math.max(POLL_MS, POLL_COST_FACTOR * took));
 }
 
 function moveInRuns(event) {
