@@ -5,7 +5,7 @@ script fetches them every second to stay current), ``/runs/RUN`` a run,
 ``/runs/RUN/checkpoints/SEQ`` one checkpoint, ``/runs/RUN/diff?a=SEQ&b=SEQ`` what
 changed between two, ``/store`` the store, ``/static/...``
 the stylesheet and the script. Actions (POST): ``/runs/RUN/settle``, ``answer``,
-``resume``, ``cancel`` (:mod:`~afk_local.ui.actions`). Everything is behind
+``resume``, ``cancel``, ``restart``, ``fork`` (:mod:`~afk_local.ui.actions`). Everything is behind
 :class:`~afk_local.ui.access.AccessGuard`.
 """
 
@@ -167,14 +167,15 @@ def create_app(store: Store, access: Access) -> Starlette:
             return message("Refused", "the form's CSRF value is wrong: reload the page", 403)
         back = f"/runs/{quote(run_id, safe='')}"
         try:
-            said = await run_in_threadpool(action, store, run_id, form)
+            done = await run_in_threadpool(action, store, run_id, form)
         except (RunNotFoundError, InvalidRunIdError) as exc:
             return not_found(exc)
         except (AfkLocalError, ValueError) as exc:
             log.info("ui: %s of run %s refused: %s", request.path_params["action"], run_id, exc)
             return RedirectResponse(f"{back}?{urlencode({'problem': str(exc)})}", 303)
-        log.info("ui: run %s: %s", run_id, said)
-        return RedirectResponse(f"{back}?{urlencode({'notice': said})}", 303)
+        log.info("ui: run %s: %s", run_id, done.said)
+        where = f"/runs/{quote(done.run_id, safe='')}"
+        return RedirectResponse(f"{where}?{urlencode({'notice': done.said})}", 303)
 
     routes = [
         Route("/", runs),

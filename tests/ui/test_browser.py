@@ -213,3 +213,17 @@ def test_a_run_page_shows_metric_charts(page) -> None:
     sync_api.expect(page.locator("figure.chart svg")).to_have_count(1)
     sync_api.expect(page.locator("figcaption")).to_contain_text("loss: 20 points")
     _shot(page, "ui-run.png")
+
+
+def test_a_narrow_window_scrolls_the_table_not_the_page(browser, world) -> None:
+    context = browser.new_context(viewport={"width": 360, "height": 700})
+    try:
+        tab = context.new_page()
+        tab.goto(world["server"].url)
+        sync_api.expect(_row(tab, "nightly")).to_have_count(1)
+        assert tab.evaluate("document.documentElement.scrollWidth") <= 360
+        tab.goto(world["server"].base + "/runs/pay")
+        assert tab.evaluate("document.documentElement.scrollWidth") <= 360
+        _shot(tab, "ui-narrow.png")
+    finally:
+        context.close()

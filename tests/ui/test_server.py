@@ -154,11 +154,14 @@ def test_read_only_refuses_every_action(store) -> None:
             ("resume", {}),
             ("cancel", {"reason": "no"}),
             ("settle", {"key": "k", "outcome": "failed"}),
+            ("restart", {}),
+            ("fork", {"seq": "1"}),
         ):
             status, _, body = ro.post(f"/runs/ask/{action}", {"csrf": csrf, **form})
             assert status == 403, action
             assert "read-only" in body
     assert store.read_meta("ask").status is afk.RunStatus.PAUSED
+    assert sorted(store.run_ids()) == ["ask", "broken", "count-0", "count-1", "count-2"]
     assert not store.requests_dir.exists() or not list(store.requests_dir.iterdir())
 
 
@@ -255,3 +258,25 @@ def test_tags_are_shown_escaped(tmp_path: Path) -> None:
         _, _, page = s.get("/")
         assert "<script>alert" not in page and "&lt;script&gt;" in page
         assert 'data-run="x"' in page
+
+
+def test_fork_and_restart_from_the_page_make_new_runs(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path / "store")
+    ui_server.metric_job.with_store(store).run(3, run_id="fit")
+    at = store.open("fit").checkpoint_files()[1].seq
+    with served(store.root) as s:
+        csrf = csrf_of(s.get(f"/runs/fit/checkpoints/{at}")[2])
+        status, headers, _ = s.post("/runs/fit/fork", {"csrf": csrf, "seq": str(at)})
+        assert status == 303
+        forked = headers["location"].split("?")[0].removeprefix("/runs/")
+        assert store.read_meta(forked).parent_run_id == "fit"
+        assert store.open(forked).latest().seq == at
+        status, headers, _ = s.post("/runs/fit/restart", {"csrf": csrf})
+        assert status == 303
+        fresh = headers["location"].split("?")[0].removeprefix("/runs/")
+        meta = store.read_meta(fresh)
+        assert meta.status is afk.RunStatus.CREATED
+        assert (
+            meta.extra["restarted_from"] == "fit" and meta.params == store.read_meta("fit").params
+        )
+        assert s.get(headers["location"])[0] == 200
