@@ -22,7 +22,7 @@ def add_ui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--read-only",
         action="store_true",
-        help="show only: no settle, answer, resume or cancel from the page",
+        help="show only: no settle, answer, resume, cancel, restart or fork from the page",
     )
 
 

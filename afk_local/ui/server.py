@@ -57,7 +57,7 @@ def serve(
 
     Args:
         port: the port on 127.0.0.1 (0: a free one).
-        read_only: refuse every action (settle, answer, resume, cancel).
+        read_only: refuse every action (settle, answer, resume, cancel, restart, fork).
         on_ready: called with the page's URL (it holds the token) once the socket listens.
     """
     sock = bind_loopback(port)
