@@ -150,8 +150,8 @@ class RunsPage:
 
     query: RunsQuery
     rows: list[RunRow] = field(default_factory=list)
-    matched: int = 0
-    """Runs whose ``run.meta`` the filters admit (an upper bound for interrupted/live)."""
+    matched: int | None = 0
+    """Runs the filters admit (None: not counted, that would read the whole store)."""
     more: bool = False
     error: str | None = None
 
