@@ -98,6 +98,13 @@ def _gc_packed_rerun(session: Session, _prepared: Any) -> None:
     _pack(session, "live")
 
 
+def _half_packed_run(store: Store, _scratch: Path) -> None:
+    """A run whose oldest checkpoints are packed and the rest loose: gc dooms loose
+    deltas whose bases are doomed packed checkpoints (the rewrite torture's find)."""
+    write_run(store, "live", 8, effects=3, steps=True)
+    pack_run(store.paths("live"), store.codec, keep_from=13)
+
+
 # -- gc, then pack, then a writer packing as it goes -------------------------------------
 
 
@@ -303,6 +310,16 @@ REWRITE_WORKLOADS: tuple[Workload, ...] = (
         resume=_continue("live"),
         expected={"live": "resumed"},
         setup=_packed_run,
+        rerun=_gc_packed_rerun,
+    ),
+    *_both(
+        "gc-half-loose",
+        "gc of a run packed up to seq 12 and loose after: a doomed loose delta on a doomed "
+        "packed base (deleted before the MANIFEST changes); rerun: gc and pack again",
+        record=_gc_keyframes_record,
+        resume=_continue("live"),
+        expected={"live": "resumed"},
+        setup=_half_packed_run,
         rerun=_gc_packed_rerun,
     ),
     *_both(
