@@ -97,7 +97,8 @@ print("calls", switch.calls, flush=True)
 
 def test_kill_at_every_durable_io_call(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """A real SIGKILL at each durable I/O call of a writer (``--torture``: every call; the
-    default suite: every third, the crash explorer's ``sync`` workload checks all)."""
+    default suite: every third; the crash explorer checks the writer's crash states
+    deterministically)."""
     full = run(SCRIPTED, str(tmp_path / "count"), "0")
     assert full.returncode == 0, full.stderr
     total = int(full.stdout.split()[-1])
