@@ -1,4 +1,4 @@
-"""Export reads one consistent view of a run while rewrites change it (issue 33).
+"""Export and fork read one consistent view of a run while rewrites change it (issue 33).
 
 - a writer process packing (and merging packs) as it goes runs while this process
   exports the run again and again (the API, and the CLI in a new process): every
@@ -8,7 +8,8 @@
   from its newest checkpoint;
 - a gc that trims the journal between the export's read of the checkpoints and its
   read of the effects makes the export read again, so an exported trimmed journal
-  always comes with the meta that says so (a fork of the import refuses it).
+  always comes with the meta that says so (a fork of the import refuses it); a fork
+  reads the journal before run.meta for the same reason.
 """
 
 from __future__ import annotations
@@ -153,3 +154,21 @@ def test_export_gives_up_with_one_line_when_every_read_is_rewritten(
     with pytest.raises(afk.errors.AfkLocalError, match="export it again") as caught:
         export_records(reader)
     assert not isinstance(caught.value, afk.errors.CheckpointCorruptionError)
+
+
+def test_a_fork_whose_reader_predates_a_trimming_gc_refuses(tmp_path: Path) -> None:
+    """The fork reads the journal, then run.meta: a gc that trimmed the journal after the
+    source's reader read its meta is seen, and the fork refuses, as for any trimmed run
+    (it used to take the first records of the trimmed journal: two later effects)."""
+    from afk_local.storage.ops.fork import fork_run  # noqa: PLC0415
+
+    store = afk.Store(tmp_path / "store")
+    _finished_run(store)
+    source = store.open("done")
+    assert JOURNAL_TRIMMED_KEY not in (source.meta.extra or {})  # read before the gc
+    at = next(c.seq for c in source.history() if c.journal_records == 4)
+    report = store.gc(RetentionPolicy(keep_runtime_states=8, max_effects_per_run=2))
+    assert sum(c.effects_dropped for c in report.compacted) == 4
+    with pytest.raises(afk.errors.AfkLocalError, match="trimmed"):
+        fork_run(source, at, store.paths("forked"))
+    assert not store.exists("forked")
