@@ -116,12 +116,21 @@ class RunLockedError(AfkLocalError):
 
 
 class CheckpointCorruptionError(AfkLocalError):
-    """A checkpoint or meta file failed its integrity checks."""
+    """A checkpoint or meta file failed its integrity checks.
 
-    def __init__(self, path: str, reason: str, run_id: str | None = None) -> None:
+    ``moved`` is true when what failed is a file or a delta base not being where the
+    reader's view of the run said (gone, or replaced under the same name): what a
+    rewrite (pack, merge, gc) racing a lock-free read looks like. Readers retry such a
+    failure against a fresh view of the run; any other failure is damage.
+    """
+
+    def __init__(
+        self, path: str, reason: str, run_id: str | None = None, *, moved: bool = False
+    ) -> None:
         self.path = path
         self.reason = reason
         self.run_id = run_id
+        self.moved = moved
         run = f"run {run_id!r}: " if run_id else ""
         hint = f"`afk-local verify {run_id}`" if run_id else "`afk-local verify`"
         super().__init__(
