@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from afk_local.errors import MirrorError
+from afk_local.errors import MirrorError, RemoteIntegrityError
 from afk_local.integrations.remote.bucket import Bucket
 from afk_local.integrations.remote.layout import (
     MAX_RUN_OBJECTS,
@@ -127,13 +127,13 @@ class RemoteRun:
                 segments.append(Segment(segment_key(self.run_id, epoch, offset), offset, size))
                 offset += size
             if stop is not None and offset != stop:
-                raise MirrorError(
+                raise RemoteIntegrityError(
                     self.bucket.url,
                     f"run {self.run_id}: epoch {epoch}'s journal segments end at byte {offset}, "
                     f"but the next epoch took over at byte {stop}: the remote is damaged",
                 )
             if stop is None and any(o > offset for o in objects.segments):
-                raise MirrorError(
+                raise RemoteIntegrityError(
                     self.bucket.url,
                     f"run {self.run_id}: epoch {epoch}'s journal has a gap at byte {offset} "
                     "(a segment is missing): the remote is damaged, refused",

@@ -1,0 +1,381 @@
+"""Fencing between two stores on one remote: real processes, SIGKILL, one-line refusals.
+
+The meta window (a job that finishes while an upload batch is in flight, killed right
+after that batch), the fenced marker on the old owner's machine, signed leases and
+bases in keyed stores, a journal with a missing segment, the take of a live owner,
+and a remote that hangs when a run is opened.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from proc import SUPPORT, spawn
+
+import afk_local as afk
+
+remote = pytest.importorskip("afk_local.integrations.remote")
+obstore = pytest.importorskip("obstore")
+
+from afk_local.integrations.remote.layout import bases_key, lease_key, segment_key  # noqa: E402
+from afk_local.integrations.remote.lease import encode_lease, new_lease  # noqa: E402
+from afk_local.integrations.remote.upload import RunUploader  # noqa: E402
+from afk_local.storage.rundir.mirror import FENCED_NAME  # noqa: E402
+
+
+@pytest.fixture(params=["file", "s3"])
+def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "file":
+        return remote.file_url(tmp_path / "bucket")
+    return request.getfixturevalue("remote_url")
+
+
+def afk_cli(root: Path, *args: str, code: int = 0, env: dict[str, str] | None = None):
+    """``python -m afk_local --root ROOT args...`` in a fresh process; asserts the exit code."""
+    full = {k: v for k, v in os.environ.items() if k not in ("AFK_LOCAL_ROOT", "AFK_LOCAL_MIRROR")}
+    full["PYTHONPATH"] = str(SUPPORT) + os.pathsep + full.get("PYTHONPATH", "")
+    full.update(env or {})
+    result = subprocess.run(
+        [sys.executable, "-m", "afk_local", "--root", str(root), *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=120,
+    )
+    assert result.returncode == code, (args, result.returncode, result.stdout, result.stderr)
+    return result
+
+
+def one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+# -- the meta window ------------------------------------------------------------------
+
+META_WINDOW_CHILD = """
+import os, sys, threading, time
+import afk_local as afk
+from afk_local.integrations.remote import Bucket, RemoteMirror
+
+root, url = sys.argv[1:3]
+holding, go_on, entered, finished = (threading.Event() for _ in range(4))
+
+class GatedBucket(Bucket):
+    # The upload of checkpoint 3 waits until checkpoint 4 and a meta change are
+    # notified (so the next batch holds both); that batch's upload of checkpoint 4
+    # waits until the job has finished; after it, the next checkpoint or journal
+    # upload hangs (the parent kills the process there).
+    passed = False
+    def create(self, key, data):
+        if key.endswith("000000000003.runtime_state.ckpt"):
+            holding.set()
+            go_on.wait(60)
+        elif key.endswith("000000000004.runtime_state.ckpt"):
+            entered.set()
+            finished.wait(60)
+            self.passed = True
+        elif self.passed and "/meta/" not in key:
+            print("blocked", key, flush=True)
+            time.sleep(600)
+        return super().create(key, data)
+
+mirror = RemoteMirror(url, root=root)
+mirror.bucket = GatedBucket(url)
+run = afk.Store(root, mirror=mirror).create("r")
+for i in range(1, 3):
+    run.checkpoint("runtime_state", {"i": i}, step=i)
+run.flush_mirror(60)
+run.checkpoint("runtime_state", {"i": 3}, step=3)
+holding.wait(60)
+run.checkpoint("runtime_state", {"i": 4}, step=4)
+run.update_meta(extra={"progress": 4})
+go_on.set()
+entered.wait(60)
+run.finish({"total": 10}, step=5)  # the job ends while the batch uploads checkpoint 4
+finished.set()
+time.sleep(600)
+"""
+
+
+def test_a_job_finishing_during_an_upload_batch_never_reaches_the_remote_as_completed_early(
+    tmp_path: Path, any_url: str
+) -> None:
+    child = spawn(META_WINDOW_CHILD, str(tmp_path / "a"), any_url)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().startswith("blocked")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    b = afk.Store(tmp_path / "b")
+    remote.take_run(b, "r", any_url, force=True)  # the killed owner's renewal is fresh
+    copy = b.open("r")
+    state = copy.resume_state()
+    if copy.meta.status is afk.RunStatus.COMPLETED:
+        assert state.result == {"total": 10}, "completed with a wrong result"
+    else:
+        assert copy.latest().payload == {"i": 4}
+    assert copy.verify().ok
+
+
+# -- the fenced marker ------------------------------------------------------------------
+
+RESUME_CHILD = """
+import sys
+import afk_local as afk
+from remote_jobs import effects_job
+root, mirror, out, n = sys.argv[1:5]
+store = afk.Store(root, mirror=mirror)
+print("result", effects_job.with_store(store).run(out, int(n), run_id="job"), flush=True)
+"""
+
+
+def test_a_fenced_copy_is_never_resumed_or_written_until_taken_back(tmp_path: Path) -> None:
+    url = remote.file_url(tmp_path / "bucket")
+    a, b, out = tmp_path / "a", tmp_path / "b", tmp_path / "calls"
+    env = {"PYTHONPATH": str(SUPPORT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    child = spawn(RESUME_CHILD, str(a), url, str(out), "6", env=env | {"REMOTE_JOB_STALL_AT": "2"})
+    try:
+        assert child.stdout is not None
+        lines = [child.stdout.readline().strip() for _ in range(3)]
+        assert lines[-1] == "stalled 2", lines
+    finally:
+        child.kill()
+        child.wait()
+    remote.take_run(afk.Store(b), "job", url, force=True)
+    # a's next push sees the newer epoch: the push fails in one line and a's copy is fenced.
+    refused = afk_cli(a, "push", "job", "--to", url, code=1)
+    assert "lease" in one_line(refused.stderr)
+    assert (a / "runs" / "job" / FENCED_NAME).exists()
+    # Without the mirror set, a's copy is still refused, in one line, by resume ...
+    refused = afk_cli(a, "resume", "job", code=2)
+    assert "fenced" in one_line(refused.stderr)
+    # ... and by any writer.
+    with pytest.raises(afk.LeaseLostError, match="fenced"):
+        afk.Store(a).resume_writer("job")
+    assert [int(x) for x in out.read_text().split()] == [0, 1, 2]
+    # Taken back, a's copy is the remote's again and writable.
+    assert remote.take_run(afk.Store(a), "job", url).took
+    assert not (a / "runs" / "job" / FENCED_NAME).exists()
+    with afk.Store(a).resume_writer("job") as run:
+        run.checkpoint("runtime_state", {"back": True}, step=9)
+
+
+# -- signed leases and bases, journal gaps -----------------------------------------------
+
+
+def overwrite(url: str, key: str, data: bytes | None) -> None:
+    """What an attacker or a broken tool does: replace or delete an object in place."""
+    if url.startswith("file://"):
+        store = obstore.store.LocalStore(url[len("file://") :])
+    else:
+        store = obstore.store.from_url(url)
+    if data is None:
+        obstore.delete(store, key)
+    else:
+        obstore.put(store, key, data)
+
+
+def make_run(store: afk.Store, run_id: str, n: int, *, effects: int = 0) -> None:
+    with store.create(run_id) as run:
+        for i in range(n):
+            if i < effects:
+                run.effects.record_intent(f"k{i}", name="f", input_hash="h", idempotency_key=f"{i}")
+                run.effects.record_outcome(f"k{i}", status="ok", result=i)
+            run.checkpoint("runtime_state", {"i": i}, step=i)
+
+
+def test_a_forged_lease_or_bases_object_is_refused_by_a_keyed_store(
+    tmp_path: Path, any_url: str
+) -> None:
+    key = b"k" * 32
+    a, b = afk.Store(tmp_path / "a", key=key), afk.Store(tmp_path / "b", key=key)
+    make_run(a, "r", 4, effects=3)
+    remote.push_run(a, any_url, "r")
+    # Someone without the key creates the next epoch, claiming it took nothing (bases 0):
+    # a taker that believed it would run every effect again.
+    forged = new_lease("r", 2, "f" * 32, meta=(a.paths("r").meta.read_bytes()))
+    assert remote.Bucket(any_url).create(lease_key("r", 2), encode_lease(forged))
+    with pytest.raises(remote.RemoteIntegrityError, match="refused") as caught:
+        remote.take_run(b, "r", any_url)
+    assert "\n" not in str(caught.value)
+    # A forged bases object under a genuine signed lease is refused the same way.
+    overwrite(any_url, lease_key("r", 2), None)
+    c = afk.Store(tmp_path / "c", key=key)
+    assert remote.take_run(c, "r", any_url, force=True).took
+    overwrite(any_url, bases_key("r", 2), b'{"format":"afk-local-bases","run_id":"r"}')
+    with pytest.raises(remote.RemoteIntegrityError, match="bases"):
+        remote.take_run(b, "r", any_url, force=True)
+    assert not b.runs_dir.exists() or list(b.runs_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["middle", "tail"])
+def test_a_journal_with_a_missing_segment_is_refused_in_one_line(
+    tmp_path: Path, where: str
+) -> None:
+    url = remote.file_url(tmp_path / "bucket")
+    a, b = afk.Store(tmp_path / "a"), afk.Store(tmp_path / "b")
+    make_run(a, "r", 6, effects=6)
+    bucket = remote.Bucket(url)
+    uploader = RunUploader(bucket, a.paths("r"), remote.store_id(a.root))
+    uploader.acquire()
+    uploader.scan_remote()
+    log = a.paths("r").journal.read_bytes()
+    third = len(log) // 3
+    # Three segments, as three mirror batches would have made them.
+    for start, end in ((0, third), (third, 2 * third), (2 * third, len(log))):
+        assert bucket.create(segment_key("r", 1, start), log[start:end])
+    for name in sorted(os.listdir(a.paths("r").dir)):
+        if name.endswith(".ckpt"):
+            uploader.upload_file(name)
+    uploader.upload_meta(uploader.read_meta())
+    overwrite(url, segment_key("r", 1, third if where == "middle" else 2 * third), None)
+    refused = afk_cli(b.root, "pull", "r", "--from", url, "--take", code=1)
+    assert "refused" in one_line(refused.stderr)
+    assert not (b.root / "runs" / "r").exists()
+
+
+# -- taking a live owner ------------------------------------------------------------------
+
+LIVE_CHILD = """
+import sys, time
+import afk_local as afk
+from afk_local.integrations.remote import RemoteMirror
+root, url, sync, lease_s = sys.argv[1:5]
+mirror = RemoteMirror(url, root=root, sync_effects=sync == "1", lease_s=float(lease_s))
+run = afk.Store(root, mirror=mirror).create("live")
+run.checkpoint("runtime_state", {"i": 0}, step=0)
+run.flush_mirror(60)
+print("running", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_live_owner_is_taken_only_with_sync_effects_or_force(tmp_path: Path, sync: bool) -> None:
+    url = remote.file_url(tmp_path / "bucket")
+    child = spawn(LIVE_CHILD, str(tmp_path / "a"), url, "1" if sync else "0", "30")
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "running"
+        b = tmp_path / "b"
+        if sync:  # every intent is fenced one by one: the take goes ahead
+            taken = afk_cli(b, "pull", "live", "--from", url, "--take", "--json")
+            assert '"took": true' in taken.stdout and '"owner_renewed_ms"' in taken.stdout
+        else:
+            refused = afk_cli(b, "pull", "live", "--from", url, "--take", code=2)
+            line = one_line(refused.stderr)
+            assert "renewed its lease" in line and "--force" in line
+            assert not remote.Bucket(url).exists(lease_key("live", 2)), "nothing moved"
+            afk_cli(b, "pull", "live", "--from", url, "--take", "--force")
+        assert remote.Bucket(url).exists(lease_key("live", 2))
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_lapsed_lease_is_taken_without_force(tmp_path: Path) -> None:
+    url = remote.file_url(tmp_path / "bucket")
+    child = spawn(LIVE_CHILD, str(tmp_path / "a"), url, "0", "0.3")
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "running"
+        child.send_signal(signal.SIGSTOP)  # alive, but no longer renewing
+        b = afk.Store(tmp_path / "b")
+        deadline = 0
+        while True:  # a liveness wait for the lapse, not a timing claim
+            try:
+                report = remote.take_run(b, "live", url)
+                break
+            except afk.MirrorError as exc:
+                assert "renewed its lease" in str(exc)
+                deadline += 1
+                assert deadline < 600, "the lease never lapsed"
+                threading.Event().wait(0.05)
+        assert report.took and report.owner_renewed_ms is not None
+        child.send_signal(signal.SIGCONT)
+    finally:
+        child.kill()
+        child.wait()
+
+
+# -- a hanging remote ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def hanging_endpoint() -> Iterator[str]:
+    """An endpoint that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for conn in accepted:
+            conn.close()
+        server.close()
+
+
+HANG_CHILD = """
+import sys, time
+import afk_local as afk
+root, url = sys.argv[1:3]
+store = afk.Store(root, mirror=url)
+with store.create("r") as run:
+    print("opened", flush=True)
+    for i in range(3):
+        run.checkpoint("runtime_state", {"i": i}, step=i)
+    print("checkpointed", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_opening_and_checkpointing_a_run_never_waits_on_a_hanging_remote(
+    tmp_path: Path, hanging_endpoint: str
+) -> None:
+    env = {
+        "AWS_ENDPOINT_URL": hanging_endpoint,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+    }
+    child = spawn(HANG_CHILD, str(tmp_path / "a"), "s3://hang/runs", env=env)
+    try:
+        assert child.stdout is not None
+        # A liveness check with a generous bound: the request timeouts (20 s of
+        # silence) and retries would keep a blocking open far longer.
+        ready = threading.Timer(15, child.kill)
+        ready.start()
+        lines = [child.stdout.readline().strip() for _ in range(2)]
+        ready.cancel()
+        assert lines == ["opened", "checkpointed"], (lines, child.stderr)
+        assert afk.Store(tmp_path / "a").open("r").latest().payload == {"i": 2}
+    finally:
+        child.kill()
+        child.wait()
