@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from proc import SUPPORT, spawn
+from remote_jobs import effects_job
 
 import afk_local as afk
 
@@ -379,3 +380,63 @@ def test_opening_and_checkpointing_a_run_never_waits_on_a_hanging_remote(
     finally:
         child.kill()
         child.wait()
+
+
+# -- a take while the owner runs with sync_effects ---------------------------------------
+
+SYNC_JOB_CHILD = """
+import sys
+import afk_local as afk
+from afk_local.integrations.remote import RemoteMirror
+from remote_jobs import effects_job
+root, url, out, n = sys.argv[1:5]
+store = afk.Store(root, mirror=RemoteMirror(url, root=root, sync_effects=True))
+try:
+    effects_job.with_store(store).run(out, int(n), run_id="job")
+except afk.LeaseLostError as exc:
+    print("fenced", str(exc).count(chr(10)), flush=True)
+"""
+
+SYNC_N = 60
+
+
+@pytest.mark.parametrize("pause", [False, True], ids=["running", "sigstop"])
+def test_a_take_while_a_sync_effects_owner_runs_repeats_no_effect(
+    tmp_path: Path, remote_url: str, pause: bool
+) -> None:
+    a, b, out = tmp_path / "a", tmp_path / "b", tmp_path / "calls"
+    env = {"PYTHONPATH": str(SUPPORT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    child = spawn(SYNC_JOB_CHILD, str(a), remote_url, str(out), str(SYNC_N), env=env)
+    try:
+        assert child.stdout is not None
+        for _ in range(3):  # the owner is well into the run
+            assert child.stdout.readline().startswith("done")
+        if pause:
+            child.send_signal(signal.SIGSTOP)
+        taken = afk_cli(b, "pull", "job", "--from", remote_url, "--take")
+        assert "taken" in taken.stdout
+        if pause:
+            child.send_signal(signal.SIGCONT)
+        rest, _ = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    # The owner stopped at its next intent: its check after the upload saw epoch 2.
+    assert rest.splitlines()[-1] == "fenced 0", rest
+    assert (a / "runs" / "job" / FENCED_NAME).exists()
+    store_b = afk.Store(b, mirror=remote.RemoteMirror(remote_url, root=b, sync_effects=True))
+    try:
+        total = effects_job.with_store(store_b).run(str(out), SYNC_N, run_id="job")
+    except afk.EffectInDoubtError as exc:
+        # The intent the owner uploaded just before it saw the new lease: B reports it
+        # in doubt (it did not run) and never runs it on its own.
+        assert "\n" not in str(exc)
+        total = None
+    counts: dict[int, int] = {}
+    for line in out.read_text().split():
+        counts[int(line)] = counts.get(int(line), 0) + 1
+    assert all(n == 1 for n in counts.values()), f"duplicated effects: {counts}"
+    if total is not None:
+        assert sorted(counts) == list(range(SYNC_N))
+        assert total == sum(i * i for i in range(SYNC_N))
