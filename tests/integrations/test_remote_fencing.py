@@ -8,6 +8,7 @@ and a remote that hangs when a run is opened.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -161,9 +162,14 @@ def test_a_fenced_copy_is_never_resumed_or_written_until_taken_back(tmp_path: Pa
     # Without the mirror set, a's copy is still refused, in one line, by resume ...
     refused = afk_cli(a, "resume", "job", code=2)
     assert "fenced" in one_line(refused.stderr)
-    # ... and by any writer.
+    # ... by any writer ...
     with pytest.raises(afk.LeaseLostError, match="fenced"):
         afk.Store(a).resume_writer("job")
+    # ... and the watcher skips it, saying why once, instead of resuming it.
+    watched = afk_cli(a, "watch", "--once", "--json", "--interval", "0.2", "--grace", "10")
+    events = [json.loads(x) for x in watched.stdout.splitlines() if x.startswith("{")]
+    assert [e["event"] for e in events if e.get("run_id") == "job"] == ["skipped"], events
+    assert "fenced" in next(e["message"] for e in events if e.get("run_id") == "job")
     assert [int(x) for x in out.read_text().split()] == [0, 1, 2]
     # Taken back, a's copy is the remote's again and writable.
     assert remote.take_run(afk.Store(a), "job", url).took

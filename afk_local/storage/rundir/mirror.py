@@ -118,21 +118,39 @@ def mark_fenced(paths: RunPaths, url: str, detail: str) -> None:
     fsio.atomic_write(paths.dir / FENCED_NAME, body)
 
 
-def refuse_fenced(paths: RunPaths) -> None:
-    """Raise LeaseLostError (one line) when the run directory holds the fenced marker."""
+def _fenced_url(paths: RunPaths) -> str | None:
+    """The remote named by the run's fenced marker; None when there is no marker."""
     marker = paths.dir / FENCED_NAME
     if not os.path.lexists(marker):
-        return
-    url = "its remote"
+        return None
     try:
         found = msgspec.json.decode(fsio.read_bounded(marker, _MAX_FENCED_BYTES))
         if isinstance(found, dict) and isinstance(found.get("url"), str):
-            url = found["url"]
+            return str(found["url"])[:1000]
     except (OSError, ValueError):
         pass  # a damaged marker fences all the same
-    raise LeaseLostError(
-        paths.run_id, url, "this copy is fenced (another store took the run's lease)"
+    return "its remote"
+
+
+def fenced_reason(paths: RunPaths) -> str | None:
+    """One line saying why the run may not be written here, when it holds the fenced
+    marker; None otherwise."""
+    url = _fenced_url(paths)
+    if url is None:
+        return None
+    return (
+        f"this copy is fenced: another store took the run's lease on {url}; take it back "
+        f"with `afk-local pull {paths.run_id} --from {url} --take`"
     )
+
+
+def refuse_fenced(paths: RunPaths) -> None:
+    """Raise LeaseLostError (one line) when the run directory holds the fenced marker."""
+    url = _fenced_url(paths)
+    if url is not None:
+        raise LeaseLostError(
+            paths.run_id, url, "this copy is fenced (another store took the run's lease)"
+        )
 
 
 def mirror_scheme(url: str) -> str:
@@ -173,6 +191,7 @@ __all__ = [
     "Mirror",
     "MirrorFactory",
     "RunMirror",
+    "fenced_reason",
     "mark_fenced",
     "mirror_scheme",
     "open_mirror",
