@@ -119,10 +119,10 @@ def _staleness(report: Any) -> str:
     if report.in_doubt:
         keys = ", ".join(report.in_doubt[:5]) + (" ..." if len(report.in_doubt) > 5 else "")
         text += (
-            f"\n  in doubt on resume ({len(report.in_doubt)}): {keys} (started, no outcome "
-            "on the remote: they may have run on the other machine; a resume reports them in "
-            f"doubt instead of running them; `afk-local effects {report.run_id}` shows how to "
-            "settle them)"
+            f"\n  in doubt on resume ({len(report.in_doubt)}): {keys} (started, no outcome on "
+            "the remote: they may have run on the other machine; a resume applies each step's "
+            "in-doubt policy: raise, or retry with the same idempotency key; "
+            f"`afk-local effects {report.run_id}` shows them)"
         )
     else:
         text += "; no effect in doubt"
