@@ -352,21 +352,32 @@ HANG_CHILD = """
 import sys, time
 import afk_local as afk
 root, url = sys.argv[1:3]
-store = afk.Store(root, mirror=url)
+store = afk.Store(root, mirror=url, pack_loose_limit=8)
 with store.create("r") as run:
     print("opened", flush=True)
-    for i in range(3):
+    for i in range(40):  # past the loose limit: the writer would pack
         run.checkpoint("runtime_state", {"i": i}, step=i)
     print("checkpointed", flush=True)
     time.sleep(600)
 """
 
 
-def test_opening_and_checkpointing_a_run_never_waits_on_a_hanging_remote(
-    tmp_path: Path, hanging_endpoint: str
+@pytest.fixture
+def down_endpoint() -> str:
+    """An endpoint where nothing listens (connections refused)."""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize("endpoint", ["hanging_endpoint", "down_endpoint"])
+def test_opening_and_checkpointing_a_run_never_waits_on_a_hanging_or_down_remote(
+    tmp_path: Path, request: pytest.FixtureRequest, endpoint: str
 ) -> None:
     env = {
-        "AWS_ENDPOINT_URL": hanging_endpoint,
+        "AWS_ENDPOINT_URL": request.getfixturevalue(endpoint),
         "AWS_ALLOW_HTTP": "true",
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -381,8 +392,8 @@ def test_opening_and_checkpointing_a_run_never_waits_on_a_hanging_remote(
         ready.start()
         lines = [child.stdout.readline().strip() for _ in range(2)]
         ready.cancel()
-        assert lines == ["opened", "checkpointed"], (lines, child.stderr)
-        assert afk.Store(tmp_path / "a").open("r").latest().payload == {"i": 2}
+        assert lines == ["opened", "checkpointed"], lines
+        assert afk.Store(tmp_path / "a").open("r").latest().payload == {"i": 39}
     finally:
         child.kill()
         child.wait()
