@@ -232,7 +232,7 @@ def test_mutant_taker_that_lists_before_its_lease_is_caught(
     monkeypatch.setattr(pull_module, "read_remote_run", read_once)
     monkeypatch.setattr(
         pull_module,
-        "_settled_snapshot",
+        "settled_snapshot",
         lambda *args: first[0].snapshot(),  # type: ignore[attr-defined]
     )
     found = explore(tmp_path, list(interleavings())[::-1], first=True)

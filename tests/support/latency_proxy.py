@@ -9,6 +9,7 @@ its effect, which is what races between two machines need to show up.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -44,10 +45,8 @@ class LatencyProxy:
         self._thread.join()
         with self._lock:
             for sock in self._sockets:
-                try:
+                with contextlib.suppress(OSError):
                     sock.close()
-                except OSError:
-                    pass
         self._server.close()
 
     def _accept(self) -> None:
@@ -78,7 +77,5 @@ class LatencyProxy:
             pass
         finally:
             for sock in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 import msgspec
 
 from afk_local.errors import (
-    MirrorError,
     RemoteIntegrityError,
     RunExistsError,
     RunNotFoundError,
@@ -43,19 +42,18 @@ from afk_local.integrations.remote.layout import (
 )
 from afk_local.integrations.remote.lease import (
     Bases,
-    Lease,
-    create_bases,
-    create_lease,
-    last_renewal,
-    lease_lost,
     new_lease,
-    read_leases,
 )
 from afk_local.integrations.remote.remote_run import RemoteFile, Snapshot, read_remote_run
+from afk_local.integrations.remote.take import (
+    create_take_lease,
+    record_bases,
+    refuse_live_owner,
+    settled_snapshot,
+)
 from afk_local.integrations.remote.upload import durable_journal_end
 from afk_local.storage import fsio
 from afk_local.storage.format import codec
-from afk_local.storage.format.integrity import Signer
 from afk_local.storage.format.layout import RunPaths, scan_checkpoints, validate_run_id
 from afk_local.storage.format.records import now_ms
 from afk_local.storage.ops.fork import JOURNAL_TRIMMED_KEY
@@ -148,7 +146,7 @@ def pull_run(
         report = PullReport(run_id, head.epoch)
         taking = take and not ours
         if taking:
-            report.owner_renewed_ms = _refuse_live_owner(bucket, head, force)
+            report.owner_renewed_ms = refuse_live_owner(bucket, head, force)
         tmp = RunPaths(run_id, fsio.temp_path(store.runs_dir, f"pull-{run_id}"))
         fsio.make_dir(tmp.dir)
         try:
@@ -159,10 +157,10 @@ def pull_run(
             _check(store, tmp, bucket.url)
             if taking:  # the lease FIRST, then the old epoch again, then the bases
                 lease = new_lease(run_id, head.epoch + 1, owner)
-                _take(bucket, lease, signer)
+                create_take_lease(bucket, lease, signer)
                 report.took, report.epoch, finishing = True, lease.epoch, True
             if finishing:
-                snapshot = _settled_snapshot(bucket, run_id, signer, owner)
+                snapshot = settled_snapshot(bucket, run_id, signer, owner)
                 remote_meta = _download(
                     bucket, store, snapshot, tmp, report, fetched=fetched, workers=concurrency
                 )
@@ -186,7 +184,7 @@ def pull_run(
                     journal_base=snapshot.journal_end,
                     meta=remote_meta,
                 )
-                _record_bases(bucket, bases, signer)
+                record_bases(bucket, bases, signer)
                 report.epoch = epoch
             extra = {k: v for k, v in meta.extra.items() if k != REMOTE_COPY_KEY}
             if not ours and not taking:
@@ -228,59 +226,6 @@ def take_run(store: Store, run_id: str, url: str | Bucket, *, force: bool = Fals
 def _local_seq(paths: RunPaths) -> int:
     files = scan_checkpoints(paths.dir)
     return files[-1].seq if files else 0
-
-
-def _refuse_live_owner(bucket: Bucket, head: Lease, force: bool) -> int | None:
-    """How long ago the holder renewed; MirrorError if it still renews with the
-    background mirror (its effects are not fenced one by one) and not ``force``."""
-    found = last_renewal(bucket, head.run_id, head.epoch)
-    if found is None:
-        return None
-    renewal, age_ms = found
-    if renewal.sync_effects or renewal.released or age_ms >= renewal.lease_ms or force:
-        if not (renewal.sync_effects or renewal.released) and age_ms < renewal.lease_ms:
-            log.warning(
-                "run %s: taken with --force from store %s, which renewed its lease %.1f s ago: "
-                "effects it starts before it sees the new lease may run twice",
-                head.run_id,
-                head.owner[:12],
-                age_ms / 1000,
-            )
-        return age_ms
-    raise MirrorError(
-        bucket.url,
-        f"run {head.run_id}: store {head.owner[:12]} (host {head.host or '?'}) renewed its lease "
-        f"{age_ms / 1000:.1f} s ago and mirrors effects in the background: taking it now could "
-        f"run effects twice; wait until its lease lapses ({renewal.lease_ms / 1000:g} s without "
-        "renewal) or pass --force",
-    )
-
-
-def _settled_snapshot(bucket: Bucket, run_id: str, signer: Signer | None, owner: str) -> Snapshot:
-    """The old epochs as listed now, after this store's lease exists."""
-    remote = read_remote_run(bucket, run_id, signer)
-    if remote is None or remote.head.owner != owner:
-        holder = remote.head if remote is not None else None
-        if holder is None:
-            raise RunNotFoundError(run_id, bucket.url)
-        raise lease_lost(bucket, run_id, holder, None)
-    return remote.snapshot()
-
-
-def _record_bases(bucket: Bucket, bases: Bases, signer: Signer | None) -> None:
-    if create_bases(bucket, bases, signer):
-        return
-    # Made by an earlier attempt of this store that died before publishing: it must
-    # say the same, else the remote would describe another history than this copy.
-    current = read_leases(bucket, bases.run_id, signer).get(bases.epoch)
-    if current is None or (current.base_seq, current.journal_base) != (
-        bases.base_seq,
-        bases.journal_base,
-    ):
-        raise RemoteIntegrityError(
-            bucket.url,
-            f"run {bases.run_id}: epoch {bases.epoch} already records other bases: refused",
-        )
 
 
 def _describe(store: Store, tmp: RunPaths, updated_ms: int, report: PullReport) -> None:
@@ -413,14 +358,6 @@ def _check_same_run(
             remote_seq + 1,
             local_seq,
         )
-
-
-def _take(bucket: Bucket, lease: Lease, signer: Signer | None) -> None:
-    if not create_lease(bucket, lease, signer):
-        remote = read_remote_run(bucket, lease.run_id, signer)
-        holder = remote.head if remote is not None else lease
-        raise lease_lost(bucket, lease.run_id, holder, None)
-    log.info("run %s: lease epoch %d taken on %s", lease.run_id, lease.epoch, bucket.url)
 
 
 def _publish(store: Store, tmp: RunPaths, target: RunPaths, *, replace: bool) -> None:
