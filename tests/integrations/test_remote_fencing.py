@@ -27,7 +27,12 @@ import afk_local as afk
 remote = pytest.importorskip("afk_local.integrations.remote")
 obstore = pytest.importorskip("obstore")
 
-from afk_local.integrations.remote.layout import bases_key, lease_key, segment_key  # noqa: E402
+from afk_local.integrations.remote.layout import (  # noqa: E402
+    alive_key,
+    bases_key,
+    lease_key,
+    segment_key,
+)
 from afk_local.integrations.remote.lease import encode_lease, new_lease  # noqa: E402
 from afk_local.integrations.remote.upload import RunUploader  # noqa: E402
 from afk_local.storage.rundir.mirror import FENCED_NAME  # noqa: E402
@@ -224,6 +229,30 @@ def test_a_forged_lease_or_bases_object_is_refused_by_a_keyed_store(
     with pytest.raises(remote.RemoteIntegrityError, match="bases"):
         remote.take_run(b, "r", any_url, force=True)
     assert not b.runs_dir.exists() or list(b.runs_dir.iterdir()) == []
+
+
+def test_a_forged_released_renewal_does_not_open_a_live_keyed_run_to_a_take(
+    tmp_path: Path,
+) -> None:
+    url = remote.file_url(tmp_path / "bucket")
+    key = b"k" * 32
+    owner = afk.Store(tmp_path / "a", key=key, mirror=remote.RemoteMirror(url, root=tmp_path / "a"))
+    with owner.create("r") as run:
+        run.checkpoint("runtime_state", {"i": 1}, step=1)
+        run.flush_mirror(30)
+        b = afk.Store(tmp_path / "b", key=key)
+        with pytest.raises(afk.MirrorError, match="renewed its lease"):
+            remote.take_run(b, "r", url)  # the owner is alive and signs its renewals
+        forged = (
+            b'{"format":"afk-local-renewal","run_id":"r","epoch":1,"sync_effects":false,'
+            b'"lease_ms":30000,"released":true}'
+        )
+        overwrite(url, alive_key("r", 1), forged)
+        with pytest.raises(remote.RemoteIntegrityError, match="refused") as caught:
+            remote.take_run(b, "r", url)
+        assert "\n" not in str(caught.value)
+        assert not remote.Bucket(url).exists(lease_key("r", 2)), "nothing moved"
+        run.checkpoint("runtime_state", {"i": 2}, step=2)  # the owner was never fenced
 
 
 @pytest.mark.parametrize("where", ["middle", "tail"])

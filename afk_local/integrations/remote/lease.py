@@ -90,9 +90,15 @@ class Bases(msgspec.Struct, kw_only=True, frozen=True):
     meta: bytes
 
 
+RENEWAL_FORMAT = "afk-local-renewal"
+
+
 class Renewal(msgspec.Struct, kw_only=True, frozen=True):
     """The body of ``<run>/lease/<epoch>.alive``: how its holder mirrors, and its period."""
 
+    format: str = RENEWAL_FORMAT
+    run_id: str = ""
+    epoch: int = 0
     sync_effects: bool
     lease_ms: int
     released: bool = False
@@ -258,24 +264,50 @@ def renew(
     sync_effects: bool,
     lease_s: float,
     released: bool = False,
+    signer: Signer | None = None,
 ) -> None:
     """Replace the holder's renewal object of ``epoch`` (the server stamps its time);
-    ``released`` when the holder closed the run."""
-    body = Renewal(sync_effects=sync_effects, lease_ms=int(lease_s * 1000), released=released)
-    bucket.replace(alive_key(run_id, epoch), msgspec.json.encode(body))
+    ``released`` when the holder closed the run. Signed in a keyed store."""
+    body = Renewal(
+        run_id=run_id,
+        epoch=epoch,
+        sync_effects=sync_effects,
+        lease_ms=int(lease_s * 1000),
+        released=released,
+    )
+    bucket.replace(
+        alive_key(run_id, epoch), _seal(msgspec.json.encode(body), RENEWAL_FORMAT, signer)
+    )
 
 
-def last_renewal(bucket: Bucket, run_id: str, epoch: int) -> tuple[Renewal, int] | None:
+def last_renewal(
+    bucket: Bucket, run_id: str, epoch: int, signer: Signer | None = None
+) -> tuple[Renewal, int] | None:
     """The holder's renewal of ``epoch`` and how long ago it was written (ms, by this
-    machine's clock against the server's stamp); None when it never renewed."""
+    machine's clock against the server's stamp); None when it never renewed (or, in an
+    unkeyed store, when the object is not a renewal of this run and epoch).
+
+    Raises:
+        RemoteIntegrityError: (keyed) the renewal is unsigned or signed with another key:
+            a forged "released" must not let a take fence a live owner.
+    """
     key = alive_key(run_id, epoch)
     modified = bucket.modified_ms(key)
     data = bucket.get(key, MAX_ALIVE_BYTES) if modified is not None else None
     if modified is None or data is None:
         return None
+    body = _open(data, RENEWAL_FORMAT, key, bucket.url, signer)
     try:
-        renewal = msgspec.json.decode(data, type=Renewal)
+        renewal = msgspec.json.decode(body, type=Renewal)
     except msgspec.DecodeError:
+        renewal = None
+    if renewal is None or (renewal.format, renewal.run_id, renewal.epoch) != (
+        RENEWAL_FORMAT,
+        run_id,
+        epoch,
+    ):
+        if signer is not None:
+            raise RemoteIntegrityError(bucket.url, f"{key} is not a renewal of this run: refused")
         return None
     return renewal, max(0, now_ms() - modified)
 
@@ -303,6 +335,7 @@ __all__ = [
     "BASES_FORMAT",
     "DEFAULT_LEASE_S",
     "LEASE_FORMAT",
+    "RENEWAL_FORMAT",
     "Bases",
     "Lease",
     "Renewal",

@@ -237,6 +237,7 @@ class RunMirrorThread:
                 sync_effects=self._sync_effects,
                 lease_s=self._lease_s,
                 released=True,
+                signer=uploader.signer,
             )
         except (BucketRequestError, LeaseLostError, MirrorError) as exc:
             log.info("run %s: lease renewal not released: %s", self.run_id, exc)
@@ -311,6 +312,7 @@ class RunMirrorThread:
                 uploader.epoch,
                 sync_effects=self._sync_effects,
                 lease_s=self._lease_s,
+                signer=uploader.signer,
             )
             self._renewed_at = time.monotonic()
         if catch_up:

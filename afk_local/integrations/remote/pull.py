@@ -146,7 +146,7 @@ def pull_run(
         report = PullReport(run_id, head.epoch)
         taking = take and not ours
         if taking:
-            report.owner_renewed_ms = refuse_live_owner(bucket, head, force)
+            report.owner_renewed_ms = refuse_live_owner(bucket, head, force, signer)
         tmp = RunPaths(run_id, fsio.temp_path(store.runs_dir, f"pull-{run_id}"))
         fsio.make_dir(tmp.dir)
         try:

@@ -29,10 +29,12 @@ from afk_local.storage.format.integrity import Signer
 log = logging.getLogger("afk_local")
 
 
-def refuse_live_owner(bucket: Bucket, head: Lease, force: bool) -> int | None:
+def refuse_live_owner(
+    bucket: Bucket, head: Lease, force: bool, signer: Signer | None = None
+) -> int | None:
     """Before step 2: how long ago the holder renewed; MirrorError if it still renews
     with the background mirror (its effects are not fenced one by one) and not ``force``."""
-    found = last_renewal(bucket, head.run_id, head.epoch)
+    found = last_renewal(bucket, head.run_id, head.epoch, signer)
     if found is None:
         return None
     renewal, age_ms = found
