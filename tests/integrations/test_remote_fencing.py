@@ -488,3 +488,39 @@ def test_a_take_while_a_sync_effects_owner_runs_repeats_no_effect(
     if total is not None:
         assert sorted(counts) == list(range(SYNC_N))
         assert total == sum(i * i for i in range(SYNC_N))
+
+
+def test_a_take_that_died_before_its_bases_is_finished_or_taken_over(tmp_path: Path) -> None:
+    url = remote.file_url(tmp_path / "bucket")
+    a, b, c = (afk.Store(tmp_path / name) for name in "abc")
+    make_run(a, "r", 3, effects=2)
+    remote.push_run(a, url, "r")
+    bucket = remote.Bucket(url)
+    # b created epoch 2 and died before it recorded its bases: a is fenced all the same.
+    assert bucket.create(
+        lease_key("r", 2), encode_lease(new_lease("r", 2, remote.store_id(b.root)))
+    )
+    with pytest.raises(afk.LeaseLostError, match="superseded"):
+        remote.push_run(a, url, "r")
+    assert (a.paths("r").dir / FENCED_NAME).exists()
+    # b's mirror uploads nothing into an epoch without bases; pull --take finishes it.
+    with pytest.raises(afk.MirrorError, match="did not finish"):
+        RunUploader(bucket, b.paths("r"), remote.store_id(b.root)).acquire()
+    report = remote.take_run(b, "r", url)
+    assert report.epoch == 2 and bucket.exists(bases_key("r", 2))
+    assert b.open("r").latest().payload == {"i": 2}
+    # A third store takes over from there (epoch 3), with the whole history.
+    assert remote.take_run(c, "r", url).epoch == 3
+    assert [e.kind for e in c.open("r").effects()] == ["intent", "outcome"] * 2
+
+
+def test_a_taker_skips_an_epoch_whose_take_died(tmp_path: Path) -> None:
+    url = remote.file_url(tmp_path / "bucket")
+    a, c = afk.Store(tmp_path / "a"), afk.Store(tmp_path / "c")
+    make_run(a, "r", 3, effects=2)
+    remote.push_run(a, url, "r")
+    dead = new_lease("r", 2, "d" * 32)  # a store that died mid-take, never to return
+    assert remote.Bucket(url).create(lease_key("r", 2), encode_lease(dead))
+    report = remote.take_run(c, "r", url)
+    assert report.epoch == 3 and report.seq == 3
+    assert c.open("r").latest().payload == {"i": 2} and c.open("r").verify().ok
