@@ -1,10 +1,13 @@
 """The take protocol in every interleaving of the old owner's steps with the taker's.
 
-Owner A (store a, epoch 1, effects mirrored synchronously) runs its steps one by one,
-each exactly as its mirror thread would (a check of the lease before every upload
-batch, and again after the journal upload):
+Owner A (store a, epoch 1, effects mirrored synchronously) runs its steps one by one
+with the uploader its mirror thread uses (``RunUploader``: the same upload calls, the
+meta read before the files):
 
     checkpoint, intent upload, lease check, effect, outcome upload, meta upload
+
+The mirror's check before each batch may lie long before the batch's uploads, so the
+worst case is explored: no upload step checks, only the check after the intent does.
 
 Taker B (store b) is the real :func:`pull_run` with ``take=True``; the bucket it
 talks to pauses it at each step of the protocol (lease create, the listing after it,
