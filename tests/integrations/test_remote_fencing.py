@@ -524,3 +524,39 @@ def test_a_taker_skips_an_epoch_whose_take_died(tmp_path: Path) -> None:
     report = remote.take_run(c, "r", url)
     assert report.epoch == 3 and report.seq == 3
     assert c.open("r").latest().payload == {"i": 2} and c.open("r").verify().ok
+
+
+def test_of_two_stores_taking_one_run_at_once_exactly_one_wins(tmp_path: Path) -> None:
+    url = remote.file_url(tmp_path / "bucket")
+    a = afk.Store(tmp_path / "a")
+    make_run(a, "r", 3, effects=2)
+    remote.push_run(a, url, "r")
+    takers = [afk.Store(tmp_path / name) for name in ("b", "c")]
+    outcomes: dict[int, object] = {}
+    both_read = threading.Barrier(2, timeout=60)
+
+    class RacingBucket(remote.Bucket):
+        # Both takers have read epoch 1 as the head before either creates epoch 2.
+        def create(self, key: str, data: bytes) -> bool:
+            if key.endswith(".lease"):
+                both_read.wait()
+            return super().create(key, data)
+
+    def take(index: int) -> None:
+        try:
+            outcomes[index] = remote.take_run(takers[index], "r", RacingBucket(url))
+        except afk.LeaseLostError as exc:
+            outcomes[index] = exc
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    won = [i for i, o in outcomes.items() if isinstance(o, remote.PullReport)]
+    lost = [o for o in outcomes.values() if isinstance(o, afk.LeaseLostError)]
+    assert len(won) == 1 and len(lost) == 1, outcomes
+    assert "\n" not in str(lost[0])
+    loser = takers[1 - won[0]]
+    assert not (loser.runs_dir / "r").exists(), "the loser published nothing"
+    assert sorted(remote.lease.read_leases(remote.Bucket(url), "r")) == [1, 2]
