@@ -1,26 +1,23 @@
 """Fencing between two stores on one remote: real processes, SIGKILL, one-line refusals.
 
-The meta window (a job that finishes while an upload batch is in flight, killed right
-after that batch), the fenced marker on the old owner's machine, signed leases and
-bases in keyed stores, a journal with a missing segment, the take of a live owner,
-and a remote that hangs when a run is opened.
+The fenced marker on the old owner's machine, signed leases, bases and renewals in
+keyed stores, a journal with a missing segment, a take that died half way, two takes
+at once, and a remote that hangs or is down when a run is opened and written.
+test_remote_takes.py has the takes of a live owner and the meta window.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from proc import SUPPORT, spawn
-from remote_jobs import effects_job
+from remote_helpers import afk_cli, make_run, one_line, overwrite
 
 import afk_local as afk
 
@@ -43,96 +40,6 @@ def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "file":
         return remote.file_url(tmp_path / "bucket")
     return request.getfixturevalue("remote_url")
-
-
-def afk_cli(root: Path, *args: str, code: int = 0, env: dict[str, str] | None = None):
-    """``python -m afk_local --root ROOT args...`` in a fresh process; asserts the exit code."""
-    full = {k: v for k, v in os.environ.items() if k not in ("AFK_LOCAL_ROOT", "AFK_LOCAL_MIRROR")}
-    full["PYTHONPATH"] = str(SUPPORT) + os.pathsep + full.get("PYTHONPATH", "")
-    full.update(env or {})
-    result = subprocess.run(
-        [sys.executable, "-m", "afk_local", "--root", str(root), *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=120,
-    )
-    assert result.returncode == code, (args, result.returncode, result.stdout, result.stderr)
-    return result
-
-
-def one_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    assert len(lines) == 1, text
-    return lines[0]
-
-
-# -- the meta window ------------------------------------------------------------------
-
-META_WINDOW_CHILD = """
-import os, sys, threading, time
-import afk_local as afk
-from afk_local.integrations.remote import Bucket, RemoteMirror
-
-root, url = sys.argv[1:3]
-holding, go_on, entered, finished = (threading.Event() for _ in range(4))
-
-class GatedBucket(Bucket):
-    # The upload of checkpoint 3 waits until checkpoint 4 and a meta change are
-    # notified (so the next batch holds both); that batch's upload of checkpoint 4
-    # waits until the job has finished; after it, the next checkpoint or journal
-    # upload hangs (the parent kills the process there).
-    passed = False
-    def create(self, key, data):
-        if key.endswith("000000000003.runtime_state.ckpt"):
-            holding.set()
-            go_on.wait(60)
-        elif key.endswith("000000000004.runtime_state.ckpt"):
-            entered.set()
-            finished.wait(60)
-            self.passed = True
-        elif self.passed and "/meta/" not in key:
-            print("blocked", key, flush=True)
-            time.sleep(600)
-        return super().create(key, data)
-
-mirror = RemoteMirror(url, root=root)
-mirror.bucket = GatedBucket(url)
-run = afk.Store(root, mirror=mirror).create("r")
-for i in range(1, 3):
-    run.checkpoint("runtime_state", {"i": i}, step=i)
-run.flush_mirror(60)
-run.checkpoint("runtime_state", {"i": 3}, step=3)
-holding.wait(60)
-run.checkpoint("runtime_state", {"i": 4}, step=4)
-run.update_meta(extra={"progress": 4})
-go_on.set()
-entered.wait(60)
-run.finish({"total": 10}, step=5)  # the job ends while the batch uploads checkpoint 4
-finished.set()
-time.sleep(600)
-"""
-
-
-def test_a_job_finishing_during_an_upload_batch_never_reaches_the_remote_as_completed_early(
-    tmp_path: Path, any_url: str
-) -> None:
-    child = spawn(META_WINDOW_CHILD, str(tmp_path / "a"), any_url)
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().startswith("blocked")
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-    b = afk.Store(tmp_path / "b")
-    remote.take_run(b, "r", any_url, force=True)  # the killed owner's renewal is fresh
-    copy = b.open("r")
-    state = copy.resume_state()
-    if copy.meta.status is afk.RunStatus.COMPLETED:
-        assert state.result == {"total": 10}, "completed with a wrong result"
-    else:
-        assert copy.latest().payload == {"i": 4}
-    assert copy.verify().ok
 
 
 # -- the fenced marker ------------------------------------------------------------------
@@ -184,27 +91,6 @@ def test_a_fenced_copy_is_never_resumed_or_written_until_taken_back(tmp_path: Pa
 
 
 # -- signed leases and bases, journal gaps -----------------------------------------------
-
-
-def overwrite(url: str, key: str, data: bytes | None) -> None:
-    """What an attacker or a broken tool does: replace or delete an object in place."""
-    if url.startswith("file://"):
-        store = obstore.store.LocalStore(url[len("file://") :])
-    else:
-        store = obstore.store.from_url(url)
-    if data is None:
-        obstore.delete(store, key)
-    else:
-        obstore.put(store, key, data)
-
-
-def make_run(store: afk.Store, run_id: str, n: int, *, effects: int = 0) -> None:
-    with store.create(run_id) as run:
-        for i in range(n):
-            if i < effects:
-                run.effects.record_intent(f"k{i}", name="f", input_hash="h", idempotency_key=f"{i}")
-                run.effects.record_outcome(f"k{i}", status="ok", result=i)
-            run.checkpoint("runtime_state", {"i": i}, step=i)
 
 
 def test_a_forged_lease_or_bases_object_is_refused_by_a_keyed_store(
@@ -281,68 +167,79 @@ def test_a_journal_with_a_missing_segment_is_refused_in_one_line(
     assert not (b.root / "runs" / "r").exists()
 
 
-# -- taking a live owner ------------------------------------------------------------------
-
-LIVE_CHILD = """
-import sys, time
-import afk_local as afk
-from afk_local.integrations.remote import RemoteMirror
-root, url, sync, lease_s = sys.argv[1:5]
-mirror = RemoteMirror(url, root=root, sync_effects=sync == "1", lease_s=float(lease_s))
-run = afk.Store(root, mirror=mirror).create("live")
-run.checkpoint("runtime_state", {"i": 0}, step=0)
-run.flush_mirror(60)
-print("running", flush=True)
-time.sleep(600)
-"""
+# -- takes that died, takes that race ---------------------------------------------------
 
 
-@pytest.mark.parametrize("sync", [False, True])
-def test_a_live_owner_is_taken_only_with_sync_effects_or_force(tmp_path: Path, sync: bool) -> None:
+def test_a_take_that_died_before_its_bases_is_finished_or_taken_over(tmp_path: Path) -> None:
     url = remote.file_url(tmp_path / "bucket")
-    child = spawn(LIVE_CHILD, str(tmp_path / "a"), url, "1" if sync else "0", "30")
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "running"
-        b = tmp_path / "b"
-        if sync:  # every intent is fenced one by one: the take goes ahead
-            taken = afk_cli(b, "pull", "live", "--from", url, "--take", "--json")
-            assert '"took": true' in taken.stdout and '"owner_renewed_ms"' in taken.stdout
-        else:
-            refused = afk_cli(b, "pull", "live", "--from", url, "--take", code=2)
-            line = one_line(refused.stderr)
-            assert "renewed its lease" in line and "--force" in line
-            assert not remote.Bucket(url).exists(lease_key("live", 2)), "nothing moved"
-            afk_cli(b, "pull", "live", "--from", url, "--take", "--force")
-        assert remote.Bucket(url).exists(lease_key("live", 2))
-    finally:
-        child.kill()
-        child.wait()
+    a, b, c = (afk.Store(tmp_path / name) for name in "abc")
+    make_run(a, "r", 3, effects=2)
+    remote.push_run(a, url, "r")
+    bucket = remote.Bucket(url)
+    # b created epoch 2 and died before it recorded its bases: a is fenced all the same.
+    assert bucket.create(
+        lease_key("r", 2), encode_lease(new_lease("r", 2, remote.store_id(b.root)))
+    )
+    with pytest.raises(afk.LeaseLostError, match="superseded"):
+        remote.push_run(a, url, "r")
+    assert (a.paths("r").dir / FENCED_NAME).exists()
+    # b's mirror uploads nothing into an epoch without bases; pull --take finishes it.
+    with pytest.raises(afk.MirrorError, match="did not finish"):
+        RunUploader(bucket, b.paths("r"), remote.store_id(b.root)).acquire()
+    report = remote.take_run(b, "r", url)
+    assert report.epoch == 2 and bucket.exists(bases_key("r", 2))
+    assert b.open("r").latest().payload == {"i": 2}
+    # A third store takes over from there (epoch 3), with the whole history.
+    assert remote.take_run(c, "r", url).epoch == 3
+    assert [e.kind for e in c.open("r").effects()] == ["intent", "outcome"] * 2
 
 
-def test_a_lapsed_lease_is_taken_without_force(tmp_path: Path) -> None:
+def test_a_taker_skips_an_epoch_whose_take_died(tmp_path: Path) -> None:
     url = remote.file_url(tmp_path / "bucket")
-    child = spawn(LIVE_CHILD, str(tmp_path / "a"), url, "0", "0.3")
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "running"
-        child.send_signal(signal.SIGSTOP)  # alive, but no longer renewing
-        b = afk.Store(tmp_path / "b")
-        deadline = 0
-        while True:  # a liveness wait for the lapse, not a timing claim
-            try:
-                report = remote.take_run(b, "live", url)
-                break
-            except afk.MirrorError as exc:
-                assert "renewed its lease" in str(exc)
-                deadline += 1
-                assert deadline < 600, "the lease never lapsed"
-                threading.Event().wait(0.05)
-        assert report.took and report.owner_renewed_ms is not None
-        child.send_signal(signal.SIGCONT)
-    finally:
-        child.kill()
-        child.wait()
+    a, c = afk.Store(tmp_path / "a"), afk.Store(tmp_path / "c")
+    make_run(a, "r", 3, effects=2)
+    remote.push_run(a, url, "r")
+    dead = new_lease("r", 2, "d" * 32)  # a store that died mid-take, never to return
+    assert remote.Bucket(url).create(lease_key("r", 2), encode_lease(dead))
+    report = remote.take_run(c, "r", url)
+    assert report.epoch == 3 and report.seq == 3
+    assert c.open("r").latest().payload == {"i": 2} and c.open("r").verify().ok
+
+
+def test_of_two_stores_taking_one_run_at_once_exactly_one_wins(tmp_path: Path) -> None:
+    url = remote.file_url(tmp_path / "bucket")
+    a = afk.Store(tmp_path / "a")
+    make_run(a, "r", 3, effects=2)
+    remote.push_run(a, url, "r")
+    takers = [afk.Store(tmp_path / name) for name in ("b", "c")]
+    outcomes: dict[int, object] = {}
+    both_read = threading.Barrier(2, timeout=60)
+
+    class RacingBucket(remote.Bucket):
+        # Both takers have read epoch 1 as the head before either creates epoch 2.
+        def create(self, key: str, data: bytes) -> bool:
+            if key.endswith(".lease"):
+                both_read.wait()
+            return super().create(key, data)
+
+    def take(index: int) -> None:
+        try:
+            outcomes[index] = remote.take_run(takers[index], "r", RacingBucket(url))
+        except afk.LeaseLostError as exc:
+            outcomes[index] = exc
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    won = [i for i, o in outcomes.items() if isinstance(o, remote.PullReport)]
+    lost = [o for o in outcomes.values() if isinstance(o, afk.LeaseLostError)]
+    assert len(won) == 1 and len(lost) == 1, outcomes
+    assert "\n" not in str(lost[0])
+    loser = takers[1 - won[0]]
+    assert not (loser.runs_dir / "r").exists(), "the loser published nothing"
+    assert sorted(remote.lease.read_leases(remote.Bucket(url), "r")) == [1, 2]
 
 
 # -- a hanging remote ---------------------------------------------------------------------
@@ -426,137 +323,3 @@ def test_opening_and_checkpointing_a_run_never_waits_on_a_hanging_or_down_remote
     finally:
         child.kill()
         child.wait()
-
-
-# -- a take while the owner runs with sync_effects ---------------------------------------
-
-SYNC_JOB_CHILD = """
-import sys
-import afk_local as afk
-from afk_local.integrations.remote import RemoteMirror
-from remote_jobs import effects_job
-root, url, out, n = sys.argv[1:5]
-store = afk.Store(root, mirror=RemoteMirror(url, root=root, sync_effects=True))
-try:
-    effects_job.with_store(store).run(out, int(n), run_id="job")
-except afk.LeaseLostError as exc:
-    print("fenced", str(exc).count(chr(10)), flush=True)
-"""
-
-SYNC_N = 60
-
-
-@pytest.mark.parametrize("pause", [False, True], ids=["running", "sigstop"])
-@pytest.mark.parametrize("network", ["remote_url", "slow_remote_url"], ids=["moto", "moto+20ms"])
-def test_a_take_while_a_sync_effects_owner_runs_repeats_no_effect(
-    tmp_path: Path, request: pytest.FixtureRequest, network: str, pause: bool
-) -> None:
-    remote_url = request.getfixturevalue(network)
-    a, b, out = tmp_path / "a", tmp_path / "b", tmp_path / "calls"
-    env = {"PYTHONPATH": str(SUPPORT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    child = spawn(SYNC_JOB_CHILD, str(a), remote_url, str(out), str(SYNC_N), env=env)
-    try:
-        assert child.stdout is not None
-        for _ in range(3):  # the owner is well into the run
-            assert child.stdout.readline().startswith("done")
-        if pause:
-            child.send_signal(signal.SIGSTOP)
-        taken = afk_cli(b, "pull", "job", "--from", remote_url, "--take")
-        assert "taken" in taken.stdout
-        if pause:
-            child.send_signal(signal.SIGCONT)
-        rest, _ = child.communicate(timeout=120)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    # The owner stopped at its next intent: its check after the upload saw epoch 2.
-    assert rest.splitlines()[-1] == "fenced 0", rest
-    assert (a / "runs" / "job" / FENCED_NAME).exists()
-    store_b = afk.Store(b)  # B's own uploads play no part in what ran where
-    try:
-        total = effects_job.with_store(store_b).run(str(out), SYNC_N, run_id="job")
-    except afk.EffectInDoubtError as exc:
-        # The intent the owner uploaded just before it saw the new lease: B reports it
-        # in doubt (it did not run) and never runs it on its own.
-        assert "\n" not in str(exc)
-        total = None
-    counts: dict[int, int] = {}
-    for line in out.read_text().split():
-        counts[int(line)] = counts.get(int(line), 0) + 1
-    assert all(n == 1 for n in counts.values()), f"duplicated effects: {counts}"
-    if total is not None:
-        assert sorted(counts) == list(range(SYNC_N))
-        assert total == sum(i * i for i in range(SYNC_N))
-
-
-def test_a_take_that_died_before_its_bases_is_finished_or_taken_over(tmp_path: Path) -> None:
-    url = remote.file_url(tmp_path / "bucket")
-    a, b, c = (afk.Store(tmp_path / name) for name in "abc")
-    make_run(a, "r", 3, effects=2)
-    remote.push_run(a, url, "r")
-    bucket = remote.Bucket(url)
-    # b created epoch 2 and died before it recorded its bases: a is fenced all the same.
-    assert bucket.create(
-        lease_key("r", 2), encode_lease(new_lease("r", 2, remote.store_id(b.root)))
-    )
-    with pytest.raises(afk.LeaseLostError, match="superseded"):
-        remote.push_run(a, url, "r")
-    assert (a.paths("r").dir / FENCED_NAME).exists()
-    # b's mirror uploads nothing into an epoch without bases; pull --take finishes it.
-    with pytest.raises(afk.MirrorError, match="did not finish"):
-        RunUploader(bucket, b.paths("r"), remote.store_id(b.root)).acquire()
-    report = remote.take_run(b, "r", url)
-    assert report.epoch == 2 and bucket.exists(bases_key("r", 2))
-    assert b.open("r").latest().payload == {"i": 2}
-    # A third store takes over from there (epoch 3), with the whole history.
-    assert remote.take_run(c, "r", url).epoch == 3
-    assert [e.kind for e in c.open("r").effects()] == ["intent", "outcome"] * 2
-
-
-def test_a_taker_skips_an_epoch_whose_take_died(tmp_path: Path) -> None:
-    url = remote.file_url(tmp_path / "bucket")
-    a, c = afk.Store(tmp_path / "a"), afk.Store(tmp_path / "c")
-    make_run(a, "r", 3, effects=2)
-    remote.push_run(a, url, "r")
-    dead = new_lease("r", 2, "d" * 32)  # a store that died mid-take, never to return
-    assert remote.Bucket(url).create(lease_key("r", 2), encode_lease(dead))
-    report = remote.take_run(c, "r", url)
-    assert report.epoch == 3 and report.seq == 3
-    assert c.open("r").latest().payload == {"i": 2} and c.open("r").verify().ok
-
-
-def test_of_two_stores_taking_one_run_at_once_exactly_one_wins(tmp_path: Path) -> None:
-    url = remote.file_url(tmp_path / "bucket")
-    a = afk.Store(tmp_path / "a")
-    make_run(a, "r", 3, effects=2)
-    remote.push_run(a, url, "r")
-    takers = [afk.Store(tmp_path / name) for name in ("b", "c")]
-    outcomes: dict[int, object] = {}
-    both_read = threading.Barrier(2, timeout=60)
-
-    class RacingBucket(remote.Bucket):
-        # Both takers have read epoch 1 as the head before either creates epoch 2.
-        def create(self, key: str, data: bytes) -> bool:
-            if key.endswith(".lease"):
-                both_read.wait()
-            return super().create(key, data)
-
-    def take(index: int) -> None:
-        try:
-            outcomes[index] = remote.take_run(takers[index], "r", RacingBucket(url))
-        except afk.LeaseLostError as exc:
-            outcomes[index] = exc
-
-    threads = [threading.Thread(target=take, args=(i,)) for i in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    won = [i for i, o in outcomes.items() if isinstance(o, remote.PullReport)]
-    lost = [o for o in outcomes.values() if isinstance(o, afk.LeaseLostError)]
-    assert len(won) == 1 and len(lost) == 1, outcomes
-    assert "\n" not in str(lost[0])
-    loser = takers[1 - won[0]]
-    assert not (loser.runs_dir / "r").exists(), "the loser published nothing"
-    assert sorted(remote.lease.read_leases(remote.Bucket(url), "r")) == [1, 2]
