@@ -45,6 +45,7 @@ from afk_local.runner.origin import cannot_resume, reentry_plan
 from afk_local.storage import fsio
 from afk_local.storage.format.records import RunMeta, RunStatus, now_ms
 from afk_local.storage.rundir.heads import HEAD_DIR_ENV
+from afk_local.storage.rundir.mirror import fenced_reason
 from afk_local.storage.rundir.options import MAX_RECORD_BYTES_ENV
 from afk_local.storage.rundir.ownership import boot_id, is_interrupted, probe_owner
 from afk_local.storage.rundir.reader import read_meta
@@ -286,7 +287,7 @@ class Watcher:
             self._damaged.pop(run_id, None)
             if not is_interrupted(meta.status, owner):
                 continue
-            reason = cannot_resume(meta)
+            reason = cannot_resume(meta) or fenced_reason(self.store.paths(run_id))
             if reason is not None:  # knowable now: no doomed attempts, never marked failed
                 if self._skipped.get(run_id) != reason:
                     self._skipped[run_id] = reason
