@@ -32,6 +32,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "CheckpointCorruptionError",
         "CheckpointNotFoundError",
         "CodeChangedError",
+        "DiskFullError",
         "EffectInDoubtError",
         "EffectLogCorruptionError",
         "EffectMismatchError",
@@ -110,6 +111,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which do not run __getatt
     from afk_local.errors import CheckpointCorruptionError as CheckpointCorruptionError
     from afk_local.errors import CheckpointNotFoundError as CheckpointNotFoundError
     from afk_local.errors import CodeChangedError as CodeChangedError
+    from afk_local.errors import DiskFullError as DiskFullError
     from afk_local.errors import EffectInDoubtError as EffectInDoubtError
     from afk_local.errors import EffectLogCorruptionError as EffectLogCorruptionError
     from afk_local.errors import EffectMismatchError as EffectMismatchError

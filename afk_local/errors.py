@@ -210,9 +210,46 @@ class WriterFailedError(AfkLocalError):
         self.run_id = run_id
         super().__init__(
             f"run {run_id!r}: an earlier write failed ({cause}); the writer is closed to avoid "
-            "acknowledging data the disk may have lost. Reopen the run with "
-            "`store.resume_writer(run_id)`"
+            "acknowledging data the disk may have lost. Resume the run (`afk-local resume "
+            f"{run_id}`, or run its job again): it continues from what is on disk"
         )
+
+
+class DiskFullError(AfkLocalError, OSError):
+    """The disk (or quota) holding the store is full: nothing was lost, the run can resume.
+
+    Raised by every write of the store in place of the bare ``OSError``
+    (``errno`` is ``ENOSPC`` or ``EDQUOT``), with one line naming the disk
+    (``mount``), the directory written to (``path``) and the space left
+    (``free_bytes``). The write that failed was not acknowledged; once space is
+    freed, resuming the run continues from its last checkpoint.
+    """
+
+    def __init__(self, path: str, mount: str, free_bytes: int, code: int = errno.ENOSPC) -> None:
+        self.path = path
+        self.mount = mount
+        self.free_bytes = free_bytes
+        what = "the disk quota" if code == getattr(errno, "EDQUOT", -1) else "the disk"
+        OSError.__init__(
+            self,
+            code,
+            f"{what} mounted at {mount} is full ({_size(free_bytes)} free) while writing "
+            f"{path}: free space on it (delete files you do not need there, or "
+            "`afk-local gc` old runs), then resume the run; it continues from its last "
+            "checkpoint",
+        )
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for people: ``76 KiB``, ``3.0 MiB``."""
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n // 1024} KiB"
+    return f"{n / (1024 * 1024):.1f} MiB"
 
 
 class KeyRequiredError(AfkLocalError):

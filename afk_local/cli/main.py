@@ -21,6 +21,7 @@ import msgspec
 from afk_local import __version__
 from afk_local.cli.command import (
     EXIT_OK,
+    EXIT_PROBLEMS,
     EXIT_USAGE,
     CliError,
     out,
@@ -55,7 +56,7 @@ from afk_local.cli.write import (
     cmd_pack,
     cmd_resume,
 )
-from afk_local.errors import AfkLocalError, RunLockedError
+from afk_local.errors import AfkLocalError, DiskFullError, RunLockedError
 from afk_local.storage.rundir.options import ROOT_ENV, default_root
 
 
@@ -300,6 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunLockedError as exc:
         sys.stderr.write(f"afk-local: {exc}\n")
         return EXIT_USAGE
+    except DiskFullError as exc:  # not a usage error: the same command works once there is room
+        sys.stderr.write(f"afk-local: {exc}\n")
+        return EXIT_PROBLEMS
     except AfkLocalError as exc:
         sys.stderr.write(f"afk-local: {exc}\n")
         return EXIT_USAGE

@@ -32,7 +32,13 @@ from afk_local.cli.command import (
 )
 from afk_local.cli.render import print_table
 from afk_local.cli.watch import request_resume
-from afk_local.errors import AfkLocalError, EffectInDoubtError, RunLockedError, RunPaused
+from afk_local.errors import (
+    AfkLocalError,
+    DiskFullError,
+    EffectInDoubtError,
+    RunLockedError,
+    RunPaused,
+)
 from afk_local.runner.cancel import cancel
 from afk_local.runner.origin import REENTERED_ENV, ReentryPlan, cannot_resume, reentry_plan
 from afk_local.storage.format.records import RunStatus
@@ -181,6 +187,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
             f"resume, or call it again with `{retry}`"
         )
         return _failed(args, message, exc)
+    except DiskFullError as exc:  # nothing is lost: the same resume works once there is room
+        sys.stderr.write(f"afk-local: run {args.run!r} stopped: {exc}\n")
+        if args.json:
+            error = {"type": type(exc).__name__, "message": str(exc)}
+            emit_json({"run_id": args.run, "status": "stopped", "error": error})
+        return EXIT_PROBLEMS
     except (AfkLocalError, CliError):
         raise
     except Exception as exc:  # the job itself raised: the run is recorded as failed
