@@ -353,11 +353,21 @@ class CodeChangedError(AfkLocalError):
 
 
 class EntrypointError(AfkLocalError):
-    """A run's entrypoint cannot be found or imported, so it cannot be resumed here."""
+    """A run's entrypoint cannot be found or imported, so it cannot be resumed here.
 
-    def __init__(self, run_id: str, entrypoint: str | None, reason: str) -> None:
+    ``gone``: the code the run names is missing where the run ran (a renamed or
+    removed function, a module or script that is not there), so resuming it again
+    cannot work until someone restores it; the run is then marked unresumable
+    (``afk-local runs`` and ``show`` say why, the watcher leaves it alone).
+    """
+
+    def __init__(
+        self, run_id: str, entrypoint: str | None, reason: str, *, gone: bool = False
+    ) -> None:
         self.run_id = run_id
         self.entrypoint = entrypoint
+        self.reason = reason
+        self.gone = gone
         super().__init__(f"run {run_id!r}: cannot resume entrypoint {entrypoint!r}: {reason}")
 
 

@@ -145,7 +145,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
         paused = {"run_id": args.run, "status": "paused", "kind": kind, "prompt": prompt}
         return _report(args, paused)
     if meta.status is not RunStatus.CANCELLED:
-        reason = cannot_resume(meta)
+        # a reason an earlier resume recorded (the code was gone) is tried again: a person asks
+        reason = cannot_resume(meta, recorded=False)
         if reason is not None:
             raise CliError(f"run {args.run!r} cannot be resumed: {reason}")
     if args.via_watcher:
