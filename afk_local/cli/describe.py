@@ -75,7 +75,7 @@ def describe_run(
         "error": to_jsonable(meta.error) if meta.error else None,
         "pause": to_jsonable(meta.pause) if meta.pause else None,
         "extra": to_jsonable(meta.extra),
-        "path": str(reader.paths.dir),
+        "path": str(reader.paths.dir.absolute()),
         "cannot_resume": reason,
     }
     if facts["error"] and isinstance(facts["error"], dict):

@@ -111,13 +111,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help=f"the store directory (default: ${ROOT_ENV}, else ./.afk)",
     )
+    # --json is taken before the command too (`afk-local --json runs`), like --root: the
+    # SUPPRESS default keeps a command's parser from resetting what was given before it.
     reading = argparse.ArgumentParser(add_help=False, parents=[common])
-    reading.add_argument("--json", action="store_true", help="machine-readable output")
+    reading.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
 
     parser = argparse.ArgumentParser(
         prog="afk-local",
         description="Inspect, resume, fork and clean afk_local checkpoint runs.",
-        parents=[common],
+        parents=[reading],
     )
     parser.add_argument("--version", action="version", version=f"afk-local {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -290,6 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if getattr(args, "root", None) is None:
         args.root = None
+    args.json = bool(getattr(args, "json", False))
     try:
         return int(args.handler(args))
     except CliError as exc:

@@ -76,7 +76,7 @@ def test_runs_filters(store: afk.Store, capsys: pytest.CaptureFixture[str]) -> N
     assert row["tags"] == {"model": "small"} and row["active_ms"] >= 0
 
     table = run_cli(capsys, root, "runs", "--tag", "model=big")
-    assert table.splitlines()[0].split()[:4] == ["RUN", "STATUS", "STEP", "PROGRESS"]
+    assert table.splitlines()[0].split()[:5] == ["RUN", "STATUS", "OWNER", "STEP", "PROGRESS"]
     assert "6/6 100%" in table
     assert "no runs with status live" in run_cli(capsys, root, "runs", "--status", "live")
     run_cli(capsys, root, "runs", "--since", "yesterday-ish", code=2)
