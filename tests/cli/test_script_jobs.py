@@ -347,6 +347,26 @@ def test_a_renamed_job_is_marked_unresumable_and_the_watcher_does_not_retry_it(
     assert "unresumable" not in store.read_meta("script-job").extra
 
 
+def test_a_changed_job_is_said_once_on_resume(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    child = subprocess.Popen(
+        [sys.executable, "my_job.py", str(N), "0.05"], cwd=project, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=this_afk_local(),
+    )  # fmt: skip
+    assert proc.kill_after(child, acks=2).returncode == -9
+    script = project / "my_job.py"
+    script.write_text(
+        script.read_text().replace("time.sleep(pause_s)", "time.sleep(pause_s)  # new")
+    )
+
+    done = cli_here(tmp_path, "resume", "script-job")
+
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "under changed code" in line]
+    assert len(said) == 1, done.stderr
+    assert "CodeChangedWarning" in said[0]
+
+
 MODULE_JOB = textwrap.dedent(
     """
     import time
