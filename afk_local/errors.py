@@ -166,8 +166,17 @@ class EffectMismatchError(AfkLocalError):
         )
 
 
+IN_DOUBT_CAUSES = (
+    "its process died or was killed, was stopped at once by a second Ctrl-C, or the "
+    "result it returned could not be stored"
+)
+"""Why an effect can be in doubt, for messages: the journal does not record which it was."""
+
+
 class EffectInDoubtError(AfkLocalError):
-    """A side effect started before a crash and may or may not have happened."""
+    """A side effect was started but its outcome was never recorded: it may or may not have
+    happened (its process died, was stopped at once by a second Ctrl-C, or the result it
+    returned could not be stored)."""
 
     def __init__(
         self, run_id: str, key: str, idempotency_key: str, path: str | None = None
@@ -180,8 +189,8 @@ class EffectInDoubtError(AfkLocalError):
 
         quoted = shlex.quote(key)
         super().__init__(
-            f"run {run_id!r}: effect {key!r} was started before a crash but has no recorded "
-            f"outcome{where}: it may or may not have happened. Check the outside system for "
+            f"run {run_id!r}: effect {key!r} was started but has no recorded outcome{where} "
+            f"({IN_DOUBT_CAUSES}): it may or may not have happened. Check the outside system for "
             f"idempotency key {idempotency_key!r}, then record what happened with "
             f"`afk-local settle {run_id} {quoted} --done --result JSON` (JSON: what it "
             "returned; or --failed 'it did not happen') "

@@ -36,7 +36,7 @@ from afk_local.cli.render import (
     structural_diff,
     verify_run,
 )
-from afk_local.errors import AfkLocalError
+from afk_local.errors import IN_DOUBT_CAUSES, AfkLocalError
 from afk_local.runner.origin import cannot_resume
 from afk_local.storage import fsio
 from afk_local.storage.format.records import RunStatus
@@ -292,9 +292,9 @@ def cmd_effects(args: argparse.Namespace) -> int:
         return EXIT_OK
     out()
     out(
-        f"{len(doubtful)} effect(s) in doubt: they started before a crash and may or may not "
-        "have happened. Check the outside system for each idempotency key, then record what "
-        "happened:"
+        f"{len(doubtful)} effect(s) in doubt: started, with no recorded outcome "
+        f"({IN_DOUBT_CAUSES}), they may or may not have happened. Check the outside system "
+        "for each idempotency key, then record what happened:"
     )
     for r in doubtful:
         out(f"  {r['key']}  (idempotency key {r['idempotency_key']})")

@@ -33,6 +33,7 @@ from afk_local.cli.command import (
 from afk_local.cli.render import print_table
 from afk_local.cli.watch import request_resume
 from afk_local.errors import (
+    IN_DOUBT_CAUSES,
     AfkLocalError,
     DiskFullError,
     EffectInDoubtError,
@@ -181,8 +182,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
         settle_it = suggest(args, "settle", args.run, exc.key, "--done", "--result", "JSON")
         retry = suggest(args, "resume", args.run, "--in-doubt", "retry")
         message = (
-            f"run {args.run!r}: effect {exc.key!r} was started before a crash but has no "
-            "recorded outcome: it may or may not have happened. Check the outside system for "
+            f"run {args.run!r}: effect {exc.key!r} was started but has no recorded outcome "
+            f"({IN_DOUBT_CAUSES}): it may or may not have happened. Check the outside system for "
             f"idempotency key {exc.idempotency_key!r}, then record what happened with "
             f"`{settle_it}` (JSON: what it returned; or --failed 'it did not happen') and "
             f"resume, or call it again with `{retry}`"
