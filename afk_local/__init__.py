@@ -54,6 +54,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "SchemaVersionError",
         "SettleError",
         "StoreMovedError",
+        "StoreUnusableError",
         "UnstorableValueError",
         "UntrustedStoreError",
         "WriterFailedError",
@@ -133,6 +134,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which do not run __getatt
     from afk_local.errors import SchemaVersionError as SchemaVersionError
     from afk_local.errors import SettleError as SettleError
     from afk_local.errors import StoreMovedError as StoreMovedError
+    from afk_local.errors import StoreUnusableError as StoreUnusableError
     from afk_local.errors import UnstorableValueError as UnstorableValueError
     from afk_local.errors import UntrustedStoreError as UntrustedStoreError
     from afk_local.errors import WriterFailedError as WriterFailedError

@@ -252,6 +252,26 @@ class DiskFullError(AfkLocalError, OSError):
         return str(self.strerror)
 
 
+class StoreUnusableError(AfkLocalError, OSError):
+    """The store's directory cannot be made or written (a path under ``/proc``, a file in
+    the way, no permission): one line naming the path and the reason.
+
+    Also an ``OSError`` with the underlying ``errno`` and ``filename``, so code that
+    handles ``OSError`` keeps working.
+    """
+
+    def __init__(self, root: str, code: int, reason: str, filename: str) -> None:
+        self.root = root
+        OSError.__init__(self, code, reason, filename)
+
+    def __str__(self) -> str:
+        where = "" if self.filename == self.root else f" ({self.filename})"
+        return (
+            f"cannot use {self.root} as a store: {self.strerror}{where}; give Store(root=...) "
+            "(or AFK_LOCAL_ROOT) a directory you can write"
+        )
+
+
 def _size(n: int) -> str:
     """``n`` bytes for people: ``76 KiB``, ``3.0 MiB``."""
     if n < 1024:

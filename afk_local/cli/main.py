@@ -56,7 +56,7 @@ from afk_local.cli.write import (
     cmd_pack,
     cmd_resume,
 )
-from afk_local.errors import AfkLocalError, DiskFullError, RunLockedError
+from afk_local.errors import AfkLocalError, DiskFullError, RunLockedError, StoreUnusableError
 from afk_local.storage.rundir.options import ROOT_ENV, default_root
 
 
@@ -285,6 +285,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unusable(args: argparse.Namespace, exc: OSError) -> int:
+    """The store's directory cannot be used: one line naming it and the reason, exit 2."""
+    where = exc.filename or getattr(args, "root", None) or default_root()
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        reason = "a file is in the way (not a directory)"
+    sys.stderr.write(
+        f"afk-local: cannot use {where}: {reason}; choose a writable "
+        f"directory with --root or {ROOT_ENV}\n"
+    )
+    return EXIT_USAGE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser = build_parser()
@@ -309,6 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DiskFullError as exc:  # not a usage error: the same command works once there is room
         sys.stderr.write(f"afk-local: {exc}\n")
         return EXIT_PROBLEMS
+    except StoreUnusableError as exc:  # said in CLI terms (--root), like any OSError below
+        return _unusable(args, exc)
     except AfkLocalError as exc:
         sys.stderr.write(f"afk-local: {exc}\n")
         return EXIT_USAGE
@@ -320,15 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"afk-local: bad input: {exc}\n")
         return EXIT_USAGE
     except OSError as exc:
-        where = exc.filename or getattr(args, "root", None) or default_root()
-        reason = exc.strerror or str(exc)
-        if exc.errno in (errno.ENOTDIR, errno.EEXIST):
-            reason = "a file is in the way (not a directory)"
-        sys.stderr.write(
-            f"afk-local: cannot use {where}: {reason}; choose a writable "
-            f"directory with --root or {ROOT_ENV}\n"
-        )
-        return EXIT_USAGE
+        return _unusable(args, exc)
     except KeyboardInterrupt:
         sys.stderr.write("afk-local: interrupted\n")
         return 130
