@@ -76,6 +76,7 @@ def describe_run(
         "pause": to_jsonable(meta.pause) if meta.pause else None,
         "extra": to_jsonable(meta.extra),
         "path": str(reader.paths.dir.absolute()),
+        "store_moved_from": store.moved_from(),
         "cannot_resume": reason,
     }
     if facts["error"] and isinstance(facts["error"], dict):
