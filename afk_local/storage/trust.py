@@ -213,7 +213,10 @@ def trust_warnings(store: Store, run_id: str | None = None) -> list[str]:
     if run_id is not None:
         found += run_problems(store, run_id)
     lines = [f"{path}: {reason}" for path, reason in found]
-    moved_from = store.moved_from()
+    try:
+        moved_from = store.moved_from()
+    except UntrustedStoreError as exc:  # a damaged or foreign-key identity: resume refuses
+        return [*lines, f"{exc.path}: {exc.reason}"]
     if moved_from is not None:  # resume refuses (StoreMovedError); a listing says so first
         lines.append(
             f"{store.root}: this store was created at {moved_from} and is now here (copied "
