@@ -217,10 +217,14 @@ class WriterFailedError(AfkLocalError):
 
     def __init__(self, run_id: str, cause: BaseException) -> None:
         self.run_id = run_id
+        if isinstance(cause, DiskFullError):  # its line says what to do: space, then resume
+            super().__init__(f"run {run_id!r}: the writer stopped: {cause}")
+            return
         super().__init__(
             f"run {run_id!r}: an earlier write failed ({cause}); the writer is closed to avoid "
-            "acknowledging data the disk may have lost. Resume the run (`afk-local resume "
-            f"{run_id}`, or run its job again): it continues from what is on disk"
+            f"acknowledging data the disk may have lost. Resume the run (`afk-local resume "
+            f"{run_id}`, or run its job again); code that writes with a RunWriter reopens it "
+            "with `store.resume_writer(run_id)`"
         )
 
 
