@@ -32,6 +32,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "CheckpointCorruptionError",
         "CheckpointNotFoundError",
         "CodeChangedError",
+        "DiskFullError",
         "EffectInDoubtError",
         "EffectLogCorruptionError",
         "EffectMismatchError",
@@ -53,6 +54,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "SchemaVersionError",
         "SettleError",
         "StoreMovedError",
+        "StoreUnusableError",
         "UnstorableValueError",
         "UntrustedStoreError",
         "WriterFailedError",
@@ -110,6 +112,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which do not run __getatt
     from afk_local.errors import CheckpointCorruptionError as CheckpointCorruptionError
     from afk_local.errors import CheckpointNotFoundError as CheckpointNotFoundError
     from afk_local.errors import CodeChangedError as CodeChangedError
+    from afk_local.errors import DiskFullError as DiskFullError
     from afk_local.errors import EffectInDoubtError as EffectInDoubtError
     from afk_local.errors import EffectLogCorruptionError as EffectLogCorruptionError
     from afk_local.errors import EffectMismatchError as EffectMismatchError
@@ -131,6 +134,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which do not run __getatt
     from afk_local.errors import SchemaVersionError as SchemaVersionError
     from afk_local.errors import SettleError as SettleError
     from afk_local.errors import StoreMovedError as StoreMovedError
+    from afk_local.errors import StoreUnusableError as StoreUnusableError
     from afk_local.errors import UnstorableValueError as UnstorableValueError
     from afk_local.errors import UntrustedStoreError as UntrustedStoreError
     from afk_local.errors import WriterFailedError as WriterFailedError

@@ -116,12 +116,21 @@ class RunLockedError(AfkLocalError):
 
 
 class CheckpointCorruptionError(AfkLocalError):
-    """A checkpoint or meta file failed its integrity checks."""
+    """A checkpoint or meta file failed its integrity checks.
 
-    def __init__(self, path: str, reason: str, run_id: str | None = None) -> None:
+    ``moved`` is true when what failed is a file or a delta base not being where the
+    reader's view of the run said (gone, or replaced under the same name): what a
+    rewrite (pack, merge, gc) racing a lock-free read looks like. Readers retry such a
+    failure against a fresh view of the run; any other failure is damage.
+    """
+
+    def __init__(
+        self, path: str, reason: str, run_id: str | None = None, *, moved: bool = False
+    ) -> None:
         self.path = path
         self.reason = reason
         self.run_id = run_id
+        self.moved = moved
         run = f"run {run_id!r}: " if run_id else ""
         hint = f"`afk-local verify {run_id}`" if run_id else "`afk-local verify`"
         super().__init__(
@@ -166,8 +175,17 @@ class EffectMismatchError(AfkLocalError):
         )
 
 
+IN_DOUBT_CAUSES = (
+    "its process died or was killed, was stopped at once by a second Ctrl-C, or the "
+    "result it returned could not be stored"
+)
+"""Why an effect can be in doubt, for messages: the journal does not record which it was."""
+
+
 class EffectInDoubtError(AfkLocalError):
-    """A side effect started before a crash and may or may not have happened."""
+    """A side effect was started but its outcome was never recorded: it may or may not have
+    happened (its process died, was stopped at once by a second Ctrl-C, or the result it
+    returned could not be stored)."""
 
     def __init__(
         self, run_id: str, key: str, idempotency_key: str, path: str | None = None
@@ -180,8 +198,8 @@ class EffectInDoubtError(AfkLocalError):
 
         quoted = shlex.quote(key)
         super().__init__(
-            f"run {run_id!r}: effect {key!r} was started before a crash but has no recorded "
-            f"outcome{where}: it may or may not have happened. Check the outside system for "
+            f"run {run_id!r}: effect {key!r} was started but has no recorded outcome{where} "
+            f"({IN_DOUBT_CAUSES}): it may or may not have happened. Check the outside system for "
             f"idempotency key {idempotency_key!r}, then record what happened with "
             f"`afk-local settle {run_id} {quoted} --done --result JSON` (JSON: what it "
             "returned; or --failed 'it did not happen') "
@@ -208,11 +226,72 @@ class WriterFailedError(AfkLocalError):
 
     def __init__(self, run_id: str, cause: BaseException) -> None:
         self.run_id = run_id
+        if isinstance(cause, DiskFullError):  # its line says what to do: space, then resume
+            super().__init__(f"run {run_id!r}: the writer stopped: {cause}")
+            return
         super().__init__(
             f"run {run_id!r}: an earlier write failed ({cause}); the writer is closed to avoid "
-            "acknowledging data the disk may have lost. Reopen the run with "
-            "`store.resume_writer(run_id)`"
+            f"acknowledging data the disk may have lost. Resume the run (`afk-local resume "
+            f"{run_id}`, or run its job again); code that writes with a RunWriter reopens it "
+            "with `store.resume_writer(run_id)`"
         )
+
+
+class DiskFullError(AfkLocalError, OSError):
+    """The disk (or quota) holding the store is full: nothing was lost, the run can resume.
+
+    Raised by every write of the store in place of the bare ``OSError``
+    (``errno`` is ``ENOSPC`` or ``EDQUOT``), with one line naming the disk
+    (``mount``), the directory written to (``path``) and the space left
+    (``free_bytes``). The write that failed was not acknowledged; once space is
+    freed, resuming the run continues from its last checkpoint.
+    """
+
+    def __init__(self, path: str, mount: str, free_bytes: int, code: int = errno.ENOSPC) -> None:
+        self.path = path
+        self.mount = mount
+        self.free_bytes = free_bytes
+        what = "the disk quota" if code == getattr(errno, "EDQUOT", -1) else "the disk"
+        OSError.__init__(
+            self,
+            code,
+            f"{what} mounted at {mount} is full ({_size(free_bytes)} free) while writing "
+            f"{path}: free space on it (delete files you do not need there, or "
+            "`afk-local gc` old runs), then resume the run; it continues from its last "
+            "checkpoint",
+        )
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class StoreUnusableError(AfkLocalError, OSError):
+    """The store's directory cannot be made or written (a path under ``/proc``, a file in
+    the way, no permission): one line naming the path and the reason.
+
+    Also an ``OSError`` with the underlying ``errno`` and ``filename``, so code that
+    handles ``OSError`` keeps working.
+    """
+
+    def __init__(self, root: str, code: int, reason: str, filename: str) -> None:
+        self.root = root
+        OSError.__init__(self, code, reason, filename)
+
+    def __str__(self) -> str:
+        where = "" if self.filename == self.root else f" ({self.filename})"
+        return (
+            f"cannot use {self.root} as a store: {self.strerror}{where}; give Store(root=...) "
+            "(or AFK_LOCAL_ROOT) a directory you can write"
+        )
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for people: ``76 KiB``, ``3.0 MiB``."""
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n // 1024} KiB"
+    return f"{n / (1024 * 1024):.1f} MiB"
 
 
 class KeyRequiredError(AfkLocalError):
@@ -316,11 +395,21 @@ class CodeChangedError(AfkLocalError):
 
 
 class EntrypointError(AfkLocalError):
-    """A run's entrypoint cannot be found or imported, so it cannot be resumed here."""
+    """A run's entrypoint cannot be found or imported, so it cannot be resumed here.
 
-    def __init__(self, run_id: str, entrypoint: str | None, reason: str) -> None:
+    ``gone``: the code the run names is missing where the run ran (a renamed or
+    removed function, a module or script that is not there), so resuming it again
+    cannot work until someone restores it; the run is then marked unresumable
+    (``afk-local runs`` and ``show`` say why, the watcher leaves it alone).
+    """
+
+    def __init__(
+        self, run_id: str, entrypoint: str | None, reason: str, *, gone: bool = False
+    ) -> None:
         self.run_id = run_id
         self.entrypoint = entrypoint
+        self.reason = reason
+        self.gone = gone
         super().__init__(f"run {run_id!r}: cannot resume entrypoint {entrypoint!r}: {reason}")
 
 

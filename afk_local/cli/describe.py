@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from afk_local.cli.render import effect_rows
-from afk_local.errors import AfkLocalError
+from afk_local.errors import AfkLocalError, UntrustedStoreError
 from afk_local.runner.origin import cannot_resume, origin_of
 from afk_local.storage.format.records import RunMeta, RunStatus
 from afk_local.storage.ops.export import to_jsonable
@@ -28,6 +28,15 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fun
 
 def _plain_hint(*words: object) -> str:
     return " ".join(["afk-local", *(shlex.quote(str(w)) for w in words)])
+
+
+def _moved_from(store: Store) -> str | None:
+    """Where the store was created when it was copied or moved (None: at home, or its
+    identity does not verify, which the warning line says)."""
+    try:
+        return store.moved_from()
+    except UntrustedStoreError:
+        return None
 
 
 def describe_run(
@@ -75,7 +84,8 @@ def describe_run(
         "error": to_jsonable(meta.error) if meta.error else None,
         "pause": to_jsonable(meta.pause) if meta.pause else None,
         "extra": to_jsonable(meta.extra),
-        "path": str(reader.paths.dir),
+        "path": str(reader.paths.dir.absolute()),
+        "store_moved_from": _moved_from(store),
         "cannot_resume": reason,
     }
     if facts["error"] and isinstance(facts["error"], dict):

@@ -21,6 +21,7 @@ import msgspec
 from afk_local import __version__
 from afk_local.cli.command import (
     EXIT_OK,
+    EXIT_PROBLEMS,
     EXIT_USAGE,
     CliError,
     out,
@@ -56,7 +57,7 @@ from afk_local.cli.write import (
     cmd_pack,
     cmd_resume,
 )
-from afk_local.errors import AfkLocalError, RunLockedError
+from afk_local.errors import AfkLocalError, DiskFullError, RunLockedError, StoreUnusableError
 from afk_local.storage.rundir.options import ROOT_ENV, default_root
 
 
@@ -111,13 +112,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help=f"the store directory (default: ${ROOT_ENV}, else ./.afk)",
     )
+    # --json is taken before the command too (`afk-local --json runs`), like --root: the
+    # SUPPRESS default keeps a command's parser from resetting what was given before it.
     reading = argparse.ArgumentParser(add_help=False, parents=[common])
-    reading.add_argument("--json", action="store_true", help="machine-readable output")
+    reading.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
 
     parser = argparse.ArgumentParser(
         prog="afk-local",
         description="Inspect, resume, fork and clean afk_local checkpoint runs.",
-        parents=[common],
+        parents=[reading],
     )
     parser.add_argument("--version", action="version", version=f"afk-local {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -283,6 +288,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unusable(args: argparse.Namespace, exc: OSError) -> int:
+    """The store's directory cannot be used: one line naming it and the reason, exit 2."""
+    where = exc.filename or getattr(args, "root", None) or default_root()
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        reason = "a file is in the way (not a directory)"
+    sys.stderr.write(
+        f"afk-local: cannot use {where}: {reason}; choose a writable "
+        f"directory with --root or {ROOT_ENV}\n"
+    )
+    return EXIT_USAGE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser = build_parser()
@@ -292,6 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if getattr(args, "root", None) is None:
         args.root = None
+    args.json = bool(getattr(args, "json", False))
     try:
         return int(args.handler(args))
     except CliError as exc:
@@ -303,6 +322,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunLockedError as exc:
         sys.stderr.write(f"afk-local: {exc}\n")
         return EXIT_USAGE
+    except DiskFullError as exc:  # not a usage error: the same command works once there is room
+        sys.stderr.write(f"afk-local: {exc}\n")
+        return EXIT_PROBLEMS
+    except StoreUnusableError as exc:  # said in CLI terms (--root), like any OSError below
+        return _unusable(args, exc)
     except AfkLocalError as exc:
         sys.stderr.write(f"afk-local: {exc}\n")
         return EXIT_USAGE
@@ -314,15 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"afk-local: bad input: {exc}\n")
         return EXIT_USAGE
     except OSError as exc:
-        where = exc.filename or getattr(args, "root", None) or default_root()
-        reason = exc.strerror or str(exc)
-        if exc.errno in (errno.ENOTDIR, errno.EEXIST):
-            reason = "a file is in the way (not a directory)"
-        sys.stderr.write(
-            f"afk-local: cannot use {where}: {reason}; choose a writable "
-            f"directory with --root or {ROOT_ENV}\n"
-        )
-        return EXIT_USAGE
+        return _unusable(args, exc)
     except KeyboardInterrupt:
         sys.stderr.write("afk-local: interrupted\n")
         return 130

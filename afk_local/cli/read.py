@@ -36,7 +36,7 @@ from afk_local.cli.render import (
     structural_diff,
     verify_run,
 )
-from afk_local.errors import AfkLocalError
+from afk_local.errors import IN_DOUBT_CAUSES, AfkLocalError
 from afk_local.runner.origin import cannot_resume
 from afk_local.storage import fsio
 from afk_local.storage.format.records import RunStatus
@@ -60,6 +60,20 @@ def _state_label(info: RunInfo, reason: str | None) -> str:
     if reason and info.status is not RunStatus.COMPLETED:
         return f"{info.status.value} (cannot resume)"
     return info.status.value
+
+
+def _owner_label(info: RunInfo) -> str:
+    """The OWNER column: is a process running this run now?
+
+    ``alive`` (it holds the run's lock), ``gone`` (the run expects one and nobody holds
+    the lock: a crash left it), ``damaged`` (``owner.lock`` is not a lock), ``-``
+    (a paused or finished run has no owner).
+    """
+    if info.lock_problem is not None:
+        return "damaged"
+    if info.owner_alive:
+        return "alive"
+    return "gone" if info.status.expects_owner else "-"
 
 
 def _reasons(store: Store, infos: list[RunInfo]) -> dict[str, str]:
@@ -95,11 +109,23 @@ def cmd_runs(args: argparse.Namespace) -> int:
         out(f"no runs{describe_filters(args)} under {store.root}")
         return EXIT_OK
     print_table(
-        ("RUN", "STATUS", "STEP", "PROGRESS", "ELAPSED", "ATTEMPTS", "ETA", "UPDATED", "SIZE"),
+        (
+            "RUN",
+            "STATUS",
+            "OWNER",
+            "STEP",
+            "PROGRESS",
+            "ELAPSED",
+            "ATTEMPTS",
+            "ETA",
+            "UPDATED",
+            "SIZE",
+        ),
         [
             (
                 i.run_id,
                 _state_label(i, reasons.get(i.run_id)),
+                _owner_label(i),
                 i.step,
                 format_progress(i.progress),
                 format_duration(i.progress.active_ms / 1000) if i.progress else "-",
@@ -110,7 +136,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             )
             for i in infos
         ],
-        align_right=(2, 5),
+        align_right=(3, 6),
     )
     for run_id, reason in reasons.items():
         out(f"{run_id}: cannot be resumed: {reason}")
@@ -266,9 +292,9 @@ def cmd_effects(args: argparse.Namespace) -> int:
         return EXIT_OK
     out()
     out(
-        f"{len(doubtful)} effect(s) in doubt: they started before a crash and may or may not "
-        "have happened. Check the outside system for each idempotency key, then record what "
-        "happened:"
+        f"{len(doubtful)} effect(s) in doubt: started, with no recorded outcome "
+        f"({IN_DOUBT_CAUSES}), they may or may not have happened. Check the outside system "
+        "for each idempotency key, then record what happened:"
     )
     for r in doubtful:
         out(f"  {r['key']}  (idempotency key {r['idempotency_key']})")

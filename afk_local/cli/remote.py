@@ -78,8 +78,12 @@ def cmd_pull(args: argparse.Namespace) -> int:
     remote = _remote()
     store = open_store(args, create=True)
     url = _url(args.source, "--from")
+    if args.force and not args.take:
+        raise CliError("--force only applies to --take")
     try:
-        report = remote.pull_run(store, url, args.run, take=args.take, concurrency=args.jobs)
+        report = remote.pull_run(
+            store, url, args.run, take=args.take, force=args.force, concurrency=args.jobs
+        )
     except remote.RemoteIntegrityError as exc:
         sys.stderr.write(f"afk-local: {exc}\n")
         return EXIT_PROBLEMS
@@ -100,7 +104,29 @@ def cmd_pull(args: argparse.Namespace) -> int:
             f"{format_bytes(report.bytes)}, {format_bytes(report.journal_bytes)} of journal"
             f"{', replaced the local copy' if report.replaced else ''}"
         )
+        out(_staleness(report))
     return EXIT_OK
+
+
+def _staleness(report: Any) -> str:
+    """How old the pulled copy is, and what a resume of it treats as in doubt."""
+    age = "?" if report.remote_age_ms is None else f"{report.remote_age_ms / 1000:.1f} s"
+    text = f"  remote copy: checkpoint {report.seq}, last written {age} ago"
+    if report.owner_renewed_ms is not None:
+        text += (
+            f"; its previous holder renewed its lease {report.owner_renewed_ms / 1000:.1f} s ago"
+        )
+    if report.in_doubt:
+        keys = ", ".join(report.in_doubt[:5]) + (" ..." if len(report.in_doubt) > 5 else "")
+        text += (
+            f"\n  in doubt on resume ({len(report.in_doubt)}): {keys} (started, no outcome on "
+            "the remote: they may have run on the other machine; a resume applies each step's "
+            "in-doubt policy: raise, or retry with the same idempotency key; "
+            f"`afk-local effects {report.run_id}` shows them)"
+        )
+    else:
+        text += "; no effect in doubt"
+    return text
 
 
 def cmd_remote_runs(args: argparse.Namespace) -> int:
@@ -156,6 +182,12 @@ def add_pull_arguments(parser: argparse.ArgumentParser) -> None:
         "--take",
         action="store_true",
         help="move the run's lease to this store (its previous owner is fenced off)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="with --take: take even while the owner still renews its lease with the "
+        "background mirror (effects it starts meanwhile may run twice; see docs/remote.md)",
     )
     parser.add_argument("--jobs", type=int, default=16, help="parallel downloads (default 16)")
 

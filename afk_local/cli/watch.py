@@ -74,7 +74,9 @@ def add_watch_arguments(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seconds children get to checkpoint and exit when the watcher stops",
     )
-    p.add_argument("--json", action="store_true", help="events as JSON lines")
+    p.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="events as JSON lines"
+    )
     group = p.add_mutually_exclusive_group()
     group.add_argument(
         "--install",
@@ -100,7 +102,9 @@ def add_submit_arguments(p: argparse.ArgumentParser) -> None:
         help="its arguments as JSON: a list (positional) or an object (keywords)",
     )
     p.add_argument("--run-id", help="the new run's id (default: a fresh one)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
 
 
 class EventPrinter:

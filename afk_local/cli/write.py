@@ -32,7 +32,14 @@ from afk_local.cli.command import (
 )
 from afk_local.cli.render import print_table
 from afk_local.cli.watch import request_resume
-from afk_local.errors import AfkLocalError, EffectInDoubtError, RunLockedError, RunPaused
+from afk_local.errors import (
+    IN_DOUBT_CAUSES,
+    AfkLocalError,
+    DiskFullError,
+    EffectInDoubtError,
+    RunLockedError,
+    RunPaused,
+)
 from afk_local.runner.cancel import cancel
 from afk_local.runner.origin import REENTERED_ENV, ReentryPlan, cannot_resume, reentry_plan
 from afk_local.storage.format.records import RunStatus
@@ -139,7 +146,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
         paused = {"run_id": args.run, "status": "paused", "kind": kind, "prompt": prompt}
         return _report(args, paused)
     if meta.status is not RunStatus.CANCELLED:
-        reason = cannot_resume(meta)
+        # a reason an earlier resume recorded (the code was gone) is tried again: a person asks
+        reason = cannot_resume(meta, recorded=False)
         if reason is not None:
             raise CliError(f"run {args.run!r} cannot be resumed: {reason}")
     if args.via_watcher:
@@ -174,13 +182,19 @@ def cmd_resume(args: argparse.Namespace) -> int:
         settle_it = suggest(args, "settle", args.run, exc.key, "--done", "--result", "JSON")
         retry = suggest(args, "resume", args.run, "--in-doubt", "retry")
         message = (
-            f"run {args.run!r}: effect {exc.key!r} was started before a crash but has no "
-            "recorded outcome: it may or may not have happened. Check the outside system for "
+            f"run {args.run!r}: effect {exc.key!r} was started but has no recorded outcome "
+            f"({IN_DOUBT_CAUSES}): it may or may not have happened. Check the outside system for "
             f"idempotency key {exc.idempotency_key!r}, then record what happened with "
             f"`{settle_it}` (JSON: what it returned; or --failed 'it did not happen') and "
             f"resume, or call it again with `{retry}`"
         )
         return _failed(args, message, exc)
+    except DiskFullError as exc:  # nothing is lost: the same resume works once there is room
+        sys.stderr.write(f"afk-local: run {args.run!r} stopped: {exc}\n")
+        if args.json:
+            error = {"type": type(exc).__name__, "message": str(exc)}
+            emit_json({"run_id": args.run, "status": "stopped", "error": error})
+        return EXIT_PROBLEMS
     except (AfkLocalError, CliError):
         raise
     except Exception as exc:  # the job itself raised: the run is recorded as failed

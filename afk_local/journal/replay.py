@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from afk_local.errors import UnstorableValueError
 from afk_local.storage.format.codec import EncHook
 from afk_local.storage.format.records import ErrorInfo
 from afk_local.storage.format.values import hash_hook
@@ -38,14 +39,22 @@ def input_hash(
     >>> input_hash("send", ("a@b.c",), {}) == input_hash("send", ["a@b.c"], {})
     True
     """
-    data = _canonical_encoder(enc_hook or hash_hook(None)).encode((name, list(args), kwargs))
+    encoder = _canonical_encoder(enc_hook or hash_hook(None))
+    try:
+        data = encoder.encode((name, list(args), kwargs))
+    except UnstorableValueError as exc:
+        raise exc.under("(an argument)") from None
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def result_hash(result: Any, *, enc_hook: EncHook | None = None) -> str:
     """The blake2b (128-bit, hex) digest of ``result``'s canonical msgpack (``output_hash``)."""
     encoder = _canonical_encoder(enc_hook or hash_hook(None))
-    return hashlib.blake2b(encoder.encode(result), digest_size=16).hexdigest()
+    try:
+        data = encoder.encode(result)
+    except UnstorableValueError as exc:
+        raise exc.under("the result") from None
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def idempotency_key(run_id: str, key: str) -> str:

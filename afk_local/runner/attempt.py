@@ -16,7 +16,7 @@ from typing import Any
 
 from afk_local.journal.journal import journal_of
 from afk_local.runner.observe import AttemptInfo, AttemptObservation, observers
-from afk_local.runner.origin import ORIGIN_KEY
+from afk_local.runner.origin import ORIGIN_KEY, UNRESUMABLE_KEY
 from afk_local.runner.run_context import RunContext
 from afk_local.runner.run_report import RunReport, journal_step_count
 from afk_local.storage.rundir.writer import RunWriter
@@ -64,8 +64,13 @@ def attempt_extra(
     tags: Mapping[str, str] | None,
     observations: tuple[AttemptObservation, ...],
 ) -> dict[str, Any]:
-    """The ``run.meta`` ``extra`` of an attempt: where it runs, new tags, observers' entries."""
-    result = {**extra, ORIGIN_KEY: origin}
+    """The ``run.meta`` ``extra`` of an attempt: where it runs, new tags, observers' entries.
+
+    A reason recorded by an earlier resume that found the code gone is dropped: this
+    attempt found it.
+    """
+    result = {k: v for k, v in extra.items() if k != UNRESUMABLE_KEY}
+    result[ORIGIN_KEY] = origin
     if tags:
         result[TAGS_KEY] = {**tags_of(extra), **tags}
     for observation in observations:

@@ -64,6 +64,11 @@ def registered(entrypoint: str) -> DurableFunction[Any] | None:
     return _REGISTRY.get(entrypoint)
 
 
+def registered_in(module: str) -> list[str]:
+    """The qualnames of the ``@afk.durable`` jobs this process defined in ``module``."""
+    return sorted(name.partition(":")[2] for name in _REGISTRY if name.startswith(f"{module}:"))
+
+
 class JobReached(BaseException):
     """A script run again to re-enter a job reached its first durable run: stop it there.
 
@@ -350,9 +355,16 @@ class DurableFunction(Generic[R]):
         # The run's arguments come from its run.meta: the same checks as any resume.
         meta = require_trusted_run(store, run_id).meta
         if meta.entrypoint is not None and meta.entrypoint != self.entrypoint:
+            if meta.entrypoint.startswith("__main__:"):  # a script's job: no import finds it
+                how = (
+                    f"if you renamed the job, give it its old name ({meta.entrypoint[9:]}) "
+                    "again, then run this again"
+                )
+            else:
+                how = f"resume it with `afk-local resume {run_id}`"
             raise ValueError(
                 f"run {run_id!r} belongs to {meta.entrypoint}, not {self.entrypoint}: "
-                "choose another run_id, or resume it with afk.resume(run_id)"
+                f"{how}; or choose another run_id for a new run"
             )
         if params is not None and meta.params is not None and params != meta.params:
             raise ValueError(

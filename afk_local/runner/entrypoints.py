@@ -53,13 +53,28 @@ def import_entrypoint(
     if not is_entrypoint(entrypoint):
         raise EntrypointError(run_id, entrypoint, "not a module:qualname name")
     try:
-        obj: Any = importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise EntrypointError(
+            run_id,
+            entrypoint,
+            f"{exc}: install its package here or put it on PYTHONPATH, then resume the run",
+            gone=isinstance(exc, ModuleNotFoundError),
+        ) from exc
+    obj: Any = module
+    try:
         for part in qualname.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
+    except AttributeError:
+        where = getattr(module, "__file__", None) or module_name
         raise EntrypointError(
-            run_id, entrypoint, f"{exc}; is its package installed / on PYTHONPATH here?"
-        ) from exc
+            run_id,
+            entrypoint,
+            f"{module_name} ({where}) no longer defines {qualname} (renamed or removed?): "
+            f"put it back under that name, then resume the run; or cancel it "
+            f"(`afk-local cancel {run_id}`) and start a new one",
+            gone=True,
+        ) from None
     if not isinstance(obj, accept):
         raise EntrypointError(
             run_id,

@@ -35,6 +35,15 @@ from afk_local.storage.format.records import RunMeta
 ORIGIN_KEY = "origin"
 """The key of the origin record in ``RunMeta.extra``."""
 
+UNRESUMABLE_KEY = "unresumable"
+"""The key in ``RunMeta.extra`` of why the last resume found the run's code gone (a str).
+
+Written by a resume that could not find the job (a renamed function, a removed
+module or script), cleared by the next attempt that starts. While it is there
+:func:`cannot_resume` says it, so ``runs``, ``show`` and the watcher leave the run
+alone; a person's ``afk-local resume`` tries again.
+"""
+
 REENTERED_ENV = "AFK_LOCAL_REENTERED"
 """Set in a process started under a run's recorded interpreter: it hands over no further."""
 
@@ -113,12 +122,17 @@ def origin_of(meta: RunMeta) -> Origin | None:
         return None
 
 
-def cannot_resume(meta: RunMeta) -> str | None:
+def cannot_resume(meta: RunMeta, *, recorded: bool = True) -> str | None:
     """Why no other process can continue this run, when that is known without running it.
 
     None when a resume can be tried: a module job, or a script job whose script is
-    there. Nothing is imported or executed to decide.
+    there. Nothing is imported or executed to decide. With ``recorded`` (the default)
+    the reason an earlier resume recorded (:data:`UNRESUMABLE_KEY`: the job's code was
+    gone) counts too; a person resuming by hand passes False to try again.
     """
+    marked = meta.extra.get(UNRESUMABLE_KEY) if isinstance(meta.extra, dict) else None
+    if recorded and isinstance(marked, str) and marked:
+        return marked
     entrypoint = meta.entrypoint
     if entrypoint is None:
         if meta.extra.get("subagent") and meta.parent_run_id:
@@ -207,6 +221,7 @@ __all__ = [
     "AFK_LOCAL_HOME",
     "ORIGIN_KEY",
     "REENTERED_ENV",
+    "UNRESUMABLE_KEY",
     "Origin",
     "ReentryPlan",
     "cannot_resume",

@@ -75,6 +75,7 @@ class Progress:
         self._task: Any = None
         self._started = time.monotonic()
         self._last = 0.0
+        self._width = 0  # of the inline line on screen, to blank what a shorter one leaves
         self._closed = not enabled
         if enabled:
             self._open()
@@ -183,12 +184,15 @@ class Progress:
 
     def _line(self, *, last: bool = False) -> None:
         self._last = time.monotonic()
+        text = self.text()
         if self.kind == "inline":
             start, end = "\r", ("\n" if last else "")
+            # spaces over what a longer previous line left ("ETA 1m," gone at the end)
+            text, self._width = text.ljust(self._width), len(text)
         else:
             start, end = "", "\n"
         try:
-            self._stream.write(f"{start}{self.text()}{end}")
+            self._stream.write(f"{start}{text}{end}")
             self._stream.flush()
         except (OSError, ValueError):  # a closed or broken stream must not break the job
             self._closed = True

@@ -11,16 +11,26 @@ recorded working directory, ``sys.path`` and script (:mod:`.reentry`).
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
-from afk_local.errors import EntrypointError
-from afk_local.runner.durable_function import DurableFunction, registered, run_coroutine, settled
+from afk_local.errors import AfkLocalError, EntrypointError
+from afk_local.runner.durable_function import (
+    DurableFunction,
+    registered,
+    registered_in,
+    run_coroutine,
+    settled,
+)
 from afk_local.runner.entrypoints import import_entrypoint
-from afk_local.runner.origin import cannot_resume
+from afk_local.runner.origin import UNRESUMABLE_KEY, cannot_resume, origin_of
 from afk_local.runner.reentry import enter_origin, run_main
 from afk_local.runner.run_context import NO_INPUT
+from afk_local.storage.format.records import RunMeta
 from afk_local.storage.store import Store
 from afk_local.storage.trust import TrustedRun, require_trusted_run
+
+log = logging.getLogger("afk_local")
 
 
 def load_entrypoint(entrypoint: str | None, run_id: str = "?") -> DurableFunction[Any]:
@@ -71,7 +81,7 @@ def load_job(trusted: TrustedRun, *, reenter: bool = False) -> DurableFunction[A
         found = registered(entrypoint)
         if found is not None:
             return found
-    reason = cannot_resume(meta)
+    reason = cannot_resume(meta, recorded=False)  # a recorded reason: try again
     if reason is not None:
         raise EntrypointError(run_id, entrypoint, reason)
     assert entrypoint is not None
@@ -81,12 +91,7 @@ def load_job(trusted: TrustedRun, *, reenter: bool = False) -> DurableFunction[A
             run_main(meta)
             found = registered(entrypoint)
             if found is None:
-                raise EntrypointError(
-                    run_id,
-                    entrypoint,
-                    "running its script again did not define it (the script stopped before "
-                    "the job's @afk.durable line, or defines it under another name now)",
-                )
+                raise EntrypointError(run_id, entrypoint, _not_defined(meta), gone=True)
             return found
     elif entrypoint.startswith("__main__:"):
         raise EntrypointError(
@@ -97,6 +102,35 @@ def load_job(trusted: TrustedRun, *, reenter: bool = False) -> DurableFunction[A
             "the job), or run the script itself again with the same run id",
         )
     return load_entrypoint(entrypoint, run_id)
+
+
+def _not_defined(meta: RunMeta) -> str:
+    """What to do when running a script job's script again did not define its job."""
+    origin = origin_of(meta)
+    where = (origin.script or origin.module) if origin is not None else None
+    qualname = (meta.entrypoint or "").partition(":")[2]
+    now = registered_in("__main__")
+    defines = f"it defines {', '.join(now)} now" if now else "it defines no @afk.durable job now"
+    return (
+        f"{where or 'its script'} no longer defines the job {qualname} ({defines}: renamed "
+        f"or removed?): give it its old name again, then resume the run; or cancel it "
+        f"(`afk-local cancel {meta.run_id}`) and start a new one"
+    )
+
+
+def _record_unresumable(store: Store, run_id: str, reason: str) -> None:
+    """Mark the run unresumable with ``reason`` (its code is gone) so nothing retries it blindly.
+
+    ``runs`` and ``show`` print the reason and the watcher leaves the run alone
+    (:func:`~afk_local.runner.origin.cannot_resume`); the next attempt that starts
+    clears it. Best effort: a run another process holds keeps its meta.
+    """
+    try:
+        with store.resume_writer(run_id, lock_timeout=0, new_attempt=False) as run:
+            if run.meta.status.expects_owner:
+                run.update_meta(extra={**run.meta.extra, UNRESUMABLE_KEY: reason})
+    except (AfkLocalError, OSError) as exc:
+        log.warning("run %s: could not record that it cannot be resumed: %s", run_id, exc)
 
 
 def _absolute(store: Store) -> Store:
@@ -133,7 +167,12 @@ def resume_job(
     trusted = require_trusted_run(store, run_id, from_origin=True)  # before anything runs
     if reenter:
         store = _absolute(store)
-    job = load_job(trusted, reenter=reenter)
+    try:
+        job = load_job(trusted, reenter=reenter)
+    except EntrypointError as exc:
+        if reenter and exc.gone:  # where the run ran, its code is gone: say so, retry no more
+            _record_unresumable(store, run_id, exc.reason)
+        raise
     options = {"input_value": value, "in_doubt": in_doubt, "pause_seq": pause_seq}
     if job.is_async:
         return run_coroutine(job._async(store, run_id, (), {}, **options))

@@ -321,7 +321,7 @@ class RunContext(Reporting):
                 ident = loop.pending(index, item)
                 if ident is None:
                     continue
-                with self._item_scope(loop, ident):
+                with self._item_scope(loop, ident, index):
                     yield item
                 self._item_done(loop, index, ident)
                 bar.update()
@@ -349,7 +349,7 @@ class RunContext(Reporting):
                 ident = loop.pending(index, item)
                 if ident is None:
                     continue
-                with self._item_scope(loop, ident):
+                with self._item_scope(loop, ident, index):
                     yield item
                 await asyncio.to_thread(self._item_done, loop, index, ident)
                 bar.update()
@@ -357,13 +357,18 @@ class RunContext(Reporting):
             bar.close()
 
     @contextlib.contextmanager
-    def _item_scope(self, loop: Loop, ident: str) -> Iterator[None]:
-        """Scope the steps of the loop body to this item, so skipped items do not shift keys."""
+    def _item_scope(self, loop: Loop, ident: str, index: int) -> Iterator[None]:
+        """Scope the steps of the loop body to this item, so skipped items do not shift keys.
+
+        Metrics recorded meanwhile default to the item's ``index`` as their step.
+        """
         scope = loop.item_scope(ident)
         self._scopes.append(scope)
+        outer_index, self._report.item_index = self._report.item_index, index
         try:
             yield
         finally:
+            self._report.item_index = outer_index
             self._drop_scope(scope)
 
     def _item_done(self, loop: Loop, index: int, ident: str) -> None:

@@ -47,6 +47,9 @@ class RunReport:
         self._since_done = self.done or 0
         self.metrics: Batch = {}
         """Metric points not yet in a checkpoint, by name (grouped as recorded: cheap to take)."""
+        self.item_index: int | None = None
+        """The logical index of the ``ctx.iterate`` item being worked on (innermost loop), or
+        None outside loops: the default x position of a metric point recorded there."""
 
     # -- steps ------------------------------------------------------------------------
 
@@ -150,7 +153,7 @@ class Reporting:
         return self._report
 
     def metric(self, name: str, value: float, *, step: int | None = None) -> None:
-        """Record a scalar (``loss``, ``reward``...) at the run's current logical step.
+        """Record a scalar (``loss``, ``reward``...) at the current item, else the current step.
 
         Cheap: the point waits in memory and is written with the next checkpoint
         (``iterate`` item, ``ctx.checkpoint()``, pause or end), never on its own. A
@@ -161,7 +164,9 @@ class Reporting:
         Args:
             name: the metric's name.
             value: a number (anything ``float()`` takes: numpy and torch scalars too).
-            step: the x position (default: :attr:`step_count`).
+            step: the x position (default: inside ``ctx.iterate``, the item's logical
+                index, the position in ``items`` counted from 0, the same on every
+                attempt; elsewhere :attr:`step_count`).
         """
         number = float(value)
         report = self._report
@@ -170,7 +175,9 @@ class Reporting:
             if type(name) is not str or not name:
                 raise ValueError(f"a metric name is a non-empty string, not {name!r}")
             rows = report.metrics[name] = []
-        rows.append((report.steps if step is None else int(step), number))
+        if step is None:
+            step = report.steps if report.item_index is None else report.item_index
+        rows.append((int(step), number))
 
     def progress(self, total: int | None = None, *, done: int | None = None) -> None:
         """Declare the run's progress: ``total`` units of work, ``done`` of them done.

@@ -102,7 +102,9 @@ def check_code(
         f"({recorded} -> {fingerprint}); finished steps are replayed, a step whose "
         "inputs changed raises EffectMismatchError"
     )
-    log.warning("%s", message)
+    # Said once: the warning reaches the terminal; the log keeps it below WARNING, or
+    # logging's last-resort handler would print it a second time.
+    log.info("%s", message)
     # stacklevel: check_code <- _reopen <- _begin <- _sync/_async <- run/arun
     warnings.warn(message, CodeChangedWarning, stacklevel=5)
 
@@ -133,7 +135,7 @@ def migrate_state(
         )
         if on_code_change == "refuse":
             raise CodeChangedError(run_id, entrypoint, f"version {old}", f"{new}")
-        log.warning("%s", message)
+        log.info("%s", message)  # said once, by the warning (see check_code)
         # stacklevel: migrate_state <- _attempt <- _reopen <- _begin <- _sync/_async <- run/arun
         warnings.warn(message, CodeChangedWarning, stacklevel=6)
         return state

@@ -22,11 +22,42 @@ import secrets
 import shutil
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from afk_local.errors import NotRegularFileError
+from afk_local.errors import DiskFullError, NotRegularFileError
+
+_NO_SPACE = frozenset(code for code in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if code)
+
+
+def _mount_of(path: str) -> str:
+    """The mount point of the filesystem holding ``path`` (its nearest existing ancestor)."""
+    here = os.path.abspath(path or ".")
+    while not os.path.lexists(here) and os.path.dirname(here) != here:
+        here = os.path.dirname(here)
+    while not os.path.ismount(here):
+        here = os.path.dirname(here)
+    return here
+
+
+@contextlib.contextmanager
+def _disk_full_named(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Turn a write's ENOSPC or EDQUOT into :class:`DiskFullError`: one line, the disk named."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _NO_SPACE or isinstance(exc, DiskFullError):
+            raise
+        where = os.fspath(path)
+        directory = where if os.path.isdir(where) else os.path.dirname(where) or "."
+        mount = _mount_of(directory)
+        try:
+            free = shutil.disk_usage(mount).free
+        except OSError:
+            free = 0
+        raise DiskFullError(directory, mount, free, exc.errno or errno.ENOSPC) from None
+
 
 IoHook = Callable[[str, str], None]
 """``hook(operation, path)``; operation is one of open, write, fsync, rename,
@@ -332,7 +363,8 @@ class Env:
                     raise
                 os.fsync(fd)  # the filesystem does not support it; fsync is the best we have
             return
-        os.fsync(fd)
+        with _disk_full_named(path):
+            os.fsync(fd)
 
     def fsync_dir(self, path: str | os.PathLike[str]) -> None:
         """Make the entries of directory ``path`` (renames, new files) durable."""
@@ -349,11 +381,12 @@ class Env:
     ) -> None:
         """Write every byte of ``data`` to ``fd`` (looping over short writes)."""
         self._before("write", path)
-        written = os.write(fd, data)
-        if written < len(data):
-            view = memoryview(data)[written:]
-            while view:
-                view = view[os.write(fd, view) :]
+        with _disk_full_named(path):
+            written = os.write(fd, data)
+            if written < len(data):
+                view = memoryview(data)[written:]
+                while view:
+                    view = view[os.write(fd, view) :]
         if self.recorder is not None:
             end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND descriptors write at the end
             call = IoCall("write", os.fspath(path), data=bytes(data), offset=end - len(data))
@@ -364,7 +397,8 @@ class Env:
     ) -> None:
         """Create ``path`` (which must not exist), write ``data``, fsync it, close it."""
         self._before("open", path)
-        fd = os.open(path, _O_CREATE_NEW, FILE_MODE)
+        with _disk_full_named(path):
+            fd = os.open(path, _O_CREATE_NEW, FILE_MODE)
         if self.recorder is not None:
             self.recorder(IoCall("open", os.fspath(path)))
         try:
@@ -377,14 +411,16 @@ class Env:
     def rename(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
         """Atomically rename ``src`` over ``dst`` (same directory)."""
         self._before("rename", dst)
-        os.replace(src, dst)
+        with _disk_full_named(dst):
+            os.replace(src, dst)
         if self.recorder is not None:
             self.recorder(IoCall("rename", os.fspath(dst), source=os.fspath(src)))
 
     def hard_link(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
         """Make ``dst`` a new hard link to the file ``src`` (a symlink is linked, not followed)."""
         self._before("link", dst)
-        os.link(src, dst, follow_symlinks=False)
+        with _disk_full_named(dst):
+            os.link(src, dst, follow_symlinks=False)
         if self.recorder is not None:
             self.recorder(IoCall("link", os.fspath(dst), source=os.fspath(src)))
 
@@ -433,7 +469,8 @@ class Env:
         tmp = _temp_sibling(link_path)
         try:
             self._before("symlink", tmp)
-            os.symlink(target, tmp)
+            with _disk_full_named(tmp):
+                os.symlink(target, tmp)
             self._record(IoCall("symlink", tmp, source=target))
         except OSError as exc:
             if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
@@ -481,7 +518,8 @@ class Env:
         """
         tmp = prefix + _temp_name(name)
         self._before("open", tmp)
-        fd = os.open(tmp, _O_CREATE_NEW, FILE_MODE)
+        with _disk_full_named(tmp):
+            fd = os.open(tmp, _O_CREATE_NEW, FILE_MODE)
         try:
             if self.recorder is not None:
                 self.recorder(IoCall("open", tmp))
@@ -511,7 +549,8 @@ class Env:
         target = Path(path)
         self._before("mkdir", target)
         try:
-            os.mkdir(target, DIR_MODE)
+            with _disk_full_named(target.parent):
+                os.mkdir(target, DIR_MODE)
         except FileExistsError:
             if exist_ok and target.is_dir() and not target.is_symlink():
                 return False
@@ -554,7 +593,8 @@ class Env:
         :func:`open_regular`).
         """
         self._before("open", path)
-        fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
+        with _disk_full_named(path):
+            fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
         self._record(IoCall("open", os.fspath(path), append=True))
         return fd
 

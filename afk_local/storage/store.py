@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 import os
 import stat
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from afk_local.errors import (
     AfkLocalError,
     RunLockedError,
     RunNotFoundError,
+    StoreUnusableError,
 )
 from afk_local.storage import fsio, listing, maintenance
 from afk_local.storage.format.codec import DecHook, EncHook, RecordCodec
@@ -257,9 +259,20 @@ class Store:
         Raises:
             KeyRequiredError: a keyed store opened without the key.
             UntrustedStoreError: a keyed store opened with another key.
+            StoreUnusableError: the store's directory cannot be made or written.
         """
-        prepare_write(self.root, self.head_dir, self.codec.signer, run_id, self.env)
-        ensure_identity(self.root, self.codec.signer, self.env)
+        try:
+            prepare_write(self.root, self.head_dir, self.codec.signer, run_id, self.env)
+            ensure_identity(self.root, self.codec.signer, self.env)
+        except AfkLocalError:
+            raise  # says what is wrong already (a full disk, a key problem)
+        except OSError as exc:  # the root cannot be made or written: one line, not a traceback
+            raise StoreUnusableError(
+                str(self.root),
+                exc.errno or errno.EIO,
+                exc.strerror or str(exc),
+                str(exc.filename or self.root),
+            ) from None
 
     def moved_from(self) -> str | None:
         """The path this store was created at when it was since copied or moved; else None.

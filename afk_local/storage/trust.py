@@ -212,7 +212,17 @@ def trust_warnings(store: Store, run_id: str | None = None) -> list[str]:
     found = store_problems(store)
     if run_id is not None:
         found += run_problems(store, run_id)
-    return [f"{path}: {reason}" for path, reason in found]
+    lines = [f"{path}: {reason}" for path, reason in found]
+    try:
+        moved_from = store.moved_from()
+    except UntrustedStoreError as exc:  # a damaged or foreign-key identity: resume refuses
+        return [*lines, f"{exc.path}: {exc.reason}"]
+    if moved_from is not None:  # resume refuses (StoreMovedError); a listing says so first
+        lines.append(
+            f"{store.root}: this store was created at {moved_from} and is now here (copied "
+            f"or moved); no run resumes from it until `afk-local --root {store.root} adopt`"
+        )
+    return lines
 
 
 def request_file_problem(store: Store, path: Path, fd: int) -> str | None:

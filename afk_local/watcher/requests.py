@@ -325,7 +325,7 @@ def _handle(watcher: RequestHost, request: Request) -> bool:
     if meta.status is RunStatus.COMPLETED:
         watcher.emit("request", request.run_id, "already completed; nothing to do")
         return True
-    reason = cannot_resume(meta)
+    reason = cannot_resume(meta, recorded=False)  # a person asks: a recorded reason is retried
     if reason is not None:
         raise ValueError(f"run {request.run_id!r} cannot be resumed: {reason}")
     if request.run_id in watcher.children:

@@ -43,8 +43,10 @@ from afk_local.errors import (
 )
 from afk_local.runner.origin import cannot_resume, reentry_plan
 from afk_local.storage import fsio
+from afk_local.storage.format.integrity import KEY_ENV
 from afk_local.storage.format.records import RunMeta, RunStatus, now_ms
 from afk_local.storage.rundir.heads import HEAD_DIR_ENV
+from afk_local.storage.rundir.mirror import fenced_reason
 from afk_local.storage.rundir.options import MAX_RECORD_BYTES_ENV
 from afk_local.storage.rundir.ownership import boot_id, is_interrupted, probe_owner
 from afk_local.storage.rundir.reader import read_meta
@@ -118,6 +120,33 @@ class _Cached:
     meta: RunMeta
 
 
+def _child_key_env(store: Store) -> dict[str, str]:
+    """The environment that gives a keyed store's key to the children that resume its runs.
+
+    ``$AFK_LOCAL_KEY``, as ``afk-local watch`` passes it (its children inherit it):
+    the environment of a process is readable only by its user, never on a command
+    line or in a file. Empty for a store without a key.
+
+    Raises:
+        ValueError: a ``bytes`` key that is not UTF-8 text without NUL cannot travel
+            in the environment; give the key as text.
+    """
+    key = store.options.key
+    if key is None:
+        return {}
+    if isinstance(key, bytes):
+        try:
+            key = key.decode()
+        except UnicodeDecodeError:
+            key = "\0"  # refused below
+    if "\0" in key:
+        raise ValueError(
+            f"the watcher hands the store's key to its children in ${KEY_ENV}, which cannot "
+            "hold this key (not UTF-8 text, or it holds NUL): use a text key"
+        )
+    return {KEY_ENV: key}
+
+
 class Watcher:
     """Resumes the interrupted runs of one store, each in a child process.
 
@@ -171,6 +200,7 @@ class Watcher:
         self.on_event = on_event
         self.python = python or sys.executable
         self.env = env or {}
+        self._key_env = _child_key_env(store)
         self.children: dict[str, _Child] = {}
         self.pending: deque[str] = deque()
         self.stop_event = threading.Event()
@@ -286,7 +316,7 @@ class Watcher:
             self._damaged.pop(run_id, None)
             if not is_interrupted(meta.status, owner):
                 continue
-            reason = cannot_resume(meta)
+            reason = cannot_resume(meta) or fenced_reason(self.store.paths(run_id))
             if reason is not None:  # knowable now: no doomed attempts, never marked failed
                 if self._skipped.get(run_id) != reason:
                     self._skipped[run_id] = reason
@@ -402,6 +432,7 @@ class Watcher:
             if self.store.head_dir_given:  # the child's Store must find the same head records
                 env[HEAD_DIR_ENV] = str(self.store.head_dir)
             env[MAX_RECORD_BYTES_ENV] = str(self.store.max_record_bytes)
+            env.update(self._key_env)
             env.update(self.env)
             env.update(plan.env)
             env.setdefault("PYTHONUNBUFFERED", "1")

@@ -68,6 +68,17 @@ def test_a_copied_store_is_refused_leaves_the_original_untouched_and_adopt_rehom
     copy = copy_project(a, b)
     before = snapshot(a)
 
+    # listing says the store moved before anyone tries to resume
+    moved = (
+        f"afk-local: warning: {copy / '.afk'}: this store was created at {original / '.afk'} "
+        f"and is now here (copied or moved); no run resumes from it until `afk-local --root "
+        f"{copy / '.afk'} adopt` (read anyway; nothing is executed)"
+    )
+    assert moved in afk_local(b, "runs").stderr.splitlines()
+    shown = afk_local(b, "show", "script-job", "--json")
+    assert moved in shown.stderr.splitlines()
+    assert json.loads(shown.stdout)["store_moved_from"] == str(original / ".afk")
+
     refused = afk_local(b, "resume", "script-job")
     assert refused.returncode == 2, refused.stderr
     [line] = refused.stderr.splitlines()  # one line
@@ -100,6 +111,9 @@ def test_a_copied_store_is_refused_leaves_the_original_untouched_and_adopt_rehom
         "rehomed": ["script-job"],
         "skipped": {},
     }
+    assert "copied or moved" not in afk_local(b, "runs").stderr
+    shown = afk_local(b, "show", "script-job", "--json")
+    assert json.loads(shown.stdout)["store_moved_from"] is None
     resumed = afk_local(b, "resume", "script-job", "--json")
     assert resumed.returncode == 0, resumed.stderr
     result = json.loads(resumed.stdout)["result"]

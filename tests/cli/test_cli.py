@@ -116,7 +116,11 @@ def test_read_commands_human_and_json(store_root: Path) -> None:
     for run_id in RUNS:
         assert run_id in table
     assert "running (interrupted)" in table and "running (live)" in table
-    assert table.splitlines()[0].split()[:3] == ["RUN", "STATUS", "STEP"]
+    assert table.splitlines()[0].split()[:4] == ["RUN", "STATUS", "OWNER", "STEP"]
+    at = table.splitlines()[0].index("OWNER")
+    rows = [line for line in table.splitlines()[1:] if line.split()[0] in RUNS]
+    owner = {line.split()[0]: line[at:].split()[0] for line in rows}
+    assert (owner["live"], owner["interrupted"], owner["done"]) == ("alive", "gone", "-")
     runs = {r["run_id"]: r for r in cli_json(root, "runs")}
     assert set(runs) == set(RUNS)
     assert runs["done"]["status"] == "completed" and runs["failed"]["status"] == "failed"

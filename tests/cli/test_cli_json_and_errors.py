@@ -239,3 +239,28 @@ def test_show_never_suggests_a_command_that_fails(cli, store: afk.Store) -> None
     assert shown["next"].startswith("cannot be resumed: it records no entrypoint")
     code, _, err = cli("--root", r, "resume", "loop")
     assert code == 2 and err.startswith("afk-local: run 'loop' cannot be resumed: it records")
+
+
+def test_json_before_the_command_and_the_fields_the_docs_show(
+    cli, store: afk.Store, tmp_path: Path
+) -> None:
+    relative = "store"  # the cli fixture runs in tmp_path: the store by a relative root
+    before = as_json(cli("--json", "--root", relative, "runs"))
+    assert before == as_json(cli("--root", relative, "runs", "--json"))
+    assert as_json(cli("--json", "show", "done", "--root", relative))["run_id"] == "done"
+
+    listed = {r["run_id"]: r for r in before}  # type: ignore[union-attr]
+    assert listed["done"]["lock_problem"] is None  # as docs/cli.md shows it
+    assert list(listed["done"])[:5] == [
+        "run_id", "status", "interrupted", "owner_alive", "lock_problem"
+    ]  # fmt: skip
+    shown = as_json(cli("--root", relative, "show", "done", "--json"))
+    assert shown["path"] == str(tmp_path / "store" / "runs" / "done")  # absolute
+
+    code, table, _ = cli("--root", relative, "runs")
+    assert code == 0
+    header, *rows = table.splitlines()[:4]
+    assert header.split()[:3] == ["RUN", "STATUS", "OWNER"]
+    at = header.index("OWNER")
+    owners = {row.split()[0]: row[at:].split()[0] for row in rows}
+    assert owners == {"interrupted": "gone", "paused": "-", "done": "-"}

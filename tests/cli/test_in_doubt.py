@@ -69,8 +69,10 @@ def test_settle_done_replays_the_given_result(
     assert (code, out) == (1, "")
     key = idempotency_key("pay", "charge#1")
     assert err.splitlines()[0] == (
-        f"afk-local: run 'pay': effect 'charge#1' was started before a crash but has no "
-        f"recorded outcome: it may or may not have happened. Check the outside system for "
+        f"afk-local: run 'pay': effect 'charge#1' was started but has no recorded outcome "
+        "(its process died or was killed, was stopped at once by a second Ctrl-C, or the "
+        "result it returned could not be stored): it may or may not have happened. Check "
+        "the outside system for "
         f"idempotency key {key!r}, then record what happened with `afk-local --root {r} "
         f"settle pay 'charge#1' --done --result JSON` (JSON: what it returned; or --failed "
         f"'it did not happen') and resume, or call it again with `afk-local --root {r} resume "

@@ -76,7 +76,7 @@ def test_runs_filters(store: afk.Store, capsys: pytest.CaptureFixture[str]) -> N
     assert row["tags"] == {"model": "small"} and row["active_ms"] >= 0
 
     table = run_cli(capsys, root, "runs", "--tag", "model=big")
-    assert table.splitlines()[0].split()[:4] == ["RUN", "STATUS", "STEP", "PROGRESS"]
+    assert table.splitlines()[0].split()[:5] == ["RUN", "STATUS", "OWNER", "STEP", "PROGRESS"]
     assert "6/6 100%" in table
     assert "no runs with status live" in run_cli(capsys, root, "runs", "--status", "live")
     run_cli(capsys, root, "runs", "--since", "yesterday-ish", code=2)
@@ -106,7 +106,7 @@ def test_metrics_command(store: afk.Store, capsys: pytest.CaptureFixture[str]) -
     assert doc["summary"]["loss"]["count"] == N and doc["summary"]["item"]["max"] == N - 1
     points = [p for p in doc["points"] if p["name"] == "item"]
     assert [p["value"] for p in points] == [float(i) for i in range(N)]
-    assert [p["step"] for p in points] == list(range(1, N + 1))
+    assert [p["step"] for p in points] == list(range(N))  # each item's index
     only = run_json(capsys, store.root, "metrics", "small-1", "--name", "loss")
     assert set(only["summary"]) == {"loss"}
     assert "loss" in run_cli(capsys, store.root, "metrics", "small-1")

@@ -257,3 +257,157 @@ def test_resume_hands_over_to_the_interpreter_that_ran_the_job(tmp_path: Path) -
     result = json.loads(done.stdout)["result"]
     assert result == {"prefix": str(other), "attempt": 2}  # not this process's sys.prefix
     assert str(other) != sys.prefix
+
+
+def this_afk_local() -> dict[str, str]:
+    """No PYTHONPATH but this checkout's afk_local: the job, the watcher and its children."""
+    return {**no_pythonpath(), "PYTHONPATH": str(proc.REPO)}
+
+
+def cli_here(base: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """:func:`afk_local`, running this checkout's afk_local."""
+    root = str(base / "project" / ".afk")
+    return subprocess.run(
+        [sys.executable, "-m", "afk_local", "--root", root, *args],
+        cwd=base / "elsewhere",
+        capture_output=True,
+        text=True,
+        env=this_afk_local(),
+        timeout=120,
+    )
+
+
+def test_a_renamed_job_is_marked_unresumable_and_the_watcher_does_not_retry_it(
+    tmp_path: Path,
+) -> None:
+    project = make_project(tmp_path)
+    child = subprocess.Popen(
+        [sys.executable, "my_job.py", str(N), "0.05"], cwd=project, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=this_afk_local(),
+    )  # fmt: skip
+    assert proc.kill_after(child, acks=3).returncode == -9
+    script = project / "my_job.py"
+    original = script.read_text()
+    script.write_text(original.replace("tally", "count_items"))  # the job renamed
+    root = project / ".afk"
+    store = afk.Store(root)
+    reason = (
+        f"{script} no longer defines the job tally (it defines count_items now: renamed or "
+        "removed?): give it its old name again, then resume the run; or cancel it "
+        "(`afk-local cancel script-job`) and start a new one"
+    )
+    command = [sys.executable, "-m", "afk_local", "--root", str(root), "watch", "--json"]
+    command += ["--interval", "0.1", "--backoff", "0.05", "--max-attempts", "50"]
+
+    with proc.JsonLinesChild(command, this_afk_local()) as watcher:
+        watcher.wait_for(lambda: any(e["event"] == "skipped" for e in watcher.events))
+        assert watcher.stop() == 0
+
+    events = [(e["event"], e["message"]) for e in watcher.events if e["run_id"] == "script-job"]
+    assert [kind for kind, _ in events].count("resumed") == 1, events  # one try, no retries
+    assert events[-1] == ("skipped", f"cannot be resumed: {reason}")
+    assert store.read_meta("script-job").status is afk.RunStatus.RUNNING  # not marked failed
+    again = cli_here(tmp_path, "watch", "--once", "--json")  # a new watcher: still left alone
+    assert [json.loads(line)["event"] for line in again.stdout.splitlines()] == ["skipped"]
+
+    runs = cli_here(tmp_path, "runs")
+    assert runs.stdout.splitlines()[-1] == f"script-job: cannot be resumed: {reason}"
+    [listed] = json.loads(cli_here(tmp_path, "runs", "--json").stdout)
+    assert listed["cannot_resume"] == reason
+    assert (
+        f"next              cannot be resumed: {reason}"
+        in cli_here(tmp_path, "show", "script-job").stdout.splitlines()
+    )
+    assert (
+        json.loads(cli_here(tmp_path, "show", "script-job", "--json").stdout)["cannot_resume"]
+        == reason
+    )
+    resumed = cli_here(tmp_path, "resume", "script-job")  # a person tries again: same answer
+    assert (resumed.returncode, resumed.stdout) == (2, "")
+    assert resumed.stderr == (
+        f"afk-local: run 'script-job': cannot resume entrypoint '__main__:tally': {reason}\n"
+    )
+    assert "afk.resume" not in resumed.stderr
+
+    direct = subprocess.run(
+        [sys.executable, "my_job.py", str(N), "0.05"], cwd=project, capture_output=True,
+        text=True, env=this_afk_local(), timeout=120,
+    )  # fmt: skip
+    assert direct.returncode == 1
+    assert direct.stderr.splitlines()[-1] == (
+        "ValueError: run 'script-job' belongs to __main__:tally, not __main__:count_items: if "
+        "you renamed the job, give it its old name (tally) again, then run this again; or "
+        "choose another run_id for a new run"
+    )
+
+    script.write_text(original)  # the old name back: a person's resume finishes it
+    done = cli_here(tmp_path, "resume", "script-job")
+    assert done.returncode == 0, done.stderr
+    assert items_done(project) == list(range(N))
+    assert "unresumable" not in store.read_meta("script-job").extra
+
+
+def test_a_changed_job_is_said_once_on_resume(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    child = subprocess.Popen(
+        [sys.executable, "my_job.py", str(N), "0.05"], cwd=project, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=this_afk_local(),
+    )  # fmt: skip
+    assert proc.kill_after(child, acks=2).returncode == -9
+    script = project / "my_job.py"
+    script.write_text(
+        script.read_text().replace("time.sleep(pause_s)", "time.sleep(pause_s)  # new")
+    )
+
+    done = cli_here(tmp_path, "resume", "script-job")
+
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "under changed code" in line]
+    assert len(said) == 1, done.stderr
+    assert "CodeChangedWarning" in said[0]
+
+
+MODULE_JOB = textwrap.dedent(
+    """
+    import time
+    import afk_local as afk
+
+    @afk.durable(store="./.afk")
+    def crunch(ctx, n):
+        for item in ctx.iterate(range(n), progress=False):
+            print("ack", item, flush=True)
+            time.sleep(0.05)
+        return n
+    """
+)
+
+
+def test_a_module_job_whose_function_is_gone_says_so_and_is_left_alone(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    module = project / "jobmod.py"
+    module.write_text(MODULE_JOB)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import jobmod; jobmod.crunch.run(20, run_id='mod-job')"],
+        cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=this_afk_local(),
+    )  # fmt: skip
+    assert proc.kill_after(child, acks=2).returncode == -9
+    module.write_text(MODULE_JOB.replace("def crunch", "def crunch_v2"))
+    reason = (
+        f"jobmod ({module}) no longer defines crunch (renamed or removed?): put it back under "
+        "that name, then resume the run; or cancel it (`afk-local cancel mod-job`) and start "
+        "a new one"
+    )
+
+    resumed = cli_here(tmp_path, "resume", "mod-job")
+
+    assert resumed.returncode == 2
+    assert resumed.stderr == (
+        f"afk-local: run 'mod-job': cannot resume entrypoint 'jobmod:crunch': {reason}\n"
+    )
+    shown = json.loads(cli_here(tmp_path, "show", "mod-job", "--json").stdout)
+    assert (shown["status"], shown["cannot_resume"]) == ("running", reason)
+    watched = cli_here(tmp_path, "watch", "--once", "--json")
+    assert [json.loads(line)["event"] for line in watched.stdout.splitlines()] == ["skipped"]

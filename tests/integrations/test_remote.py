@@ -119,7 +119,13 @@ def test_the_mirror_keeps_up_during_a_run_and_a_killed_owner_is_taken_over(
         child.wait()
     assert child.returncode == -9
 
-    afk_cli(b, "pull", "job", "--from", remote_url, "--take")
+    # The killed owner renewed its lease moments ago and mirrored effects in the
+    # background: a plain take is refused (one line) until the lease lapses.
+    refused = afk_cli(b, "pull", "job", "--from", remote_url, "--take", code=2)
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "--force" in refused.stderr and "renewed its lease" in refused.stderr
+    taken = afk_cli(b, "pull", "job", "--from", remote_url, "--take", "--force")
+    assert "in doubt" in taken.stdout and "last written" in taken.stdout
     store_b = afk.Store(b, mirror=remote_url)
     job = effects_job.with_store(store_b)
     assert job.run(str(out), N, run_id="job") == sum(i * i for i in range(N))
@@ -182,8 +188,11 @@ def test_the_old_owner_is_fenced_once_another_store_takes_the_run(
         assert child.stdout.readline().split() == ["ack", "1"]
         Path(go + "1").touch()
         assert child.stdout.readline().split() == ["ack", "2"]
-        # Store b takes the run while a is alive and between two checkpoints.
-        assert remote.take_run(afk.Store(b), "fenced", remote_url).took
+        # Store b takes the run (forced: a is alive and renews its lease) while a is
+        # between two checkpoints.
+        with pytest.raises(afk.MirrorError, match="renewed its lease"):
+            remote.take_run(afk.Store(b), "fenced", remote_url)
+        assert remote.take_run(afk.Store(b), "fenced", remote_url, force=True).took
         Path(go + "2").touch()
         rest, err = child.communicate(timeout=120)
     finally:

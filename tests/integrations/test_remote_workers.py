@@ -109,3 +109,30 @@ def test_mirrored_workers_carry_no_key_and_take_a_run_the_remote_knows(
         writer.flush_mirror(10)
     writer.close()  # the lease error already surfaced above; closing A raises nothing more
     assert not os.path.exists(tmp_path / "machine-b" / "runs" / "job-1" / ".tmp-pull-job-1")
+
+
+def test_rerunning_a_completed_run_moves_no_lease_and_downloads_it_once(tmp_path: Path) -> None:
+    from remote_jobs import effects_job  # noqa: PLC0415 - tests/support is on sys.path
+
+    from afk_local.integrations.remote.lease import read_leases  # noqa: PLC0415
+
+    url = remote.file_url(tmp_path / "bucket")
+    out = tmp_path / "calls"
+    a = remote.MirroredWorkers(url, local_root=tmp_path / "machine-a")
+    b = remote.MirroredWorkers(url, local_root=tmp_path / "machine-b")
+    expected = sum(i * i for i in range(3))
+
+    def rerun(site: remote.MirroredWorkers) -> tuple[object, int]:
+        store = site.open()
+        site.prepare(store, "job")
+        result = effects_job.with_store(store).run(str(out), 3, run_id="job")
+        return result, os.stat(store.paths("job").dir).st_ino
+
+    first, inode_a = rerun(a)
+    assert first == expected
+    assert rerun(a) == (expected, inode_a), "the worker's own completed copy is used as is"
+    result, inode_b = rerun(b)  # another worker: a read-only copy, pulled once
+    assert result == expected
+    assert rerun(b) == (expected, inode_b)
+    assert list(read_leases(remote.Bucket(url), "job")) == [1], "no lease moved"
+    assert out.read_text().split() == ["0", "1", "2"], "no effect ran again"

@@ -88,6 +88,40 @@ def test_a_terminal_without_tqdm_gets_rich_or_an_inline_line(
     assert screen.getvalue().startswith("\rloop: 0/5") and screen.getvalue().endswith("\n")
 
 
+def on_screen(written: str) -> str:
+    """What a terminal shows of one line after ``written``: each ``\r`` writes from column 0."""
+    shown = ""
+    for part in written.rstrip("\n").split("\r"):
+        shown = part + shown[len(part) :]
+    return shown
+
+
+def test_the_inline_line_blanks_what_a_longer_previous_line_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    monkeypatch.setitem(sys.modules, "tqdm.std", None)
+    monkeypatch.setitem(sys.modules, "rich.console", None)
+    monkeypatch.setitem(sys.modules, "rich.progress", None)
+    clock = [100.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+    screen = Terminal()
+    bar = Progress(5, desc="loop", file=screen)
+    assert bar.kind == "inline"
+    for _ in range(4):
+        clock[0] += 1.0
+        bar.update()
+    longer = bar.text()
+    assert "ETA" in longer  # 4/5 with an ETA; the last line has none and is shorter
+    clock[0] += 1.0
+    bar.update()
+    bar.close()
+
+    last = bar.text()
+    assert len(last) < len(longer)
+    assert on_screen(screen.getvalue()).rstrip() == last
+
+
 def _importable(name: str) -> bool:
     try:
         __import__(name)

@@ -48,6 +48,8 @@ def test_step_count_continues_across_a_sigkill_and_resume(tmp_path) -> None:
     # the metrics of both attempts: one point per item, none twice
     loss = store.open("k").metrics().series("loss")
     assert [p.value for p in loss] == [1.0 / (i + 1) for i in range(N)]
+    # each at its item's index, in both attempts: a chart of them is not flat
+    assert [p.step for p in loss] == list(range(N))
 
 
 def test_metrics_survive_a_failure_resume_and_gc(afk_store) -> None:
@@ -60,7 +62,7 @@ def test_metrics_survive_a_failure_resume_and_gc(afk_store) -> None:
     items = [p.value for p in reader.metrics().series("item")]
     assert items == [float(i) for i in range(N)]
     steps = [p.step for p in reader.metrics().series("item")]
-    assert steps == sorted(steps) and steps[-1] == N + 1  # the flaky step counted once
+    assert steps == list(range(N))  # the item's index, also for the item that failed once
 
     report = afk_store.gc(RetentionPolicy(keep_runtime_states=1))
     assert report.errors == [] and report.compacted[0].deleted_files >= N - 1
@@ -120,3 +122,32 @@ def test_metric_refuses_what_is_not_a_number(afk_store) -> None:
     with pytest.raises(ValueError):
         bad.run(run_id="b")
     assert os.path.isdir(afk_store.paths("b").dir)
+
+
+def test_a_metric_is_at_its_items_index_inside_iterate_else_at_the_step_count(afk_store) -> None:
+    @afk.durable(store=afk_store)
+    def nested(ctx: afk.RunContext) -> None:
+        ctx.step("warm-up", lambda: None)
+        ctx.metric("before", 1.0)  # outside loops: the step count (1)
+        for outer in ctx.iterate(["a", "b", "c"], progress=False, name="outer"):
+            ctx.step("outer-step", lambda: None)
+            ctx.step("outer-step-2", lambda: None)
+            ctx.metric("outer", 1.0)
+            for _ in ctx.iterate(range(2), progress=False, name=f"inner-{outer}"):
+                ctx.metric("inner", 1.0)
+            ctx.metric("outer-after", 1.0)  # back to the outer item's index
+        ctx.metric("after", 1.0, step=99)  # given: kept
+        ctx.metric("end", 1.0)  # outside again: the step count (1 + 3 * 2 = 7)
+
+    nested.run(run_id="n")
+
+    metrics = afk_store.open("n").metrics()
+    steps = {name: [p.step for p in metrics.series(name)] for name in metrics.names()}
+    assert steps == {
+        "before": [1],
+        "outer": [0, 1, 2],
+        "inner": [0, 1, 0, 1, 0, 1],
+        "outer-after": [0, 1, 2],
+        "after": [99],
+        "end": [7],
+    }

@@ -363,3 +363,30 @@ def test_os_fork_in_a_step_leaves_the_run_to_the_parent(tmp_path, mode):
     assert history[-1].phase == "run_terminal"
     assert reader.latest() == history[-1], [(c.seq, c.phase) for c in history]
     assert reader.verify().ok, reader.verify().problems
+
+
+def test_an_unstorable_result_or_argument_is_named_as_what_it_is(tmp_path):
+    class Thing:
+        pass
+
+    @afk.durable(store=tmp_path)
+    def returns_a_thing(ctx):
+        return ctx.step("make", Thing)
+
+    @afk.durable(store=tmp_path)
+    def passes_a_thing(ctx):
+        return ctx.step("use", repr, Thing())
+
+    with pytest.raises(TypeError, match="ran, but its result cannot be journaled") as result:
+        returns_a_thing.run(run_id="result")
+    assert "cannot store the result: " in str(result.value)
+    assert "(an argument)" not in str(result.value)
+    with pytest.raises(afk.UnstorableValueError, match=r"cannot store \(an argument\): "):
+        passes_a_thing.run(run_id="argument")
+
+    # resumed, the result's effect is in doubt: nothing claims a crash made it so
+    with pytest.raises(afk.EffectInDoubtError) as doubt:
+        afk.resume("result", store=tmp_path)
+    message = str(doubt.value)
+    assert "crash" not in message
+    assert "the result it returned could not be stored" in message

@@ -117,3 +117,16 @@ def test_open_reads_the_meta_now_unless_lazy(tmp_path: Path) -> None:
         store.open("missing")
     reader = store.open("missing", lazy=True)  # a view of what is there: nothing yet
     assert reader.run_id == "missing"
+
+
+def test_a_store_whose_directory_cannot_be_made_is_one_clear_error(tmp_path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    for root in ("/proc/afk-local-nope", str(blocker / "store")):
+        store = afk.Store(root)
+        with pytest.raises(afk.StoreUnusableError) as caught:
+            store.create("r1")
+        message = str(caught.value)
+        assert message.startswith(f"cannot use {root} as a store: ")
+        assert "\n" not in message
+        assert isinstance(caught.value, OSError) and caught.value.errno is not None

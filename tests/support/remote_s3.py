@@ -9,7 +9,9 @@ To run the same tests against another S3-compatible service, set
 ``AFK_LOCAL_TEST_S3_URL=s3://bucket/prefix`` and the usual ``AWS_*`` variables; no
 server is started and nothing is created but objects under a fresh prefix per test.
 
-tests/conftest.py loads this module as a pytest plugin: use ``remote_url`` in any test.
+tests/conftest.py loads this module as a pytest plugin: use ``remote_url`` in any test,
+or ``slow_remote_url`` for the same server behind a loopback proxy that delays every
+chunk by 20 ms each way (``latency_proxy.py``; moto only).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -77,3 +80,24 @@ _AWS_VARS = (
 def remote_url(s3_endpoint: str) -> str:
     """A fresh, empty ``s3://`` location for one test."""
     return f"{s3_endpoint}/{uuid.uuid4().hex[:12]}"
+
+
+SLOW_DELAY_S = 0.02
+
+
+@pytest.fixture
+def slow_remote_url(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh ``s3://`` location reached through a 20 ms-per-chunk latency proxy; the
+    proxied endpoint is exported (``AWS_ENDPOINT_URL``) for child processes too."""
+    if os.environ.get(TEST_URL_ENV):
+        pytest.skip(f"the latency proxy fronts the local moto server only ({TEST_URL_ENV} is set)")
+    from latency_proxy import LatencyProxy  # noqa: PLC0415 - tests/support is on sys.path
+
+    endpoint = urlsplit(os.environ["AWS_ENDPOINT_URL"])
+    assert endpoint.hostname is not None and endpoint.port is not None
+    proxy = LatencyProxy((endpoint.hostname, endpoint.port), SLOW_DELAY_S).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    try:
+        yield f"{s3_endpoint}/{uuid.uuid4().hex[:12]}"
+    finally:
+        proxy.stop()

@@ -74,13 +74,15 @@ def _open_run(store: afk.Store) -> afk.RunWriter:
             time.sleep(0.02)
 
 
-def writer(root: str, keyed: str, first: str, die_at: str = "0") -> None:
-    """Checkpoint ``first``, ``first + 1``, ... until killed, a step marker between."""
+def writer(root: str, keyed: str, first: str, die_at: str = "0", pause: str = "0") -> None:
+    """Checkpoint ``first``, ``first + 1``, ... until killed, a step marker between
+    (``pause`` seconds after each pair: a run that grows at a human pace)."""
     store = _store(root, keyed == "1")
     _die_at(die_at)
     with _open_run(store) as run:
         i = int(first)
         while True:
+            time.sleep(float(pause))
             run.checkpoint("step_started", {"state": "running", "message_count": i}, step=i)
             written = run.checkpoint("runtime_state", payload(i), step=i)
             sys.stdout.write(f"ack {written.seq} {i}\n")

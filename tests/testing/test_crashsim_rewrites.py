@@ -5,7 +5,9 @@
   state checked, at depth 2: the interrupted rewrite is run again in a first crash
   state and crashed in turn.
 - Every fsync of the pack, merge and gc paths has a site mutant, and each site mutant
-  is caught by a workload that recovers without it.
+  is caught by a workload that recovers without it (the last two to be caught needed
+  a keyed gc with nothing to rewrite before its first deletion, and a fork after gc
+  trimmed a journal: ``gc-keyframes-keyed``, ``gc-trim-fork``).
 
 Before the run's MANIFEST (issue 33), gc-packed, gc-then-pack (both keyed and not)
 and live-pack-gc found counterexamples here: a killed gc of a packed run, then gc
@@ -63,25 +65,6 @@ def test_every_fsync_of_pack_merge_and_gc_has_a_site_mutant() -> None:
     assert set(SITE_MUTANTS.values()) <= seen, sorted(set(SITE_MUTANTS.values()) - seen)
 
 
-NOT_CAUGHT_ON_MAIN = {
-    "no-fsync@retention.compact_run:dir": (
-        "run.meta's chain links are made durable by the next fsync of the run directory, "
-        "which comes before anything is deleted: no crash state tells this mutant apart"
-    ),
-    "no-fsync@retention._mark_journal_trimmed:dir": (
-        "a trimmed journal under an unmarked run.meta is wrong only for a fork made after "
-        "gc, which no workload checks yet"
-    ),
-}
-"""Site mutants no workload catches on main today, and why (see the report of issue 33)."""
-
-
-def _param(name: str, reasons: dict[str, str]) -> object:
-    if name in reasons:
-        return pytest.param(name, marks=pytest.mark.xfail(strict=False, reason=reasons[name]))
-    return name
-
-
 HUNT_STATES = 60
 """Default suite: states per workload when hunting a site mutant (every catch on main
 comes within 60; ``--torture`` has no budget)."""
@@ -90,7 +73,7 @@ _SITES: dict[str, dict[tuple[str, str], int]] = {}
 _BASELINES: dict[str, bool] = {}
 
 
-@pytest.mark.parametrize("mutant", [_param(m, NOT_CAUGHT_ON_MAIN) for m in SITE_MUTANTS])
+@pytest.mark.parametrize("mutant", list(SITE_MUTANTS))
 def test_each_site_mutant_is_caught_by_a_workload_that_recovers_without_it(
     mutant: str, full: bool
 ) -> None:

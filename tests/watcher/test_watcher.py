@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from proc import REPO, SUPPORT, JsonLinesChild, kill_after, spawn
@@ -23,7 +24,7 @@ from afk_local.storage.format import codec
 from afk_local.storage.format.records import OwnerInfo, RunStatus
 from afk_local.storage.rundir.ownership import acquire_lock
 from afk_local.storage.store import Store
-from afk_local.watcher.watcher import Watcher
+from afk_local.watcher.watcher import Watcher, WatchEvent
 
 TESTS = SUPPORT
 ENV = {
@@ -406,3 +407,43 @@ def test_watcher_store_and_listing_agree_on_which_runs_are_interrupted(tmp_path:
     finally:
         live.release()
     assert by_watcher == by_store == by_listing == filtered == ["crashed", "never-started"]
+
+
+# -- a keyed store under the Python watcher -------------------------------------------------
+
+
+def test_python_watcher_of_a_keyed_store_gives_its_children_the_key(tmp_path: Path) -> None:
+    """``Watcher(Store(root, key=K))`` with no key in the environment resumes a keyed run.
+
+    The key reaches the child through its environment only: not on its command line.
+    """
+    key = "the-watchers-own-key"
+    root = tmp_path / "store"
+    out = tmp_path / "out.txt"
+    job = spawn(JOB_SCRIPT, "counter", str(root), "keyed", json.dumps([str(out), 6, 0.1]),
+                env={**ENV, "AFK_LOCAL_KEY": key})  # fmt: skip
+    killed = kill_after(job, acks=3, seconds=60)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert "AFK_LOCAL_KEY" not in os.environ  # the watcher's key comes from Store(key=...)
+    events: list[WatchEvent] = []
+    commands: list[list[str]] = []
+    watcher = Watcher(
+        Store(root, key=key), on_event=events.append, env=ENV, backoff=0.1, max_attempts=2
+    )
+    child_command = watcher.child_command
+
+    def recorded(*args: Any, **kwargs: Any) -> list[str]:
+        command = child_command(*args, **kwargs)
+        commands.append(command)
+        return command
+
+    watcher.child_command = recorded  # type: ignore[method-assign]
+
+    assert watcher.run_once() == 0, [(e.kind, e.message) for e in events]
+
+    assert [(e.kind, e.run_id) for e in events] == [("resumed", "keyed"), ("completed", "keyed")]
+    store = Store(root, key=key)
+    assert store.open("keyed").resume_state().result == sum(range(6))
+    assert store.open("keyed").verify().ok
+    effects_once(out, 6)
+    assert commands and all(key not in " ".join(command) for command in commands)

@@ -43,7 +43,7 @@ from obstore.store import LocalStore, from_url
 from afk_local.errors import BucketRequestError, MirrorError
 
 if TYPE_CHECKING:
-    from obstore.store import ObjectStore, RetryConfig
+    from obstore.store import ClientConfig, ObjectStore, RetryConfig
 
 log = logging.getLogger("afk_local")
 
@@ -59,6 +59,26 @@ _RETRY: RetryConfig = {
         "base": 2,
     },
 }
+
+_TIMEOUTS: ClientConfig = {
+    # A hanging endpoint fails a request within these bounds instead of blocking for
+    # ever; the retries above (and the mirror's, with backoff) are layered on top.
+    "connect_timeout": "5s",
+    "read_timeout": "20s",
+    "timeout": "300s",
+}
+"""Connect, read (no byte for that long) and whole-request timeouts of every request."""
+
+_ALLOW_HTTP_ENV = ("AWS_ALLOW_HTTP", "AZURE_ALLOW_HTTP", "GOOGLE_ALLOW_HTTP")
+
+
+def client_options() -> ClientConfig:
+    """obstore client options for a remote: the timeouts, plus ``allow_http`` when the
+    environment asks for it (passing client options replaces obstore's own reading of it)."""
+    options: ClientConfig = dict(_TIMEOUTS)  # type: ignore[assignment]
+    if any(os.environ.get(name, "").lower() == "true" for name in _ALLOW_HTTP_ENV):
+        options["allow_http"] = True
+    return options
 
 
 class ListedObject(NamedTuple):
@@ -98,7 +118,7 @@ class Bucket:
             else:
                 if not parts.netloc:
                     raise MirrorError(url, "no bucket in the URL: s3://BUCKET/prefix")
-                store = from_url(url, retry_config=_RETRY)
+                store = from_url(url, retry_config=_RETRY, client_options=client_options())
         except BaseError as exc:
             raise MirrorError(url, f"cannot open: {exc}") from exc
         except OSError as exc:
@@ -138,6 +158,16 @@ class Bucket:
             return None
         except BaseError as exc:
             raise self._error("look up", key, exc) from exc
+
+    def modified_ms(self, key: str) -> int | None:
+        """When the object was last written, by the server's clock (ms); None if absent."""
+        try:
+            meta = obstore.head(self._store, key)
+        except (NotFoundError, FileNotFoundError):
+            return None
+        except BaseError as exc:
+            raise self._error("look up", key, exc) from exc
+        return int(meta["last_modified"].timestamp() * 1000)
 
     def exists(self, key: str) -> bool:
         """True when the object exists."""
@@ -193,6 +223,13 @@ class Bucket:
             raise self._error("create", key, exc) from exc
         return True
 
+    def replace(self, key: str, data: bytes) -> None:
+        """Write the object, replacing it: only for the lease renewal, never for run data."""
+        try:
+            obstore.put(self._store, key, data, use_multipart=False)
+        except BaseError as exc:
+            raise self._error("write", key, exc) from exc
+
     def _error(self, action: str, key: str, exc: BaseException) -> BucketRequestError:
         denied = isinstance(exc, (PermissionDeniedError, UnauthenticatedError))
         hint = "; check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY...)"
@@ -210,4 +247,11 @@ def file_url(path: str | os.PathLike[str]) -> str:
     return Path(path).absolute().as_uri()
 
 
-__all__ = ["SCHEMES", "Bucket", "BucketRequestError", "ListedObject", "file_url"]
+__all__ = [
+    "SCHEMES",
+    "Bucket",
+    "BucketRequestError",
+    "ListedObject",
+    "client_options",
+    "file_url",
+]

@@ -3,6 +3,8 @@
 Under the mirror's prefix (``s3://bucket/prefix``), one run is::
 
     <run_id>/lease/<epoch:012d>.lease               who may write the run (create-only, JSON)
+    <run_id>/lease/<epoch:012d>.bases               where a taken epoch starts (create-only)
+    <run_id>/lease/<epoch:012d>.alive               the holder's renewal (replaced; for takers)
     <run_id>/e<epoch:012d>/<file name>              an immutable run file, by its local name:
                                                     <seq:012d>.<phase>.ckpt, or a *.pack
     <run_id>/e<epoch:012d>/effects/<offset:016d>.seg    effects.log bytes from that offset
@@ -42,12 +44,12 @@ MAX_RUNS = 1_000_000
 PACK_SUFFIX = ".pack"
 """Immutable run files other than checkpoints that the mirror carries by name (packs)."""
 
-_LEASE = re.compile(r"lease/([0-9]{12})\.lease")
+_LEASE = re.compile(r"lease/([0-9]{12})\.(lease|bases|alive)")
 _EPOCH_FILE = re.compile(r"e([0-9]{12})/([A-Za-z0-9][A-Za-z0-9._-]{0,127})")
 _SEGMENT = re.compile(r"e([0-9]{12})/effects/([0-9]{16})\.seg")
 _META = re.compile(r"e([0-9]{12})/meta/([0-9]{12})\.meta")
 
-ObjectKind = Literal["lease", "file", "segment", "meta"]
+ObjectKind = Literal["lease", "bases", "alive", "file", "segment", "meta"]
 
 
 class RunObject(NamedTuple):
@@ -76,6 +78,16 @@ def lease_dir(run_id: str) -> str:
 def lease_key(run_id: str, epoch: int) -> str:
     """The key of the lease object of ``epoch``."""
     return f"{run_id}/lease/{epoch:012d}.lease"
+
+
+def bases_key(run_id: str, epoch: int) -> str:
+    """The key of the bases object of ``epoch`` (what its taker took over)."""
+    return f"{run_id}/lease/{epoch:012d}.bases"
+
+
+def alive_key(run_id: str, epoch: int) -> str:
+    """The key of the renewal object the holder of ``epoch`` replaces while it runs."""
+    return f"{run_id}/lease/{epoch:012d}.alive"
 
 
 def file_key(run_id: str, epoch: int, name: str) -> str:
@@ -115,8 +127,14 @@ def parse_run_key(relative: str) -> RunObject | None:
     """Parse a key relative to ``<run_id>/``; None for anything that is not ours."""
     match = _LEASE.fullmatch(relative)
     if match:
-        epoch = int(match.group(1))
-        return RunObject("lease", epoch, epoch, relative) if 0 < epoch <= MAX_EPOCH else None
+        epoch, kind = int(match.group(1)), match.group(2)
+        if not 0 < epoch <= MAX_EPOCH:
+            return None
+        if kind == "bases":
+            return RunObject("bases", epoch, epoch, relative)
+        if kind == "alive":
+            return RunObject("alive", epoch, epoch, relative)
+        return RunObject("lease", epoch, epoch, relative)
     match = _SEGMENT.fullmatch(relative)
     if match:
         epoch = int(match.group(1))
@@ -152,6 +170,8 @@ __all__ = [
     "PACK_SUFFIX",
     "SEGMENT_CUT_BYTES",
     "RunObject",
+    "alive_key",
+    "bases_key",
     "epoch_dir",
     "file_key",
     "file_seq",

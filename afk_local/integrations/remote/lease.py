@@ -7,10 +7,17 @@ that may publish the run. Taking a run creates epoch ``max + 1``; of two stores
 racing for it, exactly one create succeeds. No backend needs If-Match, so the
 same protocol works on S3, GCS, Azure and obstore's local-directory backend.
 
-A lease also records where its epoch starts: the seq and the journal length the
-taker pulled (``base_seq``, ``journal_base``) and the ``run.meta`` it took over.
-Objects of an older epoch past those bases are what its owner uploaded after the
-lease moved: readers ignore them, so a late upload never shadows the new owner's.
+The take protocol (docs/remote.md): the taker creates the lease FIRST, then lists
+the old epoch, then records where its epoch starts in a create-only bases object
+``R/lease/<e>.bases``: the seq and the journal length it pulled (``base_seq``,
+``journal_base``) and the ``run.meta`` it took over. Objects of an older epoch past
+those bases are what its owner uploaded after the lease moved: readers ignore them,
+so a late upload never shadows the new owner's. An epoch without bases is a take
+that has not finished (its owner uploads nothing until it has). In a keyed store
+lease and bases objects carry an HMAC line (:meth:`Signer.sign_document`) and
+unsigned ones are refused. While it runs, a holder replaces ``R/lease/<e>.alive``
+every few seconds; a taker refuses to fence a background-mirrored owner that
+renewed within its lease period unless forced.
 """
 
 from __future__ import annotations
@@ -20,21 +27,28 @@ import socket
 
 import msgspec
 
-from afk_local.errors import LeaseLostError, MirrorError
+from afk_local.errors import LeaseLostError, MirrorError, RemoteIntegrityError
 from afk_local.integrations.remote.bucket import Bucket
 from afk_local.integrations.remote.identity import is_store_id
 from afk_local.integrations.remote.layout import (
     MAX_EPOCH,
     MAX_LEASE_BYTES,
+    alive_key,
+    bases_key,
     lease_dir,
     lease_key,
     parse_run_key,
 )
+from afk_local.storage.format.integrity import Signer, split_document
 from afk_local.storage.format.records import now_ms
 
 log = logging.getLogger("afk_local")
 
 LEASE_FORMAT = "afk-local-lease"
+BASES_FORMAT = "afk-local-bases"
+DEFAULT_LEASE_S = 30.0
+"""A holder that has not renewed for this long has let its lease lapse."""
+MAX_ALIVE_BYTES = 4096
 MAX_LEASES = 100_000
 _MAX_SEQ = 10**12 - 1
 _MAX_OFFSET = 1 << 62
@@ -56,7 +70,39 @@ class Lease(msgspec.Struct, kw_only=True, frozen=True):
     journal_base: int = 0
     """The length of ``effects.log`` the taker pulled: this epoch appends after it."""
     meta: bytes | None = None
-    """The ``run.meta`` file the taker pulled (None for epoch 1)."""
+    """The ``run.meta`` file the taker pulled (None for epoch 1, and until its bases exist)."""
+
+    @property
+    def settled(self) -> bool:
+        """False for a taken epoch whose bases object does not exist yet (a take in progress)."""
+        return self.epoch == 1 or self.meta is not None
+
+
+class Bases(msgspec.Struct, kw_only=True, frozen=True):
+    """Where a taken epoch starts (``<run>/lease/<epoch>.bases``), written after the take read
+    the old epoch."""
+
+    format: str = BASES_FORMAT
+    run_id: str
+    epoch: int
+    base_seq: int
+    journal_base: int
+    meta: bytes
+
+
+RENEWAL_FORMAT = "afk-local-renewal"
+
+
+class Renewal(msgspec.Struct, kw_only=True, frozen=True):
+    """The body of ``<run>/lease/<epoch>.alive``: how its holder mirrors, and its period."""
+
+    format: str = RENEWAL_FORMAT
+    run_id: str = ""
+    epoch: int = 0
+    sync_effects: bool
+    lease_ms: int
+    released: bool = False
+    """True once the holder closed the run: nothing of it runs any more."""
 
 
 def new_lease(
@@ -81,12 +127,31 @@ def new_lease(
     )
 
 
-def decode_lease(data: bytes, run_id: str, epoch: int, url: str) -> Lease:
-    """Decode and check a lease object read from the remote.
+def _open(data: bytes, tag: str, key: str, url: str, signer: Signer | None) -> bytes:
+    if signer is None:
+        return split_document(data)[0]
+    try:
+        return signer.open_document(tag, data)
+    except ValueError as exc:
+        raise RemoteIntegrityError(
+            url, f"{key}: {exc}: refused, nothing was published (a keyed store signs its leases)"
+        ) from None
+
+
+def _seal(body: bytes, tag: str, signer: Signer | None) -> bytes:
+    return body if signer is None else signer.sign_document(tag, body)
+
+
+def decode_lease(
+    data: bytes, run_id: str, epoch: int, url: str, signer: Signer | None = None
+) -> Lease:
+    """Decode and check a lease object read from the remote (its MAC in a keyed store).
 
     Raises:
-        MirrorError: it is not a lease of ``run_id`` at ``epoch``, or a field is out of range.
+        MirrorError: it is not a lease of ``run_id`` at ``epoch``, or a field is out of range,
+            or (keyed) it is unsigned or signed with another key.
     """
+    data = _open(data, LEASE_FORMAT, lease_key(run_id, epoch), url, signer)
     try:
         lease = msgspec.json.decode(data, type=Lease)
     except msgspec.DecodeError as exc:
@@ -107,22 +172,55 @@ def decode_lease(data: bytes, run_id: str, epoch: int, url: str) -> Lease:
     return lease
 
 
-def encode_lease(lease: Lease) -> bytes:
-    """The JSON bytes of a lease."""
-    return msgspec.json.encode(lease)
+def encode_lease(lease: Lease, signer: Signer | None = None) -> bytes:
+    """The JSON bytes of a lease (followed by its MAC line in a keyed store)."""
+    return _seal(msgspec.json.encode(lease), LEASE_FORMAT, signer)
 
 
-def read_leases(bucket: Bucket, run_id: str) -> dict[int, Lease]:
-    """Every lease of the run by epoch (empty when the remote does not know the run).
+def encode_bases(bases: Bases, signer: Signer | None = None) -> bytes:
+    """The JSON bytes of a bases object (followed by its MAC line in a keyed store)."""
+    return _seal(msgspec.json.encode(bases), BASES_FORMAT, signer)
+
+
+def decode_bases(
+    data: bytes, run_id: str, epoch: int, url: str, signer: Signer | None = None
+) -> Bases:
+    """Decode and check a bases object read from the remote.
 
     Raises:
-        MirrorError: a lease object is damaged, or the epochs are not 1..N without a gap.
+        MirrorError: damaged, of another run or epoch, out of range, or (keyed) not signed.
+    """
+    key = bases_key(run_id, epoch)
+    data = _open(data, BASES_FORMAT, key, url, signer)
+    try:
+        bases = msgspec.json.decode(data, type=Bases)
+    except msgspec.DecodeError as exc:
+        raise MirrorError(url, f"{key} is not a bases object: {exc}") from None
+    if (
+        bases.format != BASES_FORMAT
+        or bases.run_id != run_id
+        or bases.epoch != epoch
+        or not (0 <= bases.base_seq <= _MAX_SEQ and 0 <= bases.journal_base <= _MAX_OFFSET)
+    ):
+        raise MirrorError(url, f"{key} is not a valid bases object of run {run_id}: refused")
+    return bases
+
+
+def read_leases(bucket: Bucket, run_id: str, signer: Signer | None = None) -> dict[int, Lease]:
+    """Every lease of the run by epoch, with its bases when recorded (empty: run unknown).
+
+    Raises:
+        MirrorError: a lease or bases object is damaged or (keyed) unsigned, or the
+            epochs are not 1..N without a gap.
     """
     epochs = []
+    with_bases = set()
     for listed in bucket.list_objects(lease_dir(run_id), limit=MAX_LEASES):
         parsed = parse_run_key(listed.key[len(run_id) + 1 :])
         if parsed is not None and parsed.kind == "lease":
             epochs.append(parsed.epoch)
+        elif parsed is not None and parsed.kind == "bases":
+            with_bases.add(parsed.epoch)
     epochs.sort()
     if epochs and epochs != list(range(1, len(epochs) + 1)):
         raise MirrorError(
@@ -133,15 +231,85 @@ def read_leases(bucket: Bucket, run_id: str) -> dict[int, Lease]:
         data = bucket.get(lease_key(run_id, epoch), MAX_LEASE_BYTES)
         if data is None:
             raise MirrorError(bucket.url, f"{lease_key(run_id, epoch)} vanished while read")
-        leases[epoch] = decode_lease(data, run_id, epoch, bucket.url)
+        lease = decode_lease(data, run_id, epoch, bucket.url, signer)
+        if epoch > 1 and epoch in with_bases:
+            raw = bucket.get(bases_key(run_id, epoch), MAX_LEASE_BYTES)
+            if raw is None:
+                raise MirrorError(bucket.url, f"{bases_key(run_id, epoch)} vanished while read")
+            bases = decode_bases(raw, run_id, epoch, bucket.url, signer)
+            lease = msgspec.structs.replace(
+                lease, base_seq=bases.base_seq, journal_base=bases.journal_base, meta=bases.meta
+            )
+        leases[epoch] = lease
     return leases
 
 
-def create_lease(bucket: Bucket, lease: Lease) -> bool:
+def create_lease(bucket: Bucket, lease: Lease, signer: Signer | None = None) -> bool:
     """Create the lease object; False if that epoch exists already (someone else won)."""
     if not 0 < lease.epoch <= MAX_EPOCH:
         raise ValueError(f"epoch {lease.epoch} out of range")
-    return bucket.create(lease_key(lease.run_id, lease.epoch), encode_lease(lease))
+    return bucket.create(lease_key(lease.run_id, lease.epoch), encode_lease(lease, signer))
+
+
+def create_bases(bucket: Bucket, bases: Bases, signer: Signer | None = None) -> bool:
+    """Create the bases object of a taken epoch; False if it exists already."""
+    return bucket.create(bases_key(bases.run_id, bases.epoch), encode_bases(bases, signer))
+
+
+def renew(
+    bucket: Bucket,
+    run_id: str,
+    epoch: int,
+    *,
+    sync_effects: bool,
+    lease_s: float,
+    released: bool = False,
+    signer: Signer | None = None,
+) -> None:
+    """Replace the holder's renewal object of ``epoch`` (the server stamps its time);
+    ``released`` when the holder closed the run. Signed in a keyed store."""
+    body = Renewal(
+        run_id=run_id,
+        epoch=epoch,
+        sync_effects=sync_effects,
+        lease_ms=int(lease_s * 1000),
+        released=released,
+    )
+    bucket.replace(
+        alive_key(run_id, epoch), _seal(msgspec.json.encode(body), RENEWAL_FORMAT, signer)
+    )
+
+
+def last_renewal(
+    bucket: Bucket, run_id: str, epoch: int, signer: Signer | None = None
+) -> tuple[Renewal, int] | None:
+    """The holder's renewal of ``epoch`` and how long ago it was written (ms, by this
+    machine's clock against the server's stamp); None when it never renewed (or, in an
+    unkeyed store, when the object is not a renewal of this run and epoch).
+
+    Raises:
+        RemoteIntegrityError: (keyed) the renewal is unsigned or signed with another key:
+            a forged "released" must not let a take fence a live owner.
+    """
+    key = alive_key(run_id, epoch)
+    modified = bucket.modified_ms(key)
+    data = bucket.get(key, MAX_ALIVE_BYTES) if modified is not None else None
+    if modified is None or data is None:
+        return None
+    body = _open(data, RENEWAL_FORMAT, key, bucket.url, signer)
+    try:
+        renewal = msgspec.json.decode(body, type=Renewal)
+    except msgspec.DecodeError:
+        renewal = None
+    if renewal is None or (renewal.format, renewal.run_id, renewal.epoch) != (
+        RENEWAL_FORMAT,
+        run_id,
+        epoch,
+    ):
+        if signer is not None:
+            raise RemoteIntegrityError(bucket.url, f"{key} is not a renewal of this run: refused")
+        return None
+    return renewal, max(0, now_ms() - modified)
 
 
 def superseded(bucket: Bucket, run_id: str, epoch: int) -> bool:
@@ -164,13 +332,23 @@ def lease_lost(bucket: Bucket, run_id: str, lease: Lease, my_epoch: int | None) 
 
 
 __all__ = [
+    "BASES_FORMAT",
+    "DEFAULT_LEASE_S",
     "LEASE_FORMAT",
+    "RENEWAL_FORMAT",
+    "Bases",
     "Lease",
+    "Renewal",
+    "create_bases",
     "create_lease",
+    "decode_bases",
     "decode_lease",
+    "encode_bases",
     "encode_lease",
+    "last_renewal",
     "lease_lost",
     "new_lease",
     "read_leases",
+    "renew",
     "superseded",
 ]

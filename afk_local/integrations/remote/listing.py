@@ -30,6 +30,41 @@ class RemoteRunInfo:
     problem: str | None = None
 
 
+def remote_run_info(
+    bucket: Bucket, run_id: str, record_codec: RecordCodec | None = None
+) -> RemoteRunInfo | None:
+    """One run's lease and state on the remote (None when it has no lease there); a
+    damaged run carries ``problem``."""
+    try:
+        remote = read_remote_run(bucket, run_id)
+    except MirrorError as exc:
+        return RemoteRunInfo(run_id, 0, "", "", None, 0, 0, problem=str(exc))
+    if remote is None:
+        return None
+    head = remote.head
+    status, updated, problem, seq = None, head.taken_ms, None, head.base_seq
+    try:
+        snapshot = remote.snapshot()
+        seq = snapshot.head_seq
+        data = (
+            bucket.get(snapshot.meta_key, MAX_META_BYTES)
+            if snapshot.meta_key
+            else snapshot.lease_meta
+        )
+        if data is not None:
+            meta = decode_meta(
+                record_codec or RecordCodec(),
+                data,
+                f"{run_id}/run.meta",
+                max_bytes=MAX_META_BYTES,
+                run_id=run_id,
+            )
+            status, updated = meta.status.value, max(updated, meta.updated_ms)
+    except (AfkLocalError, msgspec.DecodeError) as exc:
+        problem = str(exc)
+    return RemoteRunInfo(run_id, head.epoch, head.owner, head.host, status, seq, updated, problem)
+
+
 def remote_runs(url: str | Bucket, record_codec: RecordCodec | None = None) -> list[RemoteRunInfo]:
     """Every run under ``url`` that has a lease, newest first; damaged ones carry ``problem``.
 
@@ -42,39 +77,11 @@ def remote_runs(url: str | Bucket, record_codec: RecordCodec | None = None) -> l
             run_id = validate_run_id(name)
         except AfkLocalError:
             continue  # not a run of ours
-        try:
-            remote = read_remote_run(bucket, run_id)
-        except MirrorError as exc:
-            found.append(RemoteRunInfo(run_id, 0, "", "", None, 0, 0, problem=str(exc)))
-            continue
-        if remote is None:
-            continue
-        head = remote.head
-        status, updated, problem, seq = None, head.taken_ms, None, head.base_seq
-        try:
-            snapshot = remote.snapshot()
-            seq = snapshot.head_seq
-            data = (
-                bucket.get(snapshot.meta_key, MAX_META_BYTES)
-                if snapshot.meta_key
-                else snapshot.lease_meta
-            )
-            if data is not None:
-                meta = decode_meta(
-                    record_codec or RecordCodec(),
-                    data,
-                    f"{run_id}/run.meta",
-                    max_bytes=MAX_META_BYTES,
-                    run_id=run_id,
-                )
-                status, updated = meta.status.value, max(updated, meta.updated_ms)
-        except (AfkLocalError, msgspec.DecodeError) as exc:
-            problem = str(exc)
-        found.append(
-            RemoteRunInfo(run_id, head.epoch, head.owner, head.host, status, seq, updated, problem)
-        )
+        info = remote_run_info(bucket, run_id, record_codec)
+        if info is not None:
+            found.append(info)
     found.sort(key=lambda info: info.updated_ms, reverse=True)
     return found
 
 
-__all__ = ["RemoteRunInfo", "remote_runs"]
+__all__ = ["RemoteRunInfo", "remote_run_info", "remote_runs"]

@@ -6,9 +6,14 @@ a writer opens a run, :meth:`RemoteMirror.attach` checks the run's lease right a
 uploader thread for the run. The writer's notifications only record what to send:
 names of published files (a bounded queue; past its bound the thread falls back to
 listing what is missing), the journal's durable length, a dirty flag for run.meta.
-The thread uploads them in order: journal, files, meta. Before each batch it checks
-that no newer lease exists; once one does, the run's writer refuses every further
-checkpoint and effect with LeaseLostError.
+The thread uploads them in order: journal, files, meta, where the meta is read from
+disk BEFORE the batch fixes its files (so the remote never shows a meta ahead of the
+files it describes). It checks that no newer lease exists before each batch and
+again after the journal upload: with ``sync_effects`` an append waits for that batch,
+so an intent is on the remote and the lease still ours before its effect runs. Once
+a newer lease exists the local copy is marked fenced and the run's writer refuses
+every further checkpoint and effect with LeaseLostError. While the run is open the
+thread renews the lease (``<run>/lease/<epoch>.alive``) every third of ``lease_s``.
 
 A request that fails is retried with backoff for ``retry_for_s`` seconds; then the
 mirror stops and its error is raised by the writer's next flush and by its close
@@ -28,6 +33,7 @@ from afk_local.errors import LeaseLostError, MirrorError
 from afk_local.integrations.remote.bucket import Bucket, BucketRequestError
 from afk_local.integrations.remote.identity import store_id
 from afk_local.integrations.remote.layout import file_seq
+from afk_local.integrations.remote.lease import DEFAULT_LEASE_S, renew
 from afk_local.integrations.remote.upload import RunUploader, durable_journal_end, local_files
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import RunPaths
@@ -38,6 +44,8 @@ DEFAULT_RETRY_FOR_S = 60.0
 DEFAULT_CLOSE_TIMEOUT_S = 60.0
 DEFAULT_MAX_PENDING = 10_000
 """Queued file names per run; beyond it the uploader lists what is missing instead."""
+ATTACH_WAIT_S = 2.0
+"""How long opening a mirrored run waits for the remote's lease check before going on."""
 
 
 class RunMirrorThread:
@@ -54,6 +62,8 @@ class RunMirrorThread:
             before its result is used (a fan-out worker whose machine dies loses no
             effect); a mirror that cannot keep up within ``close_timeout_s`` fails the
             append with MirrorError.
+        lease_s: the lease period: the thread renews every third of it while the run is
+            open; a taker treats a background-mirrored holder silent that long as gone.
     """
 
     def __init__(
@@ -64,8 +74,13 @@ class RunMirrorThread:
         close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
         max_pending: int = DEFAULT_MAX_PENDING,
         sync_effects: bool = False,
+        lease_s: float = DEFAULT_LEASE_S,
     ) -> None:
         self.uploader = uploader
+        self._lease_s = lease_s
+        self._renewed_at = 0.0
+        self._uploaded_seq = 0
+        self._attached = threading.Event()
         self.run_id = uploader.run_id
         self.url = uploader.bucket.url
         self._retry_for_s = retry_for_s
@@ -89,22 +104,34 @@ class RunMirrorThread:
         )
 
     def start(self) -> None:
-        """Check the lease now (LeaseLostError if another store holds it), then start.
+        """Start the thread; wait (at most ``ATTACH_WAIT_S``) for its lease check and raise
+        LeaseLostError if another store holds the run.
 
-        Unreachable remote: the run goes on locally and the thread keeps trying.
+        Unreachable or hanging remote: the run goes on locally and the thread keeps trying.
         """
         # What is on disk now (no writer runs yet) counts as acknowledged; later,
         # only what the writer notifies. Nothing newer is ever uploaded.
         files = local_files(self.uploader.paths)
         self._acked_seq = files[-1][0] if files else 0
         self._journal_end = durable_journal_end(self.uploader.paths)
-        try:
-            self.uploader.acquire()
-        except BucketRequestError as exc:
-            log.warning(
-                "run %s: mirror not reachable yet, retrying in the background: %s", self.run_id, exc
-            )
         self._thread.start()
+        if not self._attached.wait(ATTACH_WAIT_S):
+            log.warning(
+                "run %s: mirror %s did not answer within %g s; going on locally, the lease "
+                "is checked in the background",
+                self.run_id,
+                self.url,
+                ATTACH_WAIT_S,
+            )
+        error = self._error
+        if isinstance(error, LeaseLostError):
+            self._surfaced = True
+            self.close()
+            raise error
+
+    def uploaded_seq(self) -> int:
+        """Every file up to this seq is on the remote (never waits)."""
+        return self._uploaded_seq
 
     # -- notifications from the writer (enqueue only) -----------------------------
 
@@ -183,10 +210,12 @@ class RunMirrorThread:
                 raise self._error
 
     def close(self) -> None:
-        """Wait for pending uploads (bounded), stop the thread, raise the mirror's error."""
+        """Wait for pending uploads (bounded), release the lease's renewal, stop the thread,
+        raise the mirror's error."""
         try:
             if not (self._surfaced and self._error is not None):
                 self.flush(self._close_timeout_s)
+                self._release()
         finally:
             with self._cond:
                 self._stopping = True
@@ -194,27 +223,54 @@ class RunMirrorThread:
             if self._thread.is_alive() and self._thread is not threading.current_thread():
                 self._thread.join(1.0)
 
+    def _release(self) -> None:
+        """Tell takers this holder stopped (best effort: a lapse says the same, later)."""
+        uploader = self.uploader
+        if uploader.lease is None or self._error is not None:
+            return
+        try:
+            uploader.check_lease()
+            renew(
+                uploader.bucket,
+                self.run_id,
+                uploader.epoch,
+                sync_effects=self._sync_effects,
+                lease_s=self._lease_s,
+                released=True,
+                signer=uploader.signer,
+            )
+        except (BucketRequestError, LeaseLostError, MirrorError) as exc:
+            log.info("run %s: lease renewal not released: %s", self.run_id, exc)
+
     # -- the uploader thread --------------------------------------------------------
 
     def _run(self) -> None:
         failing_since: float | None = None
         delay = 0.2
+        renew_every = self._lease_s / 3
         while True:
             with self._cond:
                 while self._completed >= self._requested and not self._stopping:
-                    self._cond.wait()
+                    due = self._renewed_at + renew_every - time.monotonic()
+                    if due <= 0:
+                        break
+                    self._cond.wait(due)
                 if self._stopping:
                     return
+                meta_seen = self._meta_changes
+            # The meta is read before the files are fixed (module docstring).
+            meta = self.uploader.read_meta() if meta_seen or self._catch_up else None
+            with self._cond:
                 target = self._requested
                 files = list(self._files)
                 journal_end = self._journal_end
-                meta_seen = self._meta_changes
                 overflows = self._overflows
                 catch_up = self._catch_up
                 acked_seq = self._acked_seq
             try:
-                self._upload(files, journal_end, meta_seen > 0, catch_up, acked_seq)
+                self._upload(files, journal_end, meta, catch_up, acked_seq)
             except BucketRequestError as exc:
+                self._attached.set()
                 now = time.monotonic()
                 failing_since = failing_since or now
                 if exc.retryable and now - failing_since < self._retry_for_s:
@@ -236,24 +292,39 @@ class RunMirrorThread:
                     for _ in files:
                         self._files.popleft()
                 self._meta_changes -= meta_seen
-                self._completed = target
+                self._uploaded_seq = max(self._uploaded_seq, acked_seq)
+                self._completed = max(self._completed, target)
                 self._cond.notify_all()
 
     def _upload(
-        self, files: list[str], journal_end: int, meta: bool, catch_up: bool, acked_seq: int
+        self, files: list[str], journal_end: int, meta: bytes | None, catch_up: bool, acked_seq: int
     ) -> None:
         uploader = self.uploader
         if uploader.lease is None:
             uploader.acquire()
         else:
             uploader.check_lease()
+        self._attached.set()
+        if time.monotonic() - self._renewed_at >= self._lease_s / 3:
+            renew(
+                uploader.bucket,
+                self.run_id,
+                uploader.epoch,
+                sync_effects=self._sync_effects,
+                lease_s=self._lease_s,
+                signer=uploader.signer,
+            )
+            self._renewed_at = time.monotonic()
         if catch_up:
             uploader.scan_remote()
         uploader.upload_journal(journal_end)
+        # Checked again AFTER the journal: an intent is now on the remote, so a taker
+        # that created its lease after this check lists it (and reports it in doubt).
+        uploader.check_lease()
         for name in uploader.missing_files(acked_seq) if catch_up else files:
             uploader.upload_file(name)
-        if meta or catch_up:
-            uploader.upload_meta()
+        if meta is not None:
+            uploader.upload_meta(meta)
 
     def _fail(self, exc: BaseException) -> None:
         if isinstance(exc, LeaseLostError):
@@ -263,6 +334,7 @@ class RunMirrorThread:
         with self._cond:
             self._error = exc
             self._cond.notify_all()
+        self._attached.set()
 
 
 class RemoteMirror:
@@ -271,7 +343,7 @@ class RemoteMirror:
     Args:
         url: the remote (``s3://bucket/prefix``, ``gs://...``, ``az://...``, ``file:///dir``).
         root: the store's root (its ``store.id`` names the lease owner).
-        retry_for_s / close_timeout_s / max_pending / sync_effects: see
+        retry_for_s / close_timeout_s / max_pending / sync_effects / lease_s: see
             :class:`RunMirrorThread`.
     """
 
@@ -284,9 +356,11 @@ class RemoteMirror:
         close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
         max_pending: int = DEFAULT_MAX_PENDING,
         sync_effects: bool = False,
+        lease_s: float = DEFAULT_LEASE_S,
     ) -> None:
         self.url = url
         self.sync_effects = sync_effects
+        self.lease_s = lease_s
         self.root = Path(root)
         self.bucket = Bucket(url)
         self._retry_for_s = retry_for_s
@@ -302,11 +376,12 @@ class RemoteMirror:
         if self._owner is None:
             self._owner = store_id(self.root)
         mirror = RunMirrorThread(
-            RunUploader(self.bucket, paths, self._owner),
+            RunUploader(self.bucket, paths, self._owner, record_codec.signer),
             retry_for_s=self._retry_for_s,
             close_timeout_s=self._close_timeout_s,
             max_pending=self._max_pending,
             sync_effects=self.sync_effects,
+            lease_s=self.lease_s,
         )
         mirror.start()
         return mirror

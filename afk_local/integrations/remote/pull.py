@@ -3,9 +3,16 @@
 The run is downloaded into a temporary directory under ``runs/``, checked there as a
 reader checks any run (every checkpoint's crc, MAC and delta chain, the journal's
 frames and signature chain, run.meta), and only then renamed into place: a pull cut
-short, or one that finds a damaged object, leaves nothing half-published. With
-``take=True`` the lease moves to this store (a new epoch, created only if nobody
-else took it meanwhile) between the check and the publish.
+short, or one that finds a damaged object, leaves nothing half-published.
+
+``take=True`` follows the take protocol (docs/remote.md): the run is first pulled
+and checked (a damaged run is refused before anything moves); then the epoch+1 lease
+is created (only if nobody else took it meanwhile), THEN the old epoch is listed
+again and what it gained meanwhile downloaded and checked, and only then are the
+bases taken over recorded in the create-only bases object of the new epoch. Anything
+the old owner uploads after that listing lies past the bases and is ignored. A take
+of an owner that renews its lease with the background mirror (no ``sync_effects``)
+is refused until the lease lapses, unless ``force``.
 
 A copy pulled without ``take`` is read-only: its ``run.meta`` says so
 (``extra["remote_copy"]``) and opening it for writing raises LeaseLostError.
@@ -17,11 +24,15 @@ import logging
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
-from afk_local.errors import RemoteIntegrityError, RunExistsError, RunNotFoundError
+from afk_local.errors import (
+    RemoteIntegrityError,
+    RunExistsError,
+    RunNotFoundError,
+)
 from afk_local.integrations.remote.bucket import Bucket
 from afk_local.integrations.remote.identity import store_id
 from afk_local.integrations.remote.layout import (
@@ -29,13 +40,24 @@ from afk_local.integrations.remote.layout import (
     MAX_SEGMENT_BYTES,
     max_file_bytes,
 )
-from afk_local.integrations.remote.lease import Lease, create_lease, lease_lost, new_lease
+from afk_local.integrations.remote.lease import (
+    Bases,
+    new_lease,
+)
 from afk_local.integrations.remote.remote_run import RemoteFile, Snapshot, read_remote_run
+from afk_local.integrations.remote.take import (
+    create_take_lease,
+    record_bases,
+    refuse_live_owner,
+    settled_snapshot,
+)
 from afk_local.integrations.remote.upload import durable_journal_end
 from afk_local.storage import fsio
 from afk_local.storage.format import codec
 from afk_local.storage.format.layout import RunPaths, scan_checkpoints, validate_run_id
-from afk_local.storage.rundir.mirror import REMOTE_COPY_KEY
+from afk_local.storage.format.records import now_ms
+from afk_local.storage.ops.fork import JOURNAL_TRIMMED_KEY
+from afk_local.storage.rundir.mirror import FENCED_NAME, REMOTE_COPY_KEY
 from afk_local.storage.rundir.ownership import acquire_lock
 from afk_local.storage.rundir.reader import RunReader, read_meta
 from afk_local.storage.store import Store
@@ -61,29 +83,53 @@ class PullReport:
     """True when a local copy of the run was replaced."""
     up_to_date: bool = False
     """True when the local run was already as new as the remote (nothing downloaded)."""
+    remote_age_ms: int | None = None
+    """How long before the pull the pulled ``run.meta`` was last written (its ``updated_ms``,
+    by the writer's clock): how far behind a live owner the copy may be."""
+    seq: int = 0
+    """The newest checkpoint seq pulled."""
+    in_doubt: list[str] = field(default_factory=list)
+    """Effect keys with an intent and no outcome: a resume treats them as in doubt (the
+    effect may have run on the other machine) and never runs them on its own."""
+    owner_renewed_ms: int | None = None
+    """How long ago the previous holder last renewed its lease (None: never, or not asked)."""
 
 
 def pull_run(
-    store: Store, url: str | Bucket, run_id: str, *, take: bool = False, concurrency: int = 16
+    store: Store,
+    url: str | Bucket,
+    run_id: str,
+    *,
+    take: bool = False,
+    force: bool = False,
+    concurrency: int = 16,
 ) -> PullReport:
     """Copy run ``run_id`` from ``url`` into ``store``; with ``take``, move its lease here.
 
+    Args:
+        force: take even from an owner that still renews its lease with the background
+            mirror (docs/remote.md says exactly what may then run twice).
+
     Raises:
         RunNotFoundError: the remote has no such run.
-        RemoteIntegrityError: an object is damaged; nothing was published.
+        RemoteIntegrityError: an object is damaged, or the journal is not continuous
+            with the checkpoints; nothing was published.
         LeaseLostError: another store took the run while this one was pulling it.
+        MirrorError: (take) the owner still renews its lease and ``force`` is not set.
         RunLockedError: the run is open for writing in this store.
         RunExistsError: a different run (another ``created_ms``) has this id locally.
     """
     validate_run_id(run_id)
     bucket = url if isinstance(url, Bucket) else Bucket(url)
     owner = store_id(store.root)
-    remote = read_remote_run(bucket, run_id)
+    signer = store.codec.signer
+    remote = read_remote_run(bucket, run_id, signer)
     if remote is None:
         raise RunNotFoundError(run_id, bucket.url)
     snapshot = remote.snapshot()
     head = remote.head
     ours = head.owner == owner
+    finishing = ours and not head.settled  # this store's earlier take did not finish
     paths = store.paths(run_id)
     fsio.make_dirs(store.runs_dir)
     lock = acquire_lock(paths, 0.0) if paths.dir.is_dir() else None
@@ -91,36 +137,57 @@ def pull_run(
         local_seq = _local_seq(paths) if lock is not None else -1
         if (
             ours
+            and not finishing
             and local_seq >= snapshot.head_seq
             and durable_journal_end(paths) >= (snapshot.journal_end)
+            and not os.path.lexists(paths.dir / FENCED_NAME)
         ):
             return PullReport(run_id, head.epoch, up_to_date=True)
         report = PullReport(run_id, head.epoch)
+        taking = take and not ours
+        if taking:
+            report.owner_renewed_ms = refuse_live_owner(bucket, head, force, signer)
         tmp = RunPaths(run_id, fsio.temp_path(store.runs_dir, f"pull-{run_id}"))
         fsio.make_dir(tmp.dir)
         try:
-            remote_meta = _download(bucket, store, snapshot, tmp, report, workers=concurrency)
+            fetched: dict[str, int] = {}
+            remote_meta = _download(
+                bucket, store, snapshot, tmp, report, fetched=fetched, workers=concurrency
+            )
             _check(store, tmp, bucket.url)
+            if taking:  # the lease FIRST, then the old epoch again, then the bases
+                lease = new_lease(run_id, head.epoch + 1, owner)
+                create_take_lease(bucket, lease, signer)
+                report.took, report.epoch, finishing = True, lease.epoch, True
+            if finishing:
+                snapshot = settled_snapshot(bucket, run_id, signer, owner)
+                remote_meta = _download(
+                    bucket, store, snapshot, tmp, report, fetched=fetched, workers=concurrency
+                )
+                _check(store, tmp, bucket.url)
             meta = read_meta(tmp, store.codec)
             if meta.run_id != run_id:
                 raise RemoteIntegrityError(
                     bucket.url, f"run {run_id}: its run.meta names run {meta.run_id!r}: refused"
                 )
+            _describe(store, tmp, meta.updated_ms, report)
+            if not meta.extra.get(JOURNAL_TRIMMED_KEY):
+                _check_journal_continuity(store, tmp, bucket.url)
             if lock is not None:
                 _check_same_run(store, paths, meta.created_ms, local_seq, snapshot.head_seq)
-            extra = {k: v for k, v in meta.extra.items() if k != REMOTE_COPY_KEY}
-            if take and not ours:
-                lease = new_lease(
-                    run_id,
-                    head.epoch + 1,
-                    owner,
+            if finishing:
+                epoch = report.epoch if report.took else head.epoch
+                bases = Bases(
+                    run_id=run_id,
+                    epoch=epoch,
                     base_seq=snapshot.head_seq,
                     journal_base=snapshot.journal_end,
                     meta=remote_meta,
                 )
-                _take(bucket, lease)
-                report.took, report.epoch = True, lease.epoch
-            elif not ours:
+                record_bases(bucket, bases, signer)
+                report.epoch = epoch
+            extra = {k: v for k, v in meta.extra.items() if k != REMOTE_COPY_KEY}
+            if not ours and not taking:
                 extra[REMOTE_COPY_KEY] = {
                     "url": bucket.url,
                     "holder": head.owner,
@@ -140,7 +207,7 @@ def pull_run(
             lock.release()
 
 
-def take_run(store: Store, run_id: str, url: str | Bucket) -> PullReport:
+def take_run(store: Store, run_id: str, url: str | Bucket, *, force: bool = False) -> PullReport:
     """Pull ``run_id`` from ``url`` and move its lease to ``store`` (``pull --take``).
 
     What a worker calls before it resumes a run another machine started: afterwards
@@ -153,12 +220,44 @@ def take_run(store: Store, run_id: str, url: str | Bucket) -> PullReport:
         take_run(afk.Store(root), run_id, "s3://bucket/afk")
         afk.resume(run_id, store=afk.Store(root, mirror="s3://bucket/afk"))
     """
-    return pull_run(store, url, run_id, take=True)
+    return pull_run(store, url, run_id, take=True, force=force)
 
 
 def _local_seq(paths: RunPaths) -> int:
     files = scan_checkpoints(paths.dir)
     return files[-1].seq if files else 0
+
+
+def _describe(store: Store, tmp: RunPaths, updated_ms: int, report: PullReport) -> None:
+    """Fill in how old the copy is and which effects a resume will treat as in doubt."""
+    report.remote_age_ms = max(0, now_ms() - updated_ms)
+    files = scan_checkpoints(tmp.dir)
+    report.seq = files[-1].seq if files else 0
+    open_intents: dict[str, None] = {}
+    reader = RunReader(tmp, record_codec=store.codec, max_record_bytes=store.max_record_bytes)
+    for effect in reader.effects():
+        if effect.kind == "intent":
+            open_intents[effect.key] = None
+        else:
+            open_intents.pop(effect.key, None)
+    report.in_doubt = list(open_intents)
+
+
+def _check_journal_continuity(store: Store, tmp: RunPaths, url: str) -> None:
+    """The newest checkpoint was taken after ``journal_records`` records: the pulled
+    journal must hold at least that many, else segments are missing."""
+    reader = RunReader(tmp, record_codec=store.codec, max_record_bytes=store.max_record_bytes)
+    latest = reader.latest()
+    if latest is None or latest.journal_records is None:
+        return
+    have = len(reader.effects())
+    if have < latest.journal_records:
+        raise RemoteIntegrityError(
+            url,
+            f"run {tmp.run_id}: refused, nothing was published: checkpoint {latest.seq} follows "
+            f"{latest.journal_records} journal records but the remote journal holds {have} "
+            "(segments missing)",
+        )
 
 
 def _download(
@@ -168,9 +267,14 @@ def _download(
     tmp: RunPaths,
     report: PullReport,
     *,
+    fetched: dict[str, int],
     workers: int,
 ) -> bytes:
-    """Write the snapshot's objects into ``tmp``; returns the remote run.meta bytes."""
+    """Write the snapshot's objects into ``tmp``; returns the remote run.meta bytes.
+
+    ``fetched`` (file name -> size) is what an earlier call put in ``tmp``: immutable
+    objects are not downloaded twice; files the snapshot no longer holds are removed.
+    """
 
     def fetch(item: RemoteFile) -> int:
         data = bucket.get(item.key, max_file_bytes(item.name, store.max_record_bytes))
@@ -179,12 +283,22 @@ def _download(
         fsio.write_new_file(tmp.dir / item.name, data)
         return len(data)
 
-    if workers > 1 and len(snapshot.files) > 1:
+    wanted = {item.name for item in snapshot.files}
+    for name in [n for n in fetched if n not in wanted]:
+        os.unlink(tmp.dir / name)
+        del fetched[name]
+    todo = [item for item in snapshot.files if item.name not in fetched]
+    if workers > 1 and len(todo) > 1:
         with ThreadPoolExecutor(workers, thread_name_prefix="afk-pull") as pool:
-            sizes = list(pool.map(fetch, snapshot.files))
+            sizes = list(pool.map(fetch, todo))
     else:
-        sizes = [fetch(item) for item in snapshot.files]
-    report.files, report.bytes = len(sizes), sum(sizes)
+        sizes = [fetch(item) for item in todo]
+    fetched.update((item.name, size) for item, size in zip(todo, sizes, strict=True))
+    report.files, report.bytes = len(fetched), sum(fetched.values())
+    for name in (tmp.journal.name, tmp.meta.name, tmp.latest.name):
+        if os.path.lexists(tmp.dir / name):
+            os.unlink(tmp.dir / name)
+    report.journal_bytes = 0
     if snapshot.segments:
         fd = fsio.open_append(tmp.journal)
         try:
@@ -244,14 +358,6 @@ def _check_same_run(
             remote_seq + 1,
             local_seq,
         )
-
-
-def _take(bucket: Bucket, lease: Lease) -> None:
-    if not create_lease(bucket, lease):
-        remote = read_remote_run(bucket, lease.run_id)
-        holder = remote.head if remote is not None else lease
-        raise lease_lost(bucket, lease.run_id, holder, None)
-    log.info("run %s: lease epoch %d taken on %s", lease.run_id, lease.epoch, bucket.url)
 
 
 def _publish(store: Store, tmp: RunPaths, target: RunPaths, *, replace: bool) -> None:

@@ -30,7 +30,7 @@ def push_run(store: Store, url: str | Bucket, run_id: str, *, concurrency: int =
         raise RunNotFoundError(run_id, str(store.root))
     lock = acquire_lock(paths, 0.0)
     try:
-        uploader = RunUploader(bucket, paths, store_id(store.root))
+        uploader = RunUploader(bucket, paths, store_id(store.root), store.codec.signer)
         return uploader.push(concurrency=concurrency)
     finally:
         lock.release()

@@ -6,22 +6,30 @@ files whose seq lies between that epoch's base and the next epoch's base, and th
 journal segments from that epoch's journal base up to the next one's; ``run.meta``
 is the newest version of the newest epoch (or the one its lease took over). What
 an old owner uploaded after its lease moved lies past the next base and is left out.
+An epoch whose take has not finished (no bases yet) holds nothing and is skipped.
+
+The ``run.meta`` versions are listed BEFORE the files and segments: an owner uploads
+a meta only after the files it describes, so whatever meta the first listing saw,
+the second sees its files (a single listing is paged, and a page of checkpoints
+served before the meta's page could miss a file uploaded just before that meta).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from afk_local.errors import MirrorError
+from afk_local.errors import MirrorError, RemoteIntegrityError
 from afk_local.integrations.remote.bucket import Bucket
 from afk_local.integrations.remote.layout import (
     MAX_RUN_OBJECTS,
+    epoch_dir,
     file_key,
     meta_key,
     parse_run_key,
     segment_key,
 )
 from afk_local.integrations.remote.lease import Lease, read_leases
+from afk_local.storage.format.integrity import Signer
 
 
 @dataclass
@@ -101,13 +109,13 @@ class RemoteRun:
             MirrorError: an older epoch's journal segments do not reach the next base,
                 or there is no run.meta at all.
         """
-        last = max(self.leases)
+        settled = [e for e in sorted(self.leases) if self.leases[e].settled]
         files: list[RemoteFile] = []
         segments: list[Segment] = []
         offset = 0
-        for epoch in range(1, last + 1):
+        for index, epoch in enumerate(settled):
             lease = self.leases[epoch]
-            upper = self.leases[epoch + 1] if epoch < last else None
+            upper = self.leases[settled[index + 1]] if index + 1 < len(settled) else None
             objects = self.objects(epoch)
             for name, (seq, size) in objects.files.items():
                 if seq == 0 or (seq > lease.base_seq and (upper is None or seq <= upper.base_seq)):
@@ -119,17 +127,24 @@ class RemoteRun:
                 segments.append(Segment(segment_key(self.run_id, epoch, offset), offset, size))
                 offset += size
             if stop is not None and offset != stop:
-                raise MirrorError(
+                raise RemoteIntegrityError(
                     self.bucket.url,
                     f"run {self.run_id}: epoch {epoch}'s journal segments end at byte {offset}, "
-                    f"but epoch {epoch + 1} took over at byte {stop}: the remote is damaged",
+                    f"but the next epoch took over at byte {stop}: the remote is damaged",
+                )
+            if stop is None and any(o > offset for o in objects.segments):
+                raise RemoteIntegrityError(
+                    self.bucket.url,
+                    f"run {self.run_id}: epoch {epoch}'s journal has a gap at byte {offset} "
+                    "(a segment is missing): the remote is damaged, refused",
                 )
         files.sort(key=lambda f: (f.seq, f.name))
+        last = self.leases[settled[-1]]
         head_seq = max((f.seq for f in files), default=0)
-        head_seq = max(head_seq, self.head.base_seq)
-        metas = self.objects(last).metas
-        key = meta_key(self.run_id, last, max(metas)) if metas else None
-        if key is None and self.head.meta is None:
+        head_seq = max(head_seq, last.base_seq)
+        metas = self.objects(last.epoch).metas
+        key = meta_key(self.run_id, last.epoch, max(metas)) if metas else None
+        if key is None and last.meta is None:
             raise MirrorError(
                 self.bucket.url,
                 f"run {self.run_id}: no run.meta uploaded yet (its first writer has not "
@@ -142,32 +157,41 @@ class RemoteRun:
             journal_end=offset,
             head_seq=head_seq,
             meta_key=key,
-            lease_meta=self.head.meta,
+            lease_meta=last.meta,
         )
 
 
-def read_remote_run(bucket: Bucket, run_id: str) -> RemoteRun | None:
+def read_remote_run(bucket: Bucket, run_id: str, signer: Signer | None = None) -> RemoteRun | None:
     """List the run's leases and objects; None when the remote has no lease for it.
 
     Objects under the run that are not ours (other names, bad epochs) are ignored.
+    With ``signer`` (a keyed store), unsigned lease and bases objects are refused.
     """
-    leases = read_leases(bucket, run_id)
+    leases = read_leases(bucket, run_id, signer)
     if not leases:
         return None
     epochs: dict[int, EpochObjects] = {}
     prefix = len(run_id) + 1
     last = max(leases)
+    # Metas first (see the module docstring), and only the newest settled epoch's
+    # matter: a snapshot takes its newest meta, an uploader appends versions to it.
+    newest = max(e for e, lease in leases.items() if lease.settled)
+    metas = epochs.setdefault(newest, EpochObjects()).metas
+    for listed in bucket.list_objects(f"{epoch_dir(run_id, newest)}/meta", limit=MAX_RUN_OBJECTS):
+        parsed = parse_run_key(listed.key[prefix:])
+        if parsed is not None and parsed.kind == "meta" and parsed.epoch == newest:
+            metas[parsed.number] = listed.size
     for listed in bucket.list_objects(run_id, limit=MAX_RUN_OBJECTS):
         parsed = parse_run_key(listed.key[prefix:])
-        if parsed is None or parsed.kind == "lease" or parsed.epoch > last:
+        if parsed is None or parsed.kind in ("lease", "bases", "alive", "meta"):
+            continue
+        if parsed.epoch > last:
             continue  # an epoch without a lease: a taker that died before creating it
         objects = epochs.setdefault(parsed.epoch, EpochObjects())
         if parsed.kind == "file":
             objects.files[parsed.name] = (parsed.number, listed.size)
         elif parsed.kind == "segment" and listed.size > 0:
             objects.segments[parsed.number] = listed.size
-        elif parsed.kind == "meta":
-            objects.metas[parsed.number] = listed.size
     return RemoteRun(bucket, run_id, leases, epochs)
 
 

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from afk_local.errors import MirrorError
+from afk_local.errors import LeaseLostError, MirrorError
 from afk_local.integrations.remote.bucket import Bucket
 from afk_local.integrations.remote.layout import (
     MAX_META_BYTES,
@@ -38,8 +38,10 @@ from afk_local.integrations.remote.lease import (
 from afk_local.integrations.remote.remote_run import read_remote_run
 from afk_local.storage import fsio
 from afk_local.storage.format.frames import MAX_FRAME_BYTES
+from afk_local.storage.format.integrity import Signer
 from afk_local.storage.format.journal_format import FrameReader
 from afk_local.storage.format.layout import RunPaths
+from afk_local.storage.rundir.mirror import mark_fenced
 
 log = logging.getLogger("afk_local")
 
@@ -98,10 +100,14 @@ class RunUploader:
         bucket: the remote.
         paths: the local run directory.
         owner: this store's id (:func:`~afk_local.integrations.remote.identity.store_id`).
+        signer: a keyed store's signer: leases are signed, unsigned ones refused.
     """
 
-    def __init__(self, bucket: Bucket, paths: RunPaths, owner: str) -> None:
+    def __init__(
+        self, bucket: Bucket, paths: RunPaths, owner: str, signer: Signer | None = None
+    ) -> None:
         self.bucket = bucket
+        self.signer = signer
         self.paths = paths
         self.run_id = paths.run_id
         self.owner = owner
@@ -122,19 +128,28 @@ class RunUploader:
         """Check that this store holds the run's newest lease, creating epoch 1 if none.
 
         Raises:
-            LeaseLostError: another store holds it.
+            LeaseLostError: another store holds it (the local copy is marked fenced when
+                this store held an older epoch).
+            MirrorError: this store's take of the run has not finished (no bases yet).
         """
-        leases = read_leases(self.bucket, self.run_id)
+        leases = read_leases(self.bucket, self.run_id, self.signer)
         if not leases:
             first = new_lease(self.run_id, 1, self.owner)
-            if create_lease(self.bucket, first):
+            if create_lease(self.bucket, first, self.signer):
                 log.info("run %s: lease epoch 1 taken on %s", self.run_id, self.bucket.url)
                 self.lease = first
                 return first
-            leases = read_leases(self.bucket, self.run_id)  # lost the race for epoch 1
+            leases = read_leases(self.bucket, self.run_id, self.signer)  # lost the race
         head = leases[max(leases)]
         if head.owner != self.owner:
-            raise lease_lost(self.bucket, self.run_id, head, None)
+            mine = max((e for e, lease in leases.items() if lease.owner == self.owner), default=0)
+            raise self._fenced(lease_lost(self.bucket, self.run_id, head, mine or None), mine)
+        if not head.settled:
+            raise MirrorError(
+                self.bucket.url,
+                f"run {self.run_id}: this store's take (epoch {head.epoch}) did not finish: run "
+                f"`afk-local pull {self.run_id} --take --from {self.bucket.url}` again",
+            )
         self.lease = head
         return head
 
@@ -144,15 +159,22 @@ class RunUploader:
             self.acquire()
             return
         if superseded(self.bucket, self.run_id, self.epoch):
-            leases = read_leases(self.bucket, self.run_id)
-            raise lease_lost(self.bucket, self.run_id, leases[max(leases)], self.epoch)
+            leases = read_leases(self.bucket, self.run_id, self.signer)
+            head = leases[max(leases)]
+            raise self._fenced(lease_lost(self.bucket, self.run_id, head, self.epoch), self.epoch)
+
+    def _fenced(self, error: LeaseLostError, my_epoch: int) -> LeaseLostError:
+        """Mark the local copy fenced when this store held an older epoch; the error."""
+        if my_epoch:
+            mark_fenced(self.paths, self.bucket.url, str(error))
+        return error
 
     # -- what the remote has ------------------------------------------------------
 
     def scan_remote(self) -> None:
         """List what our epoch holds already (files, journal coverage, meta versions)."""
         lease = self.lease or self.acquire()
-        remote = read_remote_run(self.bucket, self.run_id)
+        remote = read_remote_run(self.bucket, self.run_id, self.signer)
         objects = remote.objects(lease.epoch) if remote is not None else None
         if objects is None:
             self._present, self.journal_uploaded, self._meta_version = set(), lease.journal_base, 0
@@ -229,13 +251,18 @@ class RunUploader:
         self._present.add(name)
         return len(data) if created else 0
 
-    def upload_meta(self) -> bool:
-        """Upload ``run.meta`` as a new version unless the newest one is the same."""
+    def read_meta(self) -> bytes | None:
+        """``run.meta`` as it is now: read BEFORE the files a batch uploads, so the meta
+        uploaded after them never describes a file the remote does not have yet."""
         try:
-            data = fsio.read_bounded(self.paths.meta, MAX_META_BYTES)
+            return fsio.read_bounded(self.paths.meta, MAX_META_BYTES)
         except FileNotFoundError:
-            return False
-        if data == self._meta_uploaded:
+            return None
+
+    def upload_meta(self, data: bytes | None) -> bool:
+        """Upload ``data`` (from :meth:`read_meta`) as a new version of ``run.meta`` unless
+        the newest one is the same."""
+        if data is None or data == self._meta_uploaded:
             return False
         while not self.bucket.create(
             meta_key(self.run_id, self.epoch, self._meta_version + 1), data
@@ -254,6 +281,7 @@ class RunUploader:
         """
         lease = self.acquire()
         self.scan_remote()
+        meta = self.read_meta()  # before the files: see read_meta
         report = PushReport(self.run_id, epoch=lease.epoch)
         report.journal_bytes = self.upload_journal(durable_journal_end(self.paths))
         names = self.missing_files()
@@ -264,7 +292,7 @@ class RunUploader:
                 sizes = list(pool.map(self.upload_file, names))
         report.files = sum(1 for size in sizes if size)
         report.bytes = sum(sizes)
-        report.meta = self.upload_meta()
+        report.meta = self.upload_meta(meta)
         return report
 
 

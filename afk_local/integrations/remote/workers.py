@@ -5,7 +5,10 @@ sends to every task (:mod:`afk_local.integrations.dask`, :mod:`~afk_local.integr
 On the worker, a task opens a local store mirrored to ``url``; if the remote knows
 the run (an earlier attempt on another machine), the task first takes it
 (``pull --take``: the lease moves here and the old owner is fenced), then runs
-it; the writer's close waits for the mirror. Effects are mirrored synchronously
+it; the writer's close waits for the mirror. A run the remote holds as completed is
+never taken: a worker that has it completed already uses its own copy (nothing is
+downloaded, no lease moves), another pulls a read-only copy to return its result.
+Effects are mirrored synchronously
 (``sync_effects``): a step's intent is in the remote before its function runs,
 so a worker whose machine dies loses no effect — the next worker replays what
 finished and reports what was in flight as in doubt. Checkpoints are mirrored in
@@ -25,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from afk_local.integrations.remote.bucket import Bucket
-from afk_local.integrations.remote.lease import read_leases
+from afk_local.integrations.remote.listing import remote_run_info
 from afk_local.integrations.remote.mirror import RemoteMirror
-from afk_local.integrations.remote.pull import take_run
+from afk_local.integrations.remote.pull import pull_run, take_run
 from afk_local.storage.format.codec import DecHook, EncHook
+from afk_local.storage.format.records import RunStatus
 from afk_local.storage.store import Store
 
 _OPTIONS = frozenset({"max_record_bytes", "lock_timeout", "max_chain"})
@@ -102,10 +106,19 @@ class MirroredWorkers:
         )
 
     def prepare(self, store: Store, run_id: str) -> None:
-        """Take the run from the remote when an earlier attempt left it there."""
+        """Take the run from the remote when an earlier attempt left it there unfinished;
+        a completed one is only copied here, and only when this worker lacks it."""
         bucket = Bucket(self.url)
-        if read_leases(bucket, run_id):
-            take_run(store, run_id, bucket)
+        info = remote_run_info(bucket, run_id, store.codec)
+        if info is None:
+            return
+        if info.status == RunStatus.COMPLETED.value:
+            paths = store.paths(run_id)
+            if paths.meta.is_file() and store.read_meta(run_id).status is RunStatus.COMPLETED:
+                return
+            pull_run(store, bucket, run_id)
+            return
+        take_run(store, run_id, bucket)
 
     def release(self, store: Store, run_id: str) -> None:
         """Nothing: the run's writer waited for the mirror when it closed."""

@@ -291,7 +291,7 @@ def read_pack_index(
     finally:
         os.close(fd)
     if len(index) != index_len or len(mac) != trailer:
-        raise _bad(path, "changed while it was read")
+        raise CheckpointCorruptionError(path, "changed while it was read", moved=True)
     if zlib.crc32(index, zlib.crc32(head[:_CRC_COVERED])) != crc:
         raise _bad(path, "crc32 mismatch in the header or the index")
     if version != PACK_VERSION:

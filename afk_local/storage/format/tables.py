@@ -76,7 +76,7 @@ def encode(value: Any, tag: Tag, where: Any) -> msgspec.msgpack.Ext:
         return _ext(EXT_PANDAS, ["series", body])
     if pd is not None and isinstance(value, pd.Index):
         return _ext(EXT_PANDAS, ["index", _index(pd, value, tag, where)])
-    import pyarrow as pa  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+    import pyarrow as pa  # type: ignore[import-not-found,import-untyped,unused-ignore]  # noqa: PLC0415
 
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, value.schema) as writer:
@@ -141,7 +141,7 @@ def decode(code: int, inner: Any) -> tuple[Any] | None:
 def _decode(code: int, inner: Any) -> tuple[Any] | None:
     if code == EXT_ARROW:
         try:
-            import pyarrow as pa  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+            import pyarrow as pa  # type: ignore[import-not-found,import-untyped,unused-ignore]  # noqa: PLC0415
         except ImportError:
             return None
         kind, data = inner

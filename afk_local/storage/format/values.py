@@ -475,7 +475,8 @@ def _make_hash_hook(enc_hook: EncHook | None) -> EncHook:
             return _ext(EXT_PATH, [_path_class(type(value)), str(value)])
         if type(value).__module__.startswith(("pandas", "pyarrow")):
             return tag(value, enc_hook)  # a DataFrame argument: hashed as it is stored
-        raise UnstorableValueError("(an argument)", _describe(type(value)))
+        # the caller names what it hashed (an argument, a result): see journal.replay
+        raise UnstorableValueError("(the value itself)", _describe(type(value)))
 
     return hook
 

@@ -24,7 +24,13 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
-from afk_local.errors import ImportFieldError, ImportFormatError, RunExistsError
+from afk_local.errors import (
+    AfkLocalError,
+    CheckpointCorruptionError,
+    ImportFieldError,
+    ImportFormatError,
+    RunExistsError,
+)
 from afk_local.storage import fsio
 from afk_local.storage.format import codec, values
 from afk_local.storage.format.codec import RecordCodec
@@ -44,6 +50,7 @@ from afk_local.storage.format.layout import (
     validate_run_id,
 )
 from afk_local.storage.format.records import SCHEMA_VERSION, Checkpoint, Effect, RunMeta, now_ms
+from afk_local.storage.ops.fork import JOURNAL_TRIMMED_KEY
 from afk_local.storage.rundir.heads import HeadStore
 from afk_local.storage.rundir.reader import RunReader
 
@@ -90,16 +97,52 @@ def to_jsonable(value: Any) -> Any:
     return values.plain(value)
 
 
+EXPORT_ATTEMPTS = 4
+"""Reads of a run an export tries while rewrites (gc, pack) keep changing it under it."""
+
+
 def export_records(reader: RunReader) -> list[dict[str, Any]]:
-    """The run as tagged records: one ``meta``, then ``checkpoint``s, then ``effect``s."""
-    records: list[dict[str, Any]] = [
-        {"type": "format", "format": EXPORT_FORMAT, "version": 1},
-        {"type": "meta", "meta": to_jsonable(reader.meta)},
-    ]
-    records += [{"type": "checkpoint", "checkpoint": to_jsonable(c)} for c in reader.history()]
-    if reader.paths.journal.exists():
-        records += [{"type": "effect", "effect": to_jsonable(e)} for e in reader.effects()]
-    return records
+    """The run as tagged records: one ``meta``, then ``checkpoint``s, then ``effect``s.
+
+    Lock-free, so a live writer may go on, and the records are one consistent view:
+    the meta first (a status never newer than the checkpoints that carry it), then the
+    checkpoints (their ``journal_records`` never more than the effects read after
+    them), then the effects, then the meta again. A checkpoint a gc deleted while it
+    was read, or a journal gc trimmed in between (``run.meta`` is marked before the
+    journal is replaced), makes the export read the run again.
+
+    Raises:
+        AfkLocalError: rewrites changed the run under :data:`EXPORT_ATTEMPTS` reads in a
+            row (one line; exporting again is safe).
+    """
+    for _ in range(EXPORT_ATTEMPTS):
+        reader.refresh()
+        meta = reader.meta
+        try:
+            checkpoints = reader.history(skip_moved=False)
+        except CheckpointCorruptionError as exc:
+            if exc.moved:
+                continue  # gc deleted a checkpoint while it was read: read it all again
+            raise  # pragma: no cover - history skips damage; only moves raise
+        effects = reader.effects() if reader.paths.journal.exists() else []
+        reader.refresh()
+        if _trimmed(reader.meta) != _trimmed(meta):
+            continue  # gc trimmed the journal meanwhile: these effects may be the new ones
+        return [
+            {"type": "format", "format": EXPORT_FORMAT, "version": 1},
+            {"type": "meta", "meta": to_jsonable(meta)},
+            *({"type": "checkpoint", "checkpoint": to_jsonable(c)} for c in checkpoints),
+            *({"type": "effect", "effect": to_jsonable(e)} for e in effects),
+        ]
+    raise AfkLocalError(
+        f"run {reader.run_id!r}: not exported: a gc or pack rewrote it under each of "
+        f"{EXPORT_ATTEMPTS} reads; export it again (nothing was changed)"
+    )
+
+
+def _trimmed(meta: RunMeta) -> object:
+    extra = meta.extra if isinstance(meta.extra, dict) else {}
+    return extra.get(JOURNAL_TRIMMED_KEY)
 
 
 def _parse(text: str, source: str) -> tuple[dict[str, Any], list[Any], list[Any]]:

@@ -330,6 +330,11 @@ def _effects_until(source: RunReader, at: Checkpoint) -> list[Effect]:
     """
     if not source.paths.journal.exists():
         return []
+    records: list[Effect] = list(source.effects())
+    # run.meta read after the journal: gc marks it trimmed before it replaces the journal,
+    # so a trimmed journal read here is always seen with its mark (a meta read before it
+    # may predate a gc that trimmed in between).
+    source.refresh()
     extra = source.meta.extra if isinstance(source.meta.extra, dict) else {}
     if extra.get(JOURNAL_TRIMMED_KEY):
         raise AfkLocalError(
@@ -338,7 +343,6 @@ def _effects_until(source: RunReader, at: Checkpoint) -> list[Effect]:
             f"{at.seq} are no longer all there and the fork would run them again. Fork runs "
             "before trimming their journals"
         )
-    records: list[Effect] = list(source.effects())
     if at.journal_records is None:
         log.warning(
             "run %s: checkpoint %d predates journal positions; the fork's effects are chosen "

@@ -21,6 +21,7 @@ see that the view moved).
 
 from __future__ import annotations
 
+import enum
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
@@ -50,6 +51,14 @@ if TYPE_CHECKING:
 PACK_SEPARATOR = "#"
 """Between a pack's path and a checkpoint's name in the location of a packed checkpoint."""
 _VIEW_ATTEMPTS = 8  # listings tried while rewrites keep replacing what the manifest names
+
+
+class _Vanished(enum.Enum):
+    VANISHED = "vanished"
+
+
+_VANISHED = _Vanished.VANISHED
+"""A pack listed as live was gone when it was opened: list again."""
 
 
 class RunCatalog:
@@ -189,12 +198,37 @@ class RunCatalog:
         return 1 if manifest is None or self.manifest_problem is not None else manifest.loose_from
 
     def files(self) -> list[CheckpointFile]:
-        """Every live checkpoint, loose or packed, in seq order (each seq once)."""
+        """Every live checkpoint, loose or packed, in seq order (each seq once).
+
+        A live pack that is gone by the time its index is read was merged away by a
+        rewrite that published after this listing: the listing is taken again (a
+        listing that went on without it would silently miss the seqs it held, and
+        their loose files are gone too). A damaged pack is passed over (see
+        :meth:`damaged_packs`).
+        """
+        for _ in range(_VIEW_ATTEMPTS):
+            listed = self._files_once()
+            if listed is not None:
+                return listed
+        raise CheckpointCorruptionError(
+            str(self.paths.dir),
+            f"rewrites replaced its packs under {_VIEW_ATTEMPTS} listings in a row",
+            self.paths.run_id,
+            moved=True,
+        )
+
+    def _files_once(self) -> list[CheckpointFile] | None:
+        """One listing, or None when a live pack vanished while it was listed."""
         loose, packs, manifest = self.live()
         found = {f.seq: f for f in loose}
         for pack in packs if manifest is not None else self._preferred(packs):
-            reader = self._reader(pack)
-            if reader is None:
+            try:
+                reader = self.pack_reader(pack)
+            except FileNotFoundError:
+                self._listed = None
+                return None
+            except CheckpointCorruptionError as exc:
+                self._damaged[pack.name] = exc.reason
                 continue
             index = reader.index
             for entry, seq in enumerate(index.seqs):
@@ -246,11 +280,15 @@ class RunCatalog:
         Raises:
             CheckpointCorruptionError: a damaged pack's name claims ``seq``.
         """
-        loose, packs, _ = self.live()
-        for file in loose:
-            if file.seq == seq:
-                return file
-        return self._packed(seq, packs)
+        for _ in range(_VIEW_ATTEMPTS):
+            loose, packs, _ = self.live()
+            for file in loose:
+                if file.seq == seq:
+                    return file
+            found = self._packed(seq, packs)
+            if found is not _VANISHED:
+                return found
+        return None  # rewrites kept replacing its packs: as if gone (the caller says so)
 
     def packed(self, seq: int) -> CheckpointFile | None:
         """Live checkpoint ``seq`` if a live pack holds it (no listing when a known pack does).
@@ -260,16 +298,24 @@ class RunCatalog:
         """
         if self._listed is not None and any(p.first <= seq <= p.last for p in self._listed):
             found = self._packed(seq, self._listed)
-            if found is not None:
+            if isinstance(found, CheckpointFile):
                 return found
-        return self._packed(seq, self.live()[1])
+        for _ in range(_VIEW_ATTEMPTS):
+            found = self._packed(seq, self.live()[1])
+            if found is not _VANISHED:
+                return found
+        return None
 
-    def _packed(self, seq: int, packs: list[PackFile]) -> CheckpointFile | None:
+    def _packed(self, seq: int, packs: list[PackFile]) -> CheckpointFile | _Vanished | None:
+        """``seq`` in the live ``packs``; :data:`_VANISHED` when a pack that may hold it was
+        removed after it was listed (a rewrite published meanwhile: list again)."""
         damage: CheckpointCorruptionError | None = None
+        vanished = False
         for pack in self._preferred(p for p in packs if p.first <= seq <= p.last):
             try:
                 index = self.pack_reader(pack).index
             except FileNotFoundError:
+                vanished = True
                 continue
             except CheckpointCorruptionError as exc:
                 self._damaged[pack.name] = exc.reason
@@ -279,6 +325,9 @@ class RunCatalog:
             if entry is not None:
                 phase = index.phase(entry)
                 return CheckpointFile(seq, phase, checkpoint_name(seq, phase), pack=pack.name)
+        if vanished:
+            self._listed = None
+            return _VANISHED
         if damage is not None:
             raise damage
         return None
@@ -289,15 +338,6 @@ class RunCatalog:
         if len(found) > 1:
             found.sort(key=lambda p: (p.first - p.last, p.first))
         return found
-
-    def _reader(self, pack: PackFile) -> PackReader | None:
-        try:
-            return self.pack_reader(pack)
-        except FileNotFoundError:
-            return None
-        except CheckpointCorruptionError as exc:
-            self._damaged[pack.name] = exc.reason
-            return None
 
     # -- bytes ------------------------------------------------------------------------
 
@@ -329,7 +369,7 @@ class RunCatalog:
                 if moved is None or moved.pack is None:
                     break
                 file = moved
-        raise CheckpointCorruptionError(self.location(file), "vanished while reading")
+        raise CheckpointCorruptionError(self.location(file), "vanished while reading", moved=True)
 
     def stored_bytes(self, file: CheckpointFile, max_bytes: int) -> bytes:
         """The exact bytes stored for ``file``: its loose file (at most ``max_bytes``), or its
@@ -348,7 +388,9 @@ class RunCatalog:
             packed = self.packed(file.seq)  # packed since it was listed, perhaps
             if packed is not None and packed.name == file.name:
                 return self.packed_image(packed)
-            raise CheckpointCorruptionError(path, "file vanished while reading") from None
+            raise CheckpointCorruptionError(
+                path, "file vanished while reading", moved=True
+            ) from None
         except (OSError, ValueError) as exc:
             raise CheckpointCorruptionError(path, f"cannot read: {exc}") from None
 

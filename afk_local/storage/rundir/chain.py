@@ -148,7 +148,7 @@ class ChainDecoder:
             found = self._base(cur_seq, link.path)
             if found is None:
                 raise CheckpointCorruptionError(
-                    link.path, f"delta base checkpoint {cur_seq} is missing"
+                    link.path, f"delta base checkpoint {cur_seq} is missing", moved=True
                 )
             link = found
         links.reverse()
@@ -184,7 +184,9 @@ class ChainDecoder:
             return _Link(seq, name, self._dir + name, None)
         file = self.catalog.packed(seq)
         if file is None or file.name != name:
-            raise CheckpointCorruptionError(self._dir + name, "file vanished while reading")
+            raise CheckpointCorruptionError(
+                self._dir + name, "file vanished while reading", moved=True
+            )
         return self._in_pack(file)
 
     def _in_pack(self, file: CheckpointFile) -> _Link:
@@ -196,7 +198,7 @@ class ChainDecoder:
         """A loose file gone since it was listed: packed meanwhile (same name), or damage."""
         file = self.catalog.packed(link.seq)
         if file is None or file.name != link.name:
-            raise CheckpointCorruptionError(link.path, "file vanished while reading")
+            raise CheckpointCorruptionError(link.path, "file vanished while reading", moved=True)
         return self._in_pack(file)
 
     def _peek(self, link: _Link) -> tuple[codec.FrameHeader, int, _Link]:
@@ -239,7 +241,9 @@ class ChainDecoder:
                 assert data is not None
         header, body = codec.unpack_frame(data, link.path, expect_kind=codec.KIND_CHECKPOINT)
         if header[:4] != expected[:4]:
-            raise CheckpointCorruptionError(link.path, "file changed while its chain was read")
+            raise CheckpointCorruptionError(
+                link.path, "file changed while its chain was read", moved=True
+            )
         codec.check_content_size(body, link.path, self._max_bytes)
         return header, body
 

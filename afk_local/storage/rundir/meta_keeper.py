@@ -23,7 +23,7 @@ from afk_local.storage.format.layout import RunPaths
 from afk_local.storage.format.records import OwnerInfo, RunMeta, later_ms
 from afk_local.storage.fsio import DEFAULT_ENV, Env
 from afk_local.storage.rundir.heads import HeadKeeper, HeadStore
-from afk_local.storage.rundir.mirror import REMOTE_COPY_KEY, RunMirror
+from afk_local.storage.rundir.mirror import REMOTE_COPY_KEY, RunMirror, refuse_fenced
 from afk_local.storage.rundir.reader import read_meta
 
 
@@ -44,7 +44,8 @@ def attempt_meta(
 
     Raises:
         RunExistsError: ``new_meta`` was given but the run has a ``run.meta`` by now.
-        LeaseLostError: the run is a copy pulled without ``--take``.
+        LeaseLostError: the run is a copy pulled without ``--take``, or fenced (another
+            store took its lease).
         RunRolledBackError: the run is behind its head record (``heads``, a keyed store).
     """
     if new_meta is not None:
@@ -53,6 +54,7 @@ def attempt_meta(
         return msgspec.structs.replace(new_meta, owner=owner, attempt=1)
     old = read_meta(paths, record_codec)
     _refuse_remote_copy(old)
+    refuse_fenced(paths)
     if heads is not None:
         heads.require_not_behind(paths, old.updated_ms)
     attempt = old.attempt + 1 if new_attempt else old.attempt

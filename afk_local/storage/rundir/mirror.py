@@ -10,6 +10,11 @@ object-store client, DESIGN §2 and §10). It declares what a writer tells a mir
 A writer notifies its :class:`RunMirror` only after a record is acknowledged locally,
 and a notification only enqueues: the local durability path never waits on the network.
 
+A run whose lease another store took is *fenced* on this machine: the mirror (or
+``push``) leaves a ``fenced`` marker in the run directory (:func:`mark_fenced`), and
+opening the run for writing refuses it (:func:`refuse_fenced`) until ``pull --take``
+replaces the local copy. The marker is local, so it holds without the mirror set.
+
 Example:
     >>> from afk_local.storage.rundir.mirror import mirror_scheme
     >>> mirror_scheme("s3://bucket/afk")
@@ -19,11 +24,15 @@ Example:
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
 from pathlib import Path
 from typing import Protocol
 
-from afk_local.errors import MirrorError
+import msgspec
+
+from afk_local.errors import LeaseLostError, MirrorError
+from afk_local.storage import fsio
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import RunPaths
 
@@ -35,6 +44,11 @@ ENTRY_POINT_GROUP = "afk_local.mirrors"
 
 REMOTE_COPY_KEY = "remote_copy"
 """``run.meta`` extra of a run pulled without ``--take``: a read-only copy no writer opens."""
+
+FENCED_NAME = "fenced"
+"""The marker a run directory holds once another store took the run's lease."""
+
+_MAX_FENCED_BYTES = 64 << 10
 
 REMOTE_EXTRA_HINT = "install the remote extra: pip install 'afk_local[remote]'"
 
@@ -66,6 +80,9 @@ class RunMirror(Protocol):
     def flush(self, timeout: float) -> None:
         """Return once everything notified so far is uploaded; raise the mirror's error."""
 
+    def uploaded_seq(self) -> int:
+        """Every immutable file up to this seq is on the remote; never waits."""
+
     def close(self) -> None:
         """Upload what is pending (bounded), stop, and raise the mirror's error if any."""
 
@@ -91,6 +108,49 @@ class MirrorFactory(Protocol):
 
     def __call__(self, url: str, *, root: Path) -> Mirror:
         """A mirror of the store at ``root`` on ``url``."""
+
+
+def mark_fenced(paths: RunPaths, url: str, detail: str) -> None:
+    """Leave the fenced marker in the run directory (durably; idempotent)."""
+    if not paths.dir.is_dir() or os.path.lexists(paths.dir / FENCED_NAME):
+        return
+    body = msgspec.json.encode({"url": url, "detail": detail[:2000]})
+    fsio.atomic_write(paths.dir / FENCED_NAME, body)
+
+
+def _fenced_url(paths: RunPaths) -> str | None:
+    """The remote named by the run's fenced marker; None when there is no marker."""
+    marker = paths.dir / FENCED_NAME
+    if not os.path.lexists(marker):
+        return None
+    try:
+        found = msgspec.json.decode(fsio.read_bounded(marker, _MAX_FENCED_BYTES))
+        if isinstance(found, dict) and isinstance(found.get("url"), str):
+            return str(found["url"])[:1000]
+    except (OSError, ValueError):
+        pass  # a damaged marker fences all the same
+    return "its remote"
+
+
+def fenced_reason(paths: RunPaths) -> str | None:
+    """One line saying why the run may not be written here, when it holds the fenced
+    marker; None otherwise."""
+    url = _fenced_url(paths)
+    if url is None:
+        return None
+    return (
+        f"this copy is fenced: another store took the run's lease on {url}; take it back "
+        f"with `afk-local pull {paths.run_id} --from {url} --take`"
+    )
+
+
+def refuse_fenced(paths: RunPaths) -> None:
+    """Raise LeaseLostError (one line) when the run directory holds the fenced marker."""
+    url = _fenced_url(paths)
+    if url is not None:
+        raise LeaseLostError(
+            paths.run_id, url, "this copy is fenced (another store took the run's lease)"
+        )
 
 
 def mirror_scheme(url: str) -> str:
@@ -125,11 +185,15 @@ def open_mirror(url: str, root: Path) -> Mirror:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "FENCED_NAME",
     "MIRROR_ENV",
     "REMOTE_COPY_KEY",
     "Mirror",
     "MirrorFactory",
     "RunMirror",
+    "fenced_reason",
+    "mark_fenced",
     "mirror_scheme",
     "open_mirror",
+    "refuse_fenced",
 ]

@@ -85,17 +85,11 @@ class PackTrigger:
         half = max(1, self.limit // 2)
         recent = seq - half
         keep_from = max(min(self._delta.keyframes_after(recent), default=seq), recent + 1)
-        if self._mirror is not None:
-            # If the mirror cannot catch up now, the files stay loose until the next
-            # keyframe (its own error surfaces through check() and flush, never through
-            # this checkpoint).
-            try:
-                self._mirror.flush(MIRROR_CATCH_UP_S)
-            except Exception as exc:
-                log.info(
-                    "run %s: not packing yet, the mirror is behind: %s", self.paths.run_id, exc
-                )
-                return
+        if self._mirror is not None and self._mirror.uploaded_seq() < keep_from - 1:
+            # Never wait on the network here (this is the checkpoint path): what the
+            # mirror has not uploaded yet stays loose until a later keyframe.
+            log.debug("run %s: not packing yet, the mirror is behind", self.paths.run_id)
+            return
         try:
             report = pack_run(
                 self.paths, self._codec, keep_from=keep_from, sync_removals=False, env=self._env

@@ -57,7 +57,6 @@ log = logging.getLogger("afk_local")
 MAX_META_BYTES = 64 << 20
 _MOVED_RETRIES = 4  # fresh views a read tries while rewrites keep moving its files
 _NO_REWRITES = (None, ())  # view token of a run without packs or manifest
-_RACE_SIGNS = ("vanished", "missing", "changed while", "cannot read")  # what a race looks like
 
 
 class Skipped(msgspec.Struct, frozen=True):
@@ -211,7 +210,7 @@ class RunReader:
             # as a file or a base gone missing; anything else is damage. (Raised from
             # here: a kept exception would keep its frames, and their blocks, alive.)
             token = self._catalog.view_token()
-            if token == _NO_REWRITES or not any(s in exc.reason for s in _RACE_SIGNS):
+            if token == _NO_REWRITES or not exc.moved:
                 raise
         return self._reload(file, names, macs, token)
 
@@ -229,7 +228,7 @@ class RunReader:
             fresh = self._catalog.find(file.seq)
             if fresh is None or fresh.name != file.name:
                 raise CheckpointCorruptionError(
-                    self._catalog.location(file), "vanished while reading", self.run_id
+                    self._catalog.location(file), "vanished while reading", self.run_id, moved=True
                 )
             try:
                 return self._load_once(fresh, names, macs)
@@ -328,6 +327,7 @@ class RunReader:
                     f"HMAC mismatch: the chain is broken, checkpoint {file.seq - 1} before it "
                     "is missing and no compaction recorded deleting it",
                     self.run_id,
+                    moved=True,  # gc may have deleted it after this reader read run.meta
                 )
         owners = [self.run_id]
         owners += [o for o, until in history_until(extra).items() if file.seq <= until]
@@ -408,8 +408,13 @@ class RunReader:
                     self._skip(candidate.name, exc.reason)
         return None
 
-    def history(self) -> list[Checkpoint]:
-        """Every valid checkpoint in seq order; damaged ones are skipped and recorded."""
+    def history(self, *, skip_moved: bool = True) -> list[Checkpoint]:
+        """Every valid checkpoint in seq order; damaged ones are skipped and recorded.
+
+        With ``skip_moved=False`` a checkpoint that a rewrite deleted while it was read
+        (:attr:`CheckpointCorruptionError.moved`) raises instead: the history would not
+        be one instant of the run (export asks for that and reads again).
+        """
         result = []
         files = self.checkpoint_files()
         with self._chain.budget(_read_budget(files)):
@@ -419,6 +424,8 @@ class RunReader:
                 except DecodeBudgetError:
                     raise
                 except CheckpointCorruptionError as exc:
+                    if exc.moved and not skip_moved:
+                        raise
                     self._skip(file.name, exc.reason)
         return result
 

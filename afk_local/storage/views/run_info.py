@@ -85,6 +85,7 @@ class RunInfo:
             "status": self.status.value,
             "interrupted": self.interrupted,
             "owner_alive": self.owner_alive,
+            "lock_problem": self.lock_problem,
             "step": self.step,
             "seq": self.seq,
             "phase": self.phase,

@@ -16,9 +16,11 @@ from the moment that gc starts.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
+from afk_local.errors import AfkLocalError
 from afk_local.storage.ops.export import export_records
 from afk_local.storage.ops.retention import RetentionPolicy
 from afk_local.storage.rundir.packing import pack_run
@@ -94,6 +96,13 @@ def _gc_packed_record(session: Session, _prepared: Any) -> None:
 def _gc_packed_rerun(session: Session, _prepared: Any) -> None:
     _gc(session, "live")
     _pack(session, "live")
+
+
+def _half_packed_run(store: Store, _scratch: Path) -> None:
+    """A run whose oldest checkpoints are packed and the rest loose: gc dooms loose
+    deltas whose bases are doomed packed checkpoints (the rewrite torture's find)."""
+    write_run(store, "live", 8, effects=3, steps=True)
+    pack_run(store.paths("live"), store.codec, keep_from=13)
 
 
 # -- gc, then pack, then a writer packing as it goes -------------------------------------
@@ -209,6 +218,74 @@ def _fork_export_resume(store: Store) -> dict[str, Any]:
     return found
 
 
+# -- gc of keyframes only, in a keyed store ----------------------------------------------
+
+
+def _keyframe_run(store: Store, _scratch: Path) -> None:
+    """A run of six keyframes: each checkpoint written by a new writer (a resume), so
+    gc deletes the oldest with nothing to rewrite and no metrics to archive: the chain
+    links in run.meta are the only thing written before the first deletion."""
+    with store.create("live") as run:
+        run.checkpoint("runtime_state", state_payload(0), step=0)
+    for i in range(1, 6):
+        with store.resume_writer("live") as run:
+            run.checkpoint("runtime_state", state_payload(i), step=i)
+    time.sleep(0.003)
+
+
+def _gc_keyframes_record(session: Session, _prepared: Any) -> None:
+    _gc(session, "live")
+    _acked_before(session, "live")
+    session.rewrite_done("live", "gc")
+
+
+def _gc_keyframes_rerun(session: Session, _prepared: Any) -> None:
+    _gc(session, "live")
+
+
+# -- gc trims a finished run's journal, then a fork of it ---------------------------------
+
+TRIM_TWO = RetentionPolicy(keep_runtime_states=8, max_effects_per_run=2)
+"""Keeps every checkpoint of a finished run of six, and the newest two of its four effects:
+a fork at the checkpoint after the second effect (four records: two intents, two
+outcomes) then needs the first two."""
+
+
+def _finished_run(store: Store, _scratch: Path) -> None:
+    write_run(store, "done", 6, effects=4, finish="done result")
+
+
+def _trim_record(session: Session, _prepared: Any) -> None:
+    report = session.store.gc(TRIM_TWO)
+    if report.errors:
+        raise ResumeFailed(f"gc failed: {report.to_dict()}")
+    _acked_before(session, "done")
+    session.rewrite_done("done", "gc")
+
+
+def _trim_rerun(session: Session, _prepared: Any) -> None:
+    report = session.store.gc(TRIM_TWO)
+    if report.errors:
+        raise ResumeFailed(f"gc failed: {report.to_dict()}")
+
+
+def _fork_after_trim(store: Store) -> dict[str, Any]:
+    """Fork the finished run where two effects were durable: refused once gc trimmed the
+    journal, else the fork holds exactly the first two effects, never two later ones."""
+    reader = store.open("done")
+    at = next(f for f in reader.checkpoint_files() if reader.load(f).journal_records == 4)
+    try:
+        store.fork("done", at.seq, "forked")
+    except AfkLocalError as error:
+        if "trimmed" not in str(error):
+            raise
+        return {"fork": "consistent"}
+    keys = sorted({e.key for e in store.open("forked").effects()})
+    if keys != ["e0", "e1"]:
+        raise ResumeFailed(f"a fork before gc's trim carries the effects {keys}")
+    return {"fork": "consistent"}
+
+
 def _continue(*run_ids: str) -> Any:
     def resume(store: Store) -> dict[str, Any]:
         return {r: continue_run(store, r) for r in run_ids if store.exists(r)}
@@ -233,6 +310,16 @@ REWRITE_WORKLOADS: tuple[Workload, ...] = (
         resume=_continue("live"),
         expected={"live": "resumed"},
         setup=_packed_run,
+        rerun=_gc_packed_rerun,
+    ),
+    *_both(
+        "gc-half-loose",
+        "gc of a run packed up to seq 12 and loose after: a doomed loose delta on a doomed "
+        "packed base (deleted before the MANIFEST changes); rerun: gc and pack again",
+        record=_gc_keyframes_record,
+        resume=_continue("live"),
+        expected={"live": "resumed"},
+        setup=_half_packed_run,
         rerun=_gc_packed_rerun,
     ),
     *_both(
@@ -274,6 +361,27 @@ REWRITE_WORKLOADS: tuple[Workload, ...] = (
         {"source": "resumed", "forked": "resumed", "forked-again": "resumed"},
         setup=_fork_export_setup,
         rerun=_fork_export_rerun,
+    ),
+    Workload(
+        "gc-keyframes-keyed",
+        "gc of a keyed run of keyframes: chain links recorded in run.meta, then the "
+        "oldest deleted with nothing rewritten; rerun: gc again",
+        _gc_keyframes_record,
+        _continue("live"),
+        {"live": "resumed"},
+        setup=_keyframe_run,
+        key=_KEY,
+        rerun=_gc_keyframes_rerun,
+    ),
+    Workload(
+        "gc-trim-fork",
+        "gc trims a finished run's journal (run.meta marked first), then a fork at a "
+        "checkpoint whose effects were trimmed; rerun: gc again",
+        _trim_record,
+        _fork_after_trim,
+        {"fork": "consistent"},
+        setup=_finished_run,
+        rerun=_trim_rerun,
     ),
 )
 """The composed workloads, in the order the explorer runs them (after the single ones)."""

@@ -100,16 +100,31 @@ def test_a_failed_pack_is_reported_not_raised(
 
 
 class _BehindMirror:
+    """A mirror that has uploaded files up to ``uploaded``; its flush always times out."""
+
+    def __init__(self) -> None:
+        self.uploaded = 0
+        self.flushes = 0
+
+    def uploaded_seq(self) -> int:
+        return self.uploaded
+
     def flush(self, timeout: float) -> None:
+        self.flushes += 1
         raise TimeoutError("mirror behind")
 
 
-def test_a_mirror_that_is_behind_postpones_packing(
+def test_a_mirror_that_is_behind_postpones_packing_without_waiting_for_it(
     tmp_path: Path, packed: list[int | None]
 ) -> None:
-    trigger = _trigger(tmp_path, limit=1, mirror=_BehindMirror())
-    trigger.published(1, keyframe=True)
+    mirror = _BehindMirror()
+    trigger = _trigger(tmp_path, limit=2, mirror=mirror)
+    for seq in range(1, 5):
+        trigger.published(seq, keyframe=True)
     assert packed == []
+    assert mirror.flushes == 0, "the checkpoint path never waits on the network"
+    mirror.uploaded = 4  # the mirror caught up: the next keyframe packs what it holds
+    trigger.published(5, keyframe=True)
+    assert len(packed) == 1 and mirror.flushes == 0
     with pytest.raises(TimeoutError):
-        trigger.pack()  # asked for: the mirror's error is the caller's
-    assert packed == []
+        trigger.pack()  # asked for explicitly: the mirror's error is the caller's

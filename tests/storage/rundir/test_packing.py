@@ -309,7 +309,8 @@ def test_random_sigkills_of_a_packing_writer_lose_nothing(tmp_path: Path, trials
 
 
 class LazyMirror:
-    """A mirror that copies what it was told about only when flushed (a slow uploader)."""
+    """A mirror that runs behind: at every 5th file it copies all it was told of but the
+    last two (a slow background uploader); flush copies everything."""
 
     url = "lazy://test"
 
@@ -324,16 +325,29 @@ class LazyMirror:
             def __init__(self) -> None:
                 self.pending: list[str] = []
 
+                self.seq = 0
+                self.told = 0
+
             def published(self, name: str) -> None:
                 self.pending.append(name)
+                self.told += 1
+                if self.told % 5 == 0:
+                    self._upload(len(self.pending) - 2)
 
-            def flush(self, timeout: float) -> None:
-                for name in self.pending:
+            def _upload(self, count: int) -> None:
+                for name in self.pending[:count]:
                     try:
                         mirror.uploaded[name] = (paths.dir / name).read_bytes()
+                        self.seq = max(self.seq, int(name.split(".")[0]))
                     except FileNotFoundError:
                         mirror.lost.append(name)
-                self.pending.clear()
+                del self.pending[:count]
+
+            def uploaded_seq(self) -> int:
+                return self.seq
+
+            def flush(self, timeout: float) -> None:
+                self._upload(len(self.pending))
 
             def close(self) -> None:
                 self.flush(0)

@@ -109,7 +109,7 @@ def test_runs_and_metrics_as_records_and_dataframes(store: afk.Store) -> None:
     assert metrics.to_records()[0] == {
         "name": "loss",
         "value": 1.0,
-        "step": 1,
+        "step": 0,  # recorded in the first ctx.iterate item: its index
         "timestamp_ms": metrics[0].timestamp_ms,
         "seq": metrics[0].seq,
     }

@@ -1,0 +1,97 @@
+"""The steps of the take protocol that :func:`~.pull.pull_run` runs with ``take=True``.
+
+1. (pull) download and verify the run as it is; 2. create the epoch+1 lease
+(:func:`create_take_lease`); 3. list the old epoch again (:func:`settled_snapshot`),
+download and verify what it gained; 4. record the bases taken over in the new epoch's
+create-only bases object (:func:`record_bases`). Before step 2,
+:func:`refuse_live_owner` refuses to fence an owner that still renews its lease with
+the background mirror. docs/remote.md tells why the order matters.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from afk_local.errors import MirrorError, RemoteIntegrityError, RunNotFoundError
+from afk_local.integrations.remote.bucket import Bucket
+from afk_local.integrations.remote.lease import (
+    Bases,
+    Lease,
+    create_bases,
+    create_lease,
+    last_renewal,
+    lease_lost,
+    read_leases,
+)
+from afk_local.integrations.remote.remote_run import Snapshot, read_remote_run
+from afk_local.storage.format.integrity import Signer
+
+log = logging.getLogger("afk_local")
+
+
+def refuse_live_owner(
+    bucket: Bucket, head: Lease, force: bool, signer: Signer | None = None
+) -> int | None:
+    """Before step 2: how long ago the holder renewed; MirrorError if it still renews
+    with the background mirror (its effects are not fenced one by one) and not ``force``."""
+    found = last_renewal(bucket, head.run_id, head.epoch, signer)
+    if found is None:
+        return None
+    renewal, age_ms = found
+    if renewal.sync_effects or renewal.released or age_ms >= renewal.lease_ms or force:
+        if not (renewal.sync_effects or renewal.released) and age_ms < renewal.lease_ms:
+            log.warning(
+                "run %s: taken with --force from store %s, which renewed its lease %.1f s ago: "
+                "effects it starts before it sees the new lease may run twice",
+                head.run_id,
+                head.owner[:12],
+                age_ms / 1000,
+            )
+        return age_ms
+    raise MirrorError(
+        bucket.url,
+        f"run {head.run_id}: store {head.owner[:12]} (host {head.host or '?'}) renewed its lease "
+        f"{age_ms / 1000:.1f} s ago and mirrors effects in the background: taking it now could "
+        f"run effects twice; wait until its lease lapses ({renewal.lease_ms / 1000:g} s without "
+        "renewal) or pass --force",
+    )
+
+
+def settled_snapshot(bucket: Bucket, run_id: str, signer: Signer | None, owner: str) -> Snapshot:
+    """Step 3: the old epochs as listed now, after this store's lease exists."""
+    remote = read_remote_run(bucket, run_id, signer)
+    if remote is None or remote.head.owner != owner:
+        holder = remote.head if remote is not None else None
+        if holder is None:
+            raise RunNotFoundError(run_id, bucket.url)
+        raise lease_lost(bucket, run_id, holder, None)
+    return remote.snapshot()
+
+
+def record_bases(bucket: Bucket, bases: Bases, signer: Signer | None) -> None:
+    """Step 4: record what the take took over (create-only; an earlier attempt's must match)."""
+    if create_bases(bucket, bases, signer):
+        return
+    # Made by an earlier attempt of this store that died before publishing: it must
+    # say the same, else the remote would describe another history than this copy.
+    current = read_leases(bucket, bases.run_id, signer).get(bases.epoch)
+    if current is None or (current.base_seq, current.journal_base) != (
+        bases.base_seq,
+        bases.journal_base,
+    ):
+        raise RemoteIntegrityError(
+            bucket.url,
+            f"run {bases.run_id}: epoch {bases.epoch} already records other bases: refused",
+        )
+
+
+def create_take_lease(bucket: Bucket, lease: Lease, signer: Signer | None) -> None:
+    """Step 2: create the new epoch's lease; LeaseLostError if another store took it first."""
+    if not create_lease(bucket, lease, signer):
+        remote = read_remote_run(bucket, lease.run_id, signer)
+        holder = remote.head if remote is not None else lease
+        raise lease_lost(bucket, lease.run_id, holder, None)
+    log.info("run %s: lease epoch %d taken on %s", lease.run_id, lease.epoch, bucket.url)
+
+
+__all__ = ["create_take_lease", "record_bases", "refuse_live_owner", "settled_snapshot"]
