@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from afk_local.cli.command import CliError
 from afk_local.errors import AfkLocalError, RunLockedError, run_failure
 from afk_local.storage.format import codec
-from afk_local.storage.ops.export import to_jsonable
+from afk_local.storage.views.effect_table import effect_rows
+from afk_local.storage.views.payload_diff import structural_diff
 
 if TYPE_CHECKING:
     from afk_local.storage.rundir.reader import RunReader
@@ -110,54 +111,6 @@ def log_rows(reader: RunReader, *, limit: int | None = None) -> list[dict[str, A
     return rows
 
 
-def effect_rows(reader: RunReader) -> list[dict[str, Any]]:
-    """One row per effect key: its newest intent and outcome; in doubt first, then first-seen."""
-    if not reader.paths.journal.exists():
-        return []
-    by_key: dict[str, dict[str, Any]] = {}
-    for record in reader.effects():
-        row = by_key.setdefault(
-            record.key,
-            {
-                "key": record.key,
-                "name": "",
-                "step": 0,
-                "state": "in_doubt",
-                "attempts": 0,
-                "intent_ms": None,
-                "outcome_ms": None,
-                "idempotency_key": "",
-                "input_hash": "",
-                "result": None,
-                "error": None,
-            },
-        )
-        if record.kind == "intent":
-            row.update(
-                name=record.name,
-                step=record.step,
-                state="in_doubt",
-                intent_ms=record.timestamp_ms,
-                outcome_ms=None,
-                idempotency_key=record.idempotency_key,
-                input_hash=record.input_hash,
-                result=None,
-                error=None,
-            )
-            row["attempts"] += 1
-        else:
-            row.update(
-                state=record.status or "ok",
-                outcome_ms=record.timestamp_ms,
-                result=to_jsonable(record.result),
-                error=to_jsonable(record.error) if record.error else None,
-            )
-    rows = list(by_key.values())
-    return [r for r in rows if r["state"] == "in_doubt"] + [
-        r for r in rows if r["state"] != "in_doubt"
-    ]
-
-
 # -- inspect / diff -------------------------------------------------------------------------
 
 
@@ -194,39 +147,6 @@ def payload_at(payload: Any, path: str | None, *, run_id: str, seq: int) -> Any:
         value = nxt
         walked += f".{part}"
     return value
-
-
-def structural_diff(a: Any, b: Any) -> dict[str, Any]:
-    """Paths added, removed and changed from ``a`` to ``b`` (dicts by key, lists by index)."""
-    result: dict[str, Any] = {"added": {}, "removed": {}, "changed": {}}
-    _walk(a, b, "", result)
-    return result
-
-
-def _walk(a: Any, b: Any, path: str, out: dict[str, Any]) -> None:
-    def sub(key: Any) -> str:
-        return f"{path}.{key}" if path else str(key)
-
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in a:
-            if key not in b:
-                out["removed"][sub(key)] = to_jsonable(a[key])
-            else:
-                _walk(a[key], b[key], sub(key), out)
-        for key in b:
-            if key not in a:
-                out["added"][sub(key)] = to_jsonable(b[key])
-        return
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        for index in range(min(len(a), len(b))):
-            _walk(a[index], b[index], sub(index), out)
-        for index in range(len(b), len(a)):
-            out["removed"][sub(index)] = to_jsonable(a[index])
-        for index in range(len(a), len(b)):
-            out["added"][sub(index)] = to_jsonable(b[index])
-        return
-    if type(a) is not type(b) or a != b:
-        out["changed"][path or "(payload)"] = [to_jsonable(a), to_jsonable(b)]
 
 
 # -- verify -----------------------------------------------------------------------------------

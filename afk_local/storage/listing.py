@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from afk_local.errors import AfkLocalError, run_failure
-from afk_local.storage.format.layout import RunPaths, parse_pack_name
+from afk_local.storage.format.layout import META_NAME, RunPaths, parse_pack_name
 from afk_local.storage.format.records import Checkpoint, RunMeta
 from afk_local.storage.rundir.ownership import is_interrupted, probe_owner
 from afk_local.storage.rundir.reader import RunReader
@@ -167,6 +168,93 @@ def list_runs(store: ListedStore, wanted: RunFilter, limit: int | None) -> RunLi
     return result
 
 
+def page_runs(
+    store: PagedStore, wanted: RunFilter, offset: int, limit: int
+) -> tuple[RunList, int | None, bool]:
+    """One page of the runs ``wanted`` admits, for a store too large to list whole.
+
+    Runs are ordered newest first by the last change of their ``run.meta`` (its mtime:
+    one ``lstat`` per run, nothing read), then read in that order only as far as the
+    page needs: the meta of a run only when the filter looks at it (status, name,
+    tags), its checkpoints only for the runs on the page and for a filter on
+    liveness or recent activity. Returns the page, how many runs the filter admits
+    (None when that would need reading the rest of the store) and whether runs
+    follow the page.
+    """
+    from afk_local.storage.views.run_info import RunList  # noqa: PLC0415
+
+    order = _newest_meta_first(store)
+    page = RunList()
+    if not wanted.needs_meta and not wanted.needs_info:  # every run is admitted
+        for run_id in order[offset : offset + limit]:
+            listed = _listed(store, run_id, None)
+            if listed is not None:
+                page.append(listed)
+        return page, len(order), len(order) > offset + limit
+    admitted = 0
+    for run_id in order:
+        meta = None
+        if wanted.needs_meta:
+            try:
+                meta = store.read_meta(run_id)
+            except AfkLocalError:
+                continue  # a run being created, or a damaged meta: `verify` reports it
+            if not wanted.admits_meta(meta):
+                continue
+        if admitted < offset and not wanted.needs_info:
+            admitted += 1  # before the page: its checkpoints are not read
+            continue
+        info = _listed(store, run_id, meta)
+        if info is None or not wanted.admits(info):
+            continue
+        admitted += 1
+        if admitted <= offset:
+            continue
+        if len(page) == limit:
+            return page, None, True
+        page.append(info)
+    return page, admitted, False
+
+
+class PagedStore(ListedStore, Protocol):
+    """What a paged listing needs of a store besides a listing's (:class:`afk_local.Store`)."""
+
+    @property
+    def runs_dir(self) -> Path:
+        """The directory holding one directory per run."""
+        ...
+
+
+def _newest_meta_first(store: PagedStore) -> list[str]:
+    """Run ids, the most recently changed ``run.meta`` first (a run without one is left out)."""
+    runs_dir = os.fspath(store.runs_dir)
+    stamped = []
+    for run_id in store.run_ids():
+        try:
+            changed = os.lstat(os.path.join(runs_dir, run_id, META_NAME)).st_mtime_ns
+        except OSError:
+            continue  # a run being created: listed once its meta is there
+        stamped.append((changed, run_id))
+    stamped.sort(reverse=True)
+    return [run_id for _, run_id in stamped]
+
+
+def _listed(store: ListedStore, run_id: str, meta: RunMeta | None) -> RunInfo | None:
+    """The :class:`RunInfo` of a run for a listing: a run whose checkpoints cannot be read
+    is one marked line (from its meta), one whose meta cannot be read is left out (a run
+    being created, or a damaged meta: ``verify`` reports it)."""
+    try:
+        return store.info(run_id)
+    except Exception as exc:
+        log.debug("run %s: cannot be listed", run_id, exc_info=True)
+        if meta is None:
+            try:
+                meta = store.read_meta(run_id)
+            except AfkLocalError:
+                return None
+        return _damaged_info(run_id, meta, run_failure(exc))
+
+
 def interrupted(store: ListedStore) -> list[str]:
     """Ids of runs whose status says running (or created) but whose lock is free.
 
@@ -187,4 +275,12 @@ def interrupted(store: ListedStore) -> list[str]:
     return found
 
 
-__all__ = ["ListedStore", "interrupted", "list_runs", "newest_unreadable", "run_info"]
+__all__ = [
+    "ListedStore",
+    "PagedStore",
+    "interrupted",
+    "list_runs",
+    "newest_unreadable",
+    "page_runs",
+    "run_info",
+]

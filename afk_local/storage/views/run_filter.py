@@ -45,6 +45,16 @@ class RunFilter:
         if self.status is not None and self.status not in LIVENESS:
             object.__setattr__(self, "status", RunStatus(self.status).value)
 
+    @property
+    def needs_meta(self) -> bool:
+        """Some criterion is decided from ``run.meta`` (a status, a name, tags)."""
+        return self.status not in (None, *LIVENESS) or self.name is not None or bool(self.tags)
+
+    @property
+    def needs_info(self) -> bool:
+        """Some criterion needs the run's :class:`RunInfo` (liveness, last update)."""
+        return self.status in LIVENESS or self.since_ms is not None
+
     def admits_meta(self, meta: RunMeta) -> bool:
         """What can be told from ``run.meta`` alone (the status, name and tags)."""
         if self.status not in (None, *LIVENESS) and meta.status.value != self.status:

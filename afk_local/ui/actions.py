@@ -1,0 +1,165 @@
+"""What the page's forms do: settle, answer a pause, cancel, resume, restart or fork a run.
+
+Each action calls the code the command line calls: :func:`~afk_local.runner.settle.settle`
+(``afk-local settle``), :func:`~afk_local.watcher.requests.resume_request`
+(``afk-local resume --via-watcher [--input JSON]``: the running watcher resumes the
+run, an answer bound to the pause the page showed),
+:func:`~afk_local.runner.cancel.cancel` (``afk-local cancel``),
+:func:`~afk_local.runner.restart.restart_run` (``afk-local restart --no-start``: a
+watcher starts the new run) and :meth:`~afk_local.Store.fork` (``afk-local fork``). An
+action returns what the page says and which run it shows next; bad input raises
+``ValueError`` and what the run's state refuses raises an
+:class:`~afk_local.errors.AfkLocalError`, both shown as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from afk_local.runner.cancel import cancel
+from afk_local.runner.origin import cannot_resume
+from afk_local.runner.restart import restart_run
+from afk_local.runner.settle import settle
+from afk_local.storage.format.records import RunStatus
+from afk_local.storage.store import Store
+from afk_local.ui.views import require_run
+from afk_local.watcher.requests import resume_request
+
+MAX_FIELD_CHARS = 1 << 20
+"""The longest form value accepted (a result or an answer as JSON)."""
+
+
+@dataclass(frozen=True)
+class Done:
+    """What an action did: the sentence the page shows, on the page of ``run_id``."""
+
+    said: str
+    run_id: str
+
+
+def _json(field: str, text: str) -> Any:
+    if len(text) > MAX_FIELD_CHARS:
+        raise ValueError(f"{field} is over {MAX_FIELD_CHARS} characters")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f'{field} must be JSON (e.g. null, 42, "text", {{"id": 7}}): {exc}'
+        ) from None
+
+
+def settle_effect(store: Store, run_id: str, form: Mapping[str, str]) -> Done:
+    """``settle RUN KEY --done --result JSON`` or ``--failed MESSAGE`` from the effects form."""
+    require_run(store, run_id)
+    key = form.get("key", "")
+    outcome = form.get("outcome", "")
+    if outcome == "done":
+        result = _json("the result", form.get("result", "").strip() or "null")
+        settle(run_id, key, store=store, done=True, result=result)
+        return Done(f"effect {key} settled as done; a resume replays its result", run_id)
+    if outcome == "failed":
+        message = (
+            form.get("message", "").strip()[:2000] or "it did not happen (settled from the page)"
+        )
+        settle(run_id, key, store=store, done=False, message=message)
+        return Done(f"effect {key} settled as failed; a resume calls it again", run_id)
+    raise ValueError("choose what happened: done (it happened) or failed (it did not)")
+
+
+def answer_pause(store: Store, run_id: str, form: Mapping[str, str]) -> Done:
+    """``resume RUN --via-watcher --input JSON``, bound to the pause the page showed."""
+    require_run(store, run_id)
+    try:
+        pause_seq = int(form.get("pause_seq", ""))
+    except ValueError:
+        raise ValueError("the form names no pause; reload the page") from None
+    value = _json("the answer", form.get("answer", "").strip())
+    resume_request(store, run_id, value, has_input=True, pause_seq=pause_seq)
+    return Done(
+        "answer handed to the watcher: it resumes the run with it "
+        "(`afk-local watch` must be running for this store)",
+        run_id,
+    )
+
+
+def resume_run(store: Store, run_id: str, form: Mapping[str, str]) -> Done:
+    """``resume RUN --via-watcher``: the watcher continues an interrupted or failed run."""
+    del form
+    require_run(store, run_id)
+    meta = store.read_meta(run_id)
+    if meta.status is RunStatus.PAUSED:
+        raise ValueError("the run waits for an answer: use the answer form")
+    if meta.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
+        raise ValueError(f"the run is {meta.status.value}; there is nothing to resume")
+    reason = cannot_resume(meta)
+    if reason is not None:
+        raise ValueError(f"the run cannot be resumed: {reason}")
+    resume_request(store, run_id)
+    return Done(
+        "resume handed to the watcher (`afk-local watch` must be running for this store)", run_id
+    )
+
+
+def cancel_run(store: Store, run_id: str, form: Mapping[str, str]) -> Done:
+    """``cancel RUN --reason TEXT``: the run becomes cancelled and is never resumed."""
+    require_run(store, run_id)
+    reason = form.get("reason", "").strip()[:2000] or "cancelled from the web page"
+    cancel(run_id, store=store, reason=reason)
+    return Done("run cancelled; nothing resumes it", run_id)
+
+
+def restart(store: Store, run_id: str, form: Mapping[str, str]) -> Done:
+    """``restart RUN --no-start``: a new run of the job with the same inputs, for a watcher."""
+    del form
+    require_run(store, run_id)
+    new_id = restart_run(run_id, store=store)
+    return Done(
+        f"restarted from {run_id} as a new run (created): a running `afk-local watch` "
+        f"starts it, or `afk-local resume {new_id}`",
+        new_id,
+    )
+
+
+def fork(store: Store, run_id: str, form: Mapping[str, str]) -> Done:
+    """``fork RUN --at SEQ``: a new run continuing from one checkpoint of this one."""
+    require_run(store, run_id)
+    try:
+        at_seq = int(form.get("seq", ""))
+    except ValueError:
+        raise ValueError("the form names no checkpoint; reload the page") from None
+    info = store.fork(run_id, at_seq)
+    return Done(
+        f"forked from {run_id} at checkpoint {at_seq}; continue it with "
+        f"`afk-local resume {info.run_id}`",
+        info.run_id,
+    )
+
+
+Action = Callable[[Store, str, Mapping[str, str]], Done]
+"""An action: the store, the run it acts on, the form; what it did."""
+
+ACTIONS: dict[str, Action] = {
+    "settle": settle_effect,
+    "answer": answer_pause,
+    "resume": resume_run,
+    "cancel": cancel_run,
+    "restart": restart,
+    "fork": fork,
+}
+"""The actions by the name in their URL (``POST /runs/RUN/<name>``)."""
+
+
+__all__ = [
+    "ACTIONS",
+    "Action",
+    "Done",
+    "answer_pause",
+    "cancel_run",
+    "fork",
+    "restart",
+    "resume_run",
+    "settle_effect",
+]

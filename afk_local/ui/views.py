@@ -1,0 +1,407 @@
+"""What each page of ``afk-local ui`` shows, as plain data read from the store.
+
+The runs page uses the store's own listing (:func:`~afk_local.storage.listing.page_runs`
+with a :class:`~afk_local.storage.views.run_filter.RunFilter`), the run page the
+same rows as ``afk-local effects`` (:func:`~afk_local.storage.views.effect_table.effect_rows`)
+and ``afk-local metrics``. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from afk_local.errors import AfkLocalError, RunNotFoundError, run_failure
+from afk_local.runner.answers import waiting_at
+from afk_local.storage.format.records import RunMeta, RunStatus, now_ms
+from afk_local.storage.listing import page_runs
+from afk_local.storage.ops.export import to_jsonable
+from afk_local.storage.ops.retention import RetentionPolicy
+from afk_local.storage.rundir.metrics import MetricLog
+from afk_local.storage.store import Store
+from afk_local.storage.views.effect_table import effect_rows
+from afk_local.storage.views.notebook import format_bytes, format_ms
+from afk_local.storage.views.payload_diff import structural_diff
+from afk_local.storage.views.run_filter import LIVENESS, RunFilter, parse_since, parse_tag
+from afk_local.storage.views.run_info import RunInfo
+from afk_local.storage.views.run_progress import format_duration, format_progress
+
+log = logging.getLogger("afk_local")
+
+PAGE_SIZE = 50
+"""Runs on one page of the runs page."""
+MAX_PAGE_SIZE = 500
+"""The most runs one page may ask for (``?per=``)."""
+TIMELINE_LIMIT = 200
+"""Events shown on a run's timeline (the newest)."""
+MAX_SHOWN_JSON = 256 << 10
+"""Characters of a payload shown on a page before it is cut."""
+STATUSES = tuple(s.value for s in RunStatus) + LIVENESS
+"""What the status filter offers."""
+
+
+@dataclass(frozen=True)
+class RunsQuery:
+    """The runs page's filters and page, as given in its query string."""
+
+    status: str = ""
+    name: str = ""
+    tag: str = ""
+    since: str = ""
+    page: int = 1
+    per: int = PAGE_SIZE
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> RunsQuery:
+        """Read the query string; a value out of range is clamped, never an error."""
+
+        def number(key: str, default: int, top: int) -> int:
+            try:
+                return max(1, min(top, int(params.get(key, default))))
+            except ValueError:
+                return default
+
+        status = params.get("status", "")
+        return cls(
+            status=status if status in STATUSES else "",
+            name=params.get("name", "").strip()[:200],
+            tag=params.get("tag", "").strip()[:200],
+            since=params.get("since", "").strip()[:50],
+            page=number("page", 1, 1 << 30),
+            per=number("per", PAGE_SIZE, MAX_PAGE_SIZE),
+        )
+
+    def run_filter(self) -> RunFilter:
+        """The :class:`RunFilter` these filters mean.
+
+        Raises:
+            ValueError: ``since`` or ``tag`` does not parse (the message says the forms).
+        """
+        tags = dict(parse_tag(t) for t in self.tag.split()) if self.tag else {}
+        since_ms = parse_since(self.since, now_ms()) if self.since else None
+        return RunFilter(
+            status=self.status or None, since_ms=since_ms, name=self.name or None, tags=tags
+        )
+
+    def params(self, **changes: Any) -> dict[str, str]:
+        """The query string of this page with ``changes`` (empty values left out)."""
+        values = {
+            "status": self.status,
+            "name": self.name,
+            "tag": self.tag,
+            "since": self.since,
+            "page": str(self.page) if self.page != 1 else "",
+            "per": str(self.per) if self.per != PAGE_SIZE else "",
+        }
+        values.update({k: str(v) for k, v in changes.items()})
+        return {k: v for k, v in values.items() if v}
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One line of the runs table, formatted."""
+
+    run_id: str
+    status: str
+    label: str
+    progress: str
+    fraction: float | None
+    eta: str
+    attempts: int
+    age: str
+    updated: str
+    tags: str
+    size: str
+    damage: str | None
+
+
+def run_row(info: RunInfo, now: int) -> RunRow:
+    """The runs table's line of one run (the same facts as ``afk-local runs``)."""
+    if info.interrupted:
+        label = f"{info.status.value} (interrupted)"
+    elif info.owner_alive:
+        label = f"{info.status.value} (live)"
+    else:
+        label = info.status.value
+    p = info.progress
+    return RunRow(
+        run_id=info.run_id,
+        status=info.status.value,
+        label=label,
+        progress=format_progress(p),
+        fraction=p.fraction if p else None,
+        eta=format_duration(info.eta_s) if info.eta_s is not None else "-",
+        attempts=info.attempt,
+        age=format_duration(max(0, now - info.created_ms) / 1000) if info.created_ms else "-",
+        updated=format_ms(info.updated_ms),
+        tags=" ".join(f"{k}={v}" for k, v in sorted(info.tags.items())),
+        size=format_bytes(info.bytes),
+        damage=info.damage,
+    )
+
+
+@dataclass
+class RunsPage:
+    """What the runs page shows."""
+
+    query: RunsQuery
+    rows: list[RunRow] = field(default_factory=list)
+    matched: int | None = 0
+    """Runs the filters admit (None: not counted, that would read the whole store)."""
+    more: bool = False
+    error: str | None = None
+
+
+def runs_page(store: Store, query: RunsQuery) -> RunsPage:
+    """The runs of one page, newest first, filtered."""
+    page = RunsPage(query=query)
+    try:
+        wanted = query.run_filter()
+    except ValueError as exc:
+        page.error = str(exc)
+        return page
+    if not store.runs_dir.is_dir():
+        return page
+    infos, page.matched, page.more = page_runs(
+        store, wanted, (query.page - 1) * query.per, query.per
+    )
+    now = now_ms()
+    page.rows = [run_row(info, now) for info in infos]
+    return page
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    """One thing that happened in a run: a checkpoint, or a journaled step."""
+
+    at_ms: int
+    kind: str
+    """``checkpoint``, ``step`` or ``outcome``."""
+    what: str
+    detail: str = ""
+    seq: int | None = None
+
+
+@dataclass
+class RunPage:
+    """What a run's page shows."""
+
+    info: RunInfo
+    meta: RunMeta
+    row: RunRow
+    pause_seq: int | None
+    pause_prompt: str | None
+    error: str | None
+    params: str | None
+    effects: list[dict[str, Any]]
+    effects_problem: str | None
+    timeline: list[TimelineEvent]
+    checkpoints: int
+    metrics: MetricLog
+    metrics_problem: str | None
+
+
+def shown_json(value: Any) -> str:
+    """``value`` as indented JSON for a page, cut at :data:`MAX_SHOWN_JSON` characters."""
+    text = json.dumps(to_jsonable(value), indent=2, ensure_ascii=False, default=repr)
+    if len(text) > MAX_SHOWN_JSON:
+        return text[:MAX_SHOWN_JSON] + "\n... (cut; `afk-local inspect` shows all of it)"
+    return text
+
+
+def require_run(store: Store, run_id: str) -> None:
+    """Raise :class:`RunNotFoundError` (or :class:`InvalidRunIdError`) unless it is a run."""
+    paths = store.paths(run_id, refuse_links=True)
+    if not os.path.lexists(paths.meta):
+        raise RunNotFoundError(run_id, str(store.root))
+
+
+def run_page(store: Store, run_id: str) -> RunPage:
+    """Everything the run page shows about ``run_id``."""
+    require_run(store, run_id)
+    info = store.info(run_id)
+    reader = store.open(run_id)
+    meta = reader.meta
+    effects: list[dict[str, Any]] = []
+    effects_problem = None
+    try:
+        effects = effect_rows(reader)
+    except AfkLocalError as exc:
+        effects_problem = str(exc)
+    timeline: list[TimelineEvent] = []
+    files = reader.checkpoint_files()
+    for file in files[-TIMELINE_LIMIT:]:
+        try:
+            ckpt = reader.load(file)
+        except AfkLocalError as exc:
+            timeline.append(TimelineEvent(0, "checkpoint", file.phase, run_failure(exc), file.seq))
+            continue
+        timeline.append(
+            TimelineEvent(
+                ckpt.timestamp_ms, "checkpoint", ckpt.phase, f"step {ckpt.step}", ckpt.seq
+            )
+        )
+    for row in effects:
+        if row["intent_ms"]:
+            timeline.append(TimelineEvent(row["intent_ms"], "step", row["name"] or row["key"]))
+        if row["outcome_ms"]:
+            timeline.append(
+                TimelineEvent(row["outcome_ms"], "outcome", row["name"] or row["key"], row["state"])
+            )
+    timeline.sort(key=lambda e: e.at_ms, reverse=True)
+    metrics = MetricLog()
+    metrics_problem = None
+    try:
+        metrics = reader.metrics()
+    except AfkLocalError as exc:
+        metrics_problem = str(exc)
+    pause_seq = waiting_at(meta)
+    return RunPage(
+        info=info,
+        meta=meta,
+        row=run_row(info, now_ms()),
+        pause_seq=pause_seq,
+        pause_prompt=shown_json(meta.pause.prompt) if meta.pause is not None else None,
+        error=(f"{meta.error.type}: {meta.error.message}" if meta.error is not None else None),
+        params=shown_json(meta.params) if meta.params is not None else None,
+        effects=effects,
+        effects_problem=effects_problem,
+        timeline=timeline[:TIMELINE_LIMIT],
+        checkpoints=len(files),
+        metrics=metrics,
+        metrics_problem=metrics_problem,
+    )
+
+
+@dataclass(frozen=True)
+class CheckpointPage:
+    """One checkpoint, for the inspect page."""
+
+    run_id: str
+    seq: int
+    phase: str
+    step: int
+    at: str
+    payload: str
+    seqs: list[int]
+
+
+def checkpoint_page(store: Store, run_id: str, seq: int) -> CheckpointPage:
+    """The payload of checkpoint ``seq`` of ``run_id`` (as ``afk-local inspect``)."""
+    require_run(store, run_id)
+    reader = store.open(run_id)
+    ckpt = reader.get(seq)
+    return CheckpointPage(
+        run_id=run_id,
+        seq=ckpt.seq,
+        phase=ckpt.phase,
+        step=ckpt.step,
+        at=format_ms(ckpt.timestamp_ms),
+        payload=shown_json(ckpt.payload),
+        seqs=[f.seq for f in reader.checkpoint_files()],
+    )
+
+
+@dataclass(frozen=True)
+class DiffPage:
+    """What changed from one checkpoint's payload to another's (as ``afk-local diff``)."""
+
+    run_id: str
+    seq_a: int
+    seq_b: int
+    phase_a: str
+    phase_b: str
+    added: list[tuple[str, str]]
+    removed: list[tuple[str, str]]
+    changed: list[tuple[str, str, str]]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=repr)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def diff_page(store: Store, run_id: str, seq_a: int, seq_b: int) -> DiffPage:
+    """The structural diff of two checkpoints of ``run_id`` (paths, as ``afk-local diff``)."""
+    require_run(store, run_id)
+    reader = store.open(run_id)
+    a, b = reader.get(seq_a), reader.get(seq_b)
+    changes = structural_diff(a.payload, b.payload)
+    return DiffPage(
+        run_id=run_id,
+        seq_a=a.seq,
+        seq_b=b.seq,
+        phase_a=a.phase,
+        phase_b=b.phase,
+        added=[(path, _short(v)) for path, v in changes["added"].items()],
+        removed=[(path, _short(v)) for path, v in changes["removed"].items()],
+        changed=[
+            (path, _short(old), _short(new)) for path, (old, new) in changes["changed"].items()
+        ],
+    )
+
+
+@dataclass
+class StorePage:
+    """What the store page shows: disk use by run, what gc would remove, verify results."""
+
+    root: str
+    runs: int = 0
+    total_bytes: str = "0 B"
+    by_size: list[tuple[str, str]] = field(default_factory=list)
+    gc: dict[str, Any] = field(default_factory=dict)
+    gc_freed: str = "0 B"
+    verified: list[tuple[str, int, list[str]]] | None = None
+
+
+def store_page(store: Store, *, verify: bool = False, top: int = 50) -> StorePage:
+    """The store page; ``verify`` reads every file of every run (slow on large stores)."""
+    page = StorePage(root=str(store.root))
+    if not store.runs_dir.is_dir():
+        return page
+    infos = store.runs()
+    page.runs = len(infos)
+    page.total_bytes = format_bytes(sum(i.bytes for i in infos))
+    biggest = sorted(infos, key=lambda i: i.bytes, reverse=True)[:top]
+    page.by_size = [(i.run_id, format_bytes(i.bytes)) for i in biggest]
+    report = store.gc(RetentionPolicy(), dry_run=True)
+    page.gc = report.to_dict()
+    page.gc_freed = format_bytes(report.bytes_freed)
+    if verify:
+        page.verified = []
+        for run_id in store.run_ids():
+            try:
+                result = store.open(run_id).verify()
+            except AfkLocalError as exc:
+                page.verified.append((run_id, 0, [str(exc)]))
+                continue
+            problems = [f"{p.path}: {p.reason}" for p in result.problems]
+            page.verified.append((run_id, result.checked_files, problems))
+    return page
+
+
+__all__ = [
+    "MAX_PAGE_SIZE",
+    "PAGE_SIZE",
+    "STATUSES",
+    "CheckpointPage",
+    "DiffPage",
+    "RunPage",
+    "RunRow",
+    "RunsPage",
+    "RunsQuery",
+    "StorePage",
+    "TimelineEvent",
+    "checkpoint_page",
+    "diff_page",
+    "require_run",
+    "run_page",
+    "run_row",
+    "runs_page",
+    "shown_json",
+    "store_page",
+]

@@ -1,0 +1,62 @@
+"""One page of a store's listing (afk_local/storage/listing.py, ``page_runs``): the web
+page's runs table on stores too large to list whole."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import afk_local as afk
+from afk_local.storage.listing import page_runs
+from afk_local.storage.views.run_filter import RunFilter
+
+
+def _store(root: Path, n: int) -> afk.Store:
+    """``n`` runs, r0 the oldest; r0, r3, r6... never finished (interrupted)."""
+    store = afk.Store(root)
+    an_hour_ago = time.time() - 3600
+    for i in range(n):
+        with store.create(f"r{i}", extra={"tags": {"parity": ("even", "odd")[i % 2]}}) as run:
+            run.checkpoint("runtime_state", {"i": i}, step=i)
+            if i % 3:
+                run.finish(i)
+        # File times are as coarse as the kernel's clock tick: set them, one second apart.
+        stamp = an_hour_ago + i
+        os.utime(store.paths(f"r{i}").meta, (stamp, stamp))
+    return store
+
+
+def test_pages_hold_every_admitted_run_once_newest_first(tmp_path: Path) -> None:
+    store = _store(tmp_path / "store", 7)
+    seen: list[str] = []
+    offset, more = 0, True
+    while more:
+        page, matched, more = page_runs(store, RunFilter(), offset, 3)
+        assert matched == 7 and len(page) <= 3
+        seen += [info.run_id for info in page]
+        offset += 3
+    assert seen == [f"r{i}" for i in reversed(range(7))]  # created in order: newest first
+
+
+def test_a_page_applies_the_filter_on_meta_and_on_liveness(tmp_path: Path) -> None:
+    store = _store(tmp_path / "store", 7)
+    page, matched, more = page_runs(store, RunFilter(tags={"parity": "even"}), 0, 10)
+    assert [i.run_id for i in page] == ["r6", "r4", "r2", "r0"] and matched == 4 and not more
+    # status "interrupted" is decided from each run's lock: r0, r3, r6 never finished
+    page, matched, _ = page_runs(store, RunFilter(status="interrupted"), 0, 10)
+    assert [i.run_id for i in page] == ["r6", "r3", "r0"] and matched == 3
+    page, matched, more = page_runs(store, RunFilter(status="interrupted"), 1, 1)
+    assert [i.run_id for i in page] == ["r3"] and more
+    assert matched is None  # counting would read the rest of the store
+    page, _, more = page_runs(store, RunFilter(tags={"parity": "odd"}), 2, 2)
+    assert [i.run_id for i in page] == ["r1"] and not more
+
+
+def test_the_newest_change_of_run_meta_comes_first(tmp_path: Path) -> None:
+    store = _store(tmp_path / "store", 3)
+    afk.cancel("r0", store=store)  # rewrites r0's run.meta now: it changed last
+    page, _, _ = page_runs(store, RunFilter(), 0, 10)
+    assert [i.run_id for i in page] == ["r0", "r2", "r1"]
+    page, _, _ = page_runs(store, RunFilter(status="cancelled"), 0, 10)
+    assert [i.run_id for i in page] == ["r0"]

@@ -1,0 +1,186 @@
+"""A real ``afk-local ui`` server process for the ui tests, and the jobs they watch.
+
+:func:`served` starts ``python -m afk_local ui --port 0`` on a store, reads the URL
+it prints (port and token) and always stops it (SIGTERM, then SIGKILL). The jobs
+are importable as ``ui_server:...`` by the children that run them.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlencode, urlsplit
+
+from proc import REPO, SUPPORT
+
+import afk_local as afk
+from afk_local.runner.durable_function import durable
+
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(
+        p for p in (str(SUPPORT), str(REPO), os.environ.get("PYTHONPATH", "")) if p
+    ),
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+@dataclass(frozen=True)
+class Served:
+    """A running server: the URL it printed, split up."""
+
+    url: str
+    base: str
+    token: str
+    port: int
+    process: subprocess.Popen[str]
+
+    def get(self, path: str, *, token: bool = True, headers: dict[str, str] | None = None):
+        """GET ``path`` (with ``?token=`` unless not ``token``): (status, headers, body)."""
+        return request(self, "GET", path, token=token, headers=headers)
+
+    def post(
+        self,
+        path: str,
+        form: dict[str, str],
+        *,
+        token: bool = True,
+        headers: dict[str, str] | None = None,
+    ):
+        """POST ``form`` (urlencoded) to ``path``; redirects are not followed."""
+        return request(self, "POST", path, form=form, token=token, headers=headers)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def request(
+    served: Served,
+    method: str,
+    path: str,
+    *,
+    form: dict[str, str] | None = None,
+    token: bool = True,
+    headers: dict[str, str] | None = None,
+):
+    """One HTTP request to ``served``: (status, headers, body text); never raises on 4xx/5xx."""
+    url = served.base + path
+    if token:
+        url += ("&" if "?" in path else "?") + "token=" + served.token
+    data = urlencode(form).encode() if form is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(req, timeout=60) as answer:
+            return answer.status, answer.headers, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers, exc.read().decode()
+
+
+@contextmanager
+def served(root: Path, *flags: str) -> Iterator[Served]:
+    """``afk-local --root ROOT ui --port 0 FLAGS`` running; stopped on exit, whatever happens."""
+    command = [sys.executable, "-m", "afk_local", "--root", str(root), "ui", "--port", "0", *flags]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV
+    )
+    try:
+        url = _printed_url(process)
+        parts = urlsplit(url)
+        token = parts.query.removeprefix("token=")
+        assert parts.port is not None
+        yield Served(url, f"{parts.scheme}://{parts.netloc}", token, parts.port, process)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+def _printed_url(process: subprocess.Popen[str]) -> str:
+    """The URL the server printed (read on a thread: a pipe read has no timeout)."""
+    assert process.stdout is not None
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put("")
+
+    threading.Thread(target=pump, daemon=True).start()
+    seen = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=1)
+        except queue.Empty:
+            continue
+        if not line:
+            stderr = process.stderr.read() if process.stderr else ""
+            raise AssertionError(f"afk-local ui exited: {''.join(seen)}{stderr}")
+        seen.append(line)
+        found = re.search(r"open: (http://\S+)", line)
+        if found:
+            return found.group(1)
+    raise AssertionError(f"afk-local ui printed no URL in 60 s: {''.join(seen)}")
+
+
+def csrf_of(html: str) -> str:
+    """The CSRF value in a page's forms."""
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "the page has no form"
+    return found.group(1)
+
+
+@durable
+def gated_job(ctx: afk.RunContext, n: int, gates: str) -> int:
+    """``n`` items; item ``i`` waits for the file ``gates/go<i>``: the test says when."""
+    for item in ctx.iterate(range(n)):
+        gate = Path(gates) / f"go{item}"
+        while not gate.exists():
+            time.sleep(0.02)
+    return n
+
+
+GATED = """
+import sys
+import afk_local as afk
+import ui_server
+ui_server.gated_job.with_store(afk.Store(sys.argv[1])).run(
+    int(sys.argv[2]), sys.argv[3], run_id=sys.argv[4], tags={"kind": "gated"}
+)
+"""
+
+
+@durable
+def failing_job(ctx: afk.RunContext, why: str) -> None:
+    """Fails at once: a failed run to list."""
+    raise RuntimeError(why)
+
+
+@durable
+def metric_job(ctx: afk.RunContext, n: int) -> int:
+    """Records a ``loss`` metric per step: a run with a chart."""
+    for item in ctx.iterate(range(n)):
+        ctx.metric("loss", 1.0 / (item + 1))
+    return n

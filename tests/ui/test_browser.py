@@ -1,0 +1,229 @@
+"""``afk-local ui`` in a real headless Chromium (Playwright, the system's browser).
+
+One browser for the module, one server on one store: the page lists the runs,
+filters them, follows a run that progresses without a reload, is usable with the
+keyboard, and settles an effect a SIGKILL left in doubt, after which the resumed
+run replays the answer given on the page. With ``AFK_LOCAL_UI_SCREENSHOTS=DIR``
+the tests also save the screenshots docs/ui.md shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import cli_jobs
+import proc
+import pytest
+import ui_server
+from proc import SUPPORT
+from ui_server import ENV, served
+
+import afk_local as afk
+
+pytest.importorskip("starlette", reason="afk_local[ui] is not installed (starlette)")
+pytest.importorskip("uvicorn", reason="afk_local[ui] is not installed (uvicorn)")
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed (the test extra)"
+)
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+WAIT_MS = 15_000
+"""How long a test waits for the page to show something (the page polls every second)."""
+sync_api.expect.set_options(timeout=WAIT_MS)
+
+CRASH_IN_STEP = """
+import sys
+import cli_jobs
+import afk_local as afk
+cli_jobs.charge_job.with_store(afk.Store(sys.argv[1])).run(sys.argv[2], 5, run_id=sys.argv[3])
+"""
+
+
+def _chromium() -> str | None:
+    for candidate in ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(candidate)
+        if found:
+            return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = _chromium()
+    if executable is None:
+        pytest.skip("no Chromium on this machine (apt-get install chromium; .ci/run does)")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory):
+    """A store with finished, failed, tagged, in-doubt and progressing runs, and its server."""
+    base = tmp_path_factory.mktemp("ui-browser")
+    root, outside, gates = base / "store", base / "outside.txt", base / "gates"
+    gates.mkdir()
+    store = afk.Store(root)
+    for i, model in enumerate(("small", "large")):
+        cli_jobs.count_job.with_store(store).run(
+            3, str(base / "count.txt"), run_id=f"train-{model}", tags={"model": model}
+        )
+    with pytest.raises(RuntimeError):
+        ui_server.failing_job.with_store(store).run("the API said 500", run_id="nightly")
+    ui_server.metric_job.with_store(store).run(20, run_id="fit")
+    crash = proc.run(
+        CRASH_IN_STEP,
+        str(root),
+        str(outside),
+        "pay",
+        env={"PYTHONPATH": str(SUPPORT), "CLI_JOBS_DIE_IN_STEP": "1"},
+    )
+    assert crash.returncode == -9, crash.stderr  # killed inside the charge: in doubt
+    gated = proc.spawn(ui_server.GATED, str(root), "3", str(gates), "gated", env=ENV)
+    try:
+        with served(root) as server:
+            yield {"store": store, "server": server, "gates": gates, "outside": outside}
+    finally:
+        for i in range(3):
+            (gates / f"go{i}").touch()
+        try:
+            gated.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            gated.kill()
+            gated.wait()
+
+
+@pytest.fixture
+def page(browser, world):
+    context = browser.new_context(viewport={"width": 1100, "height": 800})
+    tab = context.new_page()
+    tab.set_default_timeout(WAIT_MS)
+    tab.goto(world["server"].url)
+    yield tab
+    context.close()
+
+
+def _shot(page, name: str) -> None:
+    folder = os.environ.get("AFK_LOCAL_UI_SCREENSHOTS")
+    if folder:
+        page.screenshot(path=str(Path(folder) / name), full_page=True)
+
+
+def _row(page, run_id: str):
+    return page.locator(f'#runs-body tr[data-run="{run_id}"]')
+
+
+def test_the_runs_page_lists_the_store_runs(page) -> None:
+    expect = sync_api.expect
+    for run_id in ("train-small", "train-large", "nightly", "fit", "pay", "gated"):
+        expect(_row(page, run_id)).to_have_count(1)
+    expect(_row(page, "nightly").locator(".status")).to_have_text("failed")
+    expect(_row(page, "train-small")).to_contain_text("model=small")
+    expect(_row(page, "pay").locator(".status")).to_contain_text("interrupted")
+    _shot(page, "ui-runs.png")
+
+
+def test_filters_choose_runs(page) -> None:
+    expect = sync_api.expect
+    page.select_option("select[name=status]", "failed")
+    page.click("button[type=submit]")
+    expect(_row(page, "nightly")).to_have_count(1)
+    expect(page.locator("#runs-body tr")).to_have_count(1)
+    page.fill("input[name=tag]", "model=large")
+    page.select_option("select[name=status]", "")
+    page.click("button[type=submit]")
+    expect(page.locator("#runs-body tr")).to_have_count(1)
+    expect(_row(page, "train-large")).to_have_count(1)
+
+
+def test_a_run_that_progresses_updates_without_a_reload(page, world) -> None:
+    expect = sync_api.expect
+    progress = _row(page, "gated").locator(".progress-text")
+    expect(progress).not_to_contain_text("1/3")
+    page.evaluate("window.sameDocument = true")
+    (world["gates"] / "go0").touch()
+    expect(progress).to_contain_text("1/3")
+    (world["gates"] / "go1").touch()
+    expect(progress).to_contain_text("2/3")
+    assert page.evaluate("window.sameDocument === true")  # no navigation happened
+
+
+def test_the_runs_table_is_usable_with_the_keyboard(page) -> None:
+    for _ in range(40):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.classList.contains('run-link')"):
+            break
+    else:
+        pytest.fail("Tab never reached a run")
+    first = page.evaluate("document.activeElement.textContent")
+    page.keyboard.press("ArrowDown")
+    second = page.evaluate("document.activeElement.textContent")
+    assert second != first
+    page.keyboard.press("ArrowUp")
+    assert page.evaluate("document.activeElement.textContent") == first
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"**/runs/{second}")
+    sync_api.expect(page.locator("h1")).to_contain_text(second)
+
+
+def test_settling_an_in_doubt_effect_from_the_page_is_replayed_by_the_resume(page, world) -> None:
+    expect = sync_api.expect
+    store: afk.Store = world["store"]
+    page.click('#runs-body a.run-link:text-is("pay")')
+    expect(page.locator("#effects .doubt")).to_have_text("IN DOUBT")
+    _shot(page, "ui-in-doubt.png")
+    form = page.locator("form.settle")
+    form.get_by_label("It happened").check()
+    form.get_by_label("Its result (JSON)").fill('"receipt-from-the-bank"')
+    form.get_by_role("button", name="Settle").click()
+    expect(page.locator(".notice")).to_contain_text("settled as done")
+    expect(page.locator("#effects .doubt")).to_have_count(0)
+    last = store.open("pay").effects()[-1]
+    assert (last.kind, last.status, last.result) == ("outcome", "ok", "receipt-from-the-bank")
+    assert last.settled_attempt >= 1
+    resumed = subprocess.run(
+        [sys.executable, "-m", "afk_local", "--root", str(store.root), "resume", "pay", "--json"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["result"] == {"receipt": "receipt-from-the-bank"}
+    assert world["outside"].read_text().count("charged 5") == 1  # never charged again
+
+
+def test_a_run_page_shows_metric_charts(page) -> None:
+    page.click('#runs-body a.run-link:text-is("fit")')
+    sync_api.expect(page.locator("figure.chart svg")).to_have_count(1)
+    sync_api.expect(page.locator("figcaption")).to_contain_text("loss: 20 points")
+    _shot(page, "ui-run.png")
+
+
+def test_a_narrow_window_scrolls_the_table_not_the_page(browser, world) -> None:
+    context = browser.new_context(viewport={"width": 360, "height": 700})
+    try:
+        tab = context.new_page()
+        tab.goto(world["server"].url)
+        sync_api.expect(_row(tab, "nightly")).to_have_count(1)
+        assert tab.evaluate("document.documentElement.scrollWidth") <= 360
+        tab.goto(world["server"].base + "/runs/pay")
+        assert tab.evaluate("document.documentElement.scrollWidth") <= 360
+        _shot(tab, "ui-narrow.png")
+    finally:
+        context.close()

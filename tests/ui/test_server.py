@@ -1,0 +1,282 @@
+"""``afk-local ui`` as a real server process on loopback, spoken to over HTTP (urllib).
+
+Who may use it (token, Host header, CSRF, read-only, loopback only), what the runs
+page lists, and what its actions do to the store on disk. The browser tests
+(test_browser.py) drive the same server through Chromium.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import cli_jobs
+import pytest
+import ui_server
+from ui_server import ENV, csrf_of, served
+
+import afk_local as afk
+from afk_local.ui.access import Access
+
+pytest.importorskip("starlette", reason="afk_local[ui] is not installed (starlette)")
+pytest.importorskip("uvicorn", reason="afk_local[ui] is not installed (uvicorn)")
+
+
+FAST = ["--interval", "0.2", "--backoff", "0.2", "--grace", "10"]
+
+
+def make_store(root: Path) -> afk.Store:
+    """Five runs: three completed (tagged), one failed, one paused waiting for an answer."""
+    store = afk.Store(root)
+    outside = root.parent / "outside.txt"
+    for i, model in enumerate(("small", "small", "large")):
+        cli_jobs.count_job.with_store(store).run(
+            2, str(outside), run_id=f"count-{i}", tags={"model": model}
+        )
+    with pytest.raises(RuntimeError):
+        ui_server.failing_job.with_store(store).run("boom", run_id="broken")
+    with pytest.raises(afk.RunPaused):
+        cli_jobs.ask_job.with_store(store).run("ship it?", run_id="ask")
+    return store
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> afk.Store:
+    return make_store(tmp_path_factory.mktemp("ui") / "store")
+
+
+@pytest.fixture(scope="module")
+def server(store: afk.Store):
+    with served(store.root) as s:
+        yield s
+
+
+def test_a_request_without_the_token_gets_403(server) -> None:
+    for path in ("/", "/runs/count-0", "/store", "/runs/rows", "/static/ui.js"):
+        status, _, body = server.get(path, token=False)
+        assert status == 403, path
+        assert "token" in body
+    status, _, _ = server.get("/?token=not-the-token", token=False)
+    assert status == 403
+
+
+def test_the_token_once_then_an_http_only_strict_cookie(server) -> None:
+    status, headers, body = server.get("/")
+    assert status == 200
+    assert "count-0" in body
+    cookie = headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert headers["referrer-policy"] == "same-origin"
+    pair = cookie.split(";")[0]
+    status, _, body = server.get("/runs/count-0", token=False, headers={"Cookie": pair})
+    assert status == 200 and "count-0" in body
+    wrong = pair.split("=")[0] + "=nope"
+    status, _, _ = server.get("/", token=False, headers={"Cookie": wrong})
+    assert status == 403
+
+
+def test_the_host_header_must_name_the_loopback_server(server) -> None:
+    """A DNS-rebound name reaching 127.0.0.1 is refused, token or not."""
+    for host in ("evil.example", f"evil.example:{server.port}", f"127.0.0.1:{server.port + 1}"):
+        status, _, _ = server.get("/", headers={"Host": host})
+        assert status == 403, host
+    status, _, _ = server.get("/", headers={"Host": f"localhost:{server.port}"})
+    assert status == 200
+
+
+def _other_address() -> str | None:
+    """An address of this machine that is not loopback (None if it has none)."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks a route
+        address = probe.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+def test_the_server_is_not_reachable_on_another_interface(server) -> None:
+    address = _other_address()
+    if address is None:
+        pytest.skip("this machine has no address but loopback")
+    with pytest.raises(OSError):
+        socket.create_connection((address, server.port), timeout=5).close()
+    socket.create_connection(("127.0.0.1", server.port), timeout=5).close()
+
+
+def test_filters_and_pages_list_what_the_store_listing_admits(server) -> None:
+    _, _, body = server.get("/?status=failed")
+    assert "broken" in body and "count-0" not in body
+    _, _, body = server.get("/?tag=model%3Dsmall")
+    assert "count-0" in body and "count-1" in body and "count-2" not in body
+    _, _, body = server.get("/?name=count-*")
+    assert "count-2" in body and "broken" not in body and "ask" not in body
+    _, _, body = server.get("/?since=banana")
+    assert "--since takes an age" in body
+    seen = []
+    for page in (1, 2, 3):
+        _, _, rows = server.get(f"/runs/rows?per=2&page={page}")
+        seen += [line.split('"')[1] for line in rows.splitlines() if "data-run=" in line]
+    assert sorted(seen) == ["ask", "broken", "count-0", "count-1", "count-2"]
+
+
+def test_unknown_and_invalid_runs_are_404(server) -> None:
+    assert server.get("/runs/nope")[0] == 404
+    assert server.get("/runs/.hidden")[0] == 404
+
+
+def test_an_action_needs_the_csrf_value_and_a_same_origin(server, store) -> None:
+    status, _, _ = server.post("/runs/broken/cancel", {"reason": "x"})
+    assert status == 403
+    csrf = csrf_of(server.get("/runs/broken")[2])
+    status, _, _ = server.post(
+        "/runs/broken/cancel",
+        {"csrf": csrf, "reason": "x"},
+        headers={"Origin": "http://evil.example"},
+    )
+    assert status == 403
+    status, _, _ = server.post("/runs/broken/cancel", {"csrf": csrf}, token=False)
+    assert status == 403
+    assert store.read_meta("broken").status is afk.RunStatus.FAILED
+
+
+def test_read_only_refuses_every_action(store) -> None:
+    with served(store.root, "--read-only") as ro:
+        _, _, page = ro.get("/runs/ask")
+        assert 'method="post"' not in page and "read-only" in page
+        csrf = Access(token=ro.token, port=ro.port).csrf  # what its forms would carry
+        for action, form in (
+            ("answer", {"answer": "true", "pause_seq": "1"}),
+            ("resume", {}),
+            ("cancel", {"reason": "no"}),
+            ("settle", {"key": "k", "outcome": "failed"}),
+            ("restart", {}),
+            ("fork", {"seq": "1"}),
+        ):
+            status, _, body = ro.post(f"/runs/ask/{action}", {"csrf": csrf, **form})
+            assert status == 403, action
+            assert "read-only" in body
+    assert store.read_meta("ask").status is afk.RunStatus.PAUSED
+    assert sorted(store.run_ids()) == ["ask", "broken", "count-0", "count-1", "count-2"]
+    assert not store.requests_dir.exists() or not list(store.requests_dir.iterdir())
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(server, store) -> None:
+    port = str(server.port)
+    taken = subprocess.run(
+        [sys.executable, "-m", "afk_local", "--root", str(store.root), "ui", "--port", port],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=60,
+    )
+    assert taken.returncode == 2
+    assert taken.stderr.startswith(f"afk-local: cannot serve on 127.0.0.1:{server.port}: ")
+
+
+def test_answering_a_pause_from_the_page_resumes_the_run_through_the_watcher(
+    tmp_path: Path,
+) -> None:
+    store = afk.Store(tmp_path / "store")
+    with pytest.raises(afk.RunPaused):
+        cli_jobs.ask_job.with_store(store).run("ship it?", run_id="ask")
+    with served(store.root) as s:
+        page = s.get("/runs/ask")[2]
+        assert "ship it?" in page
+        pause_seq = store.read_meta("ask").pause.seq
+        form = {"csrf": csrf_of(page), "answer": '{"ok": true}', "pause_seq": str(pause_seq)}
+        status, headers, _ = s.post("/runs/ask/answer", form)
+        assert status == 303 and "notice=" in headers["location"]
+        status, _, _ = s.post("/runs/ask/answer", {**form, "answer": "not json"})
+        assert status == 303  # refused with the reason on the run page, nothing written
+    assert len(list(store.requests_dir.glob("*.json"))) == 1
+    watch = subprocess.run(
+        [sys.executable, "-m", "afk_local", "watch", "--root", str(store.root), "--once", *FAST],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
+    assert watch.returncode == 0, watch.stderr
+    assert store.read_meta("ask").status is afk.RunStatus.COMPLETED
+    result = store.open("ask").resume_state().result
+    assert result == {"question": "ship it?", "answer": {"ok": True}}
+
+
+def test_cancel_from_the_page_cancels_the_run_on_disk(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path / "store")
+    with pytest.raises(RuntimeError):
+        ui_server.failing_job.with_store(store).run("boom", run_id="broken")
+    with served(store.root) as s:
+        csrf = csrf_of(s.get("/runs/broken")[2])
+        status, headers, _ = s.post("/runs/broken/cancel", {"csrf": csrf, "reason": "enough"})
+        assert status == 303, headers
+        assert store.read_meta("broken").status is afk.RunStatus.CANCELLED
+        status, headers, _ = s.post("/runs/broken/cancel", {"csrf": csrf})
+        assert status == 303  # already cancelled: nothing changes, said on the page
+        _, _, page = s.get("/runs/broken")
+        assert "cancelled" in page and 'action="/runs/broken/cancel"' not in page
+
+
+def test_the_store_page_shows_disk_use_gc_and_verify(server) -> None:
+    status, _, page = server.get("/store?verify=1")
+    assert status == 200
+    assert "count-0" in page and "would free" in page
+    assert page.count(">ok<") == 5
+
+
+def test_the_run_page_draws_metrics_shows_and_diffs_checkpoints(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path / "store")
+    ui_server.metric_job.with_store(store).run(4, run_id="fit")
+    with served(store.root) as s:
+        _, _, page = s.get("/runs/fit")
+        assert "<svg" in page and "loss: 4 points" in page
+        status, _, ckpt = s.get("/runs/fit/checkpoints/1")
+        assert status == 200 and "Payload" in ckpt
+        assert s.get("/runs/fit/checkpoints/999")[0] == 404
+        seqs = [f.seq for f in store.open("fit").checkpoint_files()]
+        a, b = seqs[1], seqs[-1]
+        status, _, diff = s.get(f"/runs/fit/diff?a={a}&b={b}")
+        assert status == 200 and 'class="changed"' in diff and "progress.done" in diff
+        assert "identical" in s.get(f"/runs/fit/diff?a={a}&b={a}")[2]
+        assert s.get("/runs/fit/diff?a=1")[0] == 400
+        assert s.get(f"/runs/fit/diff?a={a}&b=999")[0] == 404
+
+
+def test_tags_are_shown_escaped(tmp_path: Path) -> None:
+    """A tag value is data: it is shown escaped, never as markup."""
+    store = afk.Store(tmp_path / "store")
+    outside = tmp_path / "o.txt"
+    cli_jobs.count_job.with_store(store).run(
+        1, str(outside), run_id="x", tags={"note": "<script>alert(1)</script>"}
+    )
+    with served(store.root) as s:
+        _, _, page = s.get("/")
+        assert "<script>alert" not in page and "&lt;script&gt;" in page
+        assert 'data-run="x"' in page
+
+
+def test_fork_and_restart_from_the_page_make_new_runs(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path / "store")
+    ui_server.metric_job.with_store(store).run(3, run_id="fit")
+    at = store.open("fit").checkpoint_files()[1].seq
+    with served(store.root) as s:
+        csrf = csrf_of(s.get(f"/runs/fit/checkpoints/{at}")[2])
+        status, headers, _ = s.post("/runs/fit/fork", {"csrf": csrf, "seq": str(at)})
+        assert status == 303
+        forked = headers["location"].split("?")[0].removeprefix("/runs/")
+        assert store.read_meta(forked).parent_run_id == "fit"
+        assert store.open(forked).latest().seq == at
+        status, headers, _ = s.post("/runs/fit/restart", {"csrf": csrf})
+        assert status == 303
+        fresh = headers["location"].split("?")[0].removeprefix("/runs/")
+        meta = store.read_meta(fresh)
+        assert meta.status is afk.RunStatus.CREATED
+        assert (
+            meta.extra["restarted_from"] == "fit" and meta.params == store.read_meta("fit").params
+        )
+        assert s.get(headers["location"])[0] == 200
