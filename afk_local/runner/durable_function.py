@@ -39,7 +39,7 @@ from afk_local.runner.attempt import (
 from afk_local.runner.observe import AttemptObservation
 from afk_local.runner.origin import ORIGIN_KEY, origin_here
 from afk_local.runner.run_context import NO_INPUT, RunContext
-from afk_local.runner.stopping import sigterm_exits, stopped_line
+from afk_local.runner.stopping import loop_stops, sigterm_exits, stopped_line
 from afk_local.runner.tags import checked_tags
 from afk_local.runner.versions import OnCodeChange, check_code, code_fingerprint, migrate_state
 from afk_local.runner.writer import DurableWriter, validate_durability
@@ -278,13 +278,17 @@ class DurableFunction(Generic[R]):
         return await self._drive_async(begun)
 
     async def _drive_async(self, begun: _Attempt) -> R:
-        try:
-            result = self.fn(begun.ctx, *begun.args, **begun.kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-        except BaseException as exc:
-            self._abort(begun, exc)
-            raise
+        with loop_stops() as stop:
+            try:
+                result = self.fn(begun.ctx, *begun.args, **begun.kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+            except BaseException as exc:
+                stopped = stop.translate(exc)  # Ctrl-C/SIGTERM cancelled the task
+                self._abort(begun, stopped)
+                if stopped is exc:
+                    raise
+                raise stopped from None
         return self._complete(begun, result)
 
     # -- one attempt --------------------------------------------------------------------

@@ -33,7 +33,7 @@ from afk_local.runner.loops import Loop, Scope, as_async, total_of
 from afk_local.runner.observe import AttemptObservation, StepInfo
 from afk_local.runner.progress import Progress
 from afk_local.runner.run_report import Reporting, RunReport
-from afk_local.runner.stopping import defer_stop
+from afk_local.runner.stopping import defer_stop, raise_deferred_stop
 from afk_local.runner.tags import RunTags
 from afk_local.runner.writer import DurableWriter
 from afk_local.storage.format.records import Phase
@@ -242,9 +242,11 @@ class RunContext(Reporting):
             target: Callable[..., Any] = call_sync
         else:
             target = fn
-        return await asyncio.to_thread(
+        result: R = await asyncio.to_thread(
             self.step, name, target, *args, idempotent=idempotent, **kwargs
         )
+        raise_deferred_stop()  # a Ctrl-C or SIGTERM that waited for this step's outcome
+        return result
 
     # -- checkpoints and loops ------------------------------------------------------
 

@@ -15,11 +15,12 @@ import time
 from pathlib import Path
 
 import proc
+import pytest
 
 import afk_local as afk
 
 JOB = """
-import os, sys, time
+import asyncio, os, sys, time
 import afk_local as afk
 
 STEP_S = float(os.environ.get("STEP_S", "0"))
@@ -40,7 +41,7 @@ def send(path, item, *, idempotency_key):
     return item
 
 @afk.durable(store=sys.argv[1])
-def job(ctx, path, n, keyed):
+def sync_job(ctx, path, n, keyed):
     for item in ctx.iterate(range(n), progress=False):
         if keyed:
             ctx.step("send", send, path, item)
@@ -48,14 +49,31 @@ def job(ctx, path, n, keyed):
             ctx.step("record", record, path, item)
     return n
 
+@afk.durable(store=sys.argv[1])
+async def async_job(ctx, path, n, keyed):
+    for item in ctx.iterate(range(n), progress=False):
+        if keyed:
+            await ctx.astep("send", send, path, item)
+        else:
+            await ctx.astep("record", record, path, item)
+        if os.environ.get("WAIT_S"):
+            print("waiting", item, flush=True)
+            await asyncio.sleep(float(os.environ["WAIT_S"]))
+    return n
+
+job = async_job if os.environ.get("ASYNC_JOB") == "1" else sync_job
+
 print("result", job.run(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "keyed", run_id="r"))
 """
 N = 5
 
 
-def start(root: Path, outside: Path, *, step_s: float, keyed: bool = False):
+def start(
+    root: Path, outside: Path, *, step_s: float, keyed: bool = False, is_async: bool = False
+):
     mode = "keyed" if keyed else "plain"
-    return proc.spawn(JOB, str(root), str(outside), str(N), mode, env={"STEP_S": str(step_s)})
+    env = {"STEP_S": str(step_s), "ASYNC_JOB": "1" if is_async else "0"}
+    return proc.spawn(JOB, str(root), str(outside), str(N), mode, env=env)
 
 
 def wait_for(child: subprocess.Popen[str], line: str) -> None:
@@ -67,20 +85,24 @@ def wait_for(child: subprocess.Popen[str], line: str) -> None:
             return
 
 
-def finish(root: Path, outside: Path, *, keyed: bool = False) -> subprocess.CompletedProcess[str]:
+def finish(
+    root: Path, outside: Path, *, keyed: bool = False, is_async: bool = False
+) -> subprocess.CompletedProcess[str]:
     mode = "keyed" if keyed else "plain"
-    return proc.run(JOB, str(root), str(outside), str(N), mode, env={"STEP_S": "0"})
+    env = {"STEP_S": "0", "ASYNC_JOB": "1" if is_async else "0"}
+    return proc.run(JOB, str(root), str(outside), str(N), mode, env=env)
 
 
 def lines(path: Path) -> list[str]:
     return [line for line in path.read_text().split("\n") if line]
 
 
+@pytest.mark.parametrize("is_async", [False, True], ids=["def", "async-def"])
 def test_first_ctrl_c_finishes_the_step_checkpoints_and_exits_130_with_one_line(
-    tmp_path: Path,
+    tmp_path: Path, is_async: bool
 ) -> None:
     root, outside = tmp_path / "store", tmp_path / "outside.txt"
-    child = start(root, outside, step_s=0.8)
+    child = start(root, outside, step_s=0.8, is_async=is_async)
     wait_for(child, "in-step 2")
     child.send_signal(signal.SIGINT)  # while step 2 runs
     out, err = child.communicate(timeout=60)
@@ -100,10 +122,33 @@ def test_first_ctrl_c_finishes_the_step_checkpoints_and_exits_130_with_one_line(
     ]  # the step that was running when Ctrl-C came recorded its outcome: nothing in doubt
     assert lines(outside) == ["0", "1", "2"]
 
-    done = finish(root, outside)
+    done = finish(root, outside, is_async=is_async)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith(f"result {N}")
     assert lines(outside) == [str(i) for i in range(N)]  # every effect exactly once
+
+
+def test_a_ctrl_c_between_steps_of_an_async_job_stops_it_with_one_line(tmp_path: Path) -> None:
+    """No step in flight (the job awaits the loop): Ctrl-C cancels the job's task, which
+    stops as it asked, exit 130 and the one line; the resume runs the rest once."""
+    root, outside = tmp_path / "store", tmp_path / "outside.txt"
+    child = proc.spawn(
+        JOB, str(root), str(outside), str(N), "plain",
+        env={"STEP_S": "0", "ASYNC_JOB": "1", "WAIT_S": "30"},
+    )  # fmt: skip
+    wait_for(child, "waiting 1")
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=20)  # not the 30 s wait
+    assert child.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.splitlines() == [
+        "run r stopped by Ctrl-C, after its running step finished and was checkpointed; "
+        "continue it with `afk-local resume r`"
+    ]
+    assert lines(outside) == ["0", "1"]
+    done = finish(root, outside, is_async=True)
+    assert done.returncode == 0, done.stderr
+    assert lines(outside) == [str(i) for i in range(N)]
 
 
 def test_a_second_ctrl_c_stops_at_once(tmp_path: Path) -> None:
