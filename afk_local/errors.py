@@ -286,6 +286,23 @@ class RunPaused(AfkLocalError):
         )
 
 
+class RunSleeping(AfkLocalError):
+    """Control flow: the run parked in a long ``ctx.sleep`` and its process should return.
+
+    The run's status is ``sleeping`` until ``wake_at_ms`` (wall clock, ms); a watcher
+    (``afk-local watch``) resumes it then, and so does ``afk-local resume RUN`` (a
+    resume before the due time parks it again).
+    """
+
+    def __init__(self, run_id: str, wake_at_ms: int) -> None:
+        self.run_id = run_id
+        self.wake_at_ms = wake_at_ms
+        super().__init__(
+            f"run {run_id!r} is sleeping until {wake_at_ms} ms since the epoch: "
+            f"`afk-local watch` resumes it when due (`afk-local show {run_id}` shows when)"
+        )
+
+
 class RunCancelledError(AfkLocalError):
     """The run was cancelled: it is terminal and is never resumed."""
 

@@ -54,6 +54,8 @@ class RunStatus(str, enum.Enum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    SLEEPING = "sleeping"
+    """Parked in a long ``ctx.sleep``: no process runs it until ``RunMeta.wake_at_ms``."""
 
     def __str__(self) -> str:
         return self.value
@@ -164,6 +166,8 @@ class RunMeta(msgspec.Struct, kw_only=True, frozen=True):
     error: ErrorInfo | None = None
     pause: PauseInfo | None = None
     extra: dict[str, Any] = {}
+    wake_at_ms: int = 0
+    """For ``sleeping`` runs: when a watcher resumes it (wall clock, ms); 0 otherwise."""
 
 
 class Effect(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
