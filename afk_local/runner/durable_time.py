@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from afk_local.errors import RunSleeping
@@ -96,26 +96,38 @@ class DurableTime:
         )
         raise RunSleeping(self.run_id, due_ms)
 
-    def _limited(
-        self, journal: Journal, key: str, limit: Limit | None
-    ) -> contextlib.AbstractContextManager[None]:
-        """A place under ``limit`` for the step ``key``; nothing for a replayed or unlimited one."""
-        if limit is None:
-            return contextlib.nullcontext()
-        known = journal.lookup(key)
-        if known is not None and known.status == "ok":
-            return contextlib.nullcontext()
+    @contextlib.contextmanager
+    def _limited(self, journal: Journal, key: str, limit: Limit | None) -> Iterator[None]:
+        """A place under ``limit`` for the step ``key``; nothing for a replayed or unlimited one.
+
+        When the step got its place is journaled (an outcome under ``<key>@limit``
+        holding the limit's name and ``started_ms``), so a run's journal tells when
+        each of its limited calls started, as the limit counted it.
+        """
+        known = journal.lookup(key) if limit is not None else None
+        if limit is None or (known is not None and known.status == "ok"):
+            yield
+            return
 
         def waiting(what: str | None) -> None:
             extra = dict(self._writer.run.meta.extra)
             if what is None:
                 extra.pop(WAITING_KEY, None)
             else:
-                extra[WAITING_KEY] = {"limit": limit.name, "for": what, "step": key}
-                extra[WAITING_KEY]["since_ms"] = int(current_clock().time() * 1000)
+                since = int(current_clock().time() * 1000)
+                extra[WAITING_KEY] = {
+                    "limit": limit.name,
+                    "for": what,
+                    "step": key,
+                    "since_ms": since,
+                }
             self._writer.update_meta(extra=extra)
 
-        return limited(self.store.root, limit, waiting)
+        with limited(self.store.root, limit, waiting) as started:
+            started_ms = int(started * 1000)
+            result = {"limit": limit.name, "started_ms": started_ms}
+            journal.record_outcome(f"{key}@limit", status="ok", result=result)
+            yield
 
 
 __all__ = ["WAITING_KEY", "DurableTime"]

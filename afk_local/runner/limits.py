@@ -83,8 +83,11 @@ Waiting = Callable[[str | None], None]
 
 
 @contextlib.contextmanager
-def limited(root: Path, limit: Limit, on_wait: Waiting | None = None) -> Iterator[None]:
-    """Hold a place under ``limit`` (a slot and a start) for the ``with`` block."""
+def limited(root: Path, limit: Limit, on_wait: Waiting | None = None) -> Iterator[float]:
+    """Hold a place under ``limit`` (a slot and a start) for the ``with`` block.
+
+    Yields the clock time the start was counted at (when the place was taken).
+    """
     directory = root / LIMITS_DIR / limit.name
     fsio.make_dirs(directory)
     waited = False
@@ -97,11 +100,12 @@ def limited(root: Path, limit: Limit, on_wait: Waiting | None = None) -> Iterato
 
     slot = _take_slot(directory, limit.concurrent, waiting) if limit.concurrent else None
     try:
+        started = current_clock().time()
         if limit.per_minute:
-            _take_start(directory, limit.per_minute, waiting)
+            started = _take_start(directory, limit.per_minute, waiting)
         if waited and on_wait is not None:
             on_wait(None)
-        yield
+        yield started
     finally:
         if slot is not None:
             slot.release()
@@ -140,7 +144,7 @@ def _take_slot(directory: Path, concurrent: int, waiting: Callable[[str], None])
         clock.sleep(_POLL_S)
 
 
-def _take_start(directory: Path, per_minute: int, waiting: Callable[[str], None]) -> None:
+def _take_start(directory: Path, per_minute: int, waiting: Callable[[str], None]) -> float:
     clock = current_clock()
     path = directory / "starts"
     while True:
@@ -150,7 +154,7 @@ def _take_start(directory: Path, per_minute: int, waiting: Callable[[str], None]
             if len(starts) < per_minute:
                 starts.append(now)
                 fsio.atomic_write(path, msgspec.msgpack.encode(sorted(starts)[-per_minute:]))
-                return
+                return now
             free_at = min(starts) + WINDOW_S
         waiting("rate")
         clock.sleep(min(max(free_at - clock.time(), 0.0) + 0.001, WINDOW_S))

@@ -141,9 +141,7 @@ def test_exhausted_tries_raise_the_last_error_and_a_restart_gets_a_new_round(
     assert [e.status for e in flaky if e.kind == "outcome"] == ["error"] * 4 + ["ok"]
 
 
-def test_errors_not_in_on_are_not_retried(
-    afk_store: afk.Store, afk_clock: SkippingClock
-) -> None:
+def test_errors_not_in_on_are_not_retried(afk_store: afk.Store, afk_clock: SkippingClock) -> None:
     calls: list[int] = []
 
     def broken() -> None:
