@@ -58,6 +58,7 @@ from afk_local.watcher.attempts import (
     update_meta_unowned,
 )
 from afk_local.watcher.requests import process_requests
+from afk_local.watcher.schedules import Scheduler
 from afk_local.watcher.wakeups import due_to_wake, wake_time_text
 
 log = logging.getLogger("afk_local")
@@ -71,7 +72,8 @@ class WatchEvent:
     """One thing the watcher did: printed as a line, or as JSON with ``--json``.
 
     ``kind`` is one of ``started``, ``resumed``, ``completed``, ``paused``,
-    ``failed``, ``sleeping`` (parked in a long ``ctx.sleep``), ``backoff``, ``gave_up``,
+    ``failed``, ``sleeping`` (parked in a long ``ctx.sleep``), ``scheduled`` (a schedule's
+    slot got its run), ``backoff``, ``gave_up``,
     ``stopped``, ``taken`` (another
     process holds the run), ``skipped`` (an interrupted run no process can resume, or
     whose ``run.meta`` cannot be read, e.g. a newer schema version; said once),
@@ -182,6 +184,7 @@ class Watcher:
         self._damaged: dict[str, str] = {}  # run id -> the lock problem already reported
         self._reported: dict[str, tuple[int, ...]] = {}  # refused/skipped, by _state_key
         self._stopping = False
+        self.scheduler = Scheduler(self)
 
     def __repr__(self) -> str:
         return f"Watcher(root={str(self.store.root)!r}, children={len(self.children)})"
@@ -311,7 +314,8 @@ class Watcher:
         )
 
     def sweep(self) -> list[str]:
-        """Queue every interrupted run (keeping the queue free of duplicates); returns them."""
+        """Start due schedule slots, then queue every interrupted run (once); returns them."""
+        self.scheduler.start_due_runs()  # as `created` runs, which the sweep below finds
         found = self.interrupted()
         queued = set(self.pending)
         for run_id in found:

@@ -81,7 +81,7 @@ def test_eight_processes_stay_under_the_limit_and_a_killed_holder_leaks_no_slot(
         start(root, "limited_worker", f"w{i}", CALLS, 1.0, clock=clock) for i in range(WORKERS)
     ]
     for proc in workers:
-        out, err = proc.communicate(timeout=120)
+        _out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
 
     calls = [c for i in range(WORKERS) for c in limited_calls(store, f"w{i}")]
@@ -120,7 +120,7 @@ def test_a_step_waiting_for_a_slot_is_visible_in_show(tmp_path: Path) -> None:
     finally:
         for lock in held:
             lock.release()
-    out, err = waiter.communicate(timeout=60)
+    _out, err = waiter.communicate(timeout=60)
     assert waiter.returncode == 0, err
     assert "waiting" not in store.read_meta("waiter").extra
 

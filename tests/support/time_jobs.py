@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import afk_local as afk
@@ -69,5 +67,9 @@ def slot_hog(ctx: afk.RunContext) -> None:
     ctx.step("hog", hold, 3600.0, limit=api)
 
 
-if __name__ == "__main__":  # pragma: no cover - a helper for manual runs
-    print(os.getpid(), sys.argv)
+@afk.durable
+def stamp(ctx: afk.RunContext, out: str) -> str:
+    """Append this run's id to ``out`` (not journaled: a second execution shows twice)."""
+    with open(out, "a", encoding="utf-8") as fh:
+        fh.write(f"{ctx.run_id} {ctx.attempt}\n")
+    return ctx.run_id
