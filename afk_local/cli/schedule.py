@@ -23,8 +23,8 @@ from afk_local.runner.resume import load_entrypoint
 from afk_local.storage.views.run_filter import parse_duration
 from afk_local.watcher.schedules import (
     Schedule,
+    last_started_slot,
     list_schedules,
-    newest_slot_run,
     remove_schedule,
     schedule_path,
     write_schedule,
@@ -134,7 +134,10 @@ def _when(schedule: Schedule) -> str:
 
 
 def _facts(store: Any, schedule: Schedule) -> dict[str, Any]:
-    newest = newest_slot_run(store, schedule)
+    try:
+        newest = last_started_slot(store, schedule.name)
+    except ValueError:
+        newest = None
     now = current_clock().time()
     try:
         latest = schedule.timing.latest(now)

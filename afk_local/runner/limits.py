@@ -111,7 +111,12 @@ def limited(root: Path, limit: Limit, on_wait: Waiting | None = None) -> Iterato
             slot.release()
 
 
-def _lock(path: Path, timeout: float) -> FileLock:
+def file_lock(path: Path, timeout: float) -> FileLock:
+    """A ``filelock`` on ``path`` as the store makes them (0600, never followed, kernel-held).
+
+    ``timeout`` as in filelock (-1: wait for ever). A symlink or other non-file there
+    raises OSError: it is no lock afk_local made.
+    """
     from filelock import FileLock  # noqa: PLC0415 - as in storage.rundir.ownership
 
     problem = fsio.regular_file_problem(path)
@@ -134,7 +139,7 @@ def _take_slot(directory: Path, concurrent: int, waiting: Callable[[str], None])
     first = os.getpid() % concurrent  # spread the first tries over the slots
     while True:
         for i in range(concurrent):
-            lock = _lock(directory / f"slot-{(first + i) % concurrent}.lock", 0)
+            lock = file_lock(directory / f"slot-{(first + i) % concurrent}.lock", 0)
             try:
                 lock.acquire(timeout=0)
             except Timeout:
@@ -148,7 +153,7 @@ def _take_start(directory: Path, per_minute: int, waiting: Callable[[str], None]
     clock = current_clock()
     path = directory / "starts"
     while True:
-        with _lock(directory / "starts.lock", -1):
+        with file_lock(directory / "starts.lock", -1):
             now = clock.time()
             starts = [t for t in _read_starts(path) if now - WINDOW_S < t <= now + WINDOW_S]
             if len(starts) < per_minute:
@@ -175,4 +180,4 @@ def _read_starts(path: Path) -> list[float]:
         return []
 
 
-__all__ = ["LIMITS_DIR", "WINDOW_S", "Limit", "Waiting", "limited"]
+__all__ = ["LIMITS_DIR", "WINDOW_S", "Limit", "Waiting", "file_lock", "limited"]

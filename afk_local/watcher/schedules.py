@@ -4,9 +4,12 @@
 0600; in a keyed store followed by a MAC line, as requests are). On every sweep the
 watcher reads them and, for each due slot (:mod:`afk_local.watcher.slots`), creates
 the run ``<name>--<slot as YYYYmmddTHHMMSSZ>`` with the schedule's job and arguments.
-The run id is a function of the slot and the run is created create-only (the run
-directory's ``mkdir``), so two watchers, a restarted watcher or one after a reboot
-all compute the same id and only one of them creates it: a slot never runs twice.
+Watchers take a schedule's slots one at a time, under ``<name>.lock``, and move
+``<name>.mark`` (the newest slot started) forward after each run they make: a slot
+at or before the mark never starts again, even once its run was removed. The run
+id is a function of the slot and the run is created create-only (the run
+directory's ``mkdir``), a second guard: two watchers, a restarted watcher or one
+after a reboot all compute the same id and only one of them creates it.
 The run is then an ordinary ``created`` run, resumed like any interrupted one (its
 child goes through the trust gate and refuses anything but an ``@afk.durable`` job).
 
@@ -23,7 +26,6 @@ import datetime as dt
 import logging
 import os
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,6 +34,7 @@ import msgspec
 from afk_local.errors import AfkLocalError, RunExistsError
 from afk_local.runner.clock import current_clock
 from afk_local.runner.entrypoints import is_entrypoint
+from afk_local.runner.limits import file_lock
 from afk_local.runner.origin import ORIGIN_KEY
 from afk_local.storage import fsio
 from afk_local.storage.format.integrity import split_document
@@ -201,10 +204,32 @@ def remove_schedule(store: Store, name: str) -> bool:
     return True
 
 
-def newest_slot_run(store: Store, schedule: Schedule) -> float | None:
-    """The newest slot of ``schedule`` that has a run in the store (None: none has)."""
-    slots = [s for s in map(schedule.slot_of, store.run_ids()) if s is not None]
-    return max(slots, default=None)
+class _Mark(msgspec.Struct, forbid_unknown_fields=True):
+    last_slot: float
+
+
+def last_started_slot(store: Store, name: str) -> float | None:
+    """The newest slot of schedule ``name`` a watcher started a run for (None: none yet).
+
+    Kept in ``<name>.mark`` next to the schedule, so a slot whose run was removed
+    since (``afk-local rm``, gc) is never started again.
+    """
+    path = schedules_dir(store) / f"{name}.mark"
+    try:
+        data = fsio.read_bounded(path, 4096)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path.name} unreadable: {exc}") from None
+    try:
+        return msgspec.json.decode(data, type=_Mark).last_slot
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ValueError(f"{path.name} damaged: {exc}; remove it to start over") from None
+
+
+def _mark(store: Store, name: str, slot: float) -> None:
+    path = schedules_dir(store) / f"{name}.mark"
+    fsio.atomic_write(path, msgspec.json.encode(_Mark(slot)))
 
 
 class ScheduleHost(Protocol):
@@ -243,21 +268,40 @@ class Scheduler:
                 self._problem(path, schedule)
                 continue
             try:
-                newest = newest_slot_run(store, schedule) if schedule.catchup == "all" else None
-                slots = due_slots(
-                    schedule.timing,
-                    moment,
-                    created=schedule.created_ms / 1000,
-                    catchup=schedule.catchup,
-                    newest_run=newest,
-                )
-            except (ValueError, ImportError) as exc:
+                created += self._start_due(schedule, moment)
+            except (ValueError, ImportError, OSError) as exc:
                 self._problem(path, str(exc))
                 continue
             self._said.pop(path.name, None)
-            created += [rid for rid in map(self._start(schedule), slots) if rid is not None]
         for gone in set(self._said) - seen:
             del self._said[gone]
+        return created
+
+    def _start_due(self, schedule: Schedule, now: float) -> list[str]:
+        """Start the due slots of one schedule, under its lock (one watcher at a time).
+
+        The mark only moves forward and is written after each run is made: a slot at
+        or before it never starts again, whatever happened to its run since.
+        """
+        store = self.host.store
+        created: list[str] = []
+        with file_lock(schedules_dir(store) / f"{schedule.name}.lock", -1):
+            mark = last_started_slot(store, schedule.name)
+            slots = due_slots(
+                schedule.timing,
+                now,
+                created=schedule.created_ms / 1000,
+                catchup=schedule.catchup,
+                newest_run=mark,
+            )
+            for slot in slots:
+                if mark is not None and slot <= mark:
+                    continue
+                run_id = self._start(schedule, slot)
+                if run_id is not None:
+                    created.append(run_id)
+                _mark(store, schedule.name, slot)
+                mark = slot
         return created
 
     def _problem(self, path: Path, problem: str) -> None:
@@ -265,30 +309,27 @@ class Scheduler:
             self._said[path.name] = problem
             self.host.emit("rejected", None, f"schedule {path.name}: {problem}")
 
-    def _start(self, schedule: Schedule) -> Callable[[float], str | None]:
+    def _start(self, schedule: Schedule, slot: float) -> str | None:
+        """Create the run of ``slot`` (create-only); its id, or None when it exists."""
         store = self.host.store
-
-        def start(slot: float) -> str | None:
-            run_id = schedule.run_id(slot)
-            if store.exists(run_id):
-                return None
-            try:
-                writer = store.create(
-                    run_id,
-                    entrypoint=schedule.entrypoint,
-                    params={"args": list(schedule.args), "kwargs": dict(schedule.kwargs)},
-                    extra={ORIGIN_KEY: schedule.origin} if schedule.origin else None,
-                )
-            except RunExistsError:
-                return None  # another watcher made it just now: it runs there
-            except (AfkLocalError, OSError) as exc:
-                self.host.emit("failed", run_id, f"schedule {schedule.name}: cannot create: {exc}")
-                return None
-            writer.close()  # status "created", lock free: the sweep resumes it
-            self.host.emit("scheduled", run_id, f"schedule {schedule.name}, slot {_iso(slot)}")
-            return run_id
-
-        return start
+        run_id = schedule.run_id(slot)
+        if store.exists(run_id):
+            return None
+        try:
+            writer = store.create(
+                run_id,
+                entrypoint=schedule.entrypoint,
+                params={"args": list(schedule.args), "kwargs": dict(schedule.kwargs)},
+                extra={ORIGIN_KEY: schedule.origin} if schedule.origin else None,
+            )
+        except RunExistsError:
+            return None  # another watcher made it just now: it runs there
+        except AfkLocalError as exc:
+            self.host.emit("failed", run_id, f"schedule {schedule.name}: cannot create: {exc}")
+            return None
+        writer.close()  # status "created", lock free: the sweep resumes it
+        self.host.emit("scheduled", run_id, f"schedule {schedule.name}, slot {_iso(slot)}")
+        return run_id
 
 
 def _iso(slot: float) -> str:
@@ -300,8 +341,8 @@ __all__ = [
     "Schedule",
     "ScheduleHost",
     "Scheduler",
+    "last_started_slot",
     "list_schedules",
-    "newest_slot_run",
     "read_schedule",
     "remove_schedule",
     "schedule_path",

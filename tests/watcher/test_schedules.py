@@ -117,10 +117,14 @@ def test_watchers_create_each_due_slot_once_across_restarts_and_downtime(
     assert sorted(second.sweep()) == sorted(first.pending)  # same runs found, none made
     assert [e for e in second.counts if e == "scheduled"] == []
     assert first.counts["scheduled"] == 3
+    # the slot's run removed (by `afk-local rm`, or gc once it completed): never made again
+    afk_store.delete(f"hourly--{stamp}")
+    assert Watcher(afk_store).sweep() == sorted(first.pending)[:2]  # every, fresh: still there
+    assert scheduled(afk_store, "hourly") == []
 
     afk_clock.advance(5 * HOUR + 600)  # the machine was off for five hours
     Watcher(afk_store).sweep()  # after the reboot
-    assert len(scheduled(afk_store, "hourly")) == 2  # latest: only the newest missed one
+    assert len(scheduled(afk_store, "hourly")) == 1  # latest: only the newest missed one
     assert len(scheduled(afk_store, "every")) == 6  # all: every missed slot
     assert len(scheduled(afk_store, "fresh")) == 1  # skip: 10 min late is too late
     for rid in scheduled(afk_store, "every"):
