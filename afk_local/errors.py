@@ -12,6 +12,7 @@ processes (see :func:`_rebuild_error`).
 
 from __future__ import annotations
 
+import datetime
 import errno
 import os
 from typing import Any, TypeVar
@@ -297,9 +298,10 @@ class RunSleeping(AfkLocalError):
     def __init__(self, run_id: str, wake_at_ms: int) -> None:
         self.run_id = run_id
         self.wake_at_ms = wake_at_ms
+        when = datetime.datetime.fromtimestamp(wake_at_ms / 1000, datetime.timezone.utc)
         super().__init__(
-            f"run {run_id!r} is sleeping until {wake_at_ms} ms since the epoch: "
-            f"`afk-local watch` resumes it when due (`afk-local show {run_id}` shows when)"
+            f"run {run_id!r} is sleeping until {when.isoformat(timespec='seconds')}: "
+            f"`afk-local watch` resumes it then (`afk-local show {run_id}`)"
         )
 
 
