@@ -9,6 +9,7 @@ each made visible in ``run.meta`` (``sleeping`` with ``wake_at_ms``; the
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 from collections.abc import Callable, Iterator
@@ -74,6 +75,16 @@ class DurableTime:
         """
         target = as_epoch_s(when)
         self._sleep(self._key(_SLEEP), lambda: target, park_after)
+
+    async def asleep(self, seconds: float, *, park_after: float | object | None = _CTX) -> None:
+        """The async twin of :meth:`sleep`: the wait runs in a worker thread, not the loop."""
+        await asyncio.to_thread(self.sleep, seconds, park_after=park_after)
+
+    async def asleep_until(
+        self, when: float | datetime.datetime, *, park_after: float | object | None = _CTX
+    ) -> None:
+        """The async twin of :meth:`sleep_until`."""
+        await asyncio.to_thread(self.sleep_until, when, park_after=park_after)
 
     def _sleep(self, key: str, due: Callable[[], float], park_after: float | object | None) -> None:
         due_ms = journaled_due(self._writer.effects, key, due, step=self._report.steps)

@@ -169,3 +169,19 @@ def test_retry_delays_grow_to_the_cap_and_accept_a_tenacity_wait() -> None:
         Retry(0)
     with pytest.raises(TypeError, match="exception types"):
         Retry(on=(int,))  # type: ignore[arg-type]
+
+
+def test_an_async_job_sleeps_and_parks_like_a_sync_one(
+    afk_store: afk.Store, afk_clock: SkippingClock
+) -> None:
+    @afk.durable(store=afk_store)
+    async def nap(ctx: afk.RunContext) -> float:
+        await ctx.asleep(30)
+        await ctx.asleep_until(afk_clock.time() + 3600, park_after=60)
+        return afk_clock.time()
+
+    with pytest.raises(afk.RunSleeping) as parked:
+        nap.run(run_id="a1")
+    assert afk_clock.slept == pytest.approx(30, abs=0.01)
+    afk_clock.advance(3600)
+    assert nap.run(run_id="a1") >= parked.value.wake_at_ms / 1000
