@@ -199,6 +199,8 @@ class RunContext(Reporting, DurableTime):
         ...     return payments.charge(amount, idempotency_key=idempotency_key)
         >>> receipt = ctx.step("charge", charge, 5)  # doctest: +SKIP
         """
+        if not isinstance(retry, (Retry, type(None))) or not isinstance(limit, (Limit, type(None))):
+            raise TypeError(f"step {name!r}: retry= takes an afk.Retry, limit= an afk.Limit")
         key = self._key(name)
         self._steps += 1
         journal = self._writer.effects

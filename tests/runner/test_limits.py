@@ -132,3 +132,18 @@ def test_limit_arguments_are_checked() -> None:
         Limit("../etc", concurrent=1)
     with pytest.raises(ValueError, match="per_minute"):
         Limit("api", per_minute=0)
+
+
+def test_the_rate_window_waits_on_the_skipping_clock(afk_store: afk.Store, afk_clock) -> None:
+    seen: list[float] = []
+
+    @afk.durable(store=afk_store)
+    def burst(ctx: afk.RunContext) -> None:
+        api = Limit("burst", per_minute=3)
+        for _ in range(7):
+            ctx.step("call", lambda: seen.append(afk_clock.time()), limit=api)
+
+    start = afk_clock.time()
+    burst.run(run_id="b")
+    # 3 at once, 3 a minute later, 1 two minutes later: no test time spent waiting
+    assert [round((t - start) / 60) for t in seen] == [0, 0, 0, 1, 1, 1, 2]
