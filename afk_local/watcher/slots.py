@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from afk_local.storage.clock import wall_ns
+
 CATCHUP = ("latest", "all", "skip")
 MAX_CATCHUP = 100
 """``--catchup all`` starts at most this many missed slots (the newest) in one sweep."""
@@ -46,7 +48,7 @@ def _cronsim() -> Any:
 def zone(name: str) -> dt.tzinfo:
     """The time zone ``name`` (IANA, e.g. ``Europe/Berlin``); ``""`` is the local one."""
     if not name:
-        local = dt.datetime.now().astimezone().tzinfo
+        local = dt.datetime.fromtimestamp(wall_ns() / 1e9).astimezone().tzinfo
         assert local is not None
         return local
     try:
@@ -59,7 +61,7 @@ def check_cron(expr: str, timezone: str = "") -> None:
     """Raise ValueError when ``expr`` is no cron expression cronsim accepts."""
     cronsim = _cronsim()
     try:
-        cronsim.CronSim(expr, dt.datetime.now(zone(timezone)))
+        cronsim.CronSim(expr, dt.datetime.fromtimestamp(wall_ns() / 1e9, zone(timezone)))
     except cronsim.CronSimError as exc:
         raise ValueError(f"bad cron expression {expr!r}: {exc}") from None
 

@@ -8,11 +8,12 @@ changes when a field's meaning changes; ``migrate.py`` upgrades old records.
 from __future__ import annotations
 
 import enum
-import time
 import traceback
 from typing import Any
 
 import msgspec
+
+from afk_local.storage.clock import clock_ms
 
 SCHEMA_VERSION = 1
 """Schema version written into every Checkpoint and RunMeta."""
@@ -196,8 +197,8 @@ class Effect(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
 
 
 def now_ms() -> int:
-    """Wall-clock milliseconds, as stored in records."""
-    return time.time_ns() // 1_000_000
+    """Wall-clock milliseconds, as stored in records (the process's clock: storage.clock)."""
+    return clock_ms()
 
 
 def later_ms(previous: int) -> int:

@@ -1,12 +1,15 @@
-"""The clock durable time reads: the one seam for "now" and "wait" (docs/time.md).
+"""The clock: the one seam for "now" and "wait" (docs/time.md, docs/options.md).
 
-Sleeps, retry backoffs, shared limits, the watcher's wake-ups and schedules all
-ask :func:`current_clock` what time it is and how to wait, never ``time`` itself,
-so a test can swap in a time-skipping clock (:class:`afk_local.testing.SkippingClock`)
-and a one-hour sleep returns at once.
+Every stored stamp (:func:`afk_local.storage.format.records.now_ms`) and all of
+durable time (sleeps, retry backoffs, shared limits, the watcher's wake-ups and
+schedules) ask :func:`current_clock` what time it is and how to wait, and
+:meth:`SystemClock.time` is the one place afk_local reads the wall clock. A test
+swaps in a time-skipping clock (:class:`afk_local.testing.SkippingClock`): a
+one-hour sleep returns at once, and every record is stamped with the skipped time.
+Durations (timeouts, lock waits) use monotonic timers, which are not the clock.
 
-Time is wall-clock (``time.time``), not monotonic: a due time is a point on the
-calendar, so the hours a laptop spent asleep or switched off count as waited.
+Time is the wall clock, not a monotonic one: a due time is a point on the calendar,
+so the hours a laptop spent asleep or switched off count as waited.
 
 Child processes (the watcher's resumes, a test's workers) pick up a scaled clock
 from ``AFK_LOCAL_CLOCK=<scale>@<origin>`` (read here and nowhere else): time runs
@@ -41,12 +44,17 @@ class Clock(Protocol):
         ...
 
 
+def wall_ns() -> int:
+    """The wall clock in nanoseconds since the epoch: the one reading of it in afk_local."""
+    return time.time_ns()
+
+
 class SystemClock:
-    """The real clock: ``time.time`` and ``time.sleep``."""
+    """The real clock: the wall clock and ``time.sleep``."""
 
     def time(self) -> float:
         """Seconds since the epoch."""
-        return time.time()
+        return wall_ns() / 1e9
 
     def sleep(self, seconds: float) -> None:
         """Block the thread until ``seconds`` of wall-clock time passed.
@@ -54,8 +62,8 @@ class SystemClock:
         It wakes at least every second to re-read the wall clock: ``time.sleep``
         does not count time the machine spent suspended, a calendar does.
         """
-        due = time.time() + seconds
-        while (left := due - time.time()) > 0:
+        due = self.time() + seconds
+        while (left := due - self.time()) > 0:
             time.sleep(min(left, _SLICE_S))
 
     def __repr__(self) -> str:
@@ -65,7 +73,7 @@ class SystemClock:
 class ScaledClock:
     """A wall clock running ``scale`` times faster from ``origin`` on (shared by processes).
 
-    ``time()`` is ``origin + (time.time() - origin) * scale``; ``sleep(s)`` waits
+    ``time()`` is ``origin + (wall - origin) * scale``; ``sleep(s)`` waits
     ``s / scale`` real seconds. Every process built with the same ``scale`` and
     ``origin`` reads the same time, so waits that span processes stay consistent.
     """
@@ -74,11 +82,11 @@ class ScaledClock:
         if not scale > 0:
             raise ValueError(f"a clock scale must be > 0, not {scale!r}")
         self.scale = float(scale)
-        self.origin = time.time() if origin is None else float(origin)
+        self.origin = wall_ns() / 1e9 if origin is None else float(origin)
 
     def time(self) -> float:
         """The scaled time."""
-        return self.origin + (time.time() - self.origin) * self.scale
+        return self.origin + (wall_ns() / 1e9 - self.origin) * self.scale
 
     def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` of scaled time."""
@@ -117,6 +125,9 @@ def _from_env() -> Clock:
 
 def current_clock() -> Clock:
     """The clock durable time uses now: the installed one, else ``$AFK_LOCAL_CLOCK``, else real."""
+    clock = _Installed.clock  # read without the lock: every record stamp comes here
+    if clock is not None:
+        return clock
     with _Installed.lock:
         if _Installed.clock is None:
             _Installed.clock = _from_env()
@@ -141,8 +152,11 @@ def using_clock(clock: C) -> Iterator[C]:
 
 
 def clock_ms() -> int:
-    """The current clock's time in milliseconds (due times and wake-ups are stored so)."""
-    return int(current_clock().time() * 1000)
+    """The current clock's time in whole milliseconds (how records store time)."""
+    clock = current_clock()
+    if type(clock) is SystemClock:
+        return wall_ns() // 1_000_000  # exact: no float on the common path
+    return int(clock.time() * 1000)
 
 
 __all__ = [
@@ -154,4 +168,5 @@ __all__ = [
     "current_clock",
     "set_clock",
     "using_clock",
+    "wall_ns",
 ]
