@@ -282,7 +282,7 @@ class Watcher:
             meta = self._meta(run_id)
             if meta is None or meta.entrypoint is None:
                 continue
-            waking = due_to_wake(meta)  # a parked run whose ctx.sleep is over
+            waking = due_to_wake(meta, stamp)  # a parked run whose ctx.sleep is over
             if not (meta.status.expects_owner or waking) or meta.next_attempt_ms > stamp:
                 continue
             owner = probe_owner(self.store.paths(run_id).lock)
