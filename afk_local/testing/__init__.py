@@ -14,6 +14,10 @@ never a fork) and SIGKILLs it at a chosen point, so the crash is as real as an
 OOM kill: no ``finally`` blocks, no atexit, no flushed buffers. The job must be
 importable (``module:qualname``) by the child; the child gets this process's
 ``sys.path``.
+
+Tests of sleeps, retries, limits and schedules use :class:`SkippingClock` (the
+``afk_clock`` fixture, or ``with skipping_clock():``): every durable wait returns at
+once and moves the clock forward (docs/time.md).
 """
 
 from __future__ import annotations
