@@ -16,10 +16,10 @@ from typing import Any
 from afk_local.cli.command import EXIT_OK, EXIT_USAGE, CliError, emit_json, open_store, out
 from afk_local.cli.render import print_table
 from afk_local.cli.watch import _parse_args_json as parse_args_json
+from afk_local.clock import current_clock
 from afk_local.runner.entrypoints import is_entrypoint
 from afk_local.runner.origin import origin_here
 from afk_local.runner.resume import load_entrypoint
-from afk_local.storage.clock import current_clock
 from afk_local.storage.views.run_filter import parse_duration
 from afk_local.watcher.schedules import (
     Schedule,

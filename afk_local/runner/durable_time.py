@@ -15,13 +15,13 @@ import datetime
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from afk_local.clock import current_clock
 from afk_local.errors import RunSleeping
 from afk_local.journal.journal import Journal
 from afk_local.runner.limits import Limit, limited
 from afk_local.runner.run_report import RunReport
 from afk_local.runner.sleeps import DEFAULT_PARK_AFTER_S, as_epoch_s, journaled_due, wait_until
 from afk_local.runner.writer import DurableWriter
-from afk_local.storage.clock import current_clock
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.store import Store
 

@@ -9,7 +9,7 @@ A limit lives in the store, no server: ``<root>/limits/<name>/``
   rewritten atomically under the lock; a step starts only while fewer than
   ``per_minute`` are younger than 60 s. A started step counts even if it dies.
 
-Waiting uses :func:`afk_local.storage.clock.current_clock`, so a time-skipping
+Waiting uses :func:`afk_local.clock.current_clock`, so a time-skipping
 clock skips it too.
 """
 
@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from afk_local.clock import current_clock
 from afk_local.errors import InvalidRunIdError
 from afk_local.storage import fsio
-from afk_local.storage.clock import current_clock
 from afk_local.storage.format.layout import validate_run_id
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ during the wait resumes only the rest. A wait longer than ``park_after`` seconds
 and :class:`~afk_local.RunSleeping` ends the process's attempt; ``afk-local watch``
 resumes it when due (docs/time.md).
 
-Due times are wall-clock milliseconds from :func:`afk_local.storage.clock.current_clock`.
+Due times are wall-clock milliseconds from :func:`afk_local.clock.current_clock`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 
+from afk_local.clock import current_clock
 from afk_local.journal.journal import Journal
-from afk_local.storage.clock import current_clock
 
 log = logging.getLogger("afk_local")
 

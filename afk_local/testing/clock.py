@@ -12,7 +12,7 @@ Example:
     ...     assert clock.slept == 3600
 
 Child processes cannot share a skipping clock; give them a
-:class:`~afk_local.storage.clock.ScaledClock` instead (its ``env()`` goes in their
+:class:`~afk_local.clock.ScaledClock` instead (its ``env()`` goes in their
 environment), on which time runs many times faster in every process alike.
 """
 
@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from afk_local.storage.clock import ScaledClock, using_clock, wall_ns
+from afk_local.clock import ScaledClock, using_clock, wall_ns
 
 
 class SkippingClock:

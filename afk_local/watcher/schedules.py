@@ -31,12 +31,12 @@ from typing import Any, Protocol
 
 import msgspec
 
+from afk_local.clock import current_clock
 from afk_local.errors import AfkLocalError, RunExistsError
 from afk_local.runner.entrypoints import is_entrypoint
 from afk_local.runner.limits import file_lock
 from afk_local.runner.origin import ORIGIN_KEY
 from afk_local.storage import fsio
-from afk_local.storage.clock import current_clock
 from afk_local.storage.format.integrity import split_document
 from afk_local.storage.store import Store
 from afk_local.storage.trust import path_problem

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from afk_local.storage.clock import wall_ns
+from afk_local.clock import wall_ns
 
 CATCHUP = ("latest", "all", "skip")
 MAX_CATCHUP = 100

@@ -2,7 +2,7 @@
 
 A run that parked in a long ``ctx.sleep`` has status ``sleeping`` and
 ``wake_at_ms`` in its ``run.meta``; nobody holds its lock. The watcher resumes it
-like an interrupted run once the clock (:func:`afk_local.storage.clock.current_clock`,
+like an interrupted run once the clock (:func:`afk_local.clock.current_clock`,
 wall time) reaches ``wake_at_ms``, and never before. Nothing is kept in memory:
 after a reboot the next sweep finds it the same way.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from afk_local.storage.clock import clock_ms
+from afk_local.clock import clock_ms
 from afk_local.storage.format.records import RunMeta, RunStatus
 
 

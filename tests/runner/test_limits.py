@@ -1,7 +1,7 @@
 """afk.Limit across real processes: never more than N at once nor M starts a minute.
 
 Eight worker processes share ``Limit("api", concurrent=2, per_minute=30)`` on a
-:class:`~afk_local.storage.clock.ScaledClock` (20x: a minute is 3 real seconds), so
+:class:`~afk_local.clock.ScaledClock` (20x: a minute is 3 real seconds), so
 the per-minute window really binds; the measurements come from their journals
 (when each call got its place, as the limit counted it, and when it ended), never
 from the test's own timing.
@@ -20,8 +20,8 @@ from filelock import FileLock
 from proc import REPO, SUPPORT, kill_after, spawn
 
 import afk_local as afk
+from afk_local.clock import ScaledClock
 from afk_local.runner.limits import Limit
-from afk_local.storage.clock import ScaledClock
 from afk_local.storage.format.records import RunStatus
 
 JOB_SCRIPT = """

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import afk_local as afk
-from afk_local.storage.clock import current_clock
+from afk_local.clock import current_clock
 
 
 def clock_now() -> float:

@@ -20,7 +20,7 @@ import time_jobs
 from proc import REPO, SUPPORT, JsonLinesChild
 
 import afk_local as afk
-from afk_local.storage.clock import ScaledClock
+from afk_local.clock import ScaledClock
 from afk_local.storage.format.records import OwnerInfo, RunStatus
 from afk_local.testing import SkippingClock
 from afk_local.watcher.schedules import Schedule, list_schedules, write_schedule

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from afk_local.storage.clock import clock_ms
+from afk_local.clock import clock_ms
 
 SCHEMA_VERSION = 1
 """Schema version written into every Checkpoint and RunMeta."""
@@ -197,7 +197,7 @@ class Effect(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
 
 
 def now_ms() -> int:
-    """Wall-clock milliseconds, as stored in records (the process's clock: storage.clock)."""
+    """Wall-clock milliseconds, as stored in records (the process's clock: afk_local.clock)."""
     return clock_ms()
 
 

@@ -11,9 +11,9 @@ from typing import Any, cast
 import pytest
 
 import afk_local
+from afk_local import clock
 from afk_local.errors import RunFailed
 from afk_local.integrations.fanout import run_task
-from afk_local.storage import clock
 from afk_local.storage.format import records
 from afk_local.storage.format.records import ErrorInfo, error_info, later_ms, now_ms
 
@@ -82,8 +82,8 @@ def test_records_now_ms_is_the_only_reader_of_the_wall_clock() -> None:
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if _WALL_CLOCK.search(line.split("#", 1)[0])
     ]
-    assert readers == ["storage/clock.py:" + str(_line_of_wall_ns())]
-    assert records.now_ms.__doc__ and "storage.clock" in records.now_ms.__doc__
+    assert readers == ["clock.py:" + str(_line_of_wall_ns())]
+    assert records.now_ms.__doc__ and "afk_local.clock" in records.now_ms.__doc__
 
 
 def _line_of_wall_ns() -> int:
