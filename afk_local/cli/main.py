@@ -45,7 +45,7 @@ from afk_local.cli.remote import (
     cmd_push,
 )
 from afk_local.cli.repair import add_settle_arguments, cmd_adopt, cmd_settle
-from afk_local.cli.schedule import add_schedule_arguments
+from afk_local.cli.schedule import add_schedule_arguments, cmd_schedule
 from afk_local.cli.watch import add_submit_arguments, add_watch_arguments, cmd_submit, cmd_watch
 from afk_local.cli.write import (
     cmd_cancel,
@@ -278,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_watch_arguments(p)
     p = add("submit", cmd_submit, "hand a job to the watcher", json_flag=False)
     add_submit_arguments(p)
-    p = add("schedule", cmd_submit, "start a job on a schedule: add, list, rm", json_flag=False)
+    p = add("schedule", cmd_schedule, "start a job on a schedule: add, list, rm", json_flag=False)
     add_schedule_arguments(p, reading)
     return parser
 

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from afk_local.cli.command import EXIT_OK, EXIT_USAGE, CliError, emit_json, open_store, out
+from afk_local.cli.command import EXIT_OK, CliError, emit_json, open_store, out
 from afk_local.cli.render import print_table
 from afk_local.cli.watch import _parse_args_json as parse_args_json
 from afk_local.clock import current_clock
@@ -35,7 +35,6 @@ from afk_local.watcher.slots import CATCHUP
 def add_schedule_arguments(p: argparse.ArgumentParser, reading: argparse.ArgumentParser) -> None:
     """The sub-commands of ``afk-local schedule`` (``reading``: the ``--root``/``--json`` flags)."""
     sub = p.add_subparsers(dest="schedule_command", metavar="add|list|rm")
-    p.set_defaults(handler=_no_subcommand(p))
 
     add = sub.add_parser(
         "add", parents=[reading], help="add (or replace) a schedule", description=_ADD_HELP
@@ -73,12 +72,9 @@ _ADD_HELP = (
 )
 
 
-def _no_subcommand(p: argparse.ArgumentParser) -> Any:
-    def handler(args: argparse.Namespace) -> int:
-        p.print_help(sys.stderr)
-        return EXIT_USAGE
-
-    return handler
+def cmd_schedule(args: argparse.Namespace) -> int:
+    """``schedule`` without a sub-command: say which there are (exit 2)."""
+    raise CliError("name a sub-command: add, list or rm (`afk-local schedule --help`)")
 
 
 def _every_seconds(text: str) -> int:
@@ -215,6 +211,7 @@ def cmd_schedule_rm(args: argparse.Namespace) -> int:
 
 __all__ = [
     "add_schedule_arguments",
+    "cmd_schedule",
     "cmd_schedule_add",
     "cmd_schedule_list",
     "cmd_schedule_rm",

@@ -256,3 +256,32 @@ def test_after_a_reboot_a_parked_run_and_a_due_schedule_both_run_once(tmp_path: 
     assert completed == sorted([daily, "nap"])  # both ran, once
     assert store.read_meta("nap").status is RunStatus.COMPLETED
     assert [line.split()[0] for line in out.read_text().splitlines()] == [daily]  # ran once
+
+
+def test_schedule_add_list_rm_on_the_command_line(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "afk_local", "schedule", *args, "--root", str(root)],
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+
+    added = cli("add", "tick", "time_jobs:stamp", '["out"]', "--every", "15m", "--json")
+    assert added.returncode == 0, added.stderr
+    assert json.loads(added.stdout)["every_s"] == 900
+    assert cli("add", "typo", "time_jobs:nope", "--every", "1h").returncode == 2
+    assert cli("add", "t2", "time_jobs:stamp", "--every", "1.5s").returncode == 2
+    pytest.importorskip("cronsim", reason="--cron needs the schedule extra (cronsim)")
+    bad = cli("add", "c", "time_jobs:stamp", "--cron", "61 * * * *")
+    assert bad.returncode == 2 and "cron" in bad.stderr
+    listed = json.loads(cli("list", "--json").stdout)
+    assert [(s["name"], s["every_s"], s["catchup"]) for s in listed] == [("tick", 900, "latest")]
+    assert cli("rm", "tick").returncode == 0
+    gone = cli("rm", "tick")
+    assert gone.returncode == 2 and "no schedule" in gone.stderr
+    assert json.loads(cli("list", "--json").stdout) == []
