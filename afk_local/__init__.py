@@ -51,6 +51,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "RunNotFoundError",
         "RunPaused",
         "RunRolledBackError",
+        "RunSleeping",
         "SchemaVersionError",
         "SettleError",
         "StoreMovedError",
@@ -63,8 +64,10 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "afk_local.journal.replay": ("ReplayedError", "input_hash"),
     "afk_local.runner.cancel": ("cancel",),
     "afk_local.runner.durable_function": ("DurableFunction", "durable"),
+    "afk_local.runner.limits": ("Limit",),
     "afk_local.runner.observe": ("add_observer",),
     "afk_local.runner.restart": ("restart_run",),
+    "afk_local.runner.retry": ("Retry",),
     "afk_local.runner.run_context": ("RunContext",),
     "afk_local.runner.settle": ("settle", "unsettle"),
     "afk_local.runner.state_checkpoint": ("StateCheckpoint",),
@@ -131,6 +134,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which do not run __getatt
     from afk_local.errors import RunNotFoundError as RunNotFoundError
     from afk_local.errors import RunPaused as RunPaused
     from afk_local.errors import RunRolledBackError as RunRolledBackError
+    from afk_local.errors import RunSleeping as RunSleeping
     from afk_local.errors import SchemaVersionError as SchemaVersionError
     from afk_local.errors import SettleError as SettleError
     from afk_local.errors import StoreMovedError as StoreMovedError
@@ -144,8 +148,10 @@ if TYPE_CHECKING:  # the same names for type checkers, which do not run __getatt
     from afk_local.runner.cancel import cancel as cancel
     from afk_local.runner.durable_function import DurableFunction as DurableFunction
     from afk_local.runner.durable_function import durable as durable
+    from afk_local.runner.limits import Limit as Limit
     from afk_local.runner.observe import add_observer as add_observer
     from afk_local.runner.restart import restart_run as restart_run
+    from afk_local.runner.retry import Retry as Retry
     from afk_local.runner.run_context import RunContext as RunContext
     from afk_local.runner.settle import settle as settle
     from afk_local.runner.settle import unsettle as unsettle

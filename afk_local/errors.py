@@ -12,6 +12,7 @@ processes (see :func:`_rebuild_error`).
 
 from __future__ import annotations
 
+import datetime
 import errno
 import os
 from typing import Any, TypeVar
@@ -362,6 +363,24 @@ class RunPaused(AfkLocalError):
         super().__init__(
             f"run {run_id!r} is paused waiting for {kind}: resume it with "
             f"`afk.resume({run_id!r}, input=...)` or `afk-local resume {run_id} --input JSON`"
+        )
+
+
+class RunSleeping(AfkLocalError):
+    """Control flow: the run parked in a long ``ctx.sleep`` and its process should return.
+
+    The run's status is ``sleeping`` until ``wake_at_ms`` (wall clock, ms); a watcher
+    (``afk-local watch``) resumes it then, and so does ``afk-local resume RUN`` (a
+    resume before the due time parks it again).
+    """
+
+    def __init__(self, run_id: str, wake_at_ms: int) -> None:
+        self.run_id = run_id
+        self.wake_at_ms = wake_at_ms
+        when = datetime.datetime.fromtimestamp(wake_at_ms / 1000, datetime.timezone.utc)
+        super().__init__(
+            f"run {run_id!r} is sleeping until {when.isoformat(timespec='seconds')}: "
+            f"`afk-local watch` resumes it then (`afk-local show {run_id}`)"
         )
 
 

@@ -16,12 +16,13 @@ from typing import Any
 
 from afk_local.cli.render import effect_rows
 from afk_local.errors import AfkLocalError, UntrustedStoreError
+from afk_local.runner.durable_time import WAITING_KEY
 from afk_local.runner.origin import cannot_resume, origin_of
 from afk_local.storage.format.records import RunMeta, RunStatus
 from afk_local.storage.ops.export import to_jsonable
 from afk_local.storage.rundir.reader import RunReader
 from afk_local.storage.store import Store
-from afk_local.storage.views.notebook import format_bytes
+from afk_local.storage.views.notebook import format_bytes, format_ms
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)', re.M)
 
@@ -83,6 +84,9 @@ def describe_run(
         "params": to_jsonable(meta.params),
         "error": to_jsonable(meta.error) if meta.error else None,
         "pause": to_jsonable(meta.pause) if meta.pause else None,
+        "wake_at_ms": meta.wake_at_ms or None,
+        "wake_at": format_ms(meta.wake_at_ms) if meta.wake_at_ms else None,
+        "waiting": to_jsonable(meta.extra.get(WAITING_KEY)),
         "extra": to_jsonable(meta.extra),
         "path": str(reader.paths.dir.absolute()),
         "store_moved_from": _moved_from(store),
@@ -203,6 +207,11 @@ def _next_action(
         )
     if interrupted:
         return f"interrupted: `{hint('resume', run_id)}` (or let `afk-local watch` do it)"
+    if status is RunStatus.SLEEPING:
+        return (
+            f"sleeping until {format_ms(meta.wake_at_ms)}: `afk-local watch` resumes it then "
+            "(a resume before that parks it again)"
+        )
     if status is RunStatus.PAUSED:
         return (
             f"waiting for input: `{hint('resume', run_id, '--input', 'JSON')}` with your "

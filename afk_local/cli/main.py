@@ -46,6 +46,7 @@ from afk_local.cli.remote import (
     cmd_push,
 )
 from afk_local.cli.repair import add_settle_arguments, cmd_adopt, cmd_settle
+from afk_local.cli.schedule import add_schedule_arguments, cmd_schedule
 from afk_local.cli.ui import add_ui_arguments, cmd_ui
 from afk_local.cli.watch import add_submit_arguments, add_watch_arguments, cmd_submit, cmd_watch
 from afk_local.cli.write import (
@@ -285,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_submit_arguments(p)
     p = add("ui", cmd_ui, "the store as a local web page on 127.0.0.1 (ui extra)", json_flag=False)
     add_ui_arguments(p)
+    p = add("schedule", cmd_schedule, "start a job on a schedule: add, list, rm", json_flag=False)
+    add_schedule_arguments(p, reading)
     return parser
 
 

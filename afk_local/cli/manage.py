@@ -42,8 +42,9 @@ def _refusal(args: argparse.Namespace, store: Store, run_id: str) -> str | None:
 
 def _status_refusal(args: argparse.Namespace, run_id: str, status: RunStatus) -> str | None:
     """Why ``rm`` must not delete a run with ``status`` (None: it may)."""
-    if status in (RunStatus.RUNNING, RunStatus.CREATED, RunStatus.PAUSED):
-        what = "paused" if status is RunStatus.PAUSED else "interrupted"
+    waiting = (RunStatus.PAUSED, RunStatus.SLEEPING)
+    if status in (RunStatus.RUNNING, RunStatus.CREATED, *waiting):
+        what = status.value if status in waiting else "interrupted"
         cancel, force = suggest(args, "cancel", run_id), suggest(args, "rm", run_id, "--force")
         return (
             f"run {run_id!r} is {what}: a resume (or the watcher) would continue it. Cancel it "

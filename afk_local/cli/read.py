@@ -57,6 +57,8 @@ def _state_label(info: RunInfo, reason: str | None) -> str:
         return f"{info.status.value} (interrupted{blocked})"
     if info.owner_alive:
         return f"{info.status.value} (live)"
+    if info.status.value == RunStatus.SLEEPING.value:  # (`is` would narrow the type of .value)
+        return f"sleeping (until {format_ms(info.wake_at_ms)})"
     if reason and info.status is not RunStatus.COMPLETED:
         return f"{info.status.value} (cannot resume)"
     return info.status.value
@@ -157,7 +159,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         return code
     width = max(len(k) for k in facts)
     for key, value in facts.items():
-        if value is None or value in ({}, []) or key in ("extra", "cannot_resume"):
+        if value is None or value in ({}, []) or key in ("extra", "cannot_resume", "wake_at_ms"):
             continue
         lines = _show_lines(store, args.run, key, value)
         label = _SHOW_LABELS.get(key, key)

@@ -39,6 +39,7 @@ from afk_local.errors import (
     EffectInDoubtError,
     RunLockedError,
     RunPaused,
+    RunSleeping,
 )
 from afk_local.runner.cancel import cancel
 from afk_local.runner.origin import REENTERED_ENV, ReentryPlan, cannot_resume, reentry_plan
@@ -48,6 +49,7 @@ from afk_local.storage.ops.retention import DEFAULT_ALWAYS_KEEP, RetentionPolicy
 from afk_local.storage.store import Store
 from afk_local.storage.trust import require_trusted_run, trust_run
 from afk_local.storage.views.notebook import format_bytes
+from afk_local.watcher.wakeups import wake_time_text
 
 
 def parse_json_option(name: str, text: str) -> Any:
@@ -178,6 +180,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
             args,
             {"run_id": args.run, "status": "paused", "kind": paused.kind, "prompt": paused.prompt},
         )
+    except RunSleeping as sleeping:  # parked in a long ctx.sleep: the watcher wakes it
+        return _report(
+            args, {"run_id": args.run, "status": "sleeping", "wake_at_ms": sleeping.wake_at_ms}
+        )
     except EffectInDoubtError as exc:  # the run is now recorded as failed
         settle_it = suggest(args, "settle", args.run, exc.key, "--done", "--result", "JSON")
         retry = suggest(args, "resume", args.run, "--in-doubt", "retry")
@@ -218,6 +224,9 @@ def _report(args: argparse.Namespace, outcome: dict[str, Any]) -> int:
     run_id = outcome["run_id"]
     if outcome["status"] == "completed":
         out(f"run {run_id} completed: {short(outcome['result'], 200)}")
+    elif outcome["status"] == "sleeping":
+        out(f"run {run_id} sleeping until {wake_time_text(outcome['wake_at_ms'])}")
+        out("`afk-local watch` resumes it then")
     else:
         out(f"run {run_id} paused waiting for {outcome['kind']}: {short(outcome['prompt'])}")
         out(f"answer with: {suggest(args, 'resume', run_id, '--input', 'JSON')}")

@@ -25,6 +25,7 @@ from afk_local.errors import (
     RunCancelledError,
     RunExistsError,
     RunPaused,
+    RunSleeping,
     UnstorableValueError,
     WriterFailedError,
 )
@@ -441,6 +442,7 @@ class DurableFunction(Generic[R]):
                 status=RunStatus.RUNNING,
                 pause=None,
                 error=None,
+                wake_at_ms=0,
                 code_fingerprint=self.fingerprint,
                 version=self.version,
                 # where it runs now: the next process to continue it starts from here
@@ -505,6 +507,8 @@ class DurableFunction(Generic[R]):
         try:
             if isinstance(exc, RunPaused):
                 ended = "paused"  # already durably paused by ctx.pause
+            elif isinstance(exc, RunSleeping):
+                ended = "sleeping"  # already durably parked by ctx.sleep
             elif (
                 isinstance(exc, Exception)
                 and not isinstance(exc, WriterFailedError)

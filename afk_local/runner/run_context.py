@@ -29,9 +29,12 @@ import msgspec
 from afk_local.errors import RunPaused, UnstorableValueError
 from afk_local.journal.journal import Journal
 from afk_local.journal.replay import idempotency_key
+from afk_local.runner.durable_time import DurableTime
+from afk_local.runner.limits import Limit
 from afk_local.runner.loops import Loop, Scope, as_async, total_of
 from afk_local.runner.observe import AttemptObservation, StepInfo
 from afk_local.runner.progress import Progress
+from afk_local.runner.retry import Retry, call_with_retry
 from afk_local.runner.run_report import Reporting, RunReport
 from afk_local.runner.stopping import defer_stop, raise_deferred_stop
 from afk_local.runner.tags import RunTags
@@ -62,7 +65,7 @@ def set_step_hook(hook: StepHook | None) -> StepHook | None:
     return previous
 
 
-class RunContext(Reporting):
+class RunContext(Reporting, DurableTime):
     """What a durable function gets as its first argument.
 
     Attributes:
@@ -73,6 +76,8 @@ class RunContext(Reporting):
             restored on resume (initialise it with ``setdefault``: the function
             re-runs from the top).
         store: the store the run lives in.
+        park_after: a ``sleep`` (or retry backoff) longer than this many seconds
+            parks the run (see :meth:`sleep`); None never parks.
     """
 
     def __init__(
@@ -167,6 +172,8 @@ class RunContext(Reporting):
         /,
         *args: Any,
         idempotent: bool | None = None,
+        retry: Retry | None = None,
+        limit: Limit | None = None,
         **kwargs: Any,
     ) -> R:
         """Call ``fn(*args, **kwargs)`` through the effect journal and return its result.
@@ -181,10 +188,19 @@ class RunContext(Reporting):
         resume with ``in_doubt="retry"`` once you checked). A call that raised is
         run again on a later attempt. Arguments and result must be msgpack-able.
 
+        ``retry=afk.Retry(...)`` tries a failing call again, each try journaled with
+        its error and the backoff between tries a durable :meth:`sleep`; past its
+        attempts the last error is raised. ``limit=afk.Limit(...)`` waits for a place
+        under a limit shared by every process of the store before the call runs (a
+        replayed call waits for nothing). The names ``retry`` and ``limit`` are
+        therefore not passed on to ``fn``.
+
         >>> def charge(amount, *, idempotency_key):  # doctest: +SKIP
         ...     return payments.charge(amount, idempotency_key=idempotency_key)
         >>> receipt = ctx.step("charge", charge, 5)  # doctest: +SKIP
         """
+        if not isinstance(retry, (Retry, type(None))) or not isinstance(limit, (Limit, type(None))):
+            raise TypeError(f"step {name!r}: retry= takes an afk.Retry, limit= an afk.Limit")
         key = self._key(name)
         self._steps += 1
         journal = self._writer.effects
@@ -201,18 +217,27 @@ class RunContext(Reporting):
                     )
                     for observation in self._observations:
                         observed.enter_context(observation.step(info))
-                with defer_stop():  # SIGTERM waits for the outcome: a stopped step is not in doubt
-                    result: R = journal.call(
-                        key,
-                        fn,
-                        args,
-                        kwargs,
-                        name=name,
-                        step=number,
-                        idempotent=idempotent,
-                        in_doubt=self._in_doubt,
-                        retry_errors=True,
-                    )
+
+                def attempt() -> R:
+                    # SIGTERM waits for the outcome (defer_stop): a stopped step is not in doubt
+                    with self._limited(journal, key, limit), defer_stop():
+                        called: R = journal.call(
+                            key,
+                            fn,
+                            args,
+                            kwargs,
+                            name=name,
+                            step=number,
+                            idempotent=idempotent,
+                            in_doubt=self._in_doubt,
+                            retry_errors=True,
+                        )
+                    return called
+
+                if retry is None:
+                    result = attempt()
+                else:
+                    result = call_with_retry(journal, key, retry, attempt, self._backoff)
         except BaseException as exc:
             self._step_error = (key, exc)
             raise

@@ -92,6 +92,7 @@ def run_info(store: ListedStore, run_id: str) -> RunInfo:
         progress=progress_of(latest.payload) if latest else None,
         lock_problem=owner.problem,
         damage=damage,
+        wake_at_ms=meta.wake_at_ms,
     )
 
 
@@ -139,6 +140,7 @@ def _damaged_info(run_id: str, meta: RunMeta, damage: str) -> RunInfo:
         created_ms=meta.created_ms,
         tags=tags_of(meta.extra),
         damage=damage,
+        wake_at_ms=meta.wake_at_ms,
     )
 
 

@@ -14,6 +14,10 @@ never a fork) and SIGKILLs it at a chosen point, so the crash is as real as an
 OOM kill: no ``finally`` blocks, no atexit, no flushed buffers. The job must be
 importable (``module:qualname``) by the child; the child gets this process's
 ``sys.path``.
+
+Tests of sleeps, retries, limits and schedules use :class:`SkippingClock` (the
+``afk_clock`` fixture, or ``with skipping_clock():``): every durable wait returns at
+once and moves the clock forward (docs/time.md).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from afk_local.errors import RunPaused
+from afk_local.errors import RunPaused, RunSleeping
 from afk_local.runner import run_context
 from afk_local.runner.durable_function import DurableFunction
 from afk_local.runner.resume import load_entrypoint
@@ -38,6 +42,7 @@ from afk_local.storage import fsio
 from afk_local.storage.format.layout import new_run_id
 from afk_local.storage.fsio import Env, IoCall
 from afk_local.storage.store import Store
+from afk_local.testing.clock import ScaledClock, SkippingClock, skipping_clock
 
 try:
     import pytest
@@ -63,6 +68,8 @@ steps (``"step"``), or one kind of I/O call."""
 _CHILD = "import sys; from afk_local.testing import _child_main; _child_main(sys.argv[1])"
 EXIT_PAUSED = 3
 """The child's exit code when the job paused."""
+EXIT_SLEEPING = 4
+"""The child's exit code when the job parked in a long ``ctx.sleep``."""
 
 
 @dataclass(frozen=True)
@@ -220,6 +227,8 @@ def _child_main(spec_json: str) -> None:
         job.with_store(store).run(*params["args"], run_id=spec["run_id"], **params["kwargs"])
     except RunPaused:
         raise SystemExit(EXIT_PAUSED) from None
+    except RunSleeping:
+        raise SystemExit(EXIT_SLEEPING) from None
 
 
 if pytest is not None:
@@ -234,15 +243,26 @@ if pytest is not None:
         monkeypatch.setenv("AFK_LOCAL_ROOT", str(root))
         yield Store(root)
 
+    @pytest.fixture
+    def afk_clock() -> Iterator[SkippingClock]:
+        """A :class:`SkippingClock` installed for the test: durable waits return at once."""
+        with skipping_clock() as clock:
+            yield clock
+
 
 __all__ = [
     "EXIT_PAUSED",
+    "EXIT_SLEEPING",
     "KILL_POINTS",
     "Env",
     "IoCall",
     "IoKillSwitch",
     "KillResult",
+    "ScaledClock",
+    "SkippingClock",
+    "afk_clock",
     "afk_store",
     "kill_at_io_call",
     "run_and_kill",
+    "skipping_clock",
 ]

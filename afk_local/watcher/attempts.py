@@ -33,6 +33,7 @@ from afk_local.storage.rundir.catalog import RunCatalog
 from afk_local.storage.rundir.ownership import acquire_lock
 from afk_local.storage.rundir.reader import read_meta
 from afk_local.storage.store import Store
+from afk_local.watcher.wakeups import due_to_wake
 
 log = logging.getLogger("afk_local")
 
@@ -120,7 +121,8 @@ def claim(host: AttemptHost, run_id: str, *, manual: bool) -> Claim | None:
             if meta.status is RunStatus.COMPLETED:
                 return None
             return {"watcher_attempts": 0, "next_attempt_ms": lease, **numbering}
-        if not meta.status.expects_owner or meta.next_attempt_ms > stamp:
+        waking = due_to_wake(meta, stamp)  # a parked run whose sleep is over
+        if not (meta.status.expects_owner or waking) or meta.next_attempt_ms > stamp:
             return None
         if meta.watcher_attempts >= host.max_attempts:
             over.append(meta)

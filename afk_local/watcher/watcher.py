@@ -60,6 +60,8 @@ from afk_local.watcher.attempts import (
     update_meta_unowned,
 )
 from afk_local.watcher.requests import process_requests
+from afk_local.watcher.schedules import Scheduler
+from afk_local.watcher.wakeups import due_to_wake, wake_time_text
 
 log = logging.getLogger("afk_local")
 
@@ -72,7 +74,9 @@ class WatchEvent:
     """One thing the watcher did: printed as a line, or as JSON with ``--json``.
 
     ``kind`` is one of ``started``, ``resumed``, ``completed``, ``paused``,
-    ``failed``, ``backoff``, ``gave_up``, ``stopped``, ``taken`` (another
+    ``failed``, ``sleeping`` (parked in a long ``ctx.sleep``), ``scheduled`` (a schedule's
+    slot got its run), ``backoff``, ``gave_up``,
+    ``stopped``, ``taken`` (another
     process holds the run), ``skipped`` (an interrupted run no process can resume, or
     whose ``run.meta`` cannot be read, e.g. a newer schema version; said once),
     ``damaged`` (its ``owner.lock`` is not a lock: left for a person), ``refused``
@@ -210,6 +214,7 @@ class Watcher:
         self._damaged: dict[str, str] = {}  # run id -> the lock problem already reported
         self._reported: dict[str, tuple[int, ...]] = {}  # refused/skipped, by _state_key
         self._stopping = False
+        self.scheduler = Scheduler(self)
 
     def __repr__(self) -> str:
         return f"Watcher(root={str(self.store.root)!r}, children={len(self.children)})"
@@ -305,16 +310,17 @@ class Watcher:
             if run_id in self.children:
                 continue
             meta = self._meta(run_id)
-            if meta is None or not meta.status.expects_owner or meta.entrypoint is None:
+            if meta is None or meta.entrypoint is None:
                 continue
-            if meta.next_attempt_ms > stamp:
+            waking = due_to_wake(meta, stamp)  # a parked run whose ctx.sleep is over
+            if not (meta.status.expects_owner or waking) or meta.next_attempt_ms > stamp:
                 continue
             owner = probe_owner(self.store.paths(run_id).lock)
             if owner.problem is not None:
                 self._report_damage(run_id, owner.problem)
                 continue
             self._damaged.pop(run_id, None)
-            if not is_interrupted(meta.status, owner):
+            if not (is_interrupted(meta.status, owner) or (waking and not owner.held)):
                 continue
             reason = cannot_resume(meta) or fenced_reason(self.store.paths(run_id))
             if reason is not None:  # knowable now: no doomed attempts, never marked failed
@@ -338,7 +344,8 @@ class Watcher:
         )
 
     def sweep(self) -> list[str]:
-        """Queue every interrupted run (keeping the queue free of duplicates); returns them."""
+        """Start due schedule slots, then queue every interrupted run (once); returns them."""
+        self.scheduler.start_due_runs()  # as `created` runs, which the sweep below finds
         found = self.interrupted()
         queued = set(self.pending)
         for run_id in found:
@@ -503,6 +510,9 @@ class Watcher:
             self.emit("failed", run_id, why, exit_code=code, log=logged)
         elif meta.status is RunStatus.CANCELLED:
             self.emit("stopped", run_id, "cancelled", exit_code=code, log=logged)
+        elif meta.status is RunStatus.SLEEPING:
+            when = wake_time_text(meta.wake_at_ms)
+            self.emit("sleeping", run_id, f"until {when}", exit_code=code, log=logged)
         elif self._stopping:
             self.emit("stopped", run_id, "stopped with the watcher", exit_code=code, log=logged)
             release(self, run_id, child.attempt)

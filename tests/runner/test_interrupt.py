@@ -68,9 +68,7 @@ print("result", job.run(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "keyed", r
 N = 5
 
 
-def start(
-    root: Path, outside: Path, *, step_s: float, keyed: bool = False, is_async: bool = False
-):
+def start(root: Path, outside: Path, *, step_s: float, keyed: bool = False, is_async: bool = False):
     mode = "keyed" if keyed else "plain"
     env = {"STEP_S": str(step_s), "ASYNC_JOB": "1" if is_async else "0"}
     return proc.spawn(JOB, str(root), str(outside), str(N), mode, env=env)

@@ -8,11 +8,12 @@ changes when a field's meaning changes; ``migrate.py`` upgrades old records.
 from __future__ import annotations
 
 import enum
-import time
 import traceback
 from typing import Any
 
 import msgspec
+
+from afk_local.clock import clock_ms
 
 SCHEMA_VERSION = 1
 """Schema version written into every Checkpoint and RunMeta."""
@@ -54,6 +55,8 @@ class RunStatus(str, enum.Enum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    SLEEPING = "sleeping"
+    """Parked in a long ``ctx.sleep``: no process runs it until ``RunMeta.wake_at_ms``."""
 
     def __str__(self) -> str:
         return self.value
@@ -164,6 +167,8 @@ class RunMeta(msgspec.Struct, kw_only=True, frozen=True):
     error: ErrorInfo | None = None
     pause: PauseInfo | None = None
     extra: dict[str, Any] = {}
+    wake_at_ms: int = 0
+    """For ``sleeping`` runs: when a watcher resumes it (wall clock, ms); 0 otherwise."""
 
 
 class Effect(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
@@ -192,8 +197,8 @@ class Effect(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
 
 
 def now_ms() -> int:
-    """Wall-clock milliseconds, as stored in records."""
-    return time.time_ns() // 1_000_000
+    """Wall-clock milliseconds, as stored in records (the process's clock: afk_local.clock)."""
+    return clock_ms()
 
 
 def later_ms(previous: int) -> int:

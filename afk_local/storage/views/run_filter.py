@@ -83,15 +83,22 @@ class RunFilter:
         return any(fnmatch.fnmatchcase(n, self.name) for n in names)
 
 
+def parse_duration(text: str) -> float | None:
+    """``90s``, ``30m``, ``2h``, ``1d12h``, ``1w`` as seconds; None when ``text`` is no duration."""
+    compact = text.strip().lower().replace(" ", "")
+    if compact and not _AGO.sub("", compact):  # only <number><unit> parts
+        return sum(float(n) * _UNITS[u] for n, u in _AGO.findall(compact))
+    return None
+
+
 def parse_since(text: str, now_ms: int) -> int:
     """``2h``, ``30m``, ``1d12h``, ``1w`` ago, or an ISO date/time, as a millisecond stamp.
 
     Raises:
         ValueError: saying what forms are understood.
     """
-    compact = text.strip().lower().replace(" ", "")
-    if compact and not _AGO.sub("", compact):  # only <number><unit> parts: an age
-        seconds = sum(float(n) * _UNITS[u] for n, u in _AGO.findall(compact))
+    seconds = parse_duration(text)
+    if seconds is not None:
         return now_ms - int(seconds * 1000)
     try:
         when = datetime.fromisoformat(text.strip())
@@ -113,4 +120,4 @@ def parse_tag(text: str) -> tuple[str, str | None]:
     return key, (value if sep else None)
 
 
-__all__ = ["LIVENESS", "RunFilter", "parse_since", "parse_tag"]
+__all__ = ["LIVENESS", "RunFilter", "parse_duration", "parse_since", "parse_tag"]

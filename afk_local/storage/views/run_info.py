@@ -59,6 +59,8 @@ class RunInfo:
     damage: str | None = None
     """Set when the run's newest checkpoint cannot be read (a damaged file or pack): why,
     in one line; ``afk-local verify RUN`` lists every damaged file."""
+    wake_at_ms: int = 0
+    """For ``sleeping`` runs: when the watcher resumes it (wall clock, ms)."""
 
     @property
     def interrupted(self) -> bool:
@@ -103,6 +105,7 @@ class RunInfo:
             "active_ms": p.active_ms if p else None,
             "eta_s": self.eta_s,
             "damage": self.damage,
+            "wake_at_ms": self.wake_at_ms or None,
         }
 
     def _row(self) -> RunRow:
@@ -144,6 +147,8 @@ def _label(info: RunInfo) -> str:
         return f"{info.status.value} (interrupted)"
     if info.owner_alive:
         return f"{info.status.value} (live)"
+    if info.wake_at_ms and info.status.value == RunStatus.SLEEPING.value:
+        return f"sleeping (until {format_ms(info.wake_at_ms)})"
     return info.status.value
 
 

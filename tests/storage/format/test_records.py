@@ -11,6 +11,7 @@ from typing import Any, cast
 import pytest
 
 import afk_local
+from afk_local import clock
 from afk_local.errors import RunFailed
 from afk_local.integrations.fanout import run_task
 from afk_local.storage.format import records
@@ -81,9 +82,20 @@ def test_records_now_ms_is_the_only_reader_of_the_wall_clock() -> None:
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if _WALL_CLOCK.search(line.split("#", 1)[0])
     ]
-    assert readers == ["storage/format/records.py:" + str(_line_of_now_ms())]
+    assert readers == ["clock.py:" + str(_line_of_wall_ns())]
+    assert records.now_ms.__doc__ and "afk_local.clock" in records.now_ms.__doc__
 
 
-def _line_of_now_ms() -> int:
-    source = Path(records.__file__).read_text(encoding="utf-8").splitlines()
+def _line_of_wall_ns() -> int:
+    source = Path(clock.__file__).read_text(encoding="utf-8").splitlines()
     return next(n for n, line in enumerate(source, 1) if "time.time_ns()" in line)
+
+
+def test_records_are_stamped_by_the_installed_clock() -> None:
+    from afk_local.testing import skipping_clock  # noqa: PLC0415
+
+    with skipping_clock(start=1_000_000.0) as fake:
+        assert now_ms() == 1_000_000_000
+        fake.sleep(2.5)
+        assert now_ms() == 1_000_002_500
+    assert abs(now_ms() - time.time_ns() // 1_000_000) < 60_000

@@ -1,0 +1,75 @@
+"""Durable jobs for the durable-time tests, importable by child processes (``time_jobs:NAME``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import afk_local as afk
+from afk_local.clock import current_clock
+
+
+def clock_now() -> float:
+    """The clock's time, journaled by a step: when the job got there."""
+    return current_clock().time()
+
+
+@afk.durable
+def sleeper(ctx: afk.RunContext, seconds: float, park_after: float | None) -> float:
+    """Sleep ``seconds`` (parking past ``park_after``), then journal when it woke."""
+    ctx.step("before", clock_now)
+    print("sleeping", flush=True)
+    ctx.sleep(seconds, park_after=park_after)
+    woke: float = ctx.step("woke", clock_now)
+    return woke
+
+
+def flaky(counter: str, failures: int) -> str:
+    """Fails the first ``failures`` times it is called (counted in a file), then succeeds."""
+    path = Path(counter)
+    calls = int(path.read_text()) + 1 if path.exists() else 1
+    path.write_text(str(calls))
+    print(f"call {calls}", flush=True)
+    if calls <= failures:
+        raise ConnectionError(f"flaky call {calls}")
+    return f"ok after {calls}"
+
+
+@afk.durable
+def retried(ctx: afk.RunContext, counter: str, failures: int, initial: float) -> str:
+    """A step failing ``failures`` times, retried with a backoff of ``initial`` seconds."""
+    policy = afk.Retry(attempts=3, initial=initial, backoff=1.0, on=(ConnectionError,))
+    result: str = ctx.step("flaky", flaky, counter, failures, retry=policy)
+    return result
+
+
+def hold(seconds: float) -> list[float]:
+    """Work under a limit: journal when it started and ended (clock time)."""
+    clock = current_clock()
+    start = clock.time()
+    print("holding", flush=True)
+    clock.sleep(seconds)
+    return [start, clock.time()]
+
+
+@afk.durable
+def limited_worker(ctx: afk.RunContext, n: int, work: float) -> int:
+    """``n`` steps under the shared ``Limit("api", concurrent=2, per_minute=30)``."""
+    api = afk.Limit("api", concurrent=2, per_minute=30)
+    for i in range(n):
+        ctx.step("call", hold, work, limit=api)
+    return n
+
+
+@afk.durable
+def slot_hog(ctx: afk.RunContext) -> None:
+    """Takes a slot of the ``api`` limit and never gives it back (it is SIGKILLed)."""
+    api = afk.Limit("api", concurrent=2, per_minute=30)
+    ctx.step("hog", hold, 3600.0, limit=api)
+
+
+@afk.durable
+def stamp(ctx: afk.RunContext, out: str) -> str:
+    """Append this run's id to ``out`` (not journaled: a second execution shows twice)."""
+    with open(out, "a", encoding="utf-8") as fh:
+        fh.write(f"{ctx.run_id} {ctx.attempt}\n")
+    return ctx.run_id
