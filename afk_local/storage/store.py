@@ -36,7 +36,7 @@ from afk_local.storage.format.layout import (
 )
 from afk_local.storage.format.layout import new_run_id as fresh_run_id
 from afk_local.storage.format.records import RunMeta, RunStatus
-from afk_local.storage.rundir.creation import make_run_dir, new_run_meta, refuse_linked_dirs
+from afk_local.storage.rundir.creation import new_run_meta, refuse_linked_dirs
 from afk_local.storage.rundir.heads import HeadStore
 from afk_local.storage.rundir.mirror import Mirror, open_mirror
 from afk_local.storage.rundir.options import StoreOptions, default_root
@@ -316,8 +316,18 @@ class Store:
         code_fingerprint: str | None = None,
         version: str | None = None,
         extra: dict[str, Any] | None = None,
+        publish_with_first_write: bool = False,
     ) -> RunWriter:
-        """Create a new run and return its writer, holding the run's lock."""
+        """Create a new run and return its writer, holding the run's lock.
+
+        The run is built under a temporary name and appears whole, with one rename.
+        With ``publish_with_first_write`` (what durable functions use) it appears with
+        the writer's first checkpoint (or first use of its journal, or close), which
+        then makes the run, its meta changes and that checkpoint durable together; until
+        then it is not in the store, and a ``RunExistsError`` of a creator that lost a
+        race for the same run id comes from that write (docs/guarantees.md, "What a new
+        run costs"). Stores with a key or a mirror publish at once.
+        """
         paths = self.paths(run_id if run_id is not None else fresh_run_id())
         meta = new_run_meta(
             paths.run_id,
@@ -330,8 +340,9 @@ class Store:
             extra=extra,
         )
         self.prepare_write(paths.run_id)
-        make_run_dir(paths, self.runs_dir, self.env)
-        return self._open_writer(paths, 0.0, new_meta=meta)
+        return self._open_writer(
+            paths, 0.0, new_meta=meta, defer_publish=publish_with_first_write
+        )
 
     def resume_writer(
         self, run_id: str, *, lock_timeout: float | None = None, new_attempt: bool = True
@@ -360,6 +371,7 @@ class Store:
         *,
         new_meta: RunMeta | None = None,
         new_attempt: bool = True,
+        defer_publish: bool = False,
     ) -> RunWriter:
         from afk_local.storage.rundir.writer import open_writer  # noqa: PLC0415
 
@@ -372,6 +384,7 @@ class Store:
             new_attempt=new_attempt,
             mirror=self.mirror,
             heads=self.heads,
+            defer_publish=defer_publish,
         )
 
     def delete(

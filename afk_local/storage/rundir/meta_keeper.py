@@ -85,6 +85,7 @@ class MetaKeeper:
         head: the run's head record, told of every durable meta (a keyed store).
         mirror: the run's remote mirror, told after every durable meta.
         on_failure: told of a failed write (the writer refuses further writes).
+        on_disk: False for a new run not published yet (see :attr:`on_disk`).
     """
 
     def __init__(
@@ -97,8 +98,12 @@ class MetaKeeper:
         mirror: RunMirror | None = None,
         env: Env = DEFAULT_ENV,
         on_failure: Callable[[BaseException], None],
+        on_disk: bool = True,
     ) -> None:
         self._env = env
+        self.on_disk = on_disk
+        """False while the run is not published: changes stay in memory, and the
+        publish writes the meta as it is then."""
         self.paths = paths
         self.meta = meta
         """The run's current ``run.meta``."""
@@ -117,6 +122,9 @@ class MetaKeeper:
             self.meta, updated_ms=later_ms(self.meta.updated_ms), **changes
         )
         data = codec.encode_meta(self._codec, meta)  # a bad value fails here, before I/O
+        if not self.on_disk:
+            self.meta = meta
+            return meta
         try:
             self._env.atomic_write(self.paths.meta, data)
         except BaseException as exc:
