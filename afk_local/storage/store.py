@@ -340,9 +340,7 @@ class Store:
             extra=extra,
         )
         self.prepare_write(paths.run_id)
-        return self._open_writer(
-            paths, 0.0, new_meta=meta, defer_publish=publish_with_first_write
-        )
+        return self._open_writer(paths, 0.0, new_meta=meta, defer_publish=publish_with_first_write)
 
     def resume_writer(
         self, run_id: str, *, lock_timeout: float | None = None, new_attempt: bool = True
