@@ -15,6 +15,7 @@ the directory is published; this module owns how.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from pathlib import Path
@@ -52,29 +53,6 @@ def refuse_linked_dirs(runs_dir: Path, paths: RunPaths) -> None:
             )
 
 
-def make_run_dir(paths: RunPaths, runs_dir: Path, env: fsio.Env = fsio.DEFAULT_ENV) -> None:
-    """Make the directory of a new run durable (through the store's ``env``).
-
-    A crash between ``mkdir`` and the first ``run.meta`` leaves a directory with no
-    meta and no owner: it is adopted, or that run id could never be used again
-    (``open_writer`` checks again under the lock: another creator may be just ahead).
-    The crash may also have come before mkdir's parent fsync, so that is made again.
-
-    Raises:
-        RunExistsError: the run has a meta, or a live owner, already.
-        UntrustedStoreError: the run directory (or ``runs/``) is a link.
-    """
-    env.make_dirs(runs_dir)
-    refuse_linked_dirs(runs_dir, paths)
-    try:
-        env.make_dir(paths.dir)
-    except FileExistsError:
-        refuse_linked_dirs(runs_dir, paths)  # never adopt through a symlink
-        if os.path.lexists(paths.meta) or lock_is_held(paths.lock):
-            raise RunExistsError(paths.run_id, str(paths.dir)) from None
-        env.fsync_dir(runs_dir)
-
-
 class NewRunDir:
     """A new run's directory, built under a temporary name and not yet published.
 
@@ -101,18 +79,40 @@ class NewRunDir:
         Raises:
             RunExistsError: another creator published the same run id first.
         """
-        env, building = self._env, self.building
-        env.write_new_file(building.meta, meta)
+        self._write_meta(meta)
         if checkpoint is not None:
-            name, data = checkpoint
-            env.write_new_file(building.dir / name, data)
-            env.atomic_symlink(name, building.latest, sync_dir=False)
+            self._write_first_checkpoint(*checkpoint)
         if journal:  # empty: its name is made durable with the directory's, no fsync of its own
-            os.close(env.open_append(building.journal))
+            os.close(self._env.open_append(self.building.journal))
+        self._seal()
+        self._appear()
+
+    # One method per fsync: the crash explorer's site mutants remove them one at a time.
+
+    def _write_meta(self, meta: bytes) -> None:
+        self._env.write_new_file(self.building.meta, meta)
+
+    def _write_first_checkpoint(self, name: str, data: bytes) -> None:
+        self._env.write_new_file(self.building.dir / name, data)
+        self._env.atomic_symlink(name, self.building.latest, sync_dir=False)
+
+    def _seal(self) -> None:
+        """Make the names in the new directory durable before it can appear."""
+        self._env.fsync_dir(self.building.dir)
+
+    def _appear(self) -> None:
+        """Rename the directory into place (never over a run) and make that durable."""
+        target = self.paths.dir
+        if os.path.lexists(target):
+            raise RunExistsError(self.paths.run_id, str(target))
         try:
-            env.publish_dir(building.dir, self.paths.dir)
-        except FileExistsError:
-            raise RunExistsError(self.paths.run_id, str(self.paths.dir)) from None
+            self._env.rename(self.building.dir, target)
+        except OSError as exc:
+            # Linux replaces an *empty* directory silently; a non-empty one fails like this.
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise RunExistsError(self.paths.run_id, str(target)) from None
+            raise
+        self._env.fsync_dir(target.parent)
 
     def abandon(self) -> None:
         """Remove the unpublished directory (the lock is its caller's to release)."""
@@ -193,4 +193,4 @@ def new_run_meta(
     )
 
 
-__all__ = ["NewRunDir", "begin_run_dir", "make_run_dir", "new_run_meta", "refuse_linked_dirs"]
+__all__ = ["NewRunDir", "begin_run_dir", "new_run_meta", "refuse_linked_dirs"]
