@@ -15,7 +15,7 @@ import contextlib
 import enum
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +36,7 @@ from afk_local.storage.format.layout import (
 )
 from afk_local.storage.format.layout import new_run_id as fresh_run_id
 from afk_local.storage.format.records import RunMeta, RunStatus
+from afk_local.storage.meta_index import MetaIndex
 from afk_local.storage.rundir.creation import new_run_meta, refuse_linked_dirs
 from afk_local.storage.rundir.heads import HeadStore
 from afk_local.storage.rundir.mirror import Mirror, open_mirror
@@ -159,6 +160,7 @@ class Store:
             None if signer is None else HeadStore(self.root, self.head_dir, signer)
         )
         """The store's head records (None without a key: rollback protection needs one)."""
+        self._meta_index: MetaIndex | None = None
 
     @property
     def max_record_bytes(self) -> int:
@@ -440,6 +442,13 @@ class Store:
                 valid.append(validate_run_id(name))
         return sorted(valid)
 
+    def meta_index(self) -> MetaIndex:
+        """The index of this store's runs' metas (:mod:`.meta_index`), one per Store
+        object: listings and sweeps bring it up to date with a ``stat`` per run."""
+        if self._meta_index is None:
+            self._meta_index = MetaIndex(self.root, self.runs_dir, self.codec)
+        return self._meta_index
+
     def read_meta(self, run_id: str) -> RunMeta:
         """The ``run.meta`` of a run (cheap: one small file)."""
         return read_meta(self.paths(run_id, refuse_links=True), self.codec)
@@ -477,6 +486,26 @@ class Store:
 
         wanted = RunFilter(status=status, since_ms=since_ms, name=name, tags=tags or {})
         return listing.list_runs(self, wanted, limit)
+
+    def iter_runs(
+        self,
+        status: RunStatus | str | None = None,
+        *,
+        since_ms: int | None = None,
+        name: str | None = None,
+        tags: dict[str, str | None] | None = None,
+    ) -> Iterator[RunInfo]:
+        """The runs :meth:`runs` lists, newest first, one at a time: the first comes after
+        a ``stat`` of each run, before the others are read (for a store of many runs).
+
+        Example:
+            >>> import itertools
+            >>> newest = list(itertools.islice(store.iter_runs("completed"), 10))  # doctest: +SKIP
+        """
+        from afk_local.storage.views.run_filter import RunFilter  # noqa: PLC0415
+
+        wanted = RunFilter(status=status, since_ms=since_ms, name=name, tags=tags or {})
+        return listing.iter_runs(self, wanted)
 
     def interrupted(self) -> list[str]:
         """Ids of runs whose status says running (or created) but whose lock is free.
