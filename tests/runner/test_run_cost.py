@@ -46,7 +46,7 @@ def _recording_store(root: Path) -> tuple[afk.Store, list[IoCall]]:
     return store, calls
 
 
-def test_a_new_one_step_sync_run_costs_ten_fsyncs_each_buying_a_guarantee(tmp_path: Path) -> None:
+def test_a_new_one_step_sync_run_costs_nine_fsyncs_each_buying_a_guarantee(tmp_path: Path) -> None:
     store, calls = _recording_store(tmp_path)
 
     @afk.durable(store=store, durability="sync")
@@ -65,8 +65,7 @@ def test_a_new_one_step_sync_run_costs_ten_fsyncs_each_buying_a_guarantee(tmp_pa
         "runs/<run>/effects.log",  # the outcome, before the result is used
         "runs/<run>/<tmp>",  # the terminal checkpoint's bytes
         "runs/<run>",  # its name and latest
-        "runs/<run>/<tmp>",  # run.meta completed
-        "runs/<run>",  # its rename
+        "runs/<run>/<tmp>",  # run.meta completed (its rename rides on a later fsync)
     ]
     assert afk.Store(tmp_path).read_meta("r-1").status is afk.RunStatus.COMPLETED
 
@@ -204,3 +203,34 @@ def test_a_concurrent_gc_never_takes_a_new_runs_lock_from_its_creator(tmp_path: 
     finally:
         gc.kill()
         gc.wait()
+
+
+def test_a_completed_run_whose_meta_rename_was_lost_stays_completed(tmp_path: Path) -> None:
+    """The state a power cut leaves when it loses run.meta's last rename (finish() leaves it
+    to the next directory fsync): the terminal checkpoint decides, nothing runs again."""
+    store = afk.Store(tmp_path)
+    calls: list[int] = []
+
+    @afk.durable(store=store, durability="sync")
+    def job(ctx: afk.RunContext, x: int) -> int:
+        def add() -> int:
+            calls.append(x)
+            return x + 1
+
+        meta = ctx.writer.run.paths.meta
+        before.append(meta.read_bytes())  # run.meta as the running attempt wrote it
+        return ctx.step("add", add)
+
+    before: list[bytes] = []
+    assert job.run(1, run_id="r-1") == 2
+    paths = store.paths("r-1")
+    paths.meta.write_bytes(before[0])  # the rename lost: the running meta is back
+    assert store.read_meta("r-1").status is afk.RunStatus.COMPLETED
+    assert store.interrupted() == []
+    assert job.run(1, run_id="r-1") == 2  # the stored result, not a second attempt
+    assert calls == [1]
+    with store.resume_writer("r-1", new_attempt=False):
+        pass  # a writer makes the reconciled status durable in run.meta itself
+    fresh = afk.Store(tmp_path)
+    assert fresh.read_meta("r-1").status is afk.RunStatus.COMPLETED
+    assert fresh.open("r-1").verify().ok

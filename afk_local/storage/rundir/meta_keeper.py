@@ -112,11 +112,13 @@ class MetaKeeper:
         self._mirror = mirror
         self._on_failure = on_failure
 
-    def replace(self, **changes: Any) -> RunMeta:
+    def replace(self, *, sync_dir: bool = True, **changes: Any) -> RunMeta:
         """Replace ``run.meta`` atomically with ``changes`` applied (``updated_ms`` bumped).
 
         A value that cannot be encoded fails before any I/O; a failed write is handed
-        to ``on_failure`` and raised.
+        to ``on_failure`` and raised. ``sync_dir=False`` leaves the rename to the next
+        fsync of the run directory: only for a status that a durable checkpoint already
+        carries (a terminal one, which readers take over a meta older than it).
         """
         meta = msgspec.structs.replace(
             self.meta, updated_ms=later_ms(self.meta.updated_ms), **changes
@@ -126,7 +128,7 @@ class MetaKeeper:
             self.meta = meta
             return meta
         try:
-            self._env.atomic_write(self.paths.meta, data)
+            self._env.atomic_write(self.paths.meta, data, sync_dir=sync_dir)
         except BaseException as exc:
             self._on_failure(exc)
             raise

@@ -336,6 +336,15 @@ class RunWriter:
         with self._life, self._serial:
             return self._metas.replace(**changes)
 
+    def _settle_status(self, **changes: Any) -> RunMeta:
+        """Write the status the terminal checkpoint just made durable into ``run.meta``,
+        its rename left to the next fsync of the run directory: readers take the status
+        of a terminal checkpoint newer than the meta (:func:`.reader.read_meta`), so a
+        power cut that loses the rename loses nothing (docs/guarantees.md, "What a new
+        run costs")."""
+        with self._life, self._serial:
+            return self._metas.replace(sync_dir=False, **changes)
+
     def anchor_head(self) -> None:
         """Take the run's head record from disk, after this writer deleted its newest
         checkpoints on purpose (a keyed store would otherwise call that a rollback)."""
@@ -350,7 +359,7 @@ class RunWriter:
         payload = {"state": RunStatus.COMPLETED.value, "terminal_result": result, **extra}
         with self._serial:
             record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
-            self.update_meta(status=RunStatus.COMPLETED, pause=None, error=None)
+            self._settle_status(status=RunStatus.COMPLETED, pause=None, error=None)
             return record
 
     def fail(
@@ -366,7 +375,7 @@ class RunWriter:
         }
         with self._serial:
             record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
-            self.update_meta(status=RunStatus.FAILED, error=info)
+            self._settle_status(status=RunStatus.FAILED, error=info)
             return record
 
     def cancel(self, reason: str = "cancelled", *, step: int | None = None) -> Checkpoint:

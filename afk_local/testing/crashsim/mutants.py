@@ -43,8 +43,8 @@ RUN_SITES: tuple[tuple[str, str], ...] = (
     ("journal._sync_locked", "journal"),  # an intent before its effect, an outcome after
     ("publisher.publish", "file"),  # a checkpoint's bytes (the terminal one)
     ("publisher.publish", "dir"),  # its name and latest
-    ("meta_keeper.replace", "file"),  # a status change's run.meta
-    ("meta_keeper.replace", "dir"),  # its rename
+    ("meta_keeper.replace", "file"),  # the completed status's run.meta (its rename rides
+    # on the next directory fsync: the terminal checkpoint carries the status meanwhile)
 )
 """Every fsync a new one-step sync run makes (docs/guarantees.md, "What a new run costs")."""
 
