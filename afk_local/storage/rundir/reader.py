@@ -604,8 +604,10 @@ def _with_terminal_status(paths: RunPaths, record_codec: RecordCodec, meta: RunM
     target = fsio.read_link(paths.latest)
     if target is None or not target.endswith(f".{Phase.RUN_TERMINAL.value}.ckpt"):
         return meta
+    reader = RunReader(paths, record_codec=record_codec)
+    reader._meta = meta  # a fork's shared history is read from this meta, not read again
     try:
-        latest = RunReader(paths, record_codec=record_codec).latest()
+        latest = reader.latest()
     except AfkLocalError:
         return meta
     if (
