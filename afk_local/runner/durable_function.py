@@ -338,13 +338,16 @@ class DurableFunction(Generic[R]):
                 code_fingerprint=self.fingerprint,
                 version=self.version,
                 extra=self._new_extra(tags),
+                # the run, its running status and run_started appear durable together
+                publish_with_first_write=True,
             )
+            return self._attempt(store, run, params, None, input_value=NO_INPUT, in_doubt=in_doubt)
         except RunExistsError:  # another process created it just now
-            assert run_id is not None
+            if run_id is None:
+                raise
             return self._reopen(
                 store, run_id, params, input_value, in_doubt, tags=tags, pause_seq=pause_seq
             )
-        return self._attempt(store, run, params, None, input_value=NO_INPUT, in_doubt=in_doubt)
 
     def _reopen(
         self,

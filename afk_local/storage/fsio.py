@@ -541,10 +541,14 @@ class Env:
         else:
             self.fsync_fd(dir_fd, prefix)
 
-    def make_dir(self, path: str | os.PathLike[str], *, exist_ok: bool = False) -> bool:
+    def make_dir(
+        self, path: str | os.PathLike[str], *, exist_ok: bool = False, sync_parent: bool = True
+    ) -> bool:
         """Create a 0700 directory and fsync its parent so the new entry survives a crash.
 
         Returns True when the directory was created, False when it existed (``exist_ok``).
+        ``sync_parent=False`` for a temporary directory that is published by a rename
+        (:meth:`publish_dir`): its own entry never needs to survive a crash.
         """
         target = Path(path)
         self._before("mkdir", target)
@@ -556,7 +560,8 @@ class Env:
                 return False
             raise
         self._record(IoCall("mkdir", os.fspath(target)))
-        self.fsync_dir(target.parent)
+        if sync_parent:
+            self.fsync_dir(target.parent)
         return True
 
     def make_dirs(self, path: str | os.PathLike[str]) -> None:

@@ -9,14 +9,18 @@ verify`` reports it). :class:`~afk_local.Store` holds the public methods.
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from afk_local.errors import AfkLocalError, run_failure
 from afk_local.storage.format.layout import META_NAME, RunPaths, parse_pack_name
 from afk_local.storage.format.records import Checkpoint, RunMeta
+from afk_local.storage.meta_index import UNREADABLE, MetaIndex
 from afk_local.storage.rundir.ownership import is_interrupted, probe_owner
 from afk_local.storage.rundir.reader import RunReader
 
@@ -50,6 +54,10 @@ class ListedStore(Protocol):
 
     def paths(self, run_id: str, *, refuse_links: bool = False) -> RunPaths:
         """The paths of a run."""
+        ...
+
+    def meta_index(self) -> MetaIndex:
+        """The index of the store's runs' metas."""
         ...
 
 
@@ -149,24 +157,15 @@ def list_runs(store: ListedStore, wanted: RunFilter, limit: int | None) -> RunLi
     :meth:`afk_local.Store.runs`)."""
     from afk_local.storage.views.run_info import RunList  # noqa: PLC0415
 
-    result = RunList()
-    for run_id in store.run_ids():
-        try:
-            meta = store.read_meta(run_id)
-            if not wanted.admits_meta(meta):
-                continue
-        except AfkLocalError:
-            continue  # a run being created, or a damaged meta: `verify` reports it
-        try:
-            info = store.info(run_id)
-        except Exception as exc:  # one damaged run is one marked line, never the listing
-            log.debug("run %s: cannot be listed", run_id, exc_info=True)
-            info = _damaged_info(run_id, meta, run_failure(exc))
-        if wanted.admits(info):
-            result.append(info)
+    if limit is None:
+        result = RunList(
+            info
+            for run_id in sorted(store.meta_index().summaries())
+            if (info := _listed(store, run_id, wanted)) is not None
+        )
+    else:
+        result = RunList(itertools.islice(iter_runs(store, wanted), limit))
     result.sort(key=lambda info: info.updated_ms, reverse=True)
-    if limit is not None:
-        del result[limit:]
     return result
 
 
@@ -189,7 +188,7 @@ def page_runs(
     page = RunList()
     if not wanted.needs_meta and not wanted.needs_info:  # every run is admitted
         for run_id in order[offset : offset + limit]:
-            listed = _listed(store, run_id, None)
+            listed = _page_entry(store, run_id, None)
             if listed is not None:
                 page.append(listed)
         return page, len(order), len(order) > offset + limit
@@ -206,7 +205,7 @@ def page_runs(
         if admitted < offset and not wanted.needs_info:
             admitted += 1  # before the page: its checkpoints are not read
             continue
-        info = _listed(store, run_id, meta)
+        info = _page_entry(store, run_id, meta)
         if info is None or not wanted.admits(info):
             continue
         admitted += 1
@@ -241,7 +240,7 @@ def _newest_meta_first(store: PagedStore) -> list[str]:
     return [run_id for _, run_id in stamped]
 
 
-def _listed(store: ListedStore, run_id: str, meta: RunMeta | None) -> RunInfo | None:
+def _page_entry(store: ListedStore, run_id: str, meta: RunMeta | None) -> RunInfo | None:
     """The :class:`RunInfo` of a run for a listing: a run whose checkpoints cannot be read
     is one marked line (from its meta), one whose meta cannot be read is left out (a run
     being created, or a damaged meta: ``verify`` reports it)."""
@@ -257,14 +256,74 @@ def _listed(store: ListedStore, run_id: str, meta: RunMeta | None) -> RunInfo | 
         return _damaged_info(run_id, meta, run_failure(exc))
 
 
+def iter_runs(store: ListedStore, wanted: RunFilter) -> Iterator[RunInfo]:
+    """The readable runs ``wanted`` admits, newest first, each read when it is its turn.
+
+    The store's meta index (:mod:`.meta_index`) orders the runs without decoding them,
+    by a bound on their listed ``updated_ms`` (the newer of their meta's last update and
+    their newest checkpoint's time): the meta's own for a run that expects no owner
+    (its meta is written after its last checkpoint), and for one that does (it may
+    checkpoint after its meta) the later of that and its ``latest`` link's mtime, or
+    "now" when it has no ``latest``. A run is yielded once no run still unread can be
+    newer: the first comes after a ``stat`` of every run, not after reading every run.
+    """
+    summaries = store.meta_index().summaries()
+    pending: list[tuple[int, int, RunInfo]] = []  # (-updated_ms, tie-break, info)
+    count = itertools.count()
+    candidates = []
+    for run_id, summary in summaries.items():
+        bound = summary.updated_ms
+        if summary.expects_owner or summary.status == UNREADABLE:
+            bound = max(bound, _latest_mtime_ms(store, run_id))
+        candidates.append((bound, run_id))
+    candidates.sort(key=lambda item: (-item[0], item[1]))
+    for bound, run_id in candidates:
+        while pending and -pending[0][0] >= bound:
+            yield heapq.heappop(pending)[2]
+        info = _listed(store, run_id, wanted)
+        if info is not None:
+            heapq.heappush(pending, (-info.updated_ms, next(count), info))
+    while pending:
+        yield heapq.heappop(pending)[2]
+
+
+def _latest_mtime_ms(store: ListedStore, run_id: str) -> int:
+    """When the run's ``latest`` was last swapped (ms, rounded up), or a bound no listed
+    time reaches when it has none (its newest checkpoint is then unknown)."""
+    try:
+        st = os.lstat(store.paths(run_id).latest)
+    except OSError:
+        return 1 << 62
+    return -(-st.st_mtime_ns // 1_000_000) + 1
+
+
+def _listed(store: ListedStore, run_id: str, wanted: RunFilter) -> RunInfo | None:
+    """The RunInfo of ``run_id`` when ``wanted`` admits it, else None."""
+    try:
+        meta = store.read_meta(run_id)
+        if not wanted.admits_meta(meta):
+            return None
+    except AfkLocalError:
+        return None  # a run being created, or a damaged meta: `verify` reports it
+    try:
+        info = store.info(run_id)
+    except Exception as exc:  # one damaged run is one marked line, never the listing
+        log.debug("run %s: cannot be listed", run_id, exc_info=True)
+        info = _damaged_info(run_id, meta, run_failure(exc))
+    return info if wanted.admits(info) else None
+
+
 def interrupted(store: ListedStore) -> list[str]:
     """Ids of runs whose status says running (or created) but whose lock is free.
 
     A run whose ``owner.lock`` is damaged is not listed: nobody can take it over until
-    a person repairs it (:attr:`RunInfo.lock_problem`).
+    a person repairs it (:attr:`RunInfo.lock_problem`). Only the runs whose meta (as the
+    store's meta index knows it, checked by a ``stat``) expects an owner are read.
     """
     found = []
-    for run_id in store.run_ids():
+    for run_id, summary in store.meta_index().summaries().items():
+        if not summary.expects_owner:
+            continue
         try:
             meta = store.read_meta(run_id)
         except AfkLocalError:
@@ -274,13 +333,14 @@ def interrupted(store: ListedStore) -> list[str]:
             meta.status, probe_owner(store.paths(run_id).lock)
         ):
             found.append(run_id)
-    return found
+    return sorted(found)
 
 
 __all__ = [
     "ListedStore",
     "PagedStore",
     "interrupted",
+    "iter_runs",
     "list_runs",
     "newest_unreadable",
     "page_runs",

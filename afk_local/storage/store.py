@@ -16,7 +16,7 @@ import enum
 import errno
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +38,8 @@ from afk_local.storage.format.layout import (
 )
 from afk_local.storage.format.layout import new_run_id as fresh_run_id
 from afk_local.storage.format.records import RunMeta, RunStatus
-from afk_local.storage.rundir.creation import make_run_dir, new_run_meta, refuse_linked_dirs
+from afk_local.storage.meta_index import MetaIndex
+from afk_local.storage.rundir.creation import new_run_meta, refuse_linked_dirs
 from afk_local.storage.rundir.heads import HeadStore
 from afk_local.storage.rundir.mirror import Mirror, open_mirror
 from afk_local.storage.rundir.options import StoreOptions, default_root
@@ -161,6 +162,7 @@ class Store:
             None if signer is None else HeadStore(self.root, self.head_dir, signer)
         )
         """The store's head records (None without a key: rollback protection needs one)."""
+        self._meta_index: MetaIndex | None = None
 
     @property
     def max_record_bytes(self) -> int:
@@ -329,8 +331,18 @@ class Store:
         code_fingerprint: str | None = None,
         version: str | None = None,
         extra: dict[str, Any] | None = None,
+        publish_with_first_write: bool = False,
     ) -> RunWriter:
-        """Create a new run and return its writer, holding the run's lock."""
+        """Create a new run and return its writer, holding the run's lock.
+
+        The run is built under a temporary name and appears whole, with one rename.
+        With ``publish_with_first_write`` (what durable functions use) it appears with
+        the writer's first checkpoint (or first use of its journal, or close), which
+        then makes the run, its meta changes and that checkpoint durable together; until
+        then it is not in the store, and a ``RunExistsError`` of a creator that lost a
+        race for the same run id comes from that write (docs/guarantees.md, "What a new
+        run costs"). Stores with a key or a mirror publish at once.
+        """
         paths = self.paths(run_id if run_id is not None else fresh_run_id())
         meta = new_run_meta(
             paths.run_id,
@@ -343,8 +355,7 @@ class Store:
             extra=extra,
         )
         self.prepare_write(paths.run_id)
-        make_run_dir(paths, self.runs_dir, self.env)
-        return self._open_writer(paths, 0.0, new_meta=meta)
+        return self._open_writer(paths, 0.0, new_meta=meta, defer_publish=publish_with_first_write)
 
     def resume_writer(
         self, run_id: str, *, lock_timeout: float | None = None, new_attempt: bool = True
@@ -373,6 +384,7 @@ class Store:
         *,
         new_meta: RunMeta | None = None,
         new_attempt: bool = True,
+        defer_publish: bool = False,
     ) -> RunWriter:
         from afk_local.storage.rundir.writer import open_writer  # noqa: PLC0415
 
@@ -385,6 +397,7 @@ class Store:
             new_attempt=new_attempt,
             mirror=self.mirror,
             heads=self.heads,
+            defer_publish=defer_publish,
         )
 
     def delete(
@@ -442,6 +455,13 @@ class Store:
                 valid.append(validate_run_id(name))
         return sorted(valid)
 
+    def meta_index(self) -> MetaIndex:
+        """The index of this store's runs' metas (:mod:`.meta_index`), one per Store
+        object: listings and sweeps bring it up to date with a ``stat`` per run."""
+        if self._meta_index is None:
+            self._meta_index = MetaIndex(self.root, self.runs_dir, self.codec)
+        return self._meta_index
+
     def read_meta(self, run_id: str) -> RunMeta:
         """The ``run.meta`` of a run (cheap: one small file)."""
         return read_meta(self.paths(run_id, refuse_links=True), self.codec)
@@ -479,6 +499,26 @@ class Store:
 
         wanted = RunFilter(status=status, since_ms=since_ms, name=name, tags=tags or {})
         return listing.list_runs(self, wanted, limit)
+
+    def iter_runs(
+        self,
+        status: RunStatus | str | None = None,
+        *,
+        since_ms: int | None = None,
+        name: str | None = None,
+        tags: dict[str, str | None] | None = None,
+    ) -> Iterator[RunInfo]:
+        """The runs :meth:`runs` lists, newest first, one at a time: the first comes after
+        a ``stat`` of each run, before the others are read (for a store of many runs).
+
+        Example:
+            >>> import itertools
+            >>> newest = list(itertools.islice(store.iter_runs("completed"), 10))  # doctest: +SKIP
+        """
+        from afk_local.storage.views.run_filter import RunFilter  # noqa: PLC0415
+
+        wanted = RunFilter(status=status, since_ms=since_ms, name=name, tags=tags or {})
+        return listing.iter_runs(self, wanted)
 
     def interrupted(self) -> list[str]:
         """Ids of runs whose status says running (or created) but whose lock is free.

@@ -45,6 +45,7 @@ from afk_local.runner.origin import cannot_resume, reentry_plan
 from afk_local.storage import fsio
 from afk_local.storage.format.integrity import KEY_ENV
 from afk_local.storage.format.records import RunMeta, RunStatus, now_ms
+from afk_local.storage.meta_index import UNREADABLE
 from afk_local.storage.rundir.heads import HEAD_DIR_ENV
 from afk_local.storage.rundir.mirror import fenced_reason
 from afk_local.storage.rundir.options import MAX_RECORD_BYTES_ENV
@@ -306,8 +307,16 @@ class Watcher:
         """
         stamp = now_ms() if now is None else now
         found = []
-        for run_id in self.store.run_ids():
+        # The store's meta index says, with a stat per run, which metas may need a look:
+        # a run that needs no owner, or has no entrypoint, is never decoded here.
+        for run_id, summary in sorted(self.store.meta_index().summaries().items()):
             if run_id in self.children:
+                continue
+            if summary.status != UNREADABLE and (
+                not summary.expects_owner
+                or not summary.entrypoint
+                or summary.next_attempt_ms > stamp
+            ):
                 continue
             meta = self._meta(run_id)
             if meta is None or meta.entrypoint is None:

@@ -87,6 +87,7 @@ class MetaKeeper:
         head: the run's head record, told of every durable meta (a keyed store).
         mirror: the run's remote mirror, told after every durable meta.
         on_failure: told of a failed write (the writer refuses further writes).
+        on_disk: False for a new run not published yet (see :attr:`on_disk`).
     """
 
     def __init__(
@@ -99,8 +100,12 @@ class MetaKeeper:
         mirror: RunMirror | None = None,
         env: Env = DEFAULT_ENV,
         on_failure: Callable[[BaseException], None],
+        on_disk: bool = True,
     ) -> None:
         self._env = env
+        self.on_disk = on_disk
+        """False while the run is not published: changes stay in memory, and the
+        publish writes the meta as it is then."""
         self.paths = paths
         self.meta = meta
         """The run's current ``run.meta``."""
@@ -109,18 +114,23 @@ class MetaKeeper:
         self._mirror = mirror
         self._on_failure = on_failure
 
-    def replace(self, **changes: Any) -> RunMeta:
+    def replace(self, *, sync_dir: bool = True, **changes: Any) -> RunMeta:
         """Replace ``run.meta`` atomically with ``changes`` applied (``updated_ms`` bumped).
 
         A value that cannot be encoded fails before any I/O; a failed write is handed
-        to ``on_failure`` and raised.
+        to ``on_failure`` and raised. ``sync_dir=False`` leaves the rename to the next
+        fsync of the run directory: only for a status that a durable checkpoint already
+        carries (a terminal one, which readers take over a meta older than it).
         """
         meta = msgspec.structs.replace(
             self.meta, updated_ms=later_ms(self.meta.updated_ms), **changes
         )
         data = codec.encode_meta(self._codec, meta)  # a bad value fails here, before I/O
+        if not self.on_disk:
+            self.meta = meta
+            return meta
         try:
-            self._env.atomic_write(self.paths.meta, data)
+            self._env.atomic_write(self.paths.meta, data, sync_dir=sync_dir)
         except BaseException as exc:
             self._on_failure(exc)
             raise

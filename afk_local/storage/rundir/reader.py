@@ -38,7 +38,14 @@ from afk_local.storage.format.layout import (
     RunPaths,
     parse_checkpoint_name,
 )
-from afk_local.storage.format.records import Checkpoint, Effect, Phase, RunMeta, RunStatus
+from afk_local.storage.format.records import (
+    Checkpoint,
+    Effect,
+    ErrorInfo,
+    Phase,
+    RunMeta,
+    RunStatus,
+)
 from afk_local.storage.rundir.catalog import RunCatalog
 from afk_local.storage.rundir.chain import (
     MAX_READ_CHAIN,
@@ -585,11 +592,52 @@ def read_meta(paths: RunPaths, record_codec: RecordCodec) -> RunMeta:
             path, f"cannot read: {exc.strerror}", paths.run_id
         ) from None
     try:
-        return codec.decode_meta(
+        meta = codec.decode_meta(
             record_codec, data, path, max_bytes=MAX_META_BYTES, run_id=paths.run_id
         )
     except CheckpointCorruptionError as exc:
         raise CheckpointCorruptionError(exc.path, exc.reason, paths.run_id) from None
+    if meta.status.expects_owner:
+        return _with_terminal_status(paths, record_codec, meta)
+    return meta
+
+
+def _with_terminal_status(paths: RunPaths, record_codec: RecordCodec, meta: RunMeta) -> RunMeta:
+    """``meta`` with the status its run's terminal checkpoint carries, when that checkpoint
+    is newer than the meta: the run completed or failed, and a power cut lost the rename
+    of its ``run.meta`` (whose directory entry the writer leaves to the next directory
+    fsync, docs/guarantees.md, "What a new run costs"). Costs one ``readlink`` unless
+    ``latest`` names a terminal checkpoint."""
+    target = fsio.read_link(paths.latest)
+    if target is None or not target.endswith(f".{Phase.RUN_TERMINAL.value}.ckpt"):
+        return meta
+    reader = RunReader(paths, record_codec=record_codec)
+    reader._meta = meta  # a fork's shared history is read from this meta, not read again
+    try:
+        latest = reader.latest()
+    except AfkLocalError:
+        return meta
+    if (
+        latest is None
+        or latest.phase != Phase.RUN_TERMINAL.value
+        or latest.timestamp_ms < meta.updated_ms  # a retry began after it: the meta is newer
+        or not isinstance(latest.payload, dict)
+    ):
+        return meta
+    state = latest.payload.get("state")
+    if state == RunStatus.COMPLETED.value:
+        status, error = RunStatus.COMPLETED, None
+    elif state == RunStatus.FAILED.value:
+        status = RunStatus.FAILED
+        try:
+            error = msgspec.convert(latest.payload.get("error"), ErrorInfo)
+        except msgspec.ValidationError:
+            error = ErrorInfo(type="Error", message=str(latest.payload.get("message", "")))
+    else:
+        return meta
+    return msgspec.structs.replace(
+        meta, status=status, pause=None, error=error, updated_ms=latest.timestamp_ms
+    )
 
 
 __all__ = [

@@ -52,6 +52,7 @@ from afk_local.storage.format.records import (
 )
 from afk_local.storage.rundir.catalog import RunCatalog
 from afk_local.storage.rundir.chain import is_signed_file, read_link_value
+from afk_local.storage.rundir.creation import NewRunDir, begin_run_dir
 from afk_local.storage.rundir.delta_policy import DeltaPolicy
 from afk_local.storage.rundir.effects import EffectLog
 from afk_local.storage.rundir.heads import HeadKeeper, HeadStore
@@ -88,6 +89,7 @@ class RunWriter:
         record_codec: RecordCodec,
         mirror: RunMirror | None = None,
         head: HeadKeeper | None = None,
+        new_run: NewRunDir | None = None,
     ) -> None:
         self.paths = paths
         self.run_id = paths.run_id
@@ -122,13 +124,20 @@ class RunWriter:
             mirror=mirror,
             env=env,
             on_failure=self._life.fail,
+            on_disk=new_run is None,
         )
+        # A new run not published yet (open_writer's ``defer_publish``): its meta changes
+        # wait in memory, and its first durable write publishes the whole directory.
+        self._new_run = new_run
         self._delta = DeltaPolicy(
             max_chain=options.max_chain, delta_fraction=options.delta_fraction, level=options.level
         )
         self._publisher = Publisher(paths, env, while_syncing=self._delta.prefetch.start)
-        self._publisher.remove_temp_files()
-        self._seq, loose, self._prev_mac = _resume_point(paths, record_codec)
+        if new_run is None:
+            self._publisher.remove_temp_files()
+            self._seq, loose, self._prev_mac = _resume_point(paths, record_codec)
+        else:
+            self._seq, loose, self._prev_mac = 0, 0, NO_MAC
         self._signer = record_codec.signer  # keyed: each MAC chains on the one before it
         self._packing = PackTrigger(
             paths,
@@ -180,8 +189,13 @@ class RunWriter:
         An :class:`afk_local.Journal` (typed as such by ``afk_local.journal.journal_of``;
         storage opens it through :mod:`afk_local.storage.rundir.effects` and may not name
         it). Opening repairs a torn tail left by a crash; the journal closes with the
-        writer. Threads that first use it at the same time share one journal.
+        writer. Threads that first use it at the same time share one journal. A new run
+        that is not published yet is published first (the journal's records must be
+        findable).
         """
+        if self._new_run is not None:
+            with self._serial:
+                self._publish_new_run()
         return self._journal.get()
 
     def journal_records(self) -> int:
@@ -268,12 +282,15 @@ class RunWriter:
                 )
             data = self._delta.frame(record.seq, phase, raw, mac)
             name = checkpoint_name(record.seq, phase)
-            try:
-                self._publisher.publish(name, data)
-            except BaseException as exc:
-                self._life.failed = exc
-                self._publisher.unpublish(name, self._seq)
-                raise
+            if self._new_run is not None:
+                self._publish_new_run((name, data))
+            else:
+                try:
+                    self._publisher.publish(name, data)
+                except BaseException as exc:
+                    self._life.failed = exc
+                    self._publisher.unpublish(name, self._seq)
+                    raise
             self._seq = record.seq
             if mac is not None:
                 self._prev_mac = mac
@@ -283,6 +300,28 @@ class RunWriter:
                 self._mirror.published(name)  # acknowledged: only now may it leave the machine
             self._packing.published(record.seq, self._delta.keyframe_written)
             return record
+
+    def _publish_new_run(self, checkpoint: tuple[str, bytes] | None = None) -> None:
+        """Publish the new run's directory with its meta as it is now, ``checkpoint``
+        and an empty ``effects.log`` in it (docs/guarantees.md, "What a new run costs").
+
+        A failure is fatal for the writer, like any failed publish: a ``RunExistsError``
+        says another creator published the same run id first.
+        """
+        new_run = self._new_run
+        if new_run is None:
+            return
+        try:
+            new_run.publish(
+                codec.encode_meta(self._codec, self._metas.meta),
+                checkpoint=checkpoint,
+                journal=True,
+            )
+        except BaseException as exc:
+            self._life.failed = exc
+            raise
+        self._new_run = None
+        self._metas.on_disk = True
 
     def pack(self, *, full: bool = True) -> PackReport:
         """Fold every loose checkpoint file but the newest into packs, now.
@@ -296,6 +335,15 @@ class RunWriter:
         """Replace ``run.meta`` atomically with ``changes`` applied (and ``updated_ms`` bumped)."""
         with self._life, self._serial:
             return self._metas.replace(**changes)
+
+    def _settle_status(self, **changes: Any) -> RunMeta:
+        """Write the status the terminal checkpoint just made durable into ``run.meta``,
+        its rename left to the next fsync of the run directory: readers take the status
+        of a terminal checkpoint newer than the meta (:func:`.reader.read_meta`), so a
+        power cut that loses the rename loses nothing (docs/guarantees.md, "What a new
+        run costs")."""
+        with self._life, self._serial:
+            return self._metas.replace(sync_dir=False, **changes)
 
     def anchor_head(self) -> None:
         """Take the run's head record from disk, after this writer deleted its newest
@@ -311,7 +359,7 @@ class RunWriter:
         payload = {"state": RunStatus.COMPLETED.value, "terminal_result": result, **extra}
         with self._serial:
             record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
-            self.update_meta(status=RunStatus.COMPLETED, pause=None, error=None)
+            self._settle_status(status=RunStatus.COMPLETED, pause=None, error=None)
             return record
 
     def fail(
@@ -327,7 +375,7 @@ class RunWriter:
         }
         with self._serial:
             record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
-            self.update_meta(status=RunStatus.FAILED, error=info)
+            self._settle_status(status=RunStatus.FAILED, error=info)
             return record
 
     def cancel(self, reason: str = "cancelled", *, step: int | None = None) -> Checkpoint:
@@ -380,13 +428,25 @@ class RunWriter:
         A write that another thread is in the middle of keeps the lock until it ends
         (the release happens there): the lock outlives every write of this writer.
         In a forked child it only lets go of the inherited journal descriptor: the
-        lock stays the parent's.
+        lock stays the parent's. A new run that no write published yet is published
+        now, with its meta only, as :meth:`afk_local.Store.create` would have.
         """
+        if self._new_run is not None and os.getpid() == self._life.pid and not self.closed:
+            with self._serial:
+                try:
+                    if self._life.failed is None:
+                        self._publish_new_run()
+                except Exception as exc:
+                    log.error("run %s: could not be published: %s", self.run_id, exc)
         self._life.close(inherited=self._journal.close_inherited)
 
     def _release(self) -> None:
-        """After the last write: let go of the run directory's descriptor, then the lock."""
+        """After the last write: let go of the run directory's descriptor, then the lock
+        (an unpublished new run's directory is removed first)."""
         self._publisher.close()
+        if self._new_run is not None:
+            self._new_run.abandon()
+            self._new_run = None
         self._lock.release()
 
     def __enter__(self) -> RunWriter:
@@ -424,8 +484,9 @@ def open_writer(
     new_attempt: bool = True,
     mirror: Mirror | None = None,
     heads: HeadStore | None = None,
+    defer_publish: bool = False,
 ) -> RunWriter:
-    """Lock a run directory and return its writer; with ``new_meta``, write it first.
+    """Lock a run directory and return its writer; with ``new_meta``, create the run.
 
     The writer's settings and its I/O seam come from ``options`` (the store's);
     ``lock_timeout`` (default ``options.lock_timeout``) is how long to wait for the lock,
@@ -435,9 +496,12 @@ def open_writer(
     owner) unless ``new_attempt`` is False: cancelling or settling a run is not an
     attempt to run it, so only the owner is recorded.
 
-    With ``new_meta`` the run must still be new once the lock is held: a creator
-    that found the directory without a meta may have lost the race to one that
-    has since written it and let go of the lock.
+    With ``new_meta`` the run is built under a temporary name, its lock held there,
+    and published with one rename (:mod:`.creation`): at once, or with
+    ``defer_publish`` (a store without a mirror or a key) by the writer's first
+    checkpoint, first use of its journal, or close, so that a new run's meta changes
+    and first checkpoint cost one set of fsyncs (docs/guarantees.md, "What a new run
+    costs"). Until then the run is not in the store.
 
     With a ``mirror``, the run's remote lease is checked (or taken, for a run the
     remote does not know) before anything is written. With ``heads`` (a keyed
@@ -446,12 +510,23 @@ def open_writer(
 
     Raises:
         KeyRequiredError: the run is signed and ``record_codec`` has no key.
-        RunExistsError: ``new_meta`` was given but the run has a ``run.meta`` by now.
+        RunExistsError: ``new_meta`` was given but the run exists (a deferred publish
+            raises it from the write that publishes).
         LeaseLostError: the run is a copy pulled without ``--take``, or the mirror
             says another store holds its lease.
         RunRolledBackError: the run is behind its head record (acknowledged writes gone).
     """
-    if new_meta is None and record_codec.signer is None and is_signed_file(paths.meta):
+    if new_meta is not None:
+        return _create(
+            paths,
+            options,
+            record_codec=record_codec,
+            new_meta=new_meta,
+            defer_publish=defer_publish and mirror is None and heads is None,
+            mirror=mirror,
+            heads=heads,
+        )
+    if record_codec.signer is None and is_signed_file(paths.meta):
         raise KeyRequiredError(paths.run_id, str(paths.meta))
     timeout = options.lock_timeout if lock_timeout is None else lock_timeout
     lock = acquire_lock(paths, timeout)
@@ -461,7 +536,6 @@ def open_writer(
             paths,
             record_codec,
             owner=current_owner(),
-            new_meta=new_meta,
             new_attempt=new_attempt,
             heads=heads,
         )
@@ -475,6 +549,44 @@ def open_writer(
         try:
             if run_mirror is not None:
                 run_mirror.close()
+        finally:
+            lock.release()
+        raise
+    if run_mirror is not None:
+        run_mirror.meta_replaced()
+    return writer
+
+
+def _create(
+    paths: RunPaths,
+    options: StoreOptions,
+    *,
+    record_codec: RecordCodec,
+    new_meta: RunMeta,
+    defer_publish: bool,
+    mirror: Mirror | None,
+    heads: HeadStore | None,
+) -> RunWriter:
+    """Build a new run under a temporary name, its lock held; publish it now unless
+    ``defer_publish``."""
+    new_run = begin_run_dir(paths, paths.dir.parent, options.env)
+    lock = new_run.lock
+    run_mirror: RunMirror | None = None
+    try:
+        meta = attempt_meta(paths, record_codec, owner=current_owner(), new_meta=new_meta)
+        if defer_publish:
+            return RunWriter(paths, lock, meta, options, record_codec=record_codec, new_run=new_run)
+        new_run.publish(codec.encode_meta(record_codec, meta))
+        if mirror is not None:
+            run_mirror = mirror.attach(paths, record_codec)
+        writer = _writer_on(
+            paths, lock, meta, options, record_codec=record_codec, mirror=run_mirror, heads=heads
+        )
+    except BaseException:
+        try:
+            if run_mirror is not None:
+                run_mirror.close()
+            new_run.abandon()
         finally:
             lock.release()
         raise

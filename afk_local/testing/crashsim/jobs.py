@@ -128,6 +128,15 @@ def ledger_job(ctx: RunContext) -> dict[str, Any]:
     return {"charged": charged["n"], "mailed": mailed["n"], "notified": notified["n"]}
 
 
+@durable(durability="sync")
+def one_step_job(ctx: RunContext, n: int) -> dict[str, Any]:
+    """The smallest durable run: one journaled call, not idempotent, then its result (the
+    run's creation, its intent, outcome and terminal checkpoint, nothing else)."""
+    sent = ctx.step("send", perform, "send", n)
+    probe().outcomes_acked(ctx.run_id, ["send#1"])
+    return {"sent": sent["n"]}
+
+
 def _journal_in_threads(
     ctx: RunContext, keys: list[str]
 ) -> tuple[list[threading.Thread], dict[str, Any], list[BaseException]]:
@@ -182,6 +191,7 @@ __all__ = [
     "count_job_at_exit",
     "decline",
     "ledger_job",
+    "one_step_job",
     "perform",
     "probe",
     "use_probe",

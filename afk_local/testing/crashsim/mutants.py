@@ -2,7 +2,8 @@
 
 A *kind* mutant (:data:`MUTANTS`) removes every fsync of one kind; a *site* mutant
 (:data:`SITE_MUTANTS`) removes the fsyncs of one kind that one function of the pack,
-merge and gc paths asked for (:attr:`~afk_local.testing.crashsim.trace.Op.site`).
+merge and gc paths, or of a new run's life (creation, journal, checkpoints, meta),
+asked for (:attr:`~afk_local.testing.crashsim.trace.Op.site`).
 :mod:`.hunt` looks for the workload that catches each site mutant.
 """
 
@@ -34,14 +35,28 @@ _REWRITE_SITES: tuple[tuple[str, str], ...] = (
     ("maintenance.delete", "dir"),  # gc: a deleted run
 )
 
+RUN_SITES: tuple[tuple[str, str], ...] = (
+    ("creation._write_meta", "file"),  # a new run's meta, in its unpublished directory
+    ("creation._write_first_checkpoint", "file"),  # and its first checkpoint
+    ("creation._seal", "dir"),  # their names, before the directory can appear
+    ("creation._appear", "dir"),  # the run findable: its rename into runs/
+    ("journal._sync_locked", "journal"),  # an intent before its effect, an outcome after
+    ("publisher.publish", "file"),  # a checkpoint's bytes (the terminal one)
+    ("publisher.publish", "dir"),  # its name and latest
+    ("meta_keeper.replace", "file"),  # the completed status's run.meta (its rename rides
+    # on the next directory fsync: the terminal checkpoint carries the status meanwhile)
+)
+"""Every fsync a new one-step sync run makes (docs/guarantees.md, "What a new run costs")."""
+
 SITE_MUTANTS: dict[str, tuple[str, str]] = {
-    f"no-fsync@{site}:{kind}": (site, kind) for site, kind in _REWRITE_SITES
+    f"no-fsync@{site}:{kind}": (site, kind) for site, kind in (*_REWRITE_SITES, *RUN_SITES)
 }
 """Site mutant name -> the (call site, fsync kind) it removes: every fsync of the pack,
-merge and gc paths, one at a time (:attr:`~afk_local.testing.crashsim.trace.Op.site`)."""
+merge and gc paths and of a new run, one at a time
+(:attr:`~afk_local.testing.crashsim.trace.Op.site`)."""
 
 REWRITE_MODULES = ("packing", "rewrite", "retention", "maintenance", "metrics")
 """Modules whose fsyncs are the rewrite paths that :data:`SITE_MUTANTS` must cover."""
 
 
-__all__ = ["MUTANTS", "REWRITE_MODULES", "SITE_MUTANTS"]
+__all__ = ["MUTANTS", "REWRITE_MODULES", "RUN_SITES", "SITE_MUTANTS"]

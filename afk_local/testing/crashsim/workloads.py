@@ -43,6 +43,7 @@ from afk_local.testing.crashsim.jobs import (
     count_job,
     count_job_at_exit,
     ledger_job,
+    one_step_job,
 )
 from afk_local.testing.crashsim.trace import Session
 
@@ -163,6 +164,44 @@ def write_run(
     time.sleep(0.003)  # distinct updated_ms: gc's age order is then deterministic
 
 
+# -- create ------------------------------------------------------------------------------
+
+
+def _create_record(session: Session, _prepared: Any) -> None:
+    session.store.create("made").close()
+    session.status_acked("made")  # created: the run exists from here on
+    done = one_step_job.with_store(session.store).run(7, run_id="job")
+    session.checkpoints_acked("job")  # run_started and the terminal checkpoint
+    session.status_acked("job")  # completed: a resume must not run it again
+    if done != {"sent": 7}:
+        raise ResumeFailed(f"the recorded run returned {done!r}")
+
+
+def _create_rerun(session: Session, _prepared: Any) -> None:
+    """A new process after the crash: makes the run that is missing, runs the job again."""
+    store = session.store
+    if not store.exists("made"):
+        store.create("made").close()
+        session.status_acked("made")
+    try:
+        one_step_job.with_store(store).run(7, run_id="job")
+    except EffectInDoubtError:
+        return  # the send really is in doubt: the resume after this crash says so again
+    session.checkpoints_acked("job")
+    session.status_acked("job")
+
+
+def _create_resume(store: Store) -> dict[str, Any]:
+    outcomes: dict[str, Any] = {}
+    if store.exists("made"):
+        outcomes["made"] = continue_run(store, "made")
+    try:
+        outcomes["job"] = one_step_job.with_store(store).run(7, run_id="job")
+    except EffectInDoubtError as exc:
+        outcomes["job"] = InDoubt(exc.key)
+    return outcomes
+
+
 # -- gc ---------------------------------------------------------------------------------
 
 GC_POLICY = RetentionPolicy(keep_runtime_states=2, max_effects_per_run=2, max_runs=2)
@@ -277,6 +316,15 @@ BASIC_WORKLOADS: tuple[Workload, ...] = (
         ledger_job,
         (),
         {"charged": 1, "mailed": 2, "notified": 3},
+    ),
+    Workload(
+        "create",
+        "Store.create of a run, then a one-step sync job's new run (published with its "
+        "first checkpoint), its intent, outcome and result",
+        _create_record,
+        _create_resume,
+        {"made": "resumed", "job": {"sent": 7}},
+        rerun=_create_rerun,
     ),
     Workload(
         "gc",

@@ -9,11 +9,19 @@ import pytest
 from afk_local.errors import RunExistsError, UntrustedStoreError
 from afk_local.storage.format.layout import RunPaths
 from afk_local.storage.format.records import RunStatus
-from afk_local.storage.rundir.creation import make_run_dir, new_run_meta, refuse_linked_dirs
+from afk_local.storage.rundir.creation import begin_run_dir, new_run_meta, refuse_linked_dirs
 
 
 def _paths(root: Path, run_id: str = "r") -> RunPaths:
     return RunPaths(run_id, root / "runs" / run_id)
+
+
+def make_run_dir(paths: RunPaths, runs_dir: Path) -> None:
+    new_run = begin_run_dir(paths, runs_dir)
+    try:
+        new_run.publish(b"meta")
+    finally:
+        new_run.lock.release()
 
 
 def test_a_new_run_directory_is_made_private(tmp_path: Path) -> None:
@@ -23,11 +31,46 @@ def test_a_new_run_directory_is_made_private(tmp_path: Path) -> None:
     assert paths.dir.stat().st_mode & 0o077 == 0
 
 
+def test_a_new_run_is_not_in_the_store_until_published(tmp_path: Path) -> None:
+    paths = _paths(tmp_path)
+    new_run = begin_run_dir(paths, tmp_path / "runs")
+    try:
+        assert not paths.dir.exists()
+        new_run.publish(b"meta", checkpoint=("000000000001.run_started.ckpt", b"c"), journal=True)
+    finally:
+        new_run.lock.release()
+    assert sorted(p.name for p in paths.dir.iterdir()) == [
+        "000000000001.run_started.ckpt",
+        "effects.log",
+        "latest",
+        "owner.lock",
+        "run.meta",
+    ]
+    assert [p.name for p in paths.dir.parent.iterdir()] == ["r"]  # no temporary left
+
+
+def test_a_second_creator_of_one_run_id_gets_run_exists(tmp_path: Path) -> None:
+    paths = _paths(tmp_path)
+    first = begin_run_dir(paths, tmp_path / "runs")
+    second = begin_run_dir(paths, tmp_path / "runs")  # neither is published yet
+    try:
+        first.publish(b"meta")
+        with pytest.raises(RunExistsError):
+            second.publish(b"other")
+        second.abandon()
+    finally:
+        first.lock.release()
+        second.lock.release()
+    assert paths.meta.read_bytes() == b"meta"
+    assert [p.name for p in paths.dir.parent.iterdir()] == ["r"]
+
+
 def test_an_empty_directory_a_crash_left_is_adopted(tmp_path: Path) -> None:
     paths = _paths(tmp_path)
-    paths.dir.mkdir(parents=True)  # mkdir happened, the first run.meta did not
+    paths.dir.mkdir(parents=True)  # an older version's mkdir happened, its run.meta did not
+    (paths.dir / "owner.lock").write_bytes(b"")
     make_run_dir(paths, tmp_path / "runs")
-    assert paths.dir.is_dir()
+    assert paths.meta.read_bytes() == b"meta"
 
 
 def test_a_directory_with_a_meta_is_not_taken(tmp_path: Path) -> None:
