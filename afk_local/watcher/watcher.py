@@ -308,12 +308,13 @@ class Watcher:
         stamp = now_ms() if now is None else now
         found = []
         # The store's meta index says, with a stat per run, which metas may need a look:
-        # a run that needs no owner, or has no entrypoint, is never decoded here.
+        # a run that needs no owner and is not sleeping, or has no entrypoint, is never
+        # decoded here.
         for run_id, summary in sorted(self.store.meta_index().summaries().items()):
             if run_id in self.children:
                 continue
             if summary.status != UNREADABLE and (
-                not summary.expects_owner
+                not (summary.expects_owner or summary.status == RunStatus.SLEEPING.value)
                 or not summary.entrypoint
                 or summary.next_attempt_ms > stamp
             ):
