@@ -127,7 +127,7 @@ def test_the_cold_check_sees_a_lost_checkpoint(tmp_path: Path) -> None:
     env = _env()
     writer = spawn(WRITER, str(tmp_path), "0", "0", env=env)
     said = kill_after(writer, acks=5, seconds=60)
-    assert len(said.lines) == 5, said.stderr
+    assert len(said.lines) >= 5, said.stderr  # a read may bring a line or two past the fifth
     _, seq, i = said.lines[-1].split()
     good = run(CHECK, str(tmp_path), "0", seq, i, env=env)
     assert json.loads(good.stdout)["problems"] == [], good.stdout
