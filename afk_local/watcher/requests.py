@@ -52,11 +52,11 @@ from afk_local.runner.answers import check_answer, waiting_at
 from afk_local.runner.entrypoints import is_entrypoint
 from afk_local.runner.origin import cannot_resume
 from afk_local.storage import fsio
-from afk_local.storage.format.integrity import split_document
 from afk_local.storage.format.layout import new_run_id, validate_run_id
 from afk_local.storage.format.records import RunStatus, now_ms
 from afk_local.storage.store import Store
 from afk_local.storage.trust import request_file_problem
+from afk_local.watcher.documents import open_document
 
 MAX_REQUEST_BYTES = 1 << 20
 REJECTED_DIR = "rejected"
@@ -189,17 +189,7 @@ def read_request(path: Path, store: Store | None = None) -> Request:
     finally:
         os.close(fd)
     signer = None if store is None else store.codec.signer
-    if signer is not None:
-        try:
-            body = signer.open_document(REQUEST_TAG, data)
-        except ValueError as exc:
-            raise ValueError(f"untrusted: {exc}") from None
-    else:
-        body = split_document(data)[0]
-    try:
-        request = msgspec.json.decode(body, type=Request)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
-        raise ValueError(f"not a request: {exc}") from None
+    request = open_document(data, signer, REQUEST_TAG, Request, "request")
     return validate(request)
 
 

@@ -37,9 +37,9 @@ from afk_local.runner.entrypoints import is_entrypoint
 from afk_local.runner.limits import file_lock
 from afk_local.runner.origin import ORIGIN_KEY
 from afk_local.storage import fsio
-from afk_local.storage.format.integrity import split_document
 from afk_local.storage.store import Store
 from afk_local.storage.trust import path_problem
+from afk_local.watcher.documents import open_document
 from afk_local.watcher.slots import CATCHUP, Timing, check_cron, due_slots, zone
 
 log = logging.getLogger("afk_local")
@@ -161,17 +161,7 @@ def read_schedule(store: Store, path: Path) -> Schedule:
     finally:
         os.close(fd)
     signer = store.codec.signer
-    if signer is not None:
-        try:
-            body = signer.open_document(SCHEDULE_TAG, data)
-        except ValueError as exc:
-            raise ValueError(f"untrusted: {exc}") from None
-    else:
-        body = split_document(data)[0]
-    try:
-        schedule = msgspec.json.decode(body, type=Schedule)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
-        raise ValueError(f"not a schedule: {exc}") from None
+    schedule = open_document(data, signer, SCHEDULE_TAG, Schedule, "schedule")
     if path.name != f"{schedule.name}.json":
         raise ValueError(f"names schedule {schedule.name!r}, not {path.stem!r}")
     return validate(schedule)
