@@ -146,3 +146,20 @@ def test_a_plain_tool_killed_mid_call_is_reported_in_doubt(tmp_path: Path) -> No
     assert "may or may not have happened" in done.stderr
     assert effects(files) == ["a"]  # not called again behind the user's back
     assert model_requests(files) == [1]
+
+
+def test_the_watcher_finishes_an_agent_killed_inside_a_tool(tmp_path: Path) -> None:
+    root, files = tmp_path / "store", tmp_path / "files"
+    files.mkdir()
+    env = env_for(root, files)
+    kill_at(env, "watched", "TOOL a")  # tool a's effect done, its outcome not journaled
+    assert (model_requests(files), effects(files)) == ([1], ["a"])
+
+    fast = ["--interval", "0.2", "--backoff", "0.2", "--grace", "10"]
+    done = afk_local_cli(env, "--root", str(root), "watch", "--once", *fast)
+    assert done.returncode == 0, done.stderr
+    assert model_requests(files) == [1, 3, 5]
+    assert effects(files) == ["a", "b"]
+    reader = afk.Store(root).open("watched")
+    assert reader.meta.status == "completed"
+    assert reader.resume_state().result == EXPECTED_OUTPUT
