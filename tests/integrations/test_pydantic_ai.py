@@ -67,7 +67,7 @@ def make_agent(script: Scripted, calls: list[tuple[int, str]]) -> DurableAgent[N
     return DurableAgent(agent, idempotent_tools={"square"})
 
 
-def test_a_finished_run_is_replayed_without_the_model_or_the_tools(tmp_path: Path) -> None:
+def test_every_model_request_and_tool_call_is_a_journaled_step(tmp_path: Path) -> None:
     script, calls = Scripted([2, 3]), []
     durable_agent = make_agent(script, calls)
 
@@ -124,3 +124,37 @@ def test_run_needs_the_jobs_context() -> None:
     durable_agent = make_agent(Scripted([1]), [])
     with pytest.raises(TypeError, match=re.escape("afk.RunContext")):
         durable_agent.run_sync("not a context", "hi")  # type: ignore[arg-type]
+
+
+def test_parallel_tool_calls_are_each_journaled_under_their_call_id(tmp_path: Path) -> None:
+    started: list[str] = []
+
+    def both_at_once(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returns:
+            calls = [ToolCallPart("fetch", {"url": u}, tool_call_id=f"id-{u}") for u in "xy"]
+            return ModelResponse(parts=calls)
+        return ModelResponse(parts=[TextPart(" ".join(sorted(str(p.content) for p in returns)))])
+
+    agent = Agent(FunctionModel(both_at_once))
+
+    @agent.tool_plain
+    async def fetch(url: str) -> str:
+        started.append(url)
+        await asyncio.sleep(0.01)  # both calls are in flight together
+        return f"page-{url}"
+
+    durable_agent = DurableAgent(agent)
+
+    @afk.durable(store=afk.Store(tmp_path))
+    async def job(ctx: afk.RunContext) -> str:
+        return (await durable_agent.run(ctx, "fetch x and y")).output
+
+    assert asyncio.run(job.arun(run_id="parallel")) == "page-x page-y"
+    assert sorted(started) == ["x", "y"]
+    outcomes = {
+        e.key for e in afk.Store(tmp_path).open("parallel").effects() if e.kind == "outcome"
+    }
+    assert {"pydantic-ai.tool.fetch.id-x#1", "pydantic-ai.tool.fetch.id-y#1"} <= outcomes
+    assert asyncio.run(job.arun(run_id="parallel")) == "page-x page-y"  # a finished run: its result
+    assert sorted(started) == ["x", "y"]
