@@ -23,7 +23,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
-from pydantic_ai import ModelResponse
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, ModelResponse, ToolDenied
 from pydantic_ai.agent import AbstractAgent, AgentRunResult
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import (
@@ -46,6 +46,7 @@ OutputT = TypeVar("OutputT")
 
 MODEL_STEP = "pydantic-ai.model"
 TOOL_STEP = "pydantic-ai.tool"
+APPROVAL_PAUSE = "approval"
 
 # Keys that differ between two runs of the same conversation (when a message was
 # made, which run made it): left out of the digest that guards a replayed model call.
@@ -70,6 +71,34 @@ def tool_idempotency_key() -> str:
     if key is None:
         raise RuntimeError("tool_idempotency_key() is only known inside a DurableAgent's tool call")
     return key
+
+
+def _approval_results(requests: DeferredToolRequests, answer: Any) -> DeferredToolResults:
+    """Turn a person's answer to an approval pause into pydantic-ai's ``DeferredToolResults``.
+
+    ``answer`` maps each tool call id waiting for approval to ``true`` (approved),
+    ``false`` (denied) or a string (denied, with that message for the model).
+
+    Raises:
+        ValueError: the answer is not such a mapping or leaves a call unanswered.
+    """
+    waiting = [call.tool_call_id for call in requests.approvals]
+    if not isinstance(answer, dict) or sorted(answer) != sorted(waiting):
+        raise ValueError(
+            f"an approval answer maps each of the tool call ids {waiting} to true, false "
+            f"or a message saying why not, not {answer!r}"
+        )
+    approvals: dict[str, bool | ToolDenied] = {}
+    for call_id, verdict in answer.items():
+        if isinstance(verdict, bool):
+            approvals[call_id] = verdict
+        elif isinstance(verdict, str):
+            approvals[call_id] = ToolDenied(verdict)
+        else:
+            raise ValueError(
+                f"tool call {call_id!r}: answer true, false or a message, not {verdict!r}"
+            )
+    return DeferredToolResults(approvals=dict(approvals))
 
 
 def request_digest(messages: Sequence[ModelMessage]) -> str:
@@ -155,16 +184,28 @@ class DurableAgent(Generic[DepsT, OutputT]):
     ``idempotent_tools`` (then it is called again with the same
     :func:`tool_idempotency_key`).
 
+    A run that ends with tool calls waiting for approval (tools with
+    ``requires_approval=True``, ``DeferredToolRequests`` in the agent's output types)
+    pauses the job (``ctx.pause``, kind ``"approval"``): answer it from any process with
+    ``afk-local resume RUN --input '{"CALL_ID": true}'`` (``false``, or a message, denies
+    the call) and the agent continues with those answers.
+
     Args:
         agent: the pydantic-ai agent to run; it is not changed.
         idempotent_tools: names of tools that may be called again after a crash.
+        pause_for_approvals: False returns ``DeferredToolRequests`` to the caller instead.
     """
 
     def __init__(
-        self, agent: AbstractAgent[DepsT, OutputT], *, idempotent_tools: Iterable[str] = ()
+        self,
+        agent: AbstractAgent[DepsT, OutputT],
+        *,
+        idempotent_tools: Iterable[str] = (),
+        pause_for_approvals: bool = True,
     ) -> None:
         self._agent = agent
         self._idempotent_tools = frozenset(idempotent_tools)
+        self._pause_for_approvals = pause_for_approvals
 
     @property
     def wrapped(self) -> AbstractAgent[DepsT, OutputT]:
@@ -174,22 +215,73 @@ class DurableAgent(Generic[DepsT, OutputT]):
     async def run(
         self, ctx: RunContext, user_prompt: str | None = None, **kwargs: Any
     ) -> AgentRunResult[OutputT]:
-        """``agent.run(user_prompt, **kwargs)`` with every model and tool call a step of ``ctx``."""
+        """``agent.run(user_prompt, **kwargs)`` with every model and tool call a step of ``ctx``.
+
+        Tool calls waiting for approval pause the run (see the class docstring).
+        """
         capabilities = [*(kwargs.pop("capabilities", None) or ()), self._capability(ctx)]
         result: AgentRunResult[OutputT] = await self._agent.run(
             user_prompt, capabilities=capabilities, **kwargs
         )
+        while (answers := self._approvals(ctx, result)) is not None:
+            result = await self._agent.run(
+                None, capabilities=capabilities, **self._continuation(kwargs, result, answers)
+            )
         return result
 
     def run_sync(
         self, ctx: RunContext, user_prompt: str | None = None, **kwargs: Any
     ) -> AgentRunResult[OutputT]:
-        """``agent.run_sync(user_prompt, **kwargs)``, each model and tool call a step of ``ctx``."""
+        """``agent.run_sync(user_prompt, **kwargs)``, each model and tool call a step of ``ctx``.
+
+        Tool calls waiting for approval pause the run (see the class docstring).
+        """
         capabilities = [*(kwargs.pop("capabilities", None) or ()), self._capability(ctx)]
         result: AgentRunResult[OutputT] = self._agent.run_sync(
             user_prompt, capabilities=capabilities, **kwargs
         )
+        while (answers := self._approvals(ctx, result)) is not None:
+            result = self._agent.run_sync(
+                None, capabilities=capabilities, **self._continuation(kwargs, result, answers)
+            )
         return result
+
+    def _approvals(
+        self, ctx: RunContext, result: AgentRunResult[OutputT]
+    ) -> DeferredToolResults | None:
+        """Pause for the approvals a run ended with; None when it did not end that way."""
+        requests = result.output
+        if not (
+            self._pause_for_approvals
+            and isinstance(requests, DeferredToolRequests)
+            and requests.approvals
+            and not requests.calls  # results of external calls are the caller's to bring
+        ):
+            return None
+        prompt = {
+            "question": "approve these tool calls? answer {tool_call_id: true, false or "
+            "a message saying why not}",
+            "approvals": [
+                {"tool_call_id": c.tool_call_id, "tool_name": c.tool_name, "args": c.args_as_dict()}
+                for c in requests.approvals
+            ],
+        }
+        while True:  # an answer that does not fit is journaled too: ask again, saying why
+            answer = ctx.pause(prompt, kind=APPROVAL_PAUSE)
+            try:
+                return _approval_results(requests, answer)
+            except ValueError as exc:
+                prompt = {**prompt, "error": str(exc)}
+
+    @staticmethod
+    def _continuation(
+        kwargs: dict[str, Any], result: AgentRunResult[OutputT], answers: DeferredToolResults
+    ) -> dict[str, Any]:
+        return {
+            **kwargs,
+            "message_history": result.all_messages(),
+            "deferred_tool_results": answers,
+        }
 
     def _capability(self, ctx: RunContext) -> _Journaled:
         if not isinstance(ctx, RunContext):

@@ -163,3 +163,41 @@ def test_the_watcher_finishes_an_agent_killed_inside_a_tool(tmp_path: Path) -> N
     reader = afk.Store(root).open("watched")
     assert reader.meta.status == "completed"
     assert reader.resume_state().result == EXPECTED_OUTPUT
+
+
+ASK = """
+import afk_local as afk
+import pydantic_ai_jobs
+try:
+    pydantic_ai_jobs.approval_job.run(run_id="ship")
+except afk.RunPaused as paused:
+    print("PAUSED " + paused.kind, flush=True)
+"""
+
+
+def test_an_approval_pause_answered_from_another_process_continues_the_agent(
+    tmp_path: Path,
+) -> None:
+    root, files = tmp_path / "store", tmp_path / "files"
+    files.mkdir()
+    env = env_for(root, files)
+    asked = proc.run(ASK, env=env)
+    assert asked.returncode == 0, asked.stderr
+    assert "PAUSED approval" in asked.stdout
+    reader = afk.Store(root).open("ship")
+    assert reader.meta.status == "paused"
+    assert model_requests(files) == [1]
+    assert not (files / "effects.txt").exists()  # nothing shipped before the answer
+
+    # an answer that does not fit is not taken for a yes: the run asks again, saying why
+    wrong = afk_local_cli(env, "--root", str(root), "resume", "ship", "--input", '{"x": true}')
+    assert afk.Store(root).open("ship").meta.status == "paused", wrong.stderr
+    assert not (files / "effects.txt").exists()
+
+    done = afk_local_cli(env, "--root", str(root), "resume", "ship", "--input", '{"ship-7": true}')
+    assert done.returncode == 0, done.stderr
+    reader = afk.Store(root).open("ship")
+    assert reader.meta.status == "completed"
+    assert reader.resume_state().result == "shipping: order 7 shipped"
+    assert (files / "effects.txt").read_text() == "ship 7\n"
+    assert model_requests(files) == [1, 3]  # the first answer was replayed, not asked again

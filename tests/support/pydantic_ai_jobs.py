@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from pydantic_ai import Agent
+from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -89,3 +89,31 @@ def agent_job(ctx: afk.RunContext, prompt: str) -> str:
     set_step_hook(_on_step)
     output: str = durable_agent.run_sync(ctx, prompt).output
     return output
+
+
+def ask_to_ship(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """A model that asks for ``ship`` once (a tool that needs approval), then reports."""
+    with open(os.environ["PAI_MODEL_LOG"], "a", encoding="utf-8") as fh:
+        fh.write(f"{len(messages)}\n")
+    returns = [p.content for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+    if not returns:
+        return ModelResponse(parts=[ToolCallPart("ship", {"order": 7}, tool_call_id="ship-7")])
+    return ModelResponse(parts=[TextPart(f"shipping: {returns[0]}")])
+
+
+approval_agent = Agent(FunctionModel(ask_to_ship), output_type=[str, DeferredToolRequests])
+
+
+@approval_agent.tool_plain(requires_approval=True)
+def ship(order: int) -> str:
+    """Ship an order: the side effect a person approves first."""
+    with open(os.environ["PAI_EFFECTS"], "a", encoding="utf-8") as fh:
+        fh.write(f"ship {order}\n")
+    return f"order {order} shipped"
+
+
+@afk.durable
+def approval_job(ctx: afk.RunContext) -> str:
+    """Ships order 7 once a person approved it (the run pauses until then)."""
+    result = DurableAgent(approval_agent).run_sync(ctx, "ship order 7")
+    return str(result.output)
