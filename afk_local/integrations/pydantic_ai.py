@@ -101,7 +101,7 @@ def _approval_results(requests: DeferredToolRequests, answer: Any) -> DeferredTo
     return DeferredToolResults(approvals=dict(approvals))
 
 
-def request_digest(messages: Sequence[ModelMessage]) -> str:
+def _request_digest(messages: Sequence[ModelMessage]) -> str:
     """A digest of the conversation a model request sends, without its volatile fields.
 
     The journal compares it on replay: a resumed run whose conversation before a model
@@ -141,7 +141,7 @@ class _Journaled(AbstractCapability[Any]):
             response = await handler(request_context)
             return ModelMessagesTypeAdapter.dump_json([response])
 
-        digest = request_digest(request_context.messages)
+        digest = _request_digest(request_context.messages)
         # A model request reads: when a crash cut it short, asking again is harmless.
         stored: bytes = await self._ctx.astep(MODEL_STEP, request, digest, idempotent=True)
         (response,) = ModelMessagesTypeAdapter.validate_json(stored)
