@@ -199,9 +199,26 @@ class RunContext(Reporting, DurableTime):
         ...     return payments.charge(amount, idempotency_key=idempotency_key)
         >>> receipt = ctx.step("charge", charge, 5)  # doctest: +SKIP
         """
+        key = self._key(name)
+        return self._step(
+            key, name, fn, args=args, kwargs=kwargs, idempotent=idempotent, retry=retry, limit=limit
+        )
+
+    def _step(
+        self,
+        key: str,
+        name: str,
+        fn: Callable[..., R],
+        *,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        idempotent: bool | None,
+        retry: Retry | None,
+        limit: Limit | None,
+    ) -> R:
+        """:meth:`step` once its key is chosen (``astep`` chooses it on the event loop)."""
         if not isinstance(retry, (Retry, type(None))) or not isinstance(limit, (Limit, type(None))):
             raise TypeError(f"step {name!r}: retry= takes an afk.Retry, limit= an afk.Limit")
-        key = self._key(name)
         self._steps += 1
         journal = self._writer.effects
         known = journal.lookup(key)
@@ -267,8 +284,21 @@ class RunContext(Reporting, DurableTime):
             target: Callable[..., Any] = call_sync
         else:
             target = fn
+        # The key is chosen here, on the event loop, in the order the astep calls were
+        # made: chosen in the worker threads, two concurrent calls of one name could swap
+        # keys between attempts and each replay the other's result.
+        key = self._key(name)
+        retry, limit = kwargs.pop("retry", None), kwargs.pop("limit", None)
         result: R = await asyncio.to_thread(
-            self.step, name, target, *args, idempotent=idempotent, **kwargs
+            self._step,
+            key,
+            name,
+            target,
+            args=args,
+            kwargs=kwargs,
+            idempotent=idempotent,
+            retry=retry,
+            limit=limit,
         )
         raise_deferred_stop()  # a Ctrl-C or SIGTERM that waited for this step's outcome
         return result
