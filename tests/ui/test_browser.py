@@ -21,7 +21,7 @@ import proc
 import pytest
 import ui_server
 from proc import SUPPORT
-from ui_server import ENV, served
+from ui_server import CRASH_IN_STEP, ENV, served
 
 import afk_local as afk
 
@@ -43,13 +43,6 @@ CHROMIUM_ARGS = [
 WAIT_MS = 15_000
 """How long a test waits for the page to show something (the page polls every second)."""
 sync_api.expect.set_options(timeout=WAIT_MS)
-
-CRASH_IN_STEP = """
-import sys
-import cli_jobs
-import afk_local as afk
-cli_jobs.charge_job.with_store(afk.Store(sys.argv[1])).run(sys.argv[2], 5, run_id=sys.argv[3])
-"""
 
 
 def _chromium() -> str | None:
