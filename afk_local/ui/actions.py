@@ -1,7 +1,8 @@
 """What the page's forms do: settle, answer a pause, cancel, resume, restart or fork a run.
 
 Each action calls the code the command line calls: :func:`~afk_local.runner.settle.settle`
-(``afk-local settle``), :func:`~afk_local.watcher.requests.resume_request`
+(``afk-local settle``), :func:`~afk_local.runner.settle.unsettle` (``afk-local settle
+--undo``), :func:`~afk_local.watcher.requests.resume_request`
 (``afk-local resume --via-watcher [--input JSON]``: the running watcher resumes the
 run, an answer bound to the pause the page showed),
 :func:`~afk_local.runner.cancel.cancel` (``afk-local cancel``),
@@ -22,7 +23,7 @@ from typing import Any
 from afk_local.runner.cancel import cancel
 from afk_local.runner.origin import cannot_resume
 from afk_local.runner.restart import restart_run
-from afk_local.runner.settle import settle
+from afk_local.runner.settle import settle, unsettle
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.store import Store
 from afk_local.ui.views import require_run
@@ -67,6 +68,16 @@ def settle_effect(store: Store, run_id: str, form: Mapping[str, str]) -> Done:
         settle(run_id, key, store=store, done=False, message=message)
         return Done(f"effect {key} settled as failed; a resume calls it again", run_id)
     raise ValueError("choose what happened: done (it happened) or failed (it did not)")
+
+
+def undo_settlement(store: Store, run_id: str, form: Mapping[str, str]) -> Done:
+    """``settle RUN KEY --undo``: the effect is in doubt again, to be settled anew."""
+    require_run(store, run_id)
+    key = form.get("key", "")
+    if not key:
+        raise ValueError("the form names no effect; reload the page")
+    unsettle(run_id, key, store=store)
+    return Done(f"settlement of effect {key} undone: it is in doubt again", run_id)
 
 
 def answer_pause(store: Store, run_id: str, form: Mapping[str, str]) -> Done:
@@ -143,6 +154,7 @@ Action = Callable[[Store, str, Mapping[str, str]], Done]
 
 ACTIONS: dict[str, Action] = {
     "settle": settle_effect,
+    "unsettle": undo_settlement,
     "answer": answer_pause,
     "resume": resume_run,
     "cancel": cancel_run,
@@ -162,4 +174,5 @@ __all__ = [
     "restart",
     "resume_run",
     "settle_effect",
+    "undo_settlement",
 ]

@@ -1,10 +1,12 @@
 """The routes of ``afk-local ui``: pages rendered on the server, forms that POST.
 
-Pages (GET): ``/`` the runs, ``/runs/rows`` the runs table's rows alone (the page's
-script fetches them every second to stay current), ``/runs/RUN`` a run,
+Pages (GET): ``/`` the runs, ``/runs/rows`` the runs table's rows alone (what a page
+without EventSource polls), ``/events`` server-sent events: the runs table's new rows
+(``/events?<the runs page's query>``) or that a run changed (``/events?run=RUN``),
+``/runs/RUN`` a run,
 ``/runs/RUN/checkpoints/SEQ`` one checkpoint, ``/runs/RUN/diff?a=SEQ&b=SEQ`` what
 changed between two, ``/store`` the store, ``/static/...``
-the stylesheet and the script. Actions (POST): ``/runs/RUN/settle``, ``answer``,
+the stylesheet and the script. Actions (POST): ``/runs/RUN/settle``, ``unsettle``, ``answer``,
 ``resume``, ``cancel``, ``restart``, ``fork`` (:mod:`~afk_local.ui.actions`). Everything is behind
 :class:`~afk_local.ui.access.AccessGuard`.
 """
@@ -12,6 +14,7 @@ the stylesheet and the script. Actions (POST): ``/runs/RUN/settle``, ``answer``,
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
@@ -31,6 +34,8 @@ from afk_local.storage.views.notebook import format_ms
 from afk_local.ui.access import CSRF_FIELD, Access, AccessGuard
 from afk_local.ui.actions import ACTIONS, MAX_FIELD_CHARS
 from afk_local.ui.charts import line_chart
+from afk_local.ui.events import RunChanges
+from afk_local.ui.sse import HEARTBEAT, SSE_HEADERS, EventStream, sse_event
 from afk_local.ui.views import (
     STATUSES,
     RunsQuery,
@@ -60,8 +65,13 @@ def _templates() -> Environment:
 
 
 def create_app(store: Store, access: Access) -> Starlette:
-    """The ASGI app serving ``store`` to whoever shows ``access``'s token."""
+    """The ASGI app serving ``store`` to whoever shows ``access``'s token.
+
+    ``app.state.run_changes`` is the :class:`RunChanges` feeding ``/events``: close it
+    when the server stops, so that no open event stream holds the shutdown up.
+    """
     templates = _templates()
+    changes = RunChanges(store.runs_dir)
 
     def render(name: str, nav: str = "", status: int = 200, **context: Any) -> HTMLResponse:
         html = templates.get_template(name).render(
@@ -94,10 +104,38 @@ def create_app(store: Store, access: Access) -> Starlette:
             next_query=urlencode(query.params(page=query.page + 1)),
         )
 
+    def rows_html(query: RunsQuery) -> str:
+        return templates.get_template("runs_rows.html").render(page=runs_page(store, query))
+
     def rows(request: Request) -> Response:
-        page = runs_page(store, RunsQuery.from_params(request.query_params))
-        html = templates.get_template("runs_rows.html").render(page=page)
+        html = rows_html(RunsQuery.from_params(request.query_params))
         return HTMLResponse(html, headers={"cache-control": "no-store"})
+
+    async def events(request: Request) -> Response:
+        run_id = request.query_params.get("run")
+        if run_id is not None:
+            try:
+                store.paths(run_id, refuse_links=True)
+            except InvalidRunIdError as exc:
+                return not_found(exc)
+        query = RunsQuery.from_params(request.query_params)
+
+        async def stream() -> AsyncIterator[bytes]:
+            yield HEARTBEAT  # the answer starts now: the page knows it listens
+            last = None
+            async for changed in changes.listen():
+                if changed is None:
+                    yield HEARTBEAT
+                elif run_id is not None:
+                    if not changed or run_id in changed:
+                        yield sse_event("run", run_id)
+                else:
+                    html = await run_in_threadpool(rows_html, query)
+                    if html != last:
+                        last = html
+                        yield sse_event("rows", html)
+
+        return EventStream(stream(), headers=SSE_HEADERS)
 
     def run(request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -180,6 +218,7 @@ def create_app(store: Store, access: Access) -> Starlette:
     routes = [
         Route("/", runs),
         Route("/runs/rows", rows),
+        Route("/events", events),
         Route("/runs/{run_id}", run),
         Route("/runs/{run_id}/checkpoints/{seq:int}", checkpoint),
         Route("/runs/{run_id}/diff", diff),
@@ -187,7 +226,9 @@ def create_app(store: Store, access: Access) -> Starlette:
         Route("/store", store_view),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(AccessGuard, access=access)])
+    app = Starlette(routes=routes, middleware=[Middleware(AccessGuard, access=access)])
+    app.state.run_changes = changes
+    return app
 
 
 __all__ = ["create_app"]

@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Callable
+from types import FrameType
 
 import uvicorn
 
 from afk_local.storage.store import Store
 from afk_local.ui.access import TOKEN_PARAM, Access, new_token
 from afk_local.ui.app import create_app
+from afk_local.ui.events import RunChanges
 
 log = logging.getLogger("afk_local")
 
@@ -41,6 +43,23 @@ def bind_loopback(port: int) -> socket.socket:
     return sock
 
 
+SHUTDOWN_GRACE_S = 5
+"""The longest a stopping server waits for answers still being written."""
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, ending the open event streams as soon as it is told to stop."""
+
+    def __init__(self, config: uvicorn.Config, changes: RunChanges) -> None:
+        super().__init__(config)
+        self.changes = changes
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """Stop: end the event streams (else uvicorn waits for them), then shut down."""
+        self.changes.close()
+        super().handle_exit(sig, frame)
+
+
 def page_url(access: Access) -> str:
     """The URL to open: the loopback address, the port and the token."""
     return f"http://{LOOPBACK}:{access.port}/?{TOKEN_PARAM}={access.token}"
@@ -63,14 +82,21 @@ def serve(
     sock = bind_loopback(port)
     access = Access(token=new_token(), port=sock.getsockname()[1], read_only=read_only)
     app = create_app(store, access)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
-    server = uvicorn.Server(config)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+    )
+    server = _Server(config, app.state.run_changes)
     if on_ready is not None:
         on_ready(page_url(access))
     log.info("afk-local ui: serving %s on %s:%d", store.root, LOOPBACK, access.port)
     try:
         server.run(sockets=[sock])
     finally:
+        app.state.run_changes.close()
         sock.close()
 
 

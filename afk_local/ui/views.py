@@ -29,6 +29,7 @@ from afk_local.storage.views.payload_diff import structural_diff
 from afk_local.storage.views.run_filter import LIVENESS, RunFilter, parse_since, parse_tag
 from afk_local.storage.views.run_info import RunInfo
 from afk_local.storage.views.run_progress import format_duration, format_progress
+from afk_local.ui.logs import AttemptLog, attempt_logs
 
 log = logging.getLogger("afk_local")
 
@@ -203,6 +204,28 @@ class RunPage:
     checkpoints: int
     metrics: MetricLog
     metrics_problem: str | None
+    undoable: frozenset[str] = frozenset()
+    """Effects whose settlement can still be undone (``afk-local settle --undo``)."""
+    logs: list[AttemptLog] = field(default_factory=list)
+    """The watcher's newest attempt logs, newest first."""
+
+
+def undoable_settlements(effects: list[Any], attempt: int) -> frozenset[str]:
+    """The keys whose last record is an outcome a person settled during ``attempt``.
+
+    The rule of :func:`~afk_local.runner.settle.unsettle`: a settlement stands once a
+    resume has started since (the run's attempt moved on), so only those of the
+    current attempt (``max(attempt, 1)``) can be taken back.
+    """
+    last: dict[str, Any] = {}
+    for record in effects:
+        last[record.key] = record
+    current = max(attempt, 1)
+    return frozenset(
+        key
+        for key, record in last.items()
+        if record.kind == "outcome" and record.settled_attempt == current
+    )
 
 
 def shown_json(value: Any) -> str:
@@ -228,8 +251,11 @@ def run_page(store: Store, run_id: str) -> RunPage:
     meta = reader.meta
     effects: list[dict[str, Any]] = []
     effects_problem = None
+    undoable: frozenset[str] = frozenset()
     try:
         effects = effect_rows(reader)
+        if effects:
+            undoable = undoable_settlements(reader.effects(), meta.attempt)
     except AfkLocalError as exc:
         effects_problem = str(exc)
     timeline: list[TimelineEvent] = []
@@ -274,6 +300,8 @@ def run_page(store: Store, run_id: str) -> RunPage:
         checkpoints=len(files),
         metrics=metrics,
         metrics_problem=metrics_problem,
+        undoable=undoable,
+        logs=attempt_logs(reader.paths.dir),
     )
 
 
@@ -404,4 +432,5 @@ __all__ = [
     "runs_page",
     "shown_json",
     "store_page",
+    "undoable_settlements",
 ]

@@ -162,6 +162,15 @@ def gated_job(ctx: afk.RunContext, n: int, gates: str) -> int:
     return n
 
 
+CRASH_IN_STEP = """
+import sys
+import cli_jobs
+import afk_local as afk
+cli_jobs.charge_job.with_store(afk.Store(sys.argv[1])).run(sys.argv[2], 5, run_id=sys.argv[3])
+"""
+"""Run ``charge_job`` as RUN (argv: root, outside file, run id); with
+``CLI_JOBS_DIE_IN_STEP=1`` it is SIGKILLed inside the charge, leaving it in doubt."""
+
 GATED = """
 import sys
 import afk_local as afk

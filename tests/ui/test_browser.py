@@ -15,13 +15,14 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import cli_jobs
 import proc
 import pytest
 import ui_server
 from proc import SUPPORT
-from ui_server import ENV, served
+from ui_server import CRASH_IN_STEP, ENV, served
 
 import afk_local as afk
 
@@ -43,13 +44,6 @@ CHROMIUM_ARGS = [
 WAIT_MS = 15_000
 """How long a test waits for the page to show something (the page polls every second)."""
 sync_api.expect.set_options(timeout=WAIT_MS)
-
-CRASH_IN_STEP = """
-import sys
-import cli_jobs
-import afk_local as afk
-cli_jobs.charge_job.with_store(afk.Store(sys.argv[1])).run(sys.argv[2], 5, run_id=sys.argv[3])
-"""
 
 
 def _chromium() -> str | None:
@@ -93,18 +87,31 @@ def world(tmp_path_factory: pytest.TempPathFactory):
         env={"PYTHONPATH": str(SUPPORT), "CLI_JOBS_DIE_IN_STEP": "1"},
     )
     assert crash.returncode == -9, crash.stderr  # killed inside the charge: in doubt
-    gated = proc.spawn(ui_server.GATED, str(root), "3", str(gates), "gated", env=ENV)
+    run_gates = base / "run-gates"
+    run_gates.mkdir()
+    gated = [
+        proc.spawn(ui_server.GATED, str(root), "3", str(gates), "gated", env=ENV),
+        proc.spawn(ui_server.GATED, str(root), "2", str(run_gates), "followed", env=ENV),
+    ]
     try:
         with served(root) as server:
-            yield {"store": store, "server": server, "gates": gates, "outside": outside}
+            yield {
+                "store": store,
+                "server": server,
+                "gates": gates,
+                "run_gates": run_gates,
+                "outside": outside,
+            }
     finally:
-        for i in range(3):
-            (gates / f"go{i}").touch()
-        try:
-            gated.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            gated.kill()
-            gated.wait()
+        for folder in (gates, run_gates):
+            for i in range(3):
+                (folder / f"go{i}").touch()
+        for process in gated:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 @pytest.fixture
@@ -150,8 +157,17 @@ def test_filters_choose_runs(page) -> None:
     expect(_row(page, "train-large")).to_have_count(1)
 
 
-def test_a_run_that_progresses_updates_without_a_reload(page, world) -> None:
+def _paths(page) -> list[str]:
+    """Every path the page requests from now on (appended as it asks)."""
+    seen: list[str] = []
+    page.on("request", lambda request: seen.append(urlsplit(request.url).path))
+    return seen
+
+
+def test_a_run_that_progresses_updates_without_a_reload_or_polling(page, world) -> None:
     expect = sync_api.expect
+    asked = _paths(page)
+    page.goto(world["server"].base + "/")  # the token is in the cookie now
     progress = _row(page, "gated").locator(".progress-text")
     expect(progress).not_to_contain_text("1/3")
     page.evaluate("window.sameDocument = true")
@@ -160,6 +176,39 @@ def test_a_run_that_progresses_updates_without_a_reload(page, world) -> None:
     (world["gates"] / "go1").touch()
     expect(progress).to_contain_text("2/3")
     assert page.evaluate("window.sameDocument === true")  # no navigation happened
+    assert "/runs/rows" not in asked  # pushed by the server, never polled
+    assert asked.count("/events") >= 1
+    assert set(asked) <= {"/", "/static/ui.css", "/static/ui.js", "/events"}
+
+
+def test_without_event_source_the_runs_page_polls(browser, world) -> None:
+    context = browser.new_context()
+    try:
+        context.add_init_script("delete window.EventSource;")
+        tab = context.new_page()
+        tab.goto(world["server"].url)
+        with tab.expect_request(lambda r: urlsplit(r.url).path == "/runs/rows"):
+            pass
+        sync_api.expect(_row(tab, "nightly")).to_have_count(1)
+    finally:
+        context.close()
+
+
+def test_a_run_page_follows_its_run_without_a_reload(page, world) -> None:
+    expect = sync_api.expect
+    asked = _paths(page)
+    page.goto(world["server"].base + "/runs/followed")
+    facts = page.locator("#live-facts")
+    expect(facts).not_to_contain_text("1/2")
+    page.evaluate("window.sameDocument = true")
+    (world["run_gates"] / "go0").touch()
+    expect(facts).to_contain_text("1/2")
+    (world["run_gates"] / "go1").touch()
+    expect(page.locator("#run-status")).to_have_text("completed")
+    assert page.evaluate("window.sameDocument === true")
+    events, fetches = page.evaluate("[window.afkRunEvents, window.afkRunFetches]")
+    assert 1 <= fetches <= events  # one fetch per change it was told of, no polling
+    assert "/runs/rows" not in asked
 
 
 def test_the_runs_table_is_usable_with_the_keyboard(page) -> None:
@@ -193,6 +242,15 @@ def test_settling_an_in_doubt_effect_from_the_page_is_replayed_by_the_resume(pag
     form.get_by_role("button", name="Settle").click()
     expect(page.locator(".notice")).to_contain_text("settled as done")
     expect(page.locator("#effects .doubt")).to_have_count(0)
+    page.get_by_role("button", name="Undo the settlement").click()  # a wrong answer
+    expect(page.locator(".notice")).to_contain_text("in doubt again")
+    expect(page.locator("#effects .doubt")).to_have_text("IN DOUBT")
+    expect(page.locator("form.undo")).to_have_count(0)
+    form = page.locator("form.settle")
+    form.get_by_label("It happened").check()
+    form.get_by_label("Its result (JSON)").fill('"receipt-from-the-bank"')
+    form.get_by_role("button", name="Settle").click()
+    expect(page.locator(".notice")).to_contain_text("settled as done")
     last = store.open("pay").effects()[-1]
     assert (last.kind, last.status, last.result) == ("outcome", "ok", "receipt-from-the-bank")
     assert last.settled_attempt >= 1
@@ -206,6 +264,9 @@ def test_settling_an_in_doubt_effect_from_the_page_is_replayed_by_the_resume(pag
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["result"] == {"receipt": "receipt-from-the-bank"}
     assert world["outside"].read_text().count("charged 5") == 1  # never charged again
+    page.reload()
+    expect(page.locator("#run-status")).to_have_text("completed")
+    expect(page.locator("form.undo")).to_have_count(0)  # a resume used it: it stands
 
 
 def test_a_run_page_shows_metric_charts(page) -> None:

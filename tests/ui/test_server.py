@@ -11,10 +11,13 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote_plus
 
 import cli_jobs
+import proc
 import pytest
 import ui_server
+from proc import SUPPORT
 from ui_server import ENV, csrf_of, served
 
 import afk_local as afk
@@ -280,3 +283,75 @@ def test_fork_and_restart_from_the_page_make_new_runs(tmp_path: Path) -> None:
             meta.extra["restarted_from"] == "fit" and meta.params == store.read_meta("fit").params
         )
         assert s.get(headers["location"])[0] == 200
+
+
+def _in_doubt_run(store: afk.Store, outside: Path, run_id: str) -> None:
+    """A run SIGKILLed inside its charge: the effect is in doubt (a real crash)."""
+    env = {"PYTHONPATH": str(SUPPORT), "CLI_JOBS_DIE_IN_STEP": "1"}
+    crash = proc.run(ui_server.CRASH_IN_STEP, str(store.root), str(outside), run_id, env=env)
+    assert crash.returncode == -9, crash.stderr
+
+
+def test_a_settlement_can_be_undone_from_the_page_until_a_resume_starts(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path / "store")
+    outside = tmp_path / "outside.txt"
+    _in_doubt_run(store, outside, "pay")
+    undo_form = 'action="/runs/pay/unsettle"'
+    with served(store.root) as s:
+        page = s.get("/runs/pay")[2]
+        assert "IN DOUBT" in page and undo_form not in page  # nothing settled yet
+        key = store.open("pay").effects()[-1].key
+        csrf = csrf_of(page)
+        settled = {"csrf": csrf, "key": key, "outcome": "done", "result": '"r-1"'}
+        assert s.post("/runs/pay/settle", settled)[0] == 303
+        page = s.get("/runs/pay")[2]
+        assert "IN DOUBT" not in page and undo_form in page
+        status, headers, _ = s.post("/runs/pay/unsettle", {"csrf": csrf, "key": key})
+        assert status == 303 and "undone" in unquote_plus(headers["location"])
+        last = store.open("pay").effects()[-1]
+        assert (last.kind, last.reopened) == ("intent", True)  # what `settle --undo` writes
+        page = s.get("/runs/pay")[2]
+        assert "IN DOUBT" in page and undo_form not in page
+        status, headers, _ = s.post("/runs/pay/unsettle", {"csrf": csrf, "key": key})
+        assert status == 303 and "in doubt already" in unquote_plus(headers["location"])
+        assert s.post("/runs/pay/settle", settled)[0] == 303
+        resumed = subprocess.run(
+            [sys.executable, "-m", "afk_local", "--root", str(store.root), "resume", "pay"],
+            capture_output=True,
+            text=True,
+            env=ENV,
+            timeout=120,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        page = s.get("/runs/pay")[2]
+        assert undo_form not in page  # a resume used the settlement: it stands
+        status, headers, _ = s.post("/runs/pay/unsettle", {"csrf": csrf, "key": key})
+        assert status == 303 and "a resume has started" in unquote_plus(headers["location"])
+    assert store.open("pay").effects()[-1].kind == "outcome"
+    assert outside.read_text().count("charged 5") == 1  # the crashed call; never again
+
+
+def test_the_run_page_shows_the_end_of_each_attempt_log_escaped(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path / "store")
+    with pytest.raises(RuntimeError):
+        ui_server.failing_job.with_store(store).run("boom", run_id="broken")
+    logs = store.paths("broken").dir / "logs"
+    logs.mkdir(mode=0o700)
+    (logs / "attempt-1.log").write_text("# attempt 1\n<script>alert(1)</script>\n")
+    big = "".join(f"line {i:06d} of a chatty attempt\n" for i in range(20_000))  # ~620 KB
+    (logs / "attempt-2.log").write_text(big)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not a log: never shown\n")
+    (logs / "attempt-3.log").symlink_to(secret)
+    (logs / "notes.txt").write_text("not an attempt log\n")
+    with served(store.root) as s:
+        status, _, page = s.get("/runs/broken")
+    assert status == 200
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert" not in page
+    assert "line 019999 of a chatty attempt" in page  # the end of the big log
+    assert "line 000000 " not in page and "its end shown" in page  # bounded
+    assert len(page) < len(big)
+    assert "never shown" not in page and "cannot read" in page  # a link is not followed
+    assert "not an attempt log" not in page
+    order = [page.index(f'data-attempt="{n}"') for n in (3, 2, 1)]
+    assert order == sorted(order)  # newest first

@@ -1,5 +1,7 @@
-// afk-local ui: keeps the runs table current and lets the keyboard move through it.
-// Plain JavaScript, no library, nothing fetched from anywhere but this server.
+// afk-local ui: keeps the runs table and a run's page current and lets the keyboard move
+// through the runs. Plain JavaScript, no library, nothing fetched from anywhere but this
+// server. The server pushes changes (server-sent events, /events); a browser without
+// EventSource polls the runs table's rows instead.
 "use strict";
 
 const POLL_MS = 1000;
@@ -22,6 +24,64 @@ function refocus(runId) {
   }
 }
 
+function showRows(body, html) {
+  if (html === body.dataset.last) return;
+  const runId = focusedRun();
+  body.innerHTML = html;
+  body.dataset.last = html;
+  refocus(runId);
+}
+
+// The runs page: each "rows" event carries the table's new rows for this page's filters.
+function followRuns(table, body) {
+  const source = new EventSource(table.dataset.eventsUrl);
+  source.addEventListener("rows", (event) => showRows(body, event.data));
+}
+
+// A run's page: a "run" event says the run changed; fetch the page once and swap the
+// sections that show its state, leaving alone a section someone is typing in.
+function followRun(main) {
+  const source = new EventSource(main.dataset.runEvents);
+  let busy = false;
+  let again = false;
+  window.afkRunEvents = 0;
+  window.afkRunFetches = 0;
+  async function refresh() {
+    if (busy) {
+      again = true;
+      return;
+    }
+    busy = true;
+    try {
+      window.afkRunFetches += 1;
+      const answer = await fetch(location.pathname, {credentials: "same-origin", cache: "no-store"});
+      if (answer.ok) {
+        const fresh = new DOMParser().parseFromString(await answer.text(), "text/html");
+        for (const old of document.querySelectorAll("[data-live]")) {
+          const next = fresh.getElementById(old.id);
+          const typing = old.contains(document.activeElement) || old.querySelector("form[data-dirty]");
+          if (next && !typing && next.innerHTML !== old.innerHTML) old.replaceWith(document.adoptNode(next));
+        }
+      }
+    } catch (err) {
+      // the server stopped: keep what is shown
+    }
+    busy = false;
+    if (again) {
+      again = false;
+      refresh();
+    }
+  }
+  source.addEventListener("run", () => {
+    window.afkRunEvents += 1;
+    refresh();
+  });
+  document.addEventListener("input", (event) => {
+    const form = event.target.closest("form");
+    if (form) form.dataset.dirty = "1";
+  });
+}
+
 async function refreshRuns(table, body) {
   if (document.hidden) {
     document.addEventListener("visibilitychange", () => refreshRuns(table, body), {once: true});
@@ -31,13 +91,7 @@ async function refreshRuns(table, body) {
   try {
     const answer = await fetch(table.dataset.rowsUrl, {credentials: "same-origin", cache: "no-store"});
     if (answer.ok) {
-      const html = await answer.text();
-      if (html !== body.dataset.last) {
-        const runId = focusedRun();
-        body.innerHTML = html;
-        body.dataset.last = html;
-        refocus(runId);
-      }
+      showRows(body, await answer.text());
     }
   } catch (err) {
     // the server stopped: keep what is shown, try again
@@ -65,6 +119,12 @@ document.addEventListener("DOMContentLoaded", () => {
   if (table && body) {
     body.dataset.last = "";
     table.addEventListener("keydown", moveInRuns);
-    setTimeout(() => refreshRuns(table, body), POLL_MS);
+    if (window.EventSource) {
+      followRuns(table, body);
+    } else {
+      setTimeout(() => refreshRuns(table, body), POLL_MS);
+    }
   }
+  const main = document.querySelector("main[data-run-events]");
+  if (main && window.EventSource) followRun(main);
 });
