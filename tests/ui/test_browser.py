@@ -288,3 +288,37 @@ def test_a_narrow_window_scrolls_the_table_not_the_page(browser, world) -> None:
         _shot(tab, "ui-narrow.png")
     finally:
         context.close()
+
+
+def test_answering_a_pause_from_the_page_resumes_the_run(browser, tmp_path: Path) -> None:
+    """A run waiting for input, answered through the page's form in the browser; a running
+    watcher (here one sweep of it) continues the run with that answer."""
+    expect = sync_api.expect
+    store = afk.Store(tmp_path / "store")
+    with pytest.raises(afk.RunPaused):
+        cli_jobs.ask_job.with_store(store).run("ship it?", run_id="ask")
+    with served(store.root) as server:
+        context = browser.new_context(viewport={"width": 1100, "height": 800})
+        try:
+            tab = context.new_page()
+            tab.set_default_timeout(WAIT_MS)
+            tab.goto(server.url)
+            tab.click('#runs-body a.run-link:text-is("ask")')
+            expect(tab.locator("#pause-h")).to_contain_text("Waiting for")
+            tab.get_by_label("Answer (JSON)").fill('{"ok": true}')
+            tab.get_by_role("button", name="Send answer").click()
+            expect(tab.locator(".notice")).to_be_visible()
+        finally:
+            context.close()
+    assert len(list(store.requests_dir.glob("*.json"))) == 1  # the request the watcher takes
+    watch = subprocess.run(
+        [sys.executable, "-m", "afk_local", "watch", "--root", str(store.root), "--once",
+         "--interval", "0.2", "--backoff", "0.2", "--grace", "10"],
+        capture_output=True, text=True, env=ENV, timeout=120,
+    )  # fmt: skip
+    assert watch.returncode == 0, watch.stderr
+    assert store.read_meta("ask").status is afk.RunStatus.COMPLETED
+    assert store.open("ask").resume_state().result == {
+        "question": "ship it?",
+        "answer": {"ok": True},
+    }
