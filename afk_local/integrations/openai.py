@@ -128,7 +128,9 @@ class OpenAIChat:
         # openai release does not know as keyword arguments (seed, top_k...) are still sent
         fields = {key: body.pop(key) for key in list(body) if key not in ("model", "messages")}
         # keyless local servers (llama.cpp, Ollama): no Authorization header at all
-        no_auth = {} if self._api_key else {"Authorization": openai.Omit()}
+        # (openai 1.x has Omit only in openai._types; later releases export it)
+        omit = getattr(openai, "Omit", None) or openai._types.Omit
+        no_auth = {} if self._api_key else {"Authorization": omit()}
         try:
             answer = client.chat.completions.create(
                 model=body["model"],
