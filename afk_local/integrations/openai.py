@@ -141,7 +141,8 @@ class OpenAIChat:
         except openai.APIStatusError as exc:
             raise LLMHTTPError(url, exc.status_code, _detail(exc)) from exc
         except openai.APIError as exc:
-            # connection failures, timeouts and answers that are not JSON
+            # connection failures and timeouts (a 200 answer that is not JSON comes back
+            # as text and is refused by parse)
             raise LLMHTTPError(url, None, str(exc)) from exc
         payload = answer.model_dump() if hasattr(answer, "model_dump") else answer
         return self.parse(payload, url)
