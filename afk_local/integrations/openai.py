@@ -1,9 +1,11 @@
-"""An LLM callable for OpenAI-compatible chat-completions APIs, over plain HTTP (stdlib only).
+"""An LLM callable for OpenAI-compatible chat-completions APIs, on the official ``openai`` client.
 
-Works with anything that speaks ``POST {base_url}/chat/completions`` (OpenAI,
-vLLM, llama.cpp server, Ollama's OpenAI endpoint, LiteLLM...). No extra
-dependency: it uses :mod:`urllib`. The agent's messages are already in the
-chat-completions shape, so they are sent as they are.
+Install with ``pip install 'afk_local[openai]'``. Works with anything that
+speaks ``POST {base_url}/chat/completions`` (OpenAI, vLLM, llama.cpp server,
+Ollama's OpenAI endpoint, LiteLLM...). The agent's messages are already in the
+chat-completions shape, so they are sent as they are. The ``openai`` package is
+imported, and its client made, on the first call: building an :class:`OpenAIChat`
+(for instance in an agent factory) never needs it.
 
 Example:
     >>> from afk_local.integrations.openai import OpenAIChat
@@ -15,15 +17,19 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.request
-from typing import Any
+import threading
+from typing import TYPE_CHECKING, Any
 
 from afk_local.agent.types import LLMResponse, ToolCall
 from afk_local.errors import LLMHTTPError
 
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from openai import OpenAI
+
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-MAX_RESPONSE_BYTES = 32 << 20
+MISSING_EXTRA = "OpenAIChat needs the openai package: pip install 'afk_local[openai]'"
 
 
 class OpenAIChat:
@@ -32,12 +38,15 @@ class OpenAIChat:
     Args:
         model: the model name sent with each request.
         base_url: the API root (default ``$OPENAI_BASE_URL`` else the OpenAI API).
-        api_key: bearer token (default ``$OPENAI_API_KEY``; omitted when empty).
-        timeout_s: socket timeout per request.
+        api_key: bearer token (default ``$OPENAI_API_KEY``; no ``Authorization``
+            header is sent when it is empty, as local servers expect).
+        timeout_s: timeout per request.
         provider: the provider name recorded in checkpoints.
         extra_body: more request fields (``temperature``, ``seed``...).
         headers: more HTTP headers.
         price_per_1k: ``(prompt, completion)`` USD per 1000 tokens, to fill ``cost_usd``.
+        max_retries: the ``openai`` client's own retries per call (default 0: the
+            agent's ``llm_retries`` retry a failed call, and each attempt is journaled).
     """
 
     def __init__(
@@ -51,6 +60,7 @@ class OpenAIChat:
         extra_body: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
         price_per_1k: tuple[float, float] | None = None,
+        max_retries: int = 0,
     ) -> None:
         self.model = model
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip(
@@ -64,9 +74,40 @@ class OpenAIChat:
         self.extra_body = dict(extra_body or {})
         self.headers = dict(headers or {})
         self.price_per_1k = price_per_1k
+        self.max_retries = max_retries
+        self._client: OpenAI | None = None
+        self._client_lock = threading.Lock()
 
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAIChat(model={self.model!r}, base_url={self.base_url!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the settings only: the client and its lock are remade on first use."""
+        state = dict(self.__dict__)
+        state["_client"] = None
+        del state["_client_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore the settings; the client is made again on the first call."""
+        self.__dict__.update(state)
+        self._client_lock = threading.Lock()
+
+    def client(self) -> OpenAI:
+        """The ``openai.OpenAI`` client, made (and ``openai`` imported) on first use."""
+        with self._client_lock:
+            if self._client is None:
+                openai = _openai()
+                # openai refuses an empty key: a placeholder lets the client be made, and
+                # each request then omits the Authorization header (see __call__)
+                self._client = openai.OpenAI(
+                    api_key=self._api_key or "no-key",
+                    base_url=self.base_url,
+                    timeout=self.timeout_s,
+                    max_retries=self.max_retries,
+                    default_headers=self.headers,
+                )
+            return self._client
 
     def request_body(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
@@ -79,27 +120,31 @@ class OpenAIChat:
 
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMResponse:
         """Send one chat-completions request and parse the first choice."""
+        client = self.client()
+        openai = _openai()
         url = f"{self.base_url}/chat/completions"
-        data = json.dumps(self.request_body(messages, tools)).encode()
-        headers = {"Content-Type": "application/json", **self.headers}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        # base_url was checked to be http(s) in __init__, so no file:// or custom schemes here.
-        request = urllib.request.Request(url, data=data, headers=headers, method="POST")  # noqa: S310
+        body = self.request_body(messages, tools)
+        # everything but model/messages goes through extra_body, so fields an older or newer
+        # openai release does not know as keyword arguments (seed, top_k...) are still sent
+        fields = {key: body.pop(key) for key in list(body) if key not in ("model", "messages")}
+        # keyless local servers (llama.cpp, Ollama): no Authorization header at all
+        # (openai 1.x has Omit only in openai._types; later releases export it)
+        omit = getattr(openai, "Omit", None) or openai._types.Omit
+        no_auth = {} if self._api_key else {"Authorization": omit()}
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:  # noqa: S310
-                raw = answer.read(MAX_RESPONSE_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            detail = exc.read(4096).decode("utf-8", "replace")
-            raise LLMHTTPError(url, exc.code, detail) from exc
-        except (urllib.error.URLError, OSError) as exc:
+            answer = client.chat.completions.create(
+                model=body["model"],
+                messages=body["messages"],
+                extra_body=fields,
+                extra_headers=no_auth,
+            )
+        except openai.APIStatusError as exc:
+            raise LLMHTTPError(url, exc.status_code, _detail(exc)) from exc
+        except openai.APIError as exc:
+            # connection failures and timeouts (a 200 answer that is not JSON comes back
+            # as text and is refused by parse)
             raise LLMHTTPError(url, None, str(exc)) from exc
-        if len(raw) > MAX_RESPONSE_BYTES:
-            raise LLMHTTPError(url, 200, f"response over {MAX_RESPONSE_BYTES} bytes")
-        try:
-            payload = json.loads(raw)
-        except ValueError as exc:
-            raise LLMHTTPError(url, 200, f"not JSON: {exc}") from exc
+        payload = answer.model_dump() if hasattr(answer, "model_dump") else answer
         return self.parse(payload, url)
 
     def parse(self, payload: Any, url: str = "") -> LLMResponse:
@@ -147,6 +192,25 @@ class OpenAIChat:
             provider=self.provider,
             cost_usd=cost,
         )
+
+
+def _openai() -> ModuleType:
+    """The ``openai`` package, imported on first use; without it, an error naming the extra."""
+    try:
+        import openai  # noqa: PLC0415 - only a call needs it, never building an OpenAIChat
+    except ImportError as exc:
+        raise ImportError(MISSING_EXTRA) from exc
+    return openai
+
+
+def _detail(exc: Any) -> str:
+    """The error body the endpoint sent, as text (its ``message`` when it is OpenAI-shaped)."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        message = error.get("message") if isinstance(error, dict) else error
+        return str(message)
+    return str(body if body is not None else exc)
 
 
 __all__ = ["LLMHTTPError", "OpenAIChat"]
