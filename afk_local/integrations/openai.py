@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from openai import OpenAI
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+MAX_RESPONSE_BYTES = 32 << 20
+"""The largest answer read from an endpoint: a server that sends more is refused, never
+held whole in memory."""
 MISSING_EXTRA = "OpenAIChat needs the openai package: pip install 'afk_local[openai]'"
 
 
@@ -106,6 +109,7 @@ class OpenAIChat:
                     timeout=self.timeout_s,
                     max_retries=self.max_retries,
                     default_headers=self.headers,
+                    http_client=_bounded_http_client(self.timeout_s),
                 )
             return self._client
 
@@ -141,9 +145,12 @@ class OpenAIChat:
         except openai.APIStatusError as exc:
             raise LLMHTTPError(url, exc.status_code, _detail(exc)) from exc
         except openai.APIError as exc:
-            # connection failures and timeouts (a 200 answer that is not JSON comes back
-            # as text and is refused by parse)
-            raise LLMHTTPError(url, None, str(exc)) from exc
+            # connection failures, timeouts, an answer over the size bound (a 200 answer
+            # that is not JSON comes back as text and is refused by parse); openai says only
+            # "Connection error.", httpx's error under it says what happened
+            cause = exc.__cause__
+            detail = f"{exc} {cause}" if cause is not None and str(cause) else str(exc)
+            raise LLMHTTPError(url, None, detail) from exc
         payload = answer.model_dump() if hasattr(answer, "model_dump") else answer
         return self.parse(payload, url)
 
@@ -192,6 +199,36 @@ class OpenAIChat:
             provider=self.provider,
             cost_usd=cost,
         )
+
+
+def _bounded_http_client(timeout_s: float) -> Any:
+    """An ``httpx.Client`` (openai's own HTTP library) that reads at most
+    :data:`MAX_RESPONSE_BYTES` of an answer, then fails the request."""
+    import httpx  # noqa: PLC0415 - installed with openai
+
+    class BoundedStream(httpx.SyncByteStream):
+        def __init__(self, inner: httpx.SyncByteStream) -> None:
+            self._inner = inner
+
+        def __iter__(self) -> Any:
+            seen = 0
+            for chunk in self._inner:
+                seen += len(chunk)
+                if seen > MAX_RESPONSE_BYTES:
+                    raise httpx.ReadError(f"the answer is over {MAX_RESPONSE_BYTES} bytes")
+                yield chunk
+
+        def close(self) -> None:
+            self._inner.close()
+
+    class BoundedTransport(httpx.HTTPTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            response = super().handle_request(request)
+            assert isinstance(response.stream, httpx.SyncByteStream)
+            response.stream = BoundedStream(response.stream)
+            return response
+
+    return httpx.Client(transport=BoundedTransport(), timeout=timeout_s, follow_redirects=True)
 
 
 def _openai() -> ModuleType:

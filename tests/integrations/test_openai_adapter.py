@@ -6,6 +6,7 @@ adapter reaches it through the official ``openai`` client (the ``openai`` extra)
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import importlib.util
 import json
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 import afk_local as afk
+import afk_local.integrations.openai as openai_module
 from afk_local.integrations.openai import LLMHTTPError, OpenAIChat
 
 needs_openai = pytest.mark.skipif(
@@ -42,6 +44,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if body["model"] == "broken":
             self._send(500, {"error": {"message": "upstream exploded"}})
+            return
+        if body["model"] == "endless":  # a server that never stops sending
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            chunk = b" " * (1 << 20)
+            with contextlib.suppress(OSError):  # the client hangs up once it read enough
+                for _ in range(64):
+                    self.wfile.write(chunk)
             return
         if body["model"] == "html":
             page = b"<html>a proxy login page</html>"
@@ -212,6 +223,17 @@ def test_unreadable_and_unreachable_endpoints(server: tuple[str, type[_Handler]]
         closed = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
     with pytest.raises(LLMHTTPError, match="no answer"):
         OpenAIChat("m", base_url=closed, api_key="k")([{"role": "user", "content": "x"}], [])
+
+
+@needs_openai
+def test_an_answer_over_the_size_bound_is_refused(
+    server: tuple[str, type[_Handler]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that sends more than MAX_RESPONSE_BYTES fails the call, never fills memory."""
+    monkeypatch.setattr(openai_module, "MAX_RESPONSE_BYTES", 4 << 20)
+    url, _ = server
+    with pytest.raises(LLMHTTPError, match="over 4194304 bytes"):
+        OpenAIChat("endless", base_url=url, api_key="k")([{"role": "user", "content": "x"}], [])
 
 
 @needs_openai
