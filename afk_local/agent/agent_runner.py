@@ -79,7 +79,8 @@ class AgentRunner:
             journal (LLM answers, tool results) is synchronous in every mode.
         flush_timeout_s: bound on waiting for queued checkpoints (async/exit).
         in_doubt: policy for tool calls a crash cut short (``"retry"``,
-            ``"raise"``, or a callable); None: retry ``idempotent`` tools, raise
+            ``"raise"``, or a callable); None: retry ``idempotent`` tools and tools
+            that take an ``idempotency_key``, raise
             :class:`~afk_local.EffectInDoubtError` for the others.
     """
 

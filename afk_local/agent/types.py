@@ -70,7 +70,10 @@ class Tool:
         description: shown to the model (default: the docstring's first line).
         requires_approval: pause the run for a person's decision before each call.
         idempotent: safe to call twice: a call a crash left in doubt is retried
-            (otherwise resume raises :class:`~afk_local.EffectInDoubtError`).
+            (``False``: resume raises :class:`~afk_local.EffectInDoubtError`). None
+            (the default): retried when ``fn`` takes an ``idempotency_key`` parameter
+            (it gets the same key again, and the service drops the duplicate), else
+            in doubt, as for ``ctx.step``.
         retries: extra attempts when the function raises, within one run attempt.
         parameters: a JSON schema of the arguments (default: from the signature).
     """
@@ -79,7 +82,7 @@ class Tool:
     name: str = ""
     description: str = ""
     requires_approval: bool = False
-    idempotent: bool = False
+    idempotent: bool | None = None
     retries: int = 0
     parameters: dict[str, Any] | None = None
 
@@ -101,7 +104,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     requires_approval: bool = False,
-    idempotent: bool = False,
+    idempotent: bool | None = None,
     retries: int = 0,
 ) -> Any:
     """Mark a function as a tool with options; use bare (``@tool``) or called (``@tool(...)``).
@@ -141,8 +144,13 @@ def as_tool(name: str, value: Callable[..., Any] | Tool) -> Tool:
         name=name,
         description=_first_line(value),
         requires_approval=bool(getattr(value, "requires_approval", False)),
-        idempotent=bool(getattr(value, "idempotent", False)),
+        idempotent=_idempotent(getattr(value, "idempotent", None)),
     )
+
+
+def _idempotent(value: Any) -> bool | None:
+    """A function's ``idempotent`` attribute as a tool option (None: decided by its signature)."""
+    return None if value is None else bool(value)
 
 
 def _replace_name(value: Tool, name: str) -> Tool:
