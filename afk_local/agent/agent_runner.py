@@ -55,6 +55,7 @@ from afk_local.agent.types import (
 )
 from afk_local.errors import AfkLocalError, RunCancelledError, RunExistsError, WriterFailedError
 from afk_local.runner.answers import check_answer
+from afk_local.runner.origin import UNRESUMABLE_KEY
 from afk_local.runner.stopping import sigterm_exits
 from afk_local.runner.writer import DurableWriter, validate_durability
 from afk_local.storage.format.records import Phase, RunMeta, RunStatus
@@ -185,6 +186,9 @@ class AgentRunner:
         if done is not None:
             return done
         run = self.store.resume_writer(run_id)
+        if UNRESUMABLE_KEY in run.meta.extra:  # this attempt found its agent: say so no more
+            extra = {k: v for k, v in run.meta.extra.items() if k != UNRESUMABLE_KEY}
+            run.update_meta(extra=extra)
         writer = self._writer(run)
         try:
             done = self._settled(run.meta, value, pause_seq)  # re-read under the lock

@@ -24,7 +24,8 @@ import asyncio
 from typing import Any
 
 from afk_local.agent.rebuild import is_agent_run, resume_agent, resume_agent_run
-from afk_local.runner.resume import aresume_job, resume_job
+from afk_local.errors import EntrypointError
+from afk_local.runner.resume import aresume_job, record_unresumable, resume_job
 from afk_local.storage.store import StoreLike, as_store
 
 
@@ -98,7 +99,14 @@ def resume_run(
     """
     the_store = as_store(store)
     if is_agent_run(the_store.read_meta(run_id)):
-        return resume_agent_run(run_id, the_store, input, in_doubt=in_doubt, pause_seq=pause_seq)
+        try:
+            return resume_agent_run(
+                run_id, the_store, input, in_doubt=in_doubt, pause_seq=pause_seq
+            )
+        except EntrypointError as exc:
+            if reenter and exc.gone:  # its agent's module or name is gone: retry no more
+                record_unresumable(the_store, run_id, exc.reason)
+            raise
     return resume_job(
         the_store, run_id, input=input, in_doubt=in_doubt, reenter=reenter, pause_seq=pause_seq
     )

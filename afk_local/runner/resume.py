@@ -118,7 +118,7 @@ def _not_defined(meta: RunMeta) -> str:
     )
 
 
-def _record_unresumable(store: Store, run_id: str, reason: str) -> None:
+def record_unresumable(store: Store, run_id: str, reason: str) -> None:
     """Mark the run unresumable with ``reason`` (its code is gone) so nothing retries it blindly.
 
     ``runs`` and ``show`` print the reason and the watcher leaves the run alone
@@ -171,7 +171,7 @@ def resume_job(
         job = load_job(trusted, reenter=reenter)
     except EntrypointError as exc:
         if reenter and exc.gone:  # where the run ran, its code is gone: say so, retry no more
-            _record_unresumable(store, run_id, exc.reason)
+            record_unresumable(store, run_id, exc.reason)
         raise
     options = {"input_value": value, "in_doubt": in_doubt, "pause_seq": pause_seq}
     if job.is_async:
@@ -198,4 +198,10 @@ async def aresume_job(
     )
 
 
-__all__ = ["aresume_job", "load_entrypoint", "load_job", "resume_job"]
+__all__ = [
+    "aresume_job",
+    "load_entrypoint",
+    "load_job",
+    "record_unresumable",
+    "resume_job",
+]
