@@ -84,15 +84,18 @@ def start_and_kill(project: Path, acks: int) -> None:
     assert len(killed.lines) >= acks
 
 
-def afk_local(base: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``afk-local --root PROJECT/.afk ARGS`` from another directory, with no PYTHONPATH."""
+def afk_local(
+    base: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``afk-local --root PROJECT/.afk ARGS`` from another directory, with no PYTHONPATH
+    (or with ``env``)."""
     root = str(base / "project" / ".afk")
     return subprocess.run(
         [sys.executable, "-m", "afk_local", "--root", root, *args],
         cwd=base / "elsewhere",
         capture_output=True,
         text=True,
-        env=no_pythonpath(),
+        env=no_pythonpath() if env is None else env,
         timeout=120,
     )
 
@@ -266,15 +269,7 @@ def this_afk_local() -> dict[str, str]:
 
 def cli_here(base: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """:func:`afk_local`, running this checkout's afk_local."""
-    root = str(base / "project" / ".afk")
-    return subprocess.run(
-        [sys.executable, "-m", "afk_local", "--root", root, *args],
-        cwd=base / "elsewhere",
-        capture_output=True,
-        text=True,
-        env=this_afk_local(),
-        timeout=120,
-    )
+    return afk_local(base, *args, env=this_afk_local())
 
 
 def test_a_renamed_job_is_marked_unresumable_and_the_watcher_does_not_retry_it(
