@@ -7,13 +7,12 @@ the ``afk-local`` command line in real processes, as a person would do it.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from proc import SUPPORT, kill_after, spawn
+from remote_helpers import afk_cli
 from remote_jobs import effects_job
 
 import afk_local as afk
@@ -24,21 +23,6 @@ from afk_local.integrations.remote.remote_run import read_remote_run  # noqa: E4
 
 N = 8
 STALL = 5
-
-
-def afk_cli(root: Path, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-    """``python -m afk_local --root ROOT args...`` in a fresh process; asserts the exit code."""
-    env = {k: v for k, v in os.environ.items() if k not in ("AFK_LOCAL_ROOT", "AFK_LOCAL_MIRROR")}
-    env["PYTHONPATH"] = str(SUPPORT) + os.pathsep + env.get("PYTHONPATH", "")
-    result = subprocess.run(
-        [sys.executable, "-m", "afk_local", "--root", str(root), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert result.returncode == code, (args, result.returncode, result.stdout, result.stderr)
-    return result
 
 
 JOB_CHILD = """
