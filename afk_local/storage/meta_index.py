@@ -1,24 +1,40 @@
 """A store's index of its runs' metas: what a listing or a sweep needs to know of each run
 without decoding every ``run.meta``.
 
-Each entry summarises one run's ``run.meta`` (status, last update, whether it has an
-entrypoint, the watcher's next attempt) together with the file's ``(inode, mtime,
-size)``. The index is never the truth: every use stats each run's ``run.meta`` and
-decodes the ones whose stat changed (``run.meta`` is only ever replaced by a rename, so
-a change always moves the inode), runs that appeared are read, runs that went are
-dropped. For a store of 100,000 runs a sweep is then one directory listing and 100,000
-``stat`` calls instead of 100,000 decodes.
+Each entry summarises one run's ``run.meta`` (status, creation and last update, whether
+it has an entrypoint, the watcher's next attempt) together with the file's ``(inode,
+mtime, size)`` and the run directory's inode. The index is never the truth:
+
+- :meth:`MetaIndex.summaries` (sweeps, filtered listings) stats each run's ``run.meta``
+  and decodes the ones whose stat changed (``run.meta`` is only ever replaced by a
+  rename, so a change always moves the inode); runs that appeared are read, runs that
+  went are dropped. For 100,000 runs: one directory listing and 100,000 ``stat`` calls
+  instead of 100,000 decodes.
+- :meth:`MetaIndex.newest_first` (listings, newest created first) stats no run it
+  knows: a run's creation time never changes, so the order of the runs the index
+  knows holds as long as each is in the directory it was read in (its inode, which a
+  directory listing gives for free). Runs in a new or another directory are read; runs
+  that went are dropped. And when ``runs/`` itself has not changed since the order was
+  made (the same inode, mtime and ctime: every run created, renamed or deleted changes
+  them), not even the directory is listed. Whatever a listing then shows it reads from
+  the run itself, so a status is never older than the listing.
 
 Stores of :data:`INDEX_MIN_RUNS` runs or more keep it in ``<root>/runs.index`` (msgpack,
 bounded when read, replaced all at once and never fsynced: a cache, rebuilt from the
 runs whenever it is missing, torn or damaged), so that a new process (the watcher's
 first sweep, ``afk-local runs``) starts warm; smaller stores keep it in memory only.
+The file keeps the listing order in chunks apart from the summaries, so a listing
+decodes only the chunks it shows. docs/format.md describes the file.
 """
 
 from __future__ import annotations
 
+import functools
+import heapq
 import logging
 import os
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -38,10 +54,29 @@ INDEX_MIN_RUNS = 500
 """Stores with fewer runs do not write the index to disk (reading every meta is cheap)."""
 
 MAX_INDEX_BYTES = 256 << 20
-"""The largest index file read (about two million runs)."""
+"""The largest index file read (about a million runs)."""
 
 UNREADABLE = ""
 """The status of a run whose ``run.meta`` could not be read (damaged, newer schema...)."""
+
+RESAVE_AFTER = 256
+"""A listing rewrites the index once this many runs came or went since it was written
+(fewer are cheaper to read again than the index is to rewrite)."""
+
+SETTLED_NS = 2_000_000_000
+"""How long ``runs/`` must have been unchanged before its stamp may vouch for its names:
+longer than any filesystem's timestamp granularity (FAT: 2 s), so that a change after
+the directory was listed cannot leave its mtime as it was."""
+
+CHUNK = 1024
+"""Runs per chunk of the listing order in the file."""
+
+DIR_TIMES_KEPT = frozenset(
+    {"bcachefs", "btrfs", "ext2", "ext3", "ext4", "f2fs", "jfs", "overlay", "tmpfs", "xfs", "zfs"}
+)
+"""Local Linux filesystems that change a directory's mtime and ctime whenever an entry is
+added, removed or renamed: only on these may ``runs/``'s stamp stand for its names (a
+network or FUSE filesystem may cache or not keep them)."""
 
 
 class MetaSummary(msgspec.Struct, array_like=True, frozen=True):
@@ -56,6 +91,10 @@ class MetaSummary(msgspec.Struct, array_like=True, frozen=True):
     entrypoint: bool
     """True when the run has an entrypoint (a watcher can resume it)."""
     next_attempt_ms: int
+    created_ms: int
+    """When the run was created (never changes for a run directory)."""
+    dir_ino: int
+    """The inode of the run's directory when its meta was read."""
 
     @property
     def expects_owner(self) -> bool:
@@ -63,14 +102,40 @@ class MetaSummary(msgspec.Struct, array_like=True, frozen=True):
         return self.status in ("created", "running")
 
 
+class _Chunk(msgspec.Struct, array_like=True):
+    """Part of the listing order: three lists of one length, newest created first."""
+
+    run_ids: list[str]
+    dir_inos: list[int]
+    created_ms: list[int]
+
+
 class _IndexFile(msgspec.Struct):
     version: int
-    runs: dict[str, MetaSummary]
+    stamp: tuple[int, int, int, int] | None
+    """``runs/``'s (device, inode, mtime_ns, ctime_ns) before the scan the order and
+    ``unlisted`` come from, when it was settled (:data:`SETTLED_NS`); else None."""
+    unlisted: list[str]
+    """Directories of that scan left out of the order (no meta yet, or unreadable)."""
+    order: list[msgspec.Raw]
+    """The listing order: msgpack :class:`_Chunk` s of at most :data:`CHUNK` runs."""
+    runs: msgspec.Raw
+    """A msgpack ``dict[str, MetaSummary]``: decoded only when a summary is needed."""
 
 
-_VERSION = 1
+_VERSION = 2
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(_IndexFile)
+_CHUNK_DECODER = msgspec.msgpack.Decoder(_Chunk)
+_RUNS_DECODER = msgspec.msgpack.Decoder(dict[str, MetaSummary])
+
+# (created_ms, run id, directory inode): the listing order is this tuple's, descending.
+_Entry = tuple[int, str, int]
+_Stamp = tuple[int, int, int, int]
+
+
+class _Damaged(Exception):
+    """The file's listing order cannot be used (torn, not newest first)."""
 
 
 class MetaIndex:
@@ -90,6 +155,18 @@ class MetaIndex:
         self._runs_dir = str(runs_dir)
         self._codec = record_codec
         self._runs: dict[str, MetaSummary] | None = None
+        """Every run's summary as last checked (by :meth:`summaries`) or loaded."""
+        self._raw_runs: bytes | None = None
+        """The file's undecoded summaries, until one is needed."""
+        self._entries: list[_Entry] | None = None
+        """The listing order of the runs :attr:`_runs` holds, once known."""
+        self._chunks: list[bytes] | None = None
+        """The file's undecoded listing order, until all of it is needed."""
+        self._stamp: _Stamp | None = None
+        """``runs/`` as it was when the order and :attr:`_unlisted` were made."""
+        self._unlisted: list[str] = []
+        self._file_stamp: _Stamp | None = None
+        self._loaded = False
         self._saved = False
 
     def summaries(self) -> dict[str, MetaSummary]:
@@ -98,19 +175,17 @@ class MetaIndex:
         A run directory without a ``run.meta`` is left out; one whose meta cannot be
         read is in it with status :data:`UNREADABLE` (its readers report why).
         """
-        old = self._load() if self._runs is None else self._runs
+        old = self._known()
         fresh: dict[str, MetaSummary] = {}
         changed = 0
         runs_dir = self._runs_dir
-        try:
-            with os.scandir(runs_dir) as entries:
-                names = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
-        except FileNotFoundError:
-            names = []
-        for name in names:
+        stamp = self._dir_stamp()
+        unlisted = []  # directories left out of the listing order
+        for name, dir_ino in self._scan().items():
             try:
                 st = os.stat(f"{runs_dir}/{name}/{META_NAME}", follow_symlinks=False)
             except OSError:
+                unlisted.append(name)
                 continue  # being created, or no meta: not a run to list
             known = old.get(name)
             if (
@@ -118,21 +193,164 @@ class MetaIndex:
                 and known.ino == st.st_ino
                 and known.mtime_ns == st.st_mtime_ns
                 and known.size == st.st_size
+                and known.dir_ino == dir_ino
             ):
                 fresh[name] = known
                 continue
-            summary = self._read(name, st)
+            summary = self._read(name, st, dir_ino)
             if summary is not None:
                 fresh[name] = summary
                 changed += 1
+            if summary is None or not summary.status:
+                unlisted.append(name)
         if changed or len(fresh) != len(old):
             self._saved = False
-        self._runs = fresh
-        if not self._saved and len(fresh) >= INDEX_MIN_RUNS:
+        self._runs, self._entries, self._chunks = fresh, None, None
+        self._made_from(stamp, unlisted)
+        if len(fresh) >= INDEX_MIN_RUNS and (
+            not self._saved or (self._stamp is not None and self._stamp != self._file_stamp)
+        ):
             self._save(fresh)
         return fresh
 
-    def _read(self, name: str, st: os.stat_result) -> MetaSummary | None:
+    def newest_first(self) -> Iterator[str]:
+        """Ids of the runs with a readable ``run.meta``, newest created first (ties: the
+        greater id first), without a ``stat`` of the runs the index knows.
+
+        A run the index does not know, or whose directory is not the one it knows, is
+        read before the first id comes; the others are ordered by the creation time
+        the index holds. ``runs/`` is listed once, or not at all when it has not
+        changed since the index's order was made. A run that went since is not
+        yielded; one that goes while the caller iterates may still be (reading it
+        then fails, as for any run deleted under a reader).
+        """
+        if not self._has_order():
+            self.summaries()  # no index yet: every run read once
+        stamp = self._dir_stamp()
+        yielded: set[str] = set()  # each once, whatever a damaged file repeats
+        if stamp is not None and stamp == self._stamp and _keeps_dir_times(stamp[0]):
+            # No run came or went since the order was made.
+            came = self._read_all(self._unlisted)
+            entries: Iterable[_Entry] = self._lazy_entries()
+        else:
+            entries, came = self._rescan(stamp)
+        try:
+            for entry in heapq.merge(entries, _ordered(came), reverse=True):
+                if entry[1] not in yielded and _is_run_id(entry[1]):  # not a path: checked
+                    yielded.add(entry[1])
+                    yield entry[1]
+        except _Damaged as exc:  # found only now, in a chunk this listing reached
+            log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
+            self._forget()
+            self.summaries()
+            for entry in self._order_or_empty():
+                if entry[1] not in yielded:
+                    yield entry[1]
+
+    def summary(self, run_id: str) -> MetaSummary | None:
+        """The index's summary of ``run_id`` when its ``run.meta`` still has the stat it
+        was read at (one ``stat``), else None (unknown, changed or gone)."""
+        known = self._known().get(run_id)
+        if known is None:
+            return None
+        try:
+            st = os.stat(f"{self._runs_dir}/{run_id}/{META_NAME}", follow_symlinks=False)
+        except OSError:
+            return None
+        if (known.ino, known.mtime_ns, known.size) != (st.st_ino, st.st_mtime_ns, st.st_size):
+            return None
+        return known
+
+    def _rescan(self, stamp: _Stamp | None) -> tuple[list[_Entry], dict[str, MetaSummary]]:
+        """List ``runs/``: the known runs still in their directory, and the others read."""
+        try:
+            order = self._order_or_empty()
+        except _Damaged as exc:
+            log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
+            self._forget()
+            self.summaries()
+            order = self._order_or_empty()
+        names = self._scan()
+        kept: list[_Entry] = []
+        for entry in order:
+            if names.pop(entry[1], None) == entry[2]:
+                kept.append(entry)
+        came = {}  # new runs, and runs in another directory now
+        for name, dir_ino in names.items():
+            summary = self._read_now(name, dir_ino)
+            if summary is not None:
+                came[name] = summary
+        readable = {name: s for name, s in came.items() if s.status}
+        moved = len(readable) + len(order) - len(kept)
+        unlisted = [name for name in names if name not in readable]
+        if not moved:
+            if stamp != self._stamp:  # the same runs: the order may vouch for them now
+                self._made_from(stamp, unlisted)
+                if len(kept) >= INDEX_MIN_RUNS and self._stamp != self._file_stamp:
+                    self._save(self._known())
+            return kept, {}
+        known = self._known()
+        runs = {e[1]: known[e[1]] for e in kept if e[1] in known}
+        runs.update(came)
+        entries = list(heapq.merge(kept, _ordered(readable), reverse=True))
+        self._runs, self._entries, self._chunks, self._saved = runs, entries, None, False
+        self._made_from(stamp, unlisted)
+        if len(runs) >= INDEX_MIN_RUNS and (
+            moved >= RESAVE_AFTER or (self._stamp is not None and self._stamp != self._file_stamp)
+        ):
+            self._save(runs)
+        return entries, {}
+
+    def _made_from(self, stamp: _Stamp | None, unlisted: list[str]) -> None:
+        """Record that the order was made from a listing of ``runs/`` taken after it was
+        ``stamp``, and which of its directories it left out: the stamp vouches for the
+        names only if it had settled by then (:data:`SETTLED_NS`)."""
+        settled = (
+            stamp is not None
+            and time.time_ns() - max(stamp[2], stamp[3]) > SETTLED_NS
+            and _keeps_dir_times(stamp[0])
+        )
+        self._stamp = stamp if settled else None
+        self._unlisted = unlisted
+
+    def _dir_stamp(self) -> _Stamp | None:
+        try:
+            st = os.stat(self._runs_dir, follow_symlinks=False)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+
+    def _scan(self) -> dict[str, int]:
+        """The directories in ``runs/`` (name -> inode), not following symlinks."""
+        try:
+            with os.scandir(self._runs_dir) as entries:
+                return {e.name: e.inode() for e in entries if e.is_dir(follow_symlinks=False)}
+        except FileNotFoundError:
+            return {}
+
+    def _read_all(self, names: list[str]) -> dict[str, MetaSummary]:
+        """The readable ones of ``names`` (directories not in the order), read now."""
+        found = {}
+        for name in names:
+            if not _is_run_id(name):
+                continue  # never a path from the file that was not a run's name
+            try:
+                dir_ino = os.stat(f"{self._runs_dir}/{name}", follow_symlinks=False).st_ino
+            except OSError:
+                continue
+            summary = self._read_now(name, dir_ino)
+            if summary is not None and summary.status:
+                found[name] = summary
+        return found
+
+    def _read_now(self, name: str, dir_ino: int) -> MetaSummary | None:
+        try:
+            st = os.stat(f"{self._runs_dir}/{name}/{META_NAME}", follow_symlinks=False)
+        except OSError:
+            return None
+        return self._read(name, st, dir_ino)
+
+    def _read(self, name: str, st: os.stat_result, dir_ino: int) -> MetaSummary | None:
         try:
             run_id = validate_run_id(name)
         except AfkLocalError:
@@ -140,7 +358,9 @@ class MetaIndex:
         try:
             meta = read_meta(RunPaths(run_id, Path(self._runs_dir) / run_id), self._codec)
         except AfkLocalError:
-            return MetaSummary(st.st_ino, st.st_mtime_ns, st.st_size, UNREADABLE, 0, False, 0)
+            return MetaSummary(
+                st.st_ino, st.st_mtime_ns, st.st_size, UNREADABLE, 0, False, 0, 0, dir_ino
+            )
         return MetaSummary(
             st.st_ino,
             st.st_mtime_ns,
@@ -149,33 +369,145 @@ class MetaIndex:
             meta.updated_ms,
             meta.entrypoint is not None,
             meta.next_attempt_ms,
+            meta.created_ms,
+            dir_ino,
         )
 
-    def _load(self) -> dict[str, MetaSummary]:
+    def _known(self) -> dict[str, MetaSummary]:
+        """The summaries as last checked or loaded (unchecked: compare their stats)."""
+        if self._runs is None:
+            if not self._loaded:
+                self._load()
+            if self._raw_runs is not None:
+                try:
+                    self._runs = _RUNS_DECODER.decode(self._raw_runs)
+                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                    log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
+                    self._forget()
+                self._raw_runs = None
+        if self._runs is None:
+            self._runs = {}
+        return self._runs
+
+    def _has_order(self) -> bool:
+        if self._entries is None and self._chunks is None and not self._loaded:
+            self._load()
+        return self._entries is not None or self._chunks is not None
+
+    def _order_or_empty(self) -> list[_Entry]:
+        """The whole listing order (decoding every chunk left)."""
+        if self._entries is None:
+            if self._chunks is not None:
+                self._entries = list(self._lazy_entries())
+                self._chunks = None
+            else:
+                self._entries = _ordered(self._known())
+        return self._entries
+
+    def _lazy_entries(self) -> Iterator[_Entry]:
+        """The listing order, decoding the file's chunks as they are reached.
+
+        Raises:
+            _Damaged: a chunk is torn or out of order.
+        """
+        if self._chunks is None:
+            yield from self._order_or_empty()
+            return
+        last: _Entry | None = None
+        for raw in self._chunks:
+            try:
+                chunk = _CHUNK_DECODER.decode(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise _Damaged(str(exc)) from None
+            if not len(chunk.run_ids) == len(chunk.dir_inos) == len(chunk.created_ms):
+                raise _Damaged("a chunk of its order is torn")
+            for entry in zip(chunk.created_ms, chunk.run_ids, chunk.dir_inos, strict=True):
+                if last is not None and entry > last:
+                    raise _Damaged("its order is not newest first")
+                last = entry
+                yield entry
+
+    def _load(self) -> None:
+        """Read the file once: its order and summaries, kept undecoded until needed."""
+        self._loaded = True
         try:
+            st = os.stat(self.path, follow_symlinks=False)
+            if st.st_uid != os.getuid() or st.st_mode & 0o022:
+                raise OSError(f"owned by uid {st.st_uid}, mode {st.st_mode & 0o777:o}")
             data = fsio.read_bounded(self.path, MAX_INDEX_BYTES)
         except FileNotFoundError:
-            return {}
+            return
         except (OSError, ValueError) as exc:
             log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
-            return {}
+            return
         try:
             index = _DECODER.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
-            return {}
+            return
         if index.version != _VERSION:
-            return {}
+            return
+        self._chunks = [bytes(raw) for raw in index.order]
+        self._raw_runs = bytes(index.runs)
+        self._stamp = self._file_stamp = index.stamp
+        self._unlisted = index.unlisted
         self._saved = True
-        return index.runs
+
+    def _forget(self) -> None:
+        """Drop what the file said: the next look reads every run."""
+        self._runs = self._entries = self._chunks = self._raw_runs = None
+        self._stamp, self._unlisted, self._saved = None, [], False
+        self._loaded = True
 
     def _save(self, runs: dict[str, MetaSummary]) -> None:
+        entries = self._order_or_empty()
+        chunks = []
+        for start in range(0, len(entries), CHUNK):
+            part = entries[start : start + CHUNK]
+            chunk = _Chunk([e[1] for e in part], [e[2] for e in part], [e[0] for e in part])
+            chunks.append(msgspec.Raw(_ENCODER.encode(chunk)))
+        index = _IndexFile(
+            _VERSION, self._stamp, self._unlisted, chunks, msgspec.Raw(_ENCODER.encode(runs))
+        )
         try:
-            fsio.replace_unsynced(self.path, _ENCODER.encode(_IndexFile(_VERSION, runs)))
+            fsio.replace_unsynced(self.path, _ENCODER.encode(index))
         except OSError as exc:  # a read-only store lists all the same
             log.debug("%s: not written (%s)", self.path, exc)
             return
-        self._saved = True
+        self._saved, self._file_stamp = True, self._stamp
+
+
+@functools.lru_cache(maxsize=16)
+def _keeps_dir_times(device: int) -> bool:
+    """True when ``device`` holds a filesystem of :data:`DIR_TIMES_KEPT` (Linux: read
+    from ``/proc/self/mountinfo``; elsewhere, or when unsure, False)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
+            lines = mounts.read().splitlines()
+    except OSError:
+        return False
+    wanted = f"{os.major(device)}:{os.minor(device)}"
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == wanted and "-" in fields:
+            at = fields.index("-") + 1
+            return at < len(fields) and fields[at] in DIR_TIMES_KEPT
+    return False
+
+
+def _is_run_id(name: str) -> bool:
+    try:
+        validate_run_id(name)
+    except AfkLocalError:
+        return False
+    return True
+
+
+def _ordered(runs: dict[str, MetaSummary]) -> list[_Entry]:
+    """The listing order of ``runs``: the readable ones, newest created first."""
+    return sorted(
+        ((s.created_ms, name, s.dir_ino) for name, s in runs.items() if s.status), reverse=True
+    )
 
 
 __all__ = ["INDEX_MIN_RUNS", "INDEX_NAME", "UNREADABLE", "MetaIndex", "MetaSummary"]
