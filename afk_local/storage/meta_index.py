@@ -273,7 +273,8 @@ class MetaIndex:
         names = self._scan()
         kept: list[_Entry] = []
         for entry in order:
-            if names.pop(entry[1], None) == entry[2]:
+            if names.get(entry[1]) == entry[2]:  # the same directory: the same run
+                del names[entry[1]]
                 kept.append(entry)
         came = {}  # new runs, and runs in another directory now
         for name, dir_ino in names.items():
