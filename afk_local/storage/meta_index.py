@@ -117,10 +117,11 @@ class _IndexFile(msgspec.Struct):
     ``unlisted`` come from, when it was settled (:data:`SETTLED_NS`); else None."""
     unlisted: list[str]
     """Directories of that scan left out of the order (no meta yet, or unreadable)."""
-    order: list[msgspec.Raw]
+    order: list[bytes]
     """The listing order: msgpack :class:`_Chunk` s of at most :data:`CHUNK` runs."""
-    runs: msgspec.Raw
-    """A msgpack ``dict[str, MetaSummary]``: decoded only when a summary is needed."""
+    runs: bytes
+    """A msgpack ``dict[str, MetaSummary]``: decoded only when a summary is needed (held
+    as bytes, so that reading the order skips it whole)."""
 
 
 _VERSION = 2
@@ -422,11 +423,12 @@ class MetaIndex:
                 raise _Damaged(str(exc)) from None
             if not len(chunk.run_ids) == len(chunk.dir_inos) == len(chunk.created_ms):
                 raise _Damaged("a chunk of its order is torn")
-            for entry in zip(chunk.created_ms, chunk.run_ids, chunk.dir_inos, strict=True):
+            entries = list(zip(chunk.created_ms, chunk.run_ids, chunk.dir_inos, strict=True))
+            for entry in entries:  # all checked before the first is yielded
                 if last is not None and entry > last:
                     raise _Damaged("its order is not newest first")
                 last = entry
-                yield entry
+            yield from entries
 
     def _load(self) -> None:
         """Read the file once: its order and summaries, kept undecoded until needed."""
@@ -448,8 +450,8 @@ class MetaIndex:
             return
         if index.version != _VERSION:
             return
-        self._chunks = [bytes(raw) for raw in index.order]
-        self._raw_runs = bytes(index.runs)
+        self._chunks = index.order
+        self._raw_runs = index.runs
         self._stamp = self._file_stamp = index.stamp
         self._unlisted = index.unlisted
         self._saved = True
@@ -466,10 +468,8 @@ class MetaIndex:
         for start in range(0, len(entries), CHUNK):
             part = entries[start : start + CHUNK]
             chunk = _Chunk([e[1] for e in part], [e[2] for e in part], [e[0] for e in part])
-            chunks.append(msgspec.Raw(_ENCODER.encode(chunk)))
-        index = _IndexFile(
-            _VERSION, self._stamp, self._unlisted, chunks, msgspec.Raw(_ENCODER.encode(runs))
-        )
+            chunks.append(_ENCODER.encode(chunk))
+        index = _IndexFile(_VERSION, self._stamp, self._unlisted, chunks, _ENCODER.encode(runs))
         try:
             fsio.replace_unsynced(self.path, _ENCODER.encode(index))
         except OSError as exc:  # a read-only store lists all the same

@@ -222,8 +222,8 @@ def _forged(store: afk.Store, ids: list[str], stamp: object) -> bytes:
         2,
         stamp,  # type: ignore[arg-type]
         [],
-        [msgspec.Raw(msgspec.msgpack.encode(chunk))],
-        msgspec.Raw(msgspec.msgpack.encode({})),
+        [msgspec.msgpack.encode(chunk)],
+        msgspec.msgpack.encode({}),
     )
     return msgspec.msgpack.encode(index)
 
