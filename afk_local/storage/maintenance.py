@@ -70,7 +70,7 @@ class MaintainedStore(Protocol):
         ...
 
     def runs(self) -> RunList:
-        """The readable runs, newest first."""
+        """The readable runs, newest created first."""
         ...
 
     def info(self, run_id: str) -> RunInfo:
