@@ -179,7 +179,7 @@ class MetaIndex:
         old = self._known()
         fresh: dict[str, MetaSummary] = {}
         changed = 0
-        stamp = self._dir_stamp()
+        stamp = _vouching(self._dir_stamp())
         unlisted = []  # directories left out of the listing order
         with _RunsDir(self._runs_dir) as runs:
             for name in runs.names():
@@ -236,7 +236,7 @@ class MetaIndex:
             came = self._read_all(self._unlisted)
             entries: Iterable[_Entry] = self._lazy_entries()
         else:
-            entries, came = self._rescan(stamp)
+            entries, came = self._rescan(_vouching(stamp))
         try:
             for entry in heapq.merge(entries, _ordered(came), reverse=True):
                 if entry[1] not in yielded and _is_run_id(entry[1]):  # not a path: checked
@@ -265,7 +265,8 @@ class MetaIndex:
         return known
 
     def _rescan(self, stamp: _Stamp | None) -> tuple[list[_Entry], dict[str, MetaSummary]]:
-        """List ``runs/``: the known runs still in their directory, and the others read."""
+        """List ``runs/``: the known runs still in their directory, and the others read
+        (``stamp``: ``runs/``'s, taken just before, if it may vouch for what is listed)."""
         try:
             order = self._order_or_empty()
         except _Damaged as exc:
@@ -290,7 +291,7 @@ class MetaIndex:
         if not moved:
             if stamp != self._stamp:  # the same runs: the order may vouch for them now
                 self._made_from(stamp, unlisted)
-                if len(kept) >= INDEX_MIN_RUNS and self._stamp != self._file_stamp:
+                if len(kept) >= INDEX_MIN_RUNS and stamp is not None and stamp != self._file_stamp:
                     self._save(self._known())
             return kept, {}
         known = self._known()
@@ -307,14 +308,9 @@ class MetaIndex:
 
     def _made_from(self, stamp: _Stamp | None, unlisted: list[str]) -> None:
         """Record that the order was made from a listing of ``runs/`` taken after it was
-        ``stamp``, and which of its directories it left out: the stamp vouches for the
-        names only if it had settled by then (:data:`SETTLED_NS`)."""
-        settled = (
-            stamp is not None
-            and time.time_ns() - max(stamp[2], stamp[3]) > SETTLED_NS
-            and _keeps_dir_times(stamp[0])
-        )
-        self._stamp = stamp if settled else None
+        ``stamp`` (None: a stamp that cannot vouch, see :func:`_vouching`), and which of
+        its directories it left out."""
+        self._stamp = stamp
         self._unlisted = unlisted
 
     def _dir_stamp(self) -> _Stamp | None:
@@ -513,6 +509,16 @@ class _RunsDir:
         if self._fd is not None:
             return os.stat(relative, dir_fd=self._fd, follow_symlinks=False)
         return os.stat(f"{self._path}/{relative}", follow_symlinks=False)
+
+
+def _vouching(stamp: _Stamp | None) -> _Stamp | None:
+    """``stamp`` if it may stand for ``runs/``'s names from now on, else None. Called as
+    the stamp is taken: ``runs/`` must have been unchanged for :data:`SETTLED_NS` by then
+    (a change after it then cannot leave the mtime as it was, whatever the filesystem's
+    timestamp granularity), on a filesystem of :data:`DIR_TIMES_KEPT`."""
+    if stamp is None or time.time_ns() - max(stamp[2], stamp[3]) <= SETTLED_NS:
+        return None
+    return stamp if _keeps_dir_times(stamp[0]) else None
 
 
 @functools.lru_cache(maxsize=16)
