@@ -33,12 +33,12 @@ import functools
 import heapq
 import logging
 import os
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import msgspec
 
+from afk_local.clock import wall_ns
 from afk_local.errors import AfkLocalError
 from afk_local.storage import fsio
 from afk_local.storage.format.codec import RecordCodec
@@ -516,7 +516,7 @@ def _vouching(stamp: _Stamp | None) -> _Stamp | None:
     the stamp is taken: ``runs/`` must have been unchanged for :data:`SETTLED_NS` by then
     (a change after it then cannot leave the mtime as it was, whatever the filesystem's
     timestamp granularity), on a filesystem of :data:`DIR_TIMES_KEPT`."""
-    if stamp is None or time.time_ns() - max(stamp[2], stamp[3]) <= SETTLED_NS:
+    if stamp is None or wall_ns() - max(stamp[2], stamp[3]) <= SETTLED_NS:
         return None
     return stamp if _keeps_dir_times(stamp[0]) else None
 
