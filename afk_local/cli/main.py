@@ -332,7 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.root = None
     args.json = bool(getattr(args, "json", False))
     try:
-        return int(_load(args.handler)(args))
+        handler = args.handler  # "module:function", or a function a command's own
+        # argument declarations set (schedule add/list/rm)
+        return int((_load(handler) if isinstance(handler, str) else handler)(args))
     except CliError as exc:
         if exc.code == EXIT_OK:
             out(str(exc))

@@ -71,7 +71,7 @@ def test_every_command_still_declares_its_arguments() -> None:
     full = build_parser()
     for command, argv in {
         "watch": ["watch", "--once"],
-        "schedule": ["schedule", "list"],
+        "schedule": ["schedule", "rm", "nightly"],
         "settle": ["settle", "r", "k", "--done", "--result", "1"],
         "runs": ["runs", "--status", "failed", "--limit", "3"],
     }.items():
