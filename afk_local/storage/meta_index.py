@@ -29,20 +29,28 @@ decodes only the chunks it shows. docs/format.md describes the file.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import logging
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import msgspec
-
-from afk_local.clock import wall_ns
 from afk_local.errors import AfkLocalError
 from afk_local.storage import fsio
+from afk_local.storage.dir_stamp import dir_stamp, keeps_dir_times, vouching
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import META_NAME, RunPaths, validate_run_id
+from afk_local.storage.format.meta_index_file import (
+    UNREADABLE,
+    Entry,
+    MetaSummary,
+    Stamp,
+    decode_chunk,
+    decode_index,
+    decode_summaries,
+    encode_index,
+    listing_order,
+)
 from afk_local.storage.rundir.reader import read_meta
 
 log = logging.getLogger("afk_local")
@@ -56,87 +64,9 @@ INDEX_MIN_RUNS = 500
 MAX_INDEX_BYTES = 256 << 20
 """The largest index file read (about a million runs)."""
 
-UNREADABLE = ""
-"""The status of a run whose ``run.meta`` could not be read (damaged, newer schema...)."""
-
 RESAVE_AFTER = 256
 """A listing rewrites the index once this many runs came or went since it was written
 (fewer are cheaper to read again than the index is to rewrite)."""
-
-SETTLED_NS = 2_000_000_000
-"""How long ``runs/`` must have been unchanged before its stamp may vouch for its names:
-longer than any filesystem's timestamp granularity (FAT: 2 s), so that a change after
-the directory was listed cannot leave its mtime as it was."""
-
-CHUNK = 1024
-"""Runs per chunk of the listing order in the file."""
-
-DIR_TIMES_KEPT = frozenset(
-    {"bcachefs", "btrfs", "ext2", "ext3", "ext4", "f2fs", "jfs", "overlay", "tmpfs", "xfs", "zfs"}
-)
-"""Local Linux filesystems that change a directory's mtime and ctime whenever an entry is
-added, removed or renamed: only on these may ``runs/``'s stamp stand for its names (a
-network or FUSE filesystem may cache or not keep them)."""
-
-
-class MetaSummary(msgspec.Struct, array_like=True, frozen=True):
-    """What the index keeps of one run's ``run.meta``, and the stat it was read at."""
-
-    ino: int
-    mtime_ns: int
-    size: int
-    status: str
-    """The run's status, or :data:`UNREADABLE`."""
-    updated_ms: int
-    entrypoint: bool
-    """True when the run has an entrypoint (a watcher can resume it)."""
-    next_attempt_ms: int
-    created_ms: int
-    """When the run was created (never changes for a run directory)."""
-    dir_ino: int
-    """The inode of the run's directory when its meta was read."""
-
-    @property
-    def expects_owner(self) -> bool:
-        """True for ``created`` and ``running`` (see ``RunStatus.expects_owner``)."""
-        return self.status in ("created", "running")
-
-
-class _Chunk(msgspec.Struct, array_like=True):
-    """Part of the listing order: three lists of one length, newest created first."""
-
-    run_ids: list[str]
-    dir_inos: list[int]
-    created_ms: list[int]
-
-
-class _IndexFile(msgspec.Struct):
-    version: int
-    stamp: tuple[int, int, int, int] | None
-    """``runs/``'s (device, inode, mtime_ns, ctime_ns) before the scan the order and
-    ``unlisted`` come from, when it was settled (:data:`SETTLED_NS`); else None."""
-    unlisted: list[str]
-    """Directories of that scan left out of the order (no meta yet, or unreadable)."""
-    order: list[bytes]
-    """The listing order: msgpack :class:`_Chunk` s of at most :data:`CHUNK` runs."""
-    runs: bytes
-    """A msgpack ``dict[str, MetaSummary]``: decoded only when a summary is needed (held
-    as bytes, so that reading the order skips it whole)."""
-
-
-_VERSION = 2
-_ENCODER = msgspec.msgpack.Encoder()
-_DECODER = msgspec.msgpack.Decoder(_IndexFile)
-_CHUNK_DECODER = msgspec.msgpack.Decoder(_Chunk)
-_RUNS_DECODER = msgspec.msgpack.Decoder(dict[str, MetaSummary])
-
-# (created_ms, run id, directory inode): the listing order is this tuple's, descending.
-_Entry = tuple[int, str, int]
-_Stamp = tuple[int, int, int, int]
-
-
-class _Damaged(Exception):
-    """The file's listing order cannot be used (torn, not newest first)."""
 
 
 class MetaIndex:
@@ -159,14 +89,15 @@ class MetaIndex:
         """Every run's summary as last checked (by :meth:`summaries`) or loaded."""
         self._raw_runs: bytes | None = None
         """The file's undecoded summaries, until one is needed."""
-        self._entries: list[_Entry] | None = None
+        self._entries: list[Entry] | None = None
         """The listing order of the runs :attr:`_runs` holds, once known."""
         self._chunks: list[bytes] | None = None
         """The file's undecoded listing order, until all of it is needed."""
-        self._stamp: _Stamp | None = None
-        """``runs/`` as it was when the order and :attr:`_unlisted` were made."""
+        self._stamp: Stamp | None = None
+        """``runs/`` as it was when the order and :attr:`_unlisted` were made (None:
+        unknown, or a stamp that could not vouch for its names)."""
         self._unlisted: list[str] = []
-        self._file_stamp: _Stamp | None = None
+        self._file_stamp: Stamp | None = None
         self._loaded = False
         self._saved = False
 
@@ -179,7 +110,7 @@ class MetaIndex:
         old = self._known()
         fresh: dict[str, MetaSummary] = {}
         changed = 0
-        stamp = _vouching(self._dir_stamp())
+        stamp = vouching(dir_stamp(self._runs_dir))
         unlisted = []  # directories left out of the listing order
         with _RunsDir(self._runs_dir) as runs:
             for name in runs.names():
@@ -213,7 +144,7 @@ class MetaIndex:
         if len(fresh) >= INDEX_MIN_RUNS and (
             not self._saved or (self._stamp is not None and self._stamp != self._file_stamp)
         ):
-            self._save(fresh)
+            self._save()
         return fresh
 
     def newest_first(self) -> Iterator[str]:
@@ -229,20 +160,20 @@ class MetaIndex:
         """
         if not self._has_order():
             self.summaries()  # no index yet: every run read once
-        stamp = self._dir_stamp()
+        stamp = dir_stamp(self._runs_dir)
         yielded: set[str] = set()  # each once, whatever a damaged file repeats
-        if stamp is not None and stamp == self._stamp and _keeps_dir_times(stamp[0]):
+        if stamp is not None and stamp == self._stamp and keeps_dir_times(stamp[0]):
             # No run came or went since the order was made.
             came = self._read_all(self._unlisted)
-            entries: Iterable[_Entry] = self._lazy_entries()
+            entries: Iterable[Entry] = self._lazy_entries()
         else:
-            entries, came = self._rescan(_vouching(stamp))
+            entries, came = self._rescan(vouching(stamp))
         try:
-            for entry in heapq.merge(entries, _ordered(came), reverse=True):
+            for entry in heapq.merge(entries, listing_order(came), reverse=True):
                 if entry[1] not in yielded and _is_run_id(entry[1]):  # not a path: checked
                     yielded.add(entry[1])
                     yield entry[1]
-        except _Damaged as exc:  # found only now, in a chunk this listing reached
+        except ValueError as exc:  # a damaged chunk, found only now that it is reached
             log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
             self._forget()
             self.summaries()
@@ -264,18 +195,18 @@ class MetaIndex:
             return None
         return known
 
-    def _rescan(self, stamp: _Stamp | None) -> tuple[list[_Entry], dict[str, MetaSummary]]:
+    def _rescan(self, stamp: Stamp | None) -> tuple[list[Entry], dict[str, MetaSummary]]:
         """List ``runs/``: the known runs still in their directory, and the others read
         (``stamp``: ``runs/``'s, taken just before, if it may vouch for what is listed)."""
         try:
             order = self._order_or_empty()
-        except _Damaged as exc:
+        except ValueError as exc:
             log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
             self._forget()
             self.summaries()
             order = self._order_or_empty()
         names = self._scan()
-        kept: list[_Entry] = []
+        kept: list[Entry] = []
         for entry in order:
             if names.get(entry[1]) == entry[2]:  # the same directory: the same run
                 del names[entry[1]]
@@ -292,33 +223,26 @@ class MetaIndex:
             if stamp != self._stamp:  # the same runs: the order may vouch for them now
                 self._made_from(stamp, unlisted)
                 if len(kept) >= INDEX_MIN_RUNS and stamp is not None and stamp != self._file_stamp:
-                    self._save(self._known())
+                    self._save()
             return kept, {}
         known = self._known()
         runs = {e[1]: known[e[1]] for e in kept if e[1] in known}
         runs.update(came)
-        entries = list(heapq.merge(kept, _ordered(readable), reverse=True))
+        entries = list(heapq.merge(kept, listing_order(readable), reverse=True))
         self._runs, self._entries, self._chunks, self._saved = runs, entries, None, False
         self._made_from(stamp, unlisted)
         if len(runs) >= INDEX_MIN_RUNS and (
             moved >= RESAVE_AFTER or (self._stamp is not None and self._stamp != self._file_stamp)
         ):
-            self._save(runs)
+            self._save()
         return entries, {}
 
-    def _made_from(self, stamp: _Stamp | None, unlisted: list[str]) -> None:
+    def _made_from(self, stamp: Stamp | None, unlisted: list[str]) -> None:
         """Record that the order was made from a listing of ``runs/`` taken after it was
-        ``stamp`` (None: a stamp that cannot vouch, see :func:`_vouching`), and which of
+        ``stamp`` (None: a stamp that cannot vouch, see :func:`.dir_stamp.vouching`), and which of
         its directories it left out."""
         self._stamp = stamp
         self._unlisted = unlisted
-
-    def _dir_stamp(self) -> _Stamp | None:
-        try:
-            st = os.stat(self._runs_dir, follow_symlinks=False)
-        except OSError:
-            return None
-        return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
 
     def _scan(self) -> dict[str, int]:
         """The directories in ``runs/`` (name -> inode), not following symlinks."""
@@ -380,8 +304,8 @@ class MetaIndex:
                 self._load()
             if self._raw_runs is not None:
                 try:
-                    self._runs = _RUNS_DECODER.decode(self._raw_runs)
-                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                    self._runs = decode_summaries(self._raw_runs)
+                except ValueError as exc:
                     log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
                     self._forget()
                 self._raw_runs = None
@@ -394,38 +318,31 @@ class MetaIndex:
             self._load()
         return self._entries is not None or self._chunks is not None
 
-    def _order_or_empty(self) -> list[_Entry]:
+    def _order_or_empty(self) -> list[Entry]:
         """The whole listing order (decoding every chunk left)."""
         if self._entries is None:
             if self._chunks is not None:
                 self._entries = list(self._lazy_entries())
                 self._chunks = None
             else:
-                self._entries = _ordered(self._known())
+                self._entries = listing_order(self._known())
         return self._entries
 
-    def _lazy_entries(self) -> Iterator[_Entry]:
+    def _lazy_entries(self) -> Iterator[Entry]:
         """The listing order, decoding the file's chunks as they are reached.
 
         Raises:
-            _Damaged: a chunk is torn or out of order.
+            ValueError: a chunk is torn or out of order (each is checked whole before
+                any of it is yielded).
         """
         if self._chunks is None:
             yield from self._order_or_empty()
             return
-        last: _Entry | None = None
+        last: Entry | None = None
         for raw in self._chunks:
-            try:
-                chunk = _CHUNK_DECODER.decode(raw)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise _Damaged(str(exc)) from None
-            if not len(chunk.run_ids) == len(chunk.dir_inos) == len(chunk.created_ms):
-                raise _Damaged("a chunk of its order is torn")
-            entries = list(zip(chunk.created_ms, chunk.run_ids, chunk.dir_inos, strict=True))
-            for entry in entries:  # all checked before the first is yielded
-                if last is not None and entry > last:
-                    raise _Damaged("its order is not newest first")
-                last = entry
+            entries = decode_chunk(raw, last)
+            if entries:
+                last = entries[-1]
             yield from entries
 
     def _load(self) -> None:
@@ -442,11 +359,9 @@ class MetaIndex:
             log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
             return
         try:
-            index = _DECODER.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            index = decode_index(data)
+        except ValueError as exc:
             log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
-            return
-        if index.version != _VERSION:
             return
         self._chunks = index.order
         self._raw_runs = index.runs
@@ -460,16 +375,12 @@ class MetaIndex:
         self._stamp, self._unlisted, self._saved = None, [], False
         self._loaded = True
 
-    def _save(self, runs: dict[str, MetaSummary]) -> None:
-        entries = self._order_or_empty()
-        chunks = []
-        for start in range(0, len(entries), CHUNK):
-            part = entries[start : start + CHUNK]
-            chunk = _Chunk([e[1] for e in part], [e[2] for e in part], [e[0] for e in part])
-            chunks.append(_ENCODER.encode(chunk))
-        index = _IndexFile(_VERSION, self._stamp, self._unlisted, chunks, _ENCODER.encode(runs))
+    def _save(self) -> None:
+        """Write what the index holds now (a failure is logged: the file is a cache)."""
+        runs = self._known()
+        data = encode_index(self._stamp, self._unlisted, self._order_or_empty(), runs)
         try:
-            fsio.replace_unsynced(self.path, _ENCODER.encode(index))
+            fsio.replace_unsynced(self.path, data)
         except OSError as exc:  # a read-only store lists all the same
             log.debug("%s: not written (%s)", self.path, exc)
             return
@@ -511,47 +422,12 @@ class _RunsDir:
         return os.stat(f"{self._path}/{relative}", follow_symlinks=False)
 
 
-def _vouching(stamp: _Stamp | None) -> _Stamp | None:
-    """``stamp`` if it may stand for ``runs/``'s names from now on, else None. Called as
-    the stamp is taken: ``runs/`` must have been unchanged for :data:`SETTLED_NS` by then
-    (a change after it then cannot leave the mtime as it was, whatever the filesystem's
-    timestamp granularity), on a filesystem of :data:`DIR_TIMES_KEPT`."""
-    if stamp is None or wall_ns() - max(stamp[2], stamp[3]) <= SETTLED_NS:
-        return None
-    return stamp if _keeps_dir_times(stamp[0]) else None
-
-
-@functools.lru_cache(maxsize=16)
-def _keeps_dir_times(device: int) -> bool:
-    """True when ``device`` holds a filesystem of :data:`DIR_TIMES_KEPT` (Linux: read
-    from ``/proc/self/mountinfo``; elsewhere, or when unsure, False)."""
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
-            lines = mounts.read().splitlines()
-    except OSError:
-        return False
-    wanted = f"{os.major(device)}:{os.minor(device)}"
-    for line in lines:
-        fields = line.split()
-        if len(fields) > 2 and fields[2] == wanted and "-" in fields:
-            at = fields.index("-") + 1
-            return at < len(fields) and fields[at] in DIR_TIMES_KEPT
-    return False
-
-
 def _is_run_id(name: str) -> bool:
     try:
         validate_run_id(name)
     except AfkLocalError:
         return False
     return True
-
-
-def _ordered(runs: dict[str, MetaSummary]) -> list[_Entry]:
-    """The listing order of ``runs``: the readable ones, newest created first."""
-    return sorted(
-        ((s.created_ms, name, s.dir_ino) for name, s in runs.items() if s.status), reverse=True
-    )
 
 
 __all__ = ["INDEX_MIN_RUNS", "INDEX_NAME", "UNREADABLE", "MetaIndex", "MetaSummary"]

@@ -17,8 +17,8 @@ import pytest
 from proc import run, spawn
 
 import afk_local as afk
-from afk_local.storage import meta_index
-from afk_local.storage.format import codec
+from afk_local.storage import dir_stamp, meta_index
+from afk_local.storage.format import codec, meta_index_file
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.meta_index import INDEX_MIN_RUNS, INDEX_NAME
@@ -66,7 +66,7 @@ def _listed(root: Path, limit: int | None = None) -> list[tuple[str, str]]:
 def settle(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     """Call it to let ``runs/`` settle, so that its stamp may vouch for its names (the
     default wait, 2 s, covers coarse filesystems; 0.2 s covers this test's)."""
-    monkeypatch.setattr(meta_index, "SETTLED_NS", 200_000_000)
+    monkeypatch.setattr(dir_stamp, "SETTLED_NS", 200_000_000)
     return lambda: time.sleep(0.25)
 
 
@@ -120,7 +120,7 @@ def test_iter_runs_yields_the_newest_run_before_looking_at_the_others(
     counts = io_count()
     first = next(afk.Store(tmp_path).iter_runs())
     assert first.run_id == f"r-{RUNS - 1:05d}"
-    if meta_index._keeps_dir_times(os.stat(store.runs_dir).st_dev):
+    if dir_stamp.keeps_dir_times(os.stat(store.runs_dir).st_dev):
         assert counts == {"meta stats": 0, "scans": 0}  # runs/ unchanged: not even listed
     # A run created since: runs/ is listed once, and only the new run is read.
     store.create("new").close()
@@ -217,8 +217,8 @@ def _lines(stream: object) -> Iterator[str]:
 
 def _forged(store: afk.Store, ids: list[str], stamp: object) -> bytes:
     """A well-formed ``runs.index`` listing ``ids`` as the whole order, with ``stamp``."""
-    chunk = meta_index._Chunk(ids, [0] * len(ids), list(range(len(ids), 0, -1)))
-    index = meta_index._IndexFile(
+    chunk = meta_index_file.Chunk(ids, [0] * len(ids), list(range(len(ids), 0, -1)))
+    index = meta_index_file.IndexFile(
         2,
         stamp,  # type: ignore[arg-type]
         [],
@@ -241,9 +241,9 @@ def test_a_damaged_or_planted_index_is_rebuilt_or_ignored_never_followed(
     shutil.copy(store.runs_dir / "r-00001" / "run.meta", outside / "run.meta")
     elsewhere = tmp_path / "elsewhere.index"
     elsewhere.write_bytes(good)
-    stamp = meta_index.MetaIndex(tmp_path, store.runs_dir, RecordCodec())._dir_stamp()
+    stamp = dir_stamp.dir_stamp(str(store.runs_dir))
     unsorted = _forged(store, ["r-00001", "r-00002"], stamp)
-    unsorted_chunk = meta_index._Chunk(["r-00001", "r-00002"], [0, 0], [1, 2])
+    unsorted_chunk = meta_index_file.Chunk(["r-00001", "r-00002"], [0, 0], [1, 2])
     reversed_order = msgspec.msgpack.decode(unsorted)
     reversed_order["order"] = [msgspec.msgpack.encode(unsorted_chunk)]
     damages: dict[str, Callable[[], None]] = {
