@@ -149,6 +149,8 @@ with store.resume_writer(sys.argv[2]) as run:
     done = run(script, str(tmp_path), newest)
     assert done.returncode == 0, done.stderr
     assert _listed(tmp_path, 2)[0] == (newest, "running")
+    assert [i.run_id for i in afk.Store(tmp_path).runs("running")] == [newest]
+    assert newest not in [i.run_id for i in afk.Store(tmp_path).runs("completed")]
     assert afk.Store(tmp_path).interrupted() == [newest]
     settle()
     _listed(tmp_path, 1)
