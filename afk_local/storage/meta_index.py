@@ -64,6 +64,9 @@ INDEX_MIN_RUNS = 500
 MAX_INDEX_BYTES = 256 << 20
 """The largest index file read (about a million runs)."""
 
+DELETED_NAME = "runs.deleted"
+"""An empty file in the store's root, replaced (a new inode) after every run deletion."""
+
 RESAVE_AFTER = 256
 """A listing rewrites the index once this many runs came or went since it was written
 (fewer are cheaper to read again than the index is to rewrite)."""
@@ -98,6 +101,8 @@ class MetaIndex:
         unknown, or a stamp that could not vouch for its names)."""
         self._unlisted: list[str] = []
         self._file_stamp: Stamp | None = None
+        self._deleted: tuple[int, int] | None = None
+        """:data:`DELETED_NAME` as it was when every summary was last checked."""
         self._loaded = False
         self._saved = False
 
@@ -110,6 +115,7 @@ class MetaIndex:
         old = self._known()
         fresh: dict[str, MetaSummary] = {}
         changed = 0
+        deleted = self._deletion_mark()  # before runs/ is listed: a later deletion shows
         stamp = vouching(dir_stamp(self._runs_dir))
         unlisted = []  # directories left out of the listing order
         with _RunsDir(self._runs_dir) as runs:
@@ -141,6 +147,8 @@ class MetaIndex:
             self._saved = False
         self._runs, self._entries, self._chunks = fresh, None, None
         self._made_from(stamp, unlisted)
+        if deleted != self._deleted:
+            self._deleted, self._saved = deleted, False
         if len(fresh) >= INDEX_MIN_RUNS and (
             not self._saved or (self._stamp is not None and self._stamp != self._file_stamp)
         ):
@@ -158,8 +166,12 @@ class MetaIndex:
         yielded; one that goes while the caller iterates may still be (reading it
         then fails, as for any run deleted under a reader).
         """
-        if not self._has_order():
-            self.summaries()  # no index yet: every run read once
+        if not self._has_order() or self._deletion_mark() != self._deleted:
+            # No index yet (every run read once), or a run was deleted since every
+            # summary was checked: one it knows may have been created again under its
+            # id in a directory that got the old one's inode number (ext4 and xfs reuse
+            # them), so each run's meta is checked again.
+            self.summaries()
         stamp = dir_stamp(self._runs_dir)
         yielded: set[str] = set()  # each once, whatever a damaged file repeats
         if stamp is not None and stamp == self._stamp and keeps_dir_times(stamp[0]):
@@ -243,6 +255,13 @@ class MetaIndex:
         its directories it left out."""
         self._stamp = stamp
         self._unlisted = unlisted
+
+    def _deletion_mark(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path.parent / DELETED_NAME, follow_symlinks=False)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns)
 
     def _scan(self) -> dict[str, int]:
         """The directories in ``runs/`` (name -> inode), not following symlinks."""
@@ -367,18 +386,20 @@ class MetaIndex:
         self._raw_runs = index.runs
         self._stamp = self._file_stamp = index.stamp
         self._unlisted = index.unlisted
+        self._deleted = index.deleted
         self._saved = True
 
     def _forget(self) -> None:
         """Drop what the file said: the next look reads every run."""
         self._runs = self._entries = self._chunks = self._raw_runs = None
-        self._stamp, self._unlisted, self._saved = None, [], False
+        self._stamp, self._unlisted, self._saved, self._deleted = None, [], False, None
         self._loaded = True
 
     def _save(self) -> None:
         """Write what the index holds now (a failure is logged: the file is a cache)."""
         runs = self._known()
-        data = encode_index(self._stamp, self._unlisted, self._order_or_empty(), runs)
+        order = self._order_or_empty()
+        data = encode_index(self._stamp, self._unlisted, order, runs, self._deleted)
         try:
             fsio.replace_unsynced(self.path, data)
         except OSError as exc:  # a read-only store lists all the same
@@ -422,6 +443,16 @@ class _RunsDir:
         return os.stat(f"{self._path}/{relative}", follow_symlinks=False)
 
 
+def note_deletion(root: Path) -> None:
+    """Tell the store's listings that a run was deleted (after its directory left
+    ``runs/``): the next one checks every run's meta before it trusts the index's order.
+    Never fails a deletion (a store that cannot be written lists without an index)."""
+    try:
+        fsio.replace_unsynced(root / DELETED_NAME, b"")
+    except OSError as exc:
+        log.debug("%s: not written (%s)", root / DELETED_NAME, exc)
+
+
 def _is_run_id(name: str) -> bool:
     try:
         validate_run_id(name)
@@ -430,4 +461,12 @@ def _is_run_id(name: str) -> bool:
     return True
 
 
-__all__ = ["INDEX_MIN_RUNS", "INDEX_NAME", "UNREADABLE", "MetaIndex", "MetaSummary"]
+__all__ = [
+    "DELETED_NAME",
+    "INDEX_MIN_RUNS",
+    "INDEX_NAME",
+    "UNREADABLE",
+    "MetaIndex",
+    "MetaSummary",
+    "note_deletion",
+]

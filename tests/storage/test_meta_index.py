@@ -171,6 +171,28 @@ store.delete("r-00005")
     assert listed == _truth(tmp_path)
 
 
+def test_a_run_deleted_and_created_again_under_its_id_is_listed_as_new(
+    tmp_path: Path, settle: Callable[[], None]
+) -> None:
+    store = _build(tmp_path)
+    settle()
+    _listed(tmp_path, 1)  # the index on disk knows r-00003 as created early
+    old_inode = os.stat(store.runs_dir / "r-00003").st_ino
+    script = """
+import sys
+import afk_local as afk
+store = afk.Store(sys.argv[1])
+store.delete("r-00003")
+store.create("r-00003").close()  # its directory may get the old one's inode number
+"""
+    done = run(script, str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    reused = os.stat(store.runs_dir / "r-00003").st_ino == old_inode
+    assert _listed(tmp_path, 2)[0] == ("r-00003", "created"), f"inode reused: {reused}"
+    assert _listed(tmp_path) == _truth(tmp_path)
+    assert (tmp_path / meta_index.DELETED_NAME).is_file()
+
+
 def test_a_listing_while_another_process_creates_runs_misses_none(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -71,6 +71,9 @@ class IndexFile(msgspec.Struct):
     runs: bytes
     """A msgpack ``dict[str, MetaSummary]``: decoded only when a summary is needed (held
     as bytes, so that reading the order skips it whole)."""
+    deleted: tuple[int, int] | None = None
+    """The (inode, mtime_ns) of the store's ``runs.deleted`` marker when every summary was
+    last checked against its run (None: there was no marker)."""
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -84,6 +87,7 @@ def encode_index(
     unlisted: list[str],
     order: list[Entry],
     runs: dict[str, MetaSummary],
+    deleted: tuple[int, int] | None,
 ) -> bytes:
     """The file's bytes (``order``: newest first, as :func:`listing_order` makes it)."""
     chunks = []
@@ -91,7 +95,8 @@ def encode_index(
         part = order[start : start + CHUNK]
         chunk = Chunk([e[1] for e in part], [e[2] for e in part], [e[0] for e in part])
         chunks.append(_ENCODER.encode(chunk))
-    return _ENCODER.encode(IndexFile(VERSION, stamp, unlisted, chunks, _ENCODER.encode(runs)))
+    index = IndexFile(VERSION, stamp, unlisted, chunks, _ENCODER.encode(runs), deleted)
+    return _ENCODER.encode(index)
 
 
 def decode_index(data: bytes) -> IndexFile:
