@@ -16,8 +16,11 @@ mtime, size)`` and the run directory's inode. The index is never the truth:
   directory listing gives for free). Runs in a new or another directory are read; runs
   that went are dropped. And when ``runs/`` itself has not changed since the order was
   made (the same inode, mtime and ctime: every run created, renamed or deleted changes
-  them), not even the directory is listed. Whatever a listing then shows it reads from
-  the run itself, so a status is never older than the listing.
+  them), not even the directory is listed. A run deleted and created again under its
+  id may get the old directory's inode number, so every deletion replaces
+  :data:`DELETED_NAME` (:func:`note_deletion`) and the next listing checks every run's
+  meta first. Whatever a listing then shows it reads from the run itself, so a status
+  is never older than the listing.
 
 Stores of :data:`INDEX_MIN_RUNS` runs or more keep it in ``<root>/runs.index`` (msgpack,
 bounded when read, replaced all at once and never fsynced: a cache, rebuilt from the
