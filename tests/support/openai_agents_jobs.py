@@ -9,7 +9,8 @@ set): the model's label and the number of input items. The ``record`` tool asks 
 ``a`` then ``b``; the tool appends ``item key`` to ``OA_EFFECTS`` like a service that drops
 a call whose idempotency key it already saw (unless ``OA_PLAIN_TOOL`` is set: then it
 appends blindly and is not idempotent). The child prints ``STEP <key>`` as each journaled
-step starts and ``TOOL <item>`` / ``HANDOFF`` once an effect happened; when a line equals
+step starts and ``TOOL <item>`` / ``HANDOFF`` once an effect happened, ``MODEL <label> <n>`` as
+the model is asked; when a line equals
 ``OA_STALL_AT`` the child stalls there so the parent can SIGKILL it at that point.
 """
 
@@ -78,6 +79,7 @@ class ScriptedModel(Model):
     ) -> ModelResponse:
         self.requests += 1
         items = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+        say(f"MODEL {self.label} {len(items)}")
         log = os.environ.get("OA_MODEL_LOG")
         if log:
             with open(log, "a", encoding="utf-8") as fh:
@@ -237,3 +239,14 @@ def chat_turn(session_id: str, text: str) -> str:
     """One plain ``Runner.run_sync`` turn with the conversation kept by :class:`RunSession`."""
     session = RunSession(session_id, store=afk.Store())
     return str(Runner.run_sync(chat, text, session=session).final_output)
+
+
+@afk.durable
+def session_job(ctx: afk.RunContext, session_id: str, prompt: str) -> str:
+    """The recorder agent run durably with its conversation in ``RunSession(session_id)``."""
+    set_step_hook(_on_step)
+    session = RunSession(session_id, store=ctx.store)
+    result = DurableRunner.run_sync(
+        ctx, recorder, prompt, session=session, idempotent_tools={"record"}
+    )
+    return str(result.final_output)

@@ -26,7 +26,7 @@ _OUTPUT_ITEMS: TypeAdapter[list[TResponseOutputItem]] = TypeAdapter(list[TRespon
 def dump_response(response: ModelResponse) -> bytes:
     """A model response as JSON: output items through their pydantic models, usage as the SDK's."""
     plain = {
-        "output": _OUTPUT_ITEMS.dump_python(list(response.output), mode="json"),
+        "output": _OUTPUT_ITEMS.dump_python(list(response.output), mode="json", by_alias=True),
         "usage": serialize_usage(response.usage),
         "response_id": response.response_id,
         "request_id": response.request_id,

@@ -1,0 +1,127 @@
+"""RunSession: the Agents SDK's session protocol on a run's files.
+
+In-process: the protocol (get/add/pop/clear, limits), the files, refusals. Real
+processes: a durable job using the session is SIGKILLed mid-turn and resumed; a new
+process reads the conversation, each item once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents", reason="openai-agents not installed: pip install 'afk_local[test]'")
+
+from agents import Session
+from agents.memory import SessionSettings
+from openai_agents_procs import EXPECTED_OUTPUT, afk_local_cli, effects, env_for, kill_at
+
+import afk_local as afk
+from afk_local.errors import InvalidRunIdError
+from afk_local.integrations.openai_agents import RunSession
+
+
+def test_the_session_protocol_on_a_runs_files(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path)
+    session = RunSession("chat-1", store=store)
+    assert isinstance(session, Session)  # the SDK's protocol
+
+    async def talk() -> None:
+        assert await session.get_items() == []
+        assert await session.pop_item() is None
+        await session.add_items([{"role": "user", "content": "hi"}])
+        await session.add_items([{"role": "assistant", "content": "hello"}, USER_AGAIN])
+        await session.add_items([])
+        assert await session.get_items(limit=2) == [
+            {"role": "assistant", "content": "hello"},
+            USER_AGAIN,
+        ]
+        assert await session.pop_item() == USER_AGAIN
+        # another session object (another process) reads what this one wrote
+        assert await RunSession("chat-1", store=store).get_items() == [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+        ]
+        await session.clear_session()
+        assert await session.get_items() == []
+
+    asyncio.run(talk())
+    reader = store.open("chat-1")
+    assert reader.meta.status == "paused"  # a conversation waits for its next message
+    assert not store.owner_alive("chat-1")  # the lock is held for a change only
+    run_dir = store.paths("chat-1").dir
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    for path in run_dir.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+USER_AGAIN = {"role": "user", "content": "again"}
+
+
+def test_a_keyed_add_is_made_once_and_settings_limit_reads(tmp_path: Path) -> None:
+    session = RunSession(
+        "chat-2", store=afk.Store(tmp_path), session_settings=SessionSettings(limit=1)
+    )
+
+    async def add_twice() -> list[Any]:
+        await session.add_items([USER_AGAIN], idempotency_key="k1")
+        await session.add_items([USER_AGAIN], idempotency_key="k1")  # a resume's repeat
+        await session.add_items([{"role": "user", "content": "third"}])
+        return await session.get_items(limit=None)
+
+    assert asyncio.run(add_twice()) == [{"role": "user", "content": "third"}]
+    assert asyncio.run(session.get_items(limit=5)) == [
+        USER_AGAIN,
+        {"role": "user", "content": "third"},
+    ]
+
+
+def test_bad_session_ids_and_foreign_runs_are_refused(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path)
+    with pytest.raises(InvalidRunIdError):
+        RunSession("../escape", store=store)
+    with store.create("a-job") as run:  # a run that is not a conversation
+        run.checkpoint("runtime_state", {"state": {}}, step=1)
+    with pytest.raises(ValueError, match="not a RunSession conversation"):
+        asyncio.run(RunSession("a-job", store=store).get_items())
+
+
+SESSION = """
+import sys
+import openai_agents_jobs
+print("OUTPUT " + openai_agents_jobs.session_job.run("notes", "record", run_id=sys.argv[1]))
+"""
+
+
+def test_a_run_session_keeps_the_history_once_across_a_kill(tmp_path: Path) -> None:
+    root, files = tmp_path / "store", tmp_path / "files"
+    files.mkdir()
+    env = env_for(root, files)
+    kill_at(env, "TOOL b", "noted", script=SESSION)  # the session holds the first turn's items
+
+    done = afk_local_cli(env, "--root", str(root), "resume", "noted")
+    assert done.returncode == 0, done.stderr
+    assert effects(files) == ["a", "b"]
+    assert afk.Store(root).open("noted").resume_state().result == EXPECTED_OUTPUT
+
+    # the conversation, read here from the session's run: each item once
+    items: list[Any] = asyncio.run(RunSession("notes", store=afk.Store(root)).get_items())
+    kinds = [item.get("type", item.get("role")) for item in items]
+    assert kinds == [
+        "user",
+        "function_call",
+        "function_call_output",
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    assert items[0]["content"] == "record"
+    assert [i["output"] for i in items if i.get("type") == "function_call_output"] == [
+        "a-ok",
+        "b-ok",
+    ]
