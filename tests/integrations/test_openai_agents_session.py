@@ -16,6 +16,7 @@ import pytest
 
 pytest.importorskip("agents", reason="openai-agents not installed: pip install 'afk_local[test]'")
 
+import openai_agents_jobs as jobs
 from agents import Session
 from agents.memory import SessionSettings
 from openai_agents_procs import EXPECTED_OUTPUT, afk_local_cli, effects, env_for, kill_at
@@ -89,6 +90,16 @@ def test_bad_session_ids_and_foreign_runs_are_refused(tmp_path: Path) -> None:
         run.checkpoint("runtime_state", {"state": {}}, step=1)
     with pytest.raises(ValueError, match="not a RunSession conversation"):
         asyncio.run(RunSession("a-job", store=store).get_items())
+
+
+def test_the_plain_runner_keeps_its_conversation_in_a_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AFK_LOCAL_ROOT", str(tmp_path))
+    assert jobs.chat_turn("chat-3", "hello") == "turn 1: hello"
+    assert jobs.chat_turn("chat-3", "again") == "turn 2: again"  # it saw the first turn
+    items = asyncio.run(RunSession("chat-3", store=afk.Store(tmp_path)).get_items())
+    assert [item["role"] for item in items] == ["user", "assistant", "user", "assistant"]
 
 
 SESSION = """
