@@ -231,3 +231,26 @@ def test_a_session_is_read_and_written_once_per_run(tmp_path: Path) -> None:
     items = asyncio.run(session.get_items())
     assert [item.get("role") for item in items] == ["user", "assistant", "user", "assistant"]
     assert model.requests == 2
+
+
+def test_many_parallel_calls_of_a_sync_tool_finish(tmp_path: Path) -> None:
+    """The SDK runs a sync tool in a default-executor thread; the steps must not take them all."""
+    calls = 12  # more than the default executor's threads on a small machine
+
+    def all_at_once(items: list[Any]) -> list[Any]:
+        done = jobs.tool_outputs(items, prefix="n-")
+        if not done:
+            return [jobs.tool_call("double", {"n": n}, f"n-{n}") for n in range(calls)]
+        return [jobs.message(str(sum(int(d) for d in done)))]
+
+    @function_tool
+    def double(n: int) -> int:
+        return 2 * n
+
+    agent = Agent(name="doubler", model=jobs.ScriptedModel(all_at_once), tools=[double])
+
+    @afk.durable(store=afk.Store(tmp_path))
+    def job(ctx: afk.RunContext) -> str:
+        return str(DurableRunner.run_sync(ctx, agent, "double them").final_output)
+
+    assert job.run(run_id="many") == str(sum(2 * n for n in range(calls)))
