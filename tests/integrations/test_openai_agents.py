@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("agents", reason="openai-agents not installed: pip install 'afk_local[test]'")
 
 import openai_agents_jobs as jobs
-from agents import Agent, SQLiteSession, function_tool
+from agents import Agent, Model, ModelProvider, RunConfig, SQLiteSession, function_tool
 from agents.items import ModelResponse
 from agents.usage import Usage
 from openai_agents_procs import EXPECTED_OUTPUT
@@ -254,3 +254,42 @@ def test_many_parallel_calls_of_a_sync_tool_finish(tmp_path: Path) -> None:
         return str(DurableRunner.run_sync(ctx, agent, "double them").final_output)
 
     assert job.run(run_id="many") == str(sum(2 * n for n in range(calls)))
+
+
+class Provider(ModelProvider):
+    """A model provider that hands out one scripted model by name."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.names: list[str | None] = []
+
+    def get_model(self, model_name: str | None) -> Model:
+        self.names.append(model_name)
+        return self.model
+
+
+def test_models_named_by_string_or_set_in_the_run_config_are_journaled(
+    tmp_path: Path, effects_file: Path
+) -> None:
+    model = jobs.ScriptedModel(jobs.record_twice)
+    by_name = Agent(name="by-name", model="scripted", tools=[jobs.record])
+    provider = Provider(model)
+    store = afk.Store(tmp_path)
+
+    @afk.durable(store=store)
+    def job(ctx: afk.RunContext, config: str) -> str:
+        run_config = (
+            RunConfig(model_provider=provider) if config == "provider" else RunConfig(model=model)
+        )
+        result = DurableRunner.run_sync(ctx, by_name, "record", run_config=run_config)
+        return str(result.final_output)
+
+    assert job.run("provider", run_id="by-provider") == EXPECTED_OUTPUT
+    assert provider.names[0] == "scripted"
+    assert job.run("model", run_id="by-config") == EXPECTED_OUTPUT
+    assert model.requests == 6
+    for run_id in ("by-provider", "by-config"):
+        keys = outcome_keys(store, run_id)
+        assert [k for k in keys if k.startswith("openai-agents.model")] == [
+            f"openai-agents.model#{n}" for n in (1, 2, 3)
+        ]

@@ -93,6 +93,10 @@ class JournaledModel(Model):
         """Close the wrapped model."""
         await self._model.close()
 
+    async def _cleanup_on_run_end(self, owner: object) -> None:
+        """The wrapped model's cleanup at the end of a run (the SDK calls it)."""
+        await self._model._cleanup_on_run_end(owner)
+
 
 _GET_RESPONSE_ORDER = (
     "system_instructions",
@@ -141,6 +145,7 @@ class Wrapping:
         self._models: dict[int, JournaledModel] = {}
 
     def model(self, model: Model) -> Model:
+        """``model``, its calls journaled (one wrapper per model)."""
         if isinstance(model, JournaledModel):
             return model
         if id(model) not in self._models:
@@ -148,6 +153,7 @@ class Wrapping:
         return self._models[id(model)]
 
     def run_config(self, run_config: RunConfig) -> RunConfig:
+        """``run_config`` whose model (or the models its provider gives out) are journaled."""
         changes: dict[str, Any] = {
             "model_provider": _JournaledProvider(run_config.model_provider, self)
         }
@@ -156,6 +162,7 @@ class Wrapping:
         return dataclasses.replace(run_config, **changes)
 
     def agent(self, agent: Agent[Any]) -> Agent[Any]:
+        """The journaled clone of ``agent`` (and of the agents it hands off to)."""
         known = self._agents.get(id(agent))
         if known is not None:
             return known

@@ -59,16 +59,21 @@ class DurableRunner:
         """
         wrap = _wrapping(ctx, idempotent_tools)
         agent = wrap.agent(starting_agent)
-        kwargs["run_config"] = wrap.run_config(_run_config(kwargs.get("run_config")))
+        run_config, owned = _run_config(kwargs.get("run_config"))
+        kwargs["run_config"] = wrap.run_config(run_config)
         session = kwargs.get("session")
         if session is not None and not isinstance(session, OpenAIConversationsSession):
             # a server-side conversation is the SDK's to track: left as it is
             kwargs["session"] = JournaledSession(session, ctx)
-        result = await Runner.run(agent, input, **kwargs)
-        while pause_for_approvals and result.interruptions:
-            state = result.to_state()
-            _answer_approvals(ctx, state, list(result.interruptions))
-            result = await Runner.run(agent, state, **_continuation(kwargs))
+        try:
+            result = await Runner.run(agent, input, **kwargs)
+            while pause_for_approvals and result.interruptions:
+                state = result.to_state()
+                _answer_approvals(ctx, state, list(result.interruptions))
+                result = await Runner.run(agent, state, **_continuation(kwargs))
+        finally:
+            if owned:  # the Runner closes a provider it made; this one is ours to close
+                await run_config.model_provider.aclose()
         return result
 
     @classmethod
@@ -104,12 +109,13 @@ def _wrapping(ctx: RunContext, idempotent_tools: Iterable[str]) -> Wrapping:
     return Wrapping(ctx, frozenset(idempotent_tools))
 
 
-def _run_config(value: RunConfig | dict[str, Any] | None) -> RunConfig:
+def _run_config(value: RunConfig | dict[str, Any] | None) -> tuple[RunConfig, bool]:
+    """The run's config, and whether its model provider was made here (not the caller's)."""
     if value is None:
-        return RunConfig()
+        return RunConfig(), True
     if isinstance(value, dict):
-        return RunConfig(**value)
-    return value
+        return RunConfig(**value), "model_provider" not in value
+    return value, False
 
 
 def _continuation(kwargs: dict[str, Any]) -> dict[str, Any]:
