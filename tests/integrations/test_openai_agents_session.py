@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from agents.memory import SessionSettings
 from openai_agents_procs import EXPECTED_OUTPUT, afk_local_cli, effects, env_for, kill_at
 
 import afk_local as afk
-from afk_local.errors import InvalidRunIdError
+from afk_local.errors import InvalidRunIdError, RunLockedError
 from afk_local.integrations.openai_agents import RunSession
 
 
@@ -80,6 +81,29 @@ def test_a_keyed_add_is_made_once_and_settings_limit_reads(tmp_path: Path) -> No
         USER_AGAIN,
         {"role": "user", "content": "third"},
     ]
+
+
+def test_a_change_waits_for_another_writer_of_the_conversation(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path)
+    session = RunSession("chat-4", store=store)
+    asyncio.run(session.add_items([USER_AGAIN]))
+    holding = threading.Event()
+    release = threading.Event()
+
+    def hold_the_lock() -> None:
+        with store.resume_writer("chat-4", new_attempt=False):
+            holding.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    holding.wait(30)
+    threading.Timer(0.2, release.set).start()  # the other change ends while this one waits
+    asyncio.run(session.add_items([{"role": "user", "content": "after"}]))
+    holder.join()
+    assert asyncio.run(session.get_items()) == [USER_AGAIN, {"role": "user", "content": "after"}]
+    with pytest.raises(RunLockedError), store.resume_writer("chat-4", new_attempt=False):
+        asyncio.run(RunSession("chat-4", store=store, lock_timeout=0).add_items([USER_AGAIN]))
 
 
 def test_bad_session_ids_and_foreign_runs_are_refused(tmp_path: Path) -> None:

@@ -246,7 +246,7 @@ class JournaledSession(SessionABC):
         self._session = session
         self._ctx = ctx
         self.session_id = session.session_id
-        self.session_settings = session.session_settings
+        self.session_settings = getattr(session, "session_settings", None)
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The wrapped session's items, as the first attempt of the run read them."""

@@ -35,13 +35,16 @@ class RunSession(SessionABC):
     The session id is the run id (``afk-local show chat-42`` shows the history's
     checkpoints; ``afk-local delete`` removes it). A process that changes the history
     holds the run's lock for that change only, so several processes may take turns in
-    one conversation; the history a change writes is the one it read under the lock.
+    one conversation (one waits up to ``lock_timeout`` for another's change); the
+    history a change writes is the one it read under the lock.
 
     Args:
         session_id: the conversation's id, a valid run id.
         store: the store (a path, or None for ``$AFK_LOCAL_ROOT`` or ``./.afk``).
         session_settings: the SDK's session settings (``limit`` bounds what
             ``get_items()`` returns without a limit).
+        lock_timeout: seconds a change waits for another process's change to the same
+            conversation before ``RunLockedError``.
     """
 
     def __init__(
@@ -50,8 +53,10 @@ class RunSession(SessionABC):
         *,
         store: StoreLike = None,
         session_settings: SessionSettings | None = None,
+        lock_timeout: float = 10.0,
     ) -> None:
         self._store: Store = as_store(store)
+        self._lock_timeout = lock_timeout
         self._store.paths(session_id)  # an invalid run id is refused here, not at first use
         self.session_id = session_id
         self.session_settings = session_settings or SessionSettings()
@@ -103,7 +108,9 @@ class RunSession(SessionABC):
         try:
             writer = self._store.create(self.session_id, thread_id=self.session_id)
         except RunExistsError:
-            writer = self._store.resume_writer(self.session_id, new_attempt=False)
+            writer = self._store.resume_writer(
+                self.session_id, lock_timeout=self._lock_timeout, new_attempt=False
+            )
         with writer:
             latest = writer.reader().latest() if writer.seq else None
             payload = latest.payload if latest is not None else None
