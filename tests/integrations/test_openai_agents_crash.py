@@ -3,12 +3,12 @@
 Real child processes (tests/support/openai_agents_jobs.py), SIGKILLed at a line they
 print: between the first model response and the tool call it asked for, inside a tool
 call (its side effect done, its outcome not yet journaled), after a handoff. The run is
-resumed by ``job.run`` with the same run id in a new process, by ``afk-local resume``
-and by the watcher (``afk-local watch --once``). The model's request log and the tool's
-effect file say what happened across all the processes; the output an uninterrupted run
-ends with (``EXPECTED_OUTPUT``) is checked in test_openai_agents.py. Approvals from
-another process: test_openai_agents_pause.py; sessions: test_openai_agents_session.py.
-Each child imports the SDK (about 2 s of CPU), so the file keeps to eight children.
+resumed by ``afk-local resume`` (itself killed once) and by the watcher (``afk-local
+watch --once``). The model's request log and the tool's effect file say what happened
+across all the processes; the output an uninterrupted run ends with
+(``EXPECTED_OUTPUT``) is checked in test_openai_agents.py. Approvals from another
+process: test_openai_agents_pause.py; sessions: test_openai_agents_session.py. Each
+child imports the SDK (about 2 s of CPU), so the file keeps to eight children.
 """
 
 from __future__ import annotations
@@ -35,6 +35,12 @@ import afk_local as afk
 FIRST_TOOL = "STEP openai-agents.tool.record.call-a#1"
 
 
+CLI_RESUME = """
+import runpy, sys
+sys.argv = ["afk-local", "--root", sys.argv[1], "resume", sys.argv[2]]
+runpy.run_module("afk_local", run_name="__main__")
+"""
+
 RECORDER_REQUESTS = ["recorder 1", "recorder 3", "recorder 5"]
 
 
@@ -48,17 +54,17 @@ def test_killed_agent_resumes_without_asking_the_model_again(tmp_path: Path) -> 
     assert model_requests(files) == ["recorder 1"]
     assert not (files / "effects.txt").exists()
 
-    # 2. job.run with the same run id in a new process: the first answer is replayed,
-    #    tool a runs, the model is asked the second question, and the child is killed
-    #    inside tool b, after its effect and before its outcome is journaled.
-    lines = kill_at(env, "TOOL b", "agent")
+    # 2. afk-local resume in a new process: the first answer is replayed, tool a runs,
+    #    the model is asked the second question, and the child is killed inside tool b,
+    #    after its effect and before its outcome is journaled.
+    lines = kill_at(env, "TOOL b", str(root), "agent", script=CLI_RESUME)
     assert "TOOL a" in lines
     assert model_requests(files) == ["recorder 1", "recorder 3"]
     assert effects(files) == ["a", "b"]
 
-    # 3. afk-local resume: tool b is in doubt and idempotent, so it is called again with
-    #    the same key (the service drops it); the model gets only the last question.
-    done = afk_local_cli(env, "--root", str(root), "resume", "agent")
+    # 3. The watcher: tool b is in doubt and idempotent, so it is called again with the
+    #    same key (the service drops it); the model gets only the last question.
+    done = afk_local_cli(env, "--root", str(root), "watch", "--once", *FAST_WATCH)
     assert done.returncode == 0, done.stderr
     assert model_requests(files) == RECORDER_REQUESTS  # never asked twice for one answer
     assert effects(files) == ["a", "b"]  # each effect ran once overall
@@ -95,7 +101,7 @@ print("OUTPUT " + openai_agents_jobs.handoff_job.run("record", run_id=sys.argv[1
 """
 
 
-def test_the_watcher_finishes_an_agent_killed_inside_a_tool_after_a_handoff(tmp_path: Path) -> None:
+def test_a_handoff_is_made_once_across_a_kill_inside_the_next_agents_tool(tmp_path: Path) -> None:
     root, files = tmp_path / "store", tmp_path / "files"
     files.mkdir()
     env = env_for(root, files)
@@ -104,7 +110,7 @@ def test_the_watcher_finishes_an_agent_killed_inside_a_tool_after_a_handoff(tmp_
     assert effects(files) == ["handoff", "a"]
     assert model_requests(files) == ["triage 1", "recorder 3"]
 
-    done = afk_local_cli(env, "--root", str(root), "watch", "--once", *FAST_WATCH)
+    done = afk_local_cli(env, "--root", str(root), "resume", "handed")
     assert done.returncode == 0, done.stderr
     assert effects(files) == ["handoff", "a", "b"]  # the handoff's callback ran once
     # the triage answer and the recorder's first answer were replayed, not asked again
