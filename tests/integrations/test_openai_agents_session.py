@@ -24,7 +24,7 @@ from openai_agents_procs import EXPECTED_OUTPUT, afk_local_cli, effects, env_for
 
 import afk_local as afk
 from afk_local.errors import InvalidRunIdError, RunLockedError
-from afk_local.integrations.openai_agents import RunSession
+from afk_local.integrations.openai_agents import DurableRunner, RunSession
 
 
 def test_the_session_protocol_on_a_runs_files(tmp_path: Path) -> None:
@@ -160,3 +160,24 @@ def test_a_run_session_keeps_the_history_once_across_a_kill(tmp_path: Path) -> N
         "a-ok",
         "b-ok",
     ]
+
+
+def test_an_approval_pause_keeps_the_session_history_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OA_EFFECTS", str(tmp_path / "effects.txt"))
+    store = afk.Store(tmp_path / "store")
+
+    @afk.durable(store=store)
+    def job(ctx: afk.RunContext) -> str:
+        session = RunSession("shipping", store=ctx.store)
+        return str(
+            DurableRunner.run_sync(ctx, jobs.shipper, "ship order 7", session=session).final_output
+        )
+
+    with pytest.raises(afk.RunPaused):
+        job.run(run_id="ship")
+    assert afk.resume("ship", store=store, input={"ship-7": True}) == "shipping: order 7 shipped"
+    items = asyncio.run(RunSession("shipping", store=store).get_items())
+    kinds = [item.get("type", item.get("role")) for item in items]
+    assert kinds == ["user", "function_call", "function_call_output", "message"]
