@@ -1,18 +1,12 @@
-"""Durable pydantic-ai agents on afk_local files (``pip install 'afk_local[pydantic-ai]'``).
+"""The journaled steps of a :class:`~afk_local.integrations.pydantic_ai.DurableAgent` run.
 
-:class:`DurableAgent` wraps a pydantic-ai agent the way pydantic-ai's own ``DBOSAgent`` and
-``TemporalAgent`` do, with a run directory in place of a database or a server. Inside an
-``@afk.durable`` job, every model request and every tool call of ``run``/``run_sync`` is one
-journaled step of the job (``ctx.astep``): after a kill, the resumed job replays the model
-responses and tool results it already has and continues from the first call that did not
-finish. Model responses are stored with pydantic-ai's own ``ModelMessagesTypeAdapter`` (JSON),
-tool results as their JSON form (``pydantic_core.to_jsonable_python``); nothing is pickled.
-
->>> agent = Agent(model, tools=[send_mail])  # doctest: +SKIP
->>> durable_agent = DurableAgent(agent, idempotent_tools={"send_mail"})  # doctest: +SKIP
->>> @afk.durable  # doctest: +SKIP
-... def job(ctx: afk.RunContext, prompt: str) -> str:
-...     return durable_agent.run_sync(ctx, prompt).output
+:class:`Journaled` is a pydantic-ai capability: it turns every model request and every
+tool call of an agent run into one step of the durable job (``ctx.astep``). A model
+step stores the request it answered (the newest ``ModelRequest``: the user prompt, tool
+results, retry prompts) and the ``ModelResponse`` as pydantic-ai's own JSON
+(``ModelMessagesTypeAdapter``); a tool step stores the tool's result as its JSON form
+(``pydantic_core.to_jsonable_python``). Nothing is pickled. ``afk-local show`` reads the
+conversation back from these steps (:mod:`afk_local.storage.views.conversation`).
 """
 
 from __future__ import annotations
@@ -20,32 +14,33 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ModelResponse, ToolDenied
-from pydantic_ai.agent import AbstractAgent, AgentRunResult
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import (
     ValidatedToolArgs,
     WrapModelRequestHandler,
     WrapToolExecuteHandler,
 )
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ToolCallPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ToolCallPart,
+)
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import RunContext as AgentRunContext
 from pydantic_ai.tools import ToolDefinition
 from pydantic_core import to_jsonable_python
 
 from afk_local.runner.run_context import RunContext
+from afk_local.storage.views.conversation import PYDANTIC_AI_MODEL_STEP as MODEL_STEP
+from afk_local.storage.views.conversation import PYDANTIC_AI_TOOL_STEP as TOOL_STEP
 
-__all__ = ["DurableAgent", "tool_idempotency_key"]
+__all__ = ["APPROVAL_PAUSE", "Journaled", "approval_results", "tool_idempotency_key"]
 
-DepsT = TypeVar("DepsT")
-OutputT = TypeVar("OutputT")
-
-MODEL_STEP = "pydantic-ai.model"
-TOOL_STEP = "pydantic-ai.tool"
 APPROVAL_PAUSE = "approval"
 
 # Keys that differ between two runs of the same conversation (when a message was
@@ -73,7 +68,7 @@ def tool_idempotency_key() -> str:
     return key
 
 
-def _approval_results(requests: DeferredToolRequests, answer: Any) -> DeferredToolResults:
+def approval_results(requests: DeferredToolRequests, answer: Any) -> DeferredToolResults:
     """Turn a person's answer to an approval pause into pydantic-ai's ``DeferredToolResults``.
 
     ``answer`` maps each tool call id waiting for approval to ``true`` (approved),
@@ -121,7 +116,7 @@ def _without_volatile(value: Any) -> Any:
     return value
 
 
-class _Journaled(AbstractCapability[Any]):
+class Journaled(AbstractCapability[Any]):
     """The capability that turns model requests and tool calls into steps of ``ctx``."""
 
     def __init__(self, ctx: RunContext, idempotent_tools: frozenset[str]) -> None:
@@ -139,12 +134,16 @@ class _Journaled(AbstractCapability[Any]):
 
         async def request(digest: str) -> bytes:
             response = await handler(request_context)
-            return ModelMessagesTypeAdapter.dump_json([response])
+            # The request it answers is kept beside it so that `afk-local show` can tell
+            # the conversation from the journal alone; replay uses only the response.
+            asked = request_context.messages[-1:]
+            kept = [m for m in asked if isinstance(m, ModelRequest)]
+            return ModelMessagesTypeAdapter.dump_json([*kept, response])
 
         digest = _request_digest(request_context.messages)
         # A model request reads: when a crash cut it short, asking again is harmless.
         stored: bytes = await self._ctx.astep(MODEL_STEP, request, digest, idempotent=True)
-        (response,) = ModelMessagesTypeAdapter.validate_json(stored)
+        response = ModelMessagesTypeAdapter.validate_json(stored)[-1]
         if not isinstance(response, ModelResponse):  # only a corrupt journal gets here
             raise TypeError(f"journaled model step holds a {type(response).__name__}")
         return response
@@ -172,121 +171,3 @@ class _Journaled(AbstractCapability[Any]):
         name = f"{TOOL_STEP}.{call.tool_name}.{call.tool_call_id}"
         idempotent = call.tool_name in self._idempotent_tools
         return await self._ctx.astep(name, execute, to_jsonable_python(args), idempotent=idempotent)
-
-
-class DurableAgent(Generic[DepsT, OutputT]):
-    """A pydantic-ai agent whose runs inside an ``@afk.durable`` job survive a kill.
-
-    Every model request is a journaled step (replayed on resume, asked again if a crash
-    cut it short: a request is a read). Every tool call is a journaled step keyed by its
-    tool call id: replayed when it finished; when a crash cut it short it is *in doubt*,
-    and the resume stops with ``EffectInDoubtError`` unless the tool is named in
-    ``idempotent_tools`` (then it is called again with the same
-    :func:`tool_idempotency_key`).
-
-    A run that ends with tool calls waiting for approval (tools with
-    ``requires_approval=True``, ``DeferredToolRequests`` in the agent's output types)
-    pauses the job (``ctx.pause``, kind ``"approval"``): answer it from any process with
-    ``afk-local resume RUN --input '{"CALL_ID": true}'`` (``false``, or a message, denies
-    the call) and the agent continues with those answers.
-
-    Args:
-        agent: the pydantic-ai agent to run; it is not changed.
-        idempotent_tools: names of tools that may be called again after a crash.
-        pause_for_approvals: False returns ``DeferredToolRequests`` to the caller instead.
-    """
-
-    def __init__(
-        self,
-        agent: AbstractAgent[DepsT, OutputT],
-        *,
-        idempotent_tools: Iterable[str] = (),
-        pause_for_approvals: bool = True,
-    ) -> None:
-        self._agent = agent
-        self._idempotent_tools = frozenset(idempotent_tools)
-        self._pause_for_approvals = pause_for_approvals
-
-    @property
-    def wrapped(self) -> AbstractAgent[DepsT, OutputT]:
-        """The pydantic-ai agent this wraps."""
-        return self._agent
-
-    async def run(
-        self, ctx: RunContext, user_prompt: str | None = None, **kwargs: Any
-    ) -> AgentRunResult[OutputT]:
-        """``agent.run(user_prompt, **kwargs)`` with every model and tool call a step of ``ctx``.
-
-        Tool calls waiting for approval pause the run (see the class docstring).
-        """
-        capabilities = [*(kwargs.pop("capabilities", None) or ()), self._capability(ctx)]
-        result: AgentRunResult[OutputT] = await self._agent.run(
-            user_prompt, capabilities=capabilities, **kwargs
-        )
-        while (answers := self._approvals(ctx, result)) is not None:
-            result = await self._agent.run(
-                None, capabilities=capabilities, **self._continuation(kwargs, result, answers)
-            )
-        return result
-
-    def run_sync(
-        self, ctx: RunContext, user_prompt: str | None = None, **kwargs: Any
-    ) -> AgentRunResult[OutputT]:
-        """``agent.run_sync(user_prompt, **kwargs)``, each model and tool call a step of ``ctx``.
-
-        Tool calls waiting for approval pause the run (see the class docstring).
-        """
-        capabilities = [*(kwargs.pop("capabilities", None) or ()), self._capability(ctx)]
-        result: AgentRunResult[OutputT] = self._agent.run_sync(
-            user_prompt, capabilities=capabilities, **kwargs
-        )
-        while (answers := self._approvals(ctx, result)) is not None:
-            result = self._agent.run_sync(
-                None, capabilities=capabilities, **self._continuation(kwargs, result, answers)
-            )
-        return result
-
-    def _approvals(
-        self, ctx: RunContext, result: AgentRunResult[OutputT]
-    ) -> DeferredToolResults | None:
-        """Pause for the approvals a run ended with; None when it did not end that way."""
-        requests = result.output
-        if not (
-            self._pause_for_approvals
-            and isinstance(requests, DeferredToolRequests)
-            and requests.approvals
-            and not requests.calls  # results of external calls are the caller's to bring
-        ):
-            return None
-        prompt = {
-            "question": "approve these tool calls? answer {tool_call_id: true, false or "
-            "a message saying why not}",
-            "approvals": [
-                {"tool_call_id": c.tool_call_id, "tool_name": c.tool_name, "args": c.args_as_dict()}
-                for c in requests.approvals
-            ],
-        }
-        while True:  # an answer that does not fit is journaled too: ask again, saying why
-            answer = ctx.pause(prompt, kind=APPROVAL_PAUSE)
-            try:
-                return _approval_results(requests, answer)
-            except ValueError as exc:
-                prompt = {**prompt, "error": str(exc)}
-
-    @staticmethod
-    def _continuation(
-        kwargs: dict[str, Any], result: AgentRunResult[OutputT], answers: DeferredToolResults
-    ) -> dict[str, Any]:
-        return {
-            **kwargs,
-            "message_history": result.all_messages(),
-            "deferred_tool_results": answers,
-        }
-
-    def _capability(self, ctx: RunContext) -> _Journaled:
-        if not isinstance(ctx, RunContext):
-            raise TypeError(
-                "DurableAgent.run takes the durable job's afk.RunContext first, "
-                f"not {type(ctx).__name__}"
-            )
-        return _Journaled(ctx, self._idempotent_tools)
