@@ -14,6 +14,7 @@ run's entrypoint being the module-level ``DurableAgent``).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -141,6 +142,17 @@ def test_killed_agent_resumes_without_asking_the_model_again(tmp_path: Path, mod
     assert "TOOL a" in lines
     assert model_requests(files) == [1, 3]
     assert effects(files) == ["a", "b"]
+    # show tells the conversation so far from the journal, the cut-short call in doubt
+    shown = afk_local_cli(env, "--root", str(root), "show", "agent", "--json")
+    talk = [(e["role"], e["text"]) for e in json.loads(shown.stdout)["conversation"]["entries"]]
+    assert talk == [
+        ("instructions", "Record a, then b."),
+        ("user", "record two items"),
+        ("tool_call", '{"item": "a"}'),
+        ("tool_result", "a-ok"),
+        ("tool_call", '{"item": "b"}'),
+        ("tool_result", "(in doubt: a kill cut this call short; it may or may not have happened)"),
+    ]
 
     # 3. afk-local resume: tool b is in doubt and idempotent, so it is called again with
     #    the same key (the service drops it); the model gets only the last question.

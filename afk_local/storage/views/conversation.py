@@ -98,26 +98,25 @@ def _pydantic_ai_entries(reader: RunReader) -> list[dict[str, Any]] | None:
         return None
     steps: dict[str, dict[str, Any]] = {}  # key -> {name, outcome}; journal order
     for record in records:
-        if not (
-            record.name == PYDANTIC_AI_MODEL_STEP
-            or record.name.startswith(PYDANTIC_AI_TOOL_STEP + ".")
-        ):
-            continue
-        step = steps.setdefault(record.key, {"name": record.name, "outcome": None})
-        if record.kind == "intent":
-            step["outcome"] = None  # a newer attempt: only its outcome counts
-        else:
-            step["outcome"] = record
+        if record.kind == "intent":  # (outcomes carry only the key)
+            if record.name == PYDANTIC_AI_MODEL_STEP or record.name.startswith(
+                PYDANTIC_AI_TOOL_STEP + "."
+            ):
+                step = steps.setdefault(record.key, {"name": record.name, "outcome": None})
+                step["outcome"] = None  # a newer attempt: only its outcome counts
+        elif record.key in steps:
+            steps[record.key]["outcome"] = record
     if not steps:
         return None
     entries: list[dict[str, Any]] = []
     answered: set[str] = set()  # tool call ids whose result a tool step already showed
+    instructions: list[str] = []  # the instructions shown last (each request carries them)
     for step in steps.values():
         outcome = step["outcome"]
         if step["name"] == PYDANTIC_AI_MODEL_STEP:
             if outcome is None or outcome.status != "ok":
                 continue  # a request a kill cut short is asked again: nothing to show
-            entries.extend(_model_step_entries(outcome.result, answered))
+            entries.extend(_model_step_entries(outcome.result, answered, instructions))
             continue
         tool, call_id = _tool_of(step["name"])
         answered.add(call_id)
@@ -143,8 +142,13 @@ def _tool_of(name: str) -> tuple[str, str]:
     return tool, call_id
 
 
-def _model_step_entries(stored: Any, answered: set[str]) -> list[dict[str, Any]]:
-    """Entries of one model step: the request it answered, then the response."""
+def _model_step_entries(
+    stored: Any, answered: set[str], instructions: list[str]
+) -> list[dict[str, Any]]:
+    """Entries of one model step: the request it answered, then the response.
+
+    A request's instructions are shown when they differ from the last ones shown.
+    """
     if isinstance(stored, str):
         stored = stored.encode()
     if not isinstance(stored, bytes):
@@ -157,6 +161,10 @@ def _model_step_entries(stored: Any, answered: set[str]) -> list[dict[str, Any]]
         return [{"role": "unreadable", "text": f"a model step is not JSON: {exc}"}]
     entries: list[dict[str, Any]] = []
     for message in messages if isinstance(messages, list) else []:
+        told = message.get("instructions") if isinstance(message, dict) else None
+        if isinstance(told, str) and told and told not in instructions[-1:]:
+            instructions.append(told)
+            entries.append({"role": "instructions", "text": told})
         parts = message.get("parts") if isinstance(message, dict) else None
         for part in parts if isinstance(parts, list) else []:
             if isinstance(part, dict):
