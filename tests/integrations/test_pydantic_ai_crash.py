@@ -220,14 +220,24 @@ except afk.RunPaused as paused:
     print("PAUSED " + paused.kind, flush=True)
 """
 
+ASK_STANDALONE = """
+import afk_local as afk
+import pydantic_ai_jobs
+try:
+    pydantic_ai_jobs.approval_durable_agent.run_sync("ship order 7", run_id="ship")
+except afk.RunPaused as paused:
+    print("PAUSED " + paused.kind, flush=True)
+"""
 
+
+@pytest.mark.parametrize("mode", MODES)
 def test_an_approval_pause_answered_from_another_process_continues_the_agent(
-    tmp_path: Path,
+    tmp_path: Path, mode: str
 ) -> None:
     root, files = tmp_path / "store", tmp_path / "files"
     files.mkdir()
     env = env_for(root, files)
-    asked = proc.run(ASK, env=env)
+    asked = proc.run(ASK if mode == "job" else ASK_STANDALONE, env=env)
     assert asked.returncode == 0, asked.stderr
     assert "PAUSED approval" in asked.stdout
     reader = afk.Store(root).open("ship")
@@ -244,6 +254,6 @@ def test_an_approval_pause_answered_from_another_process_continues_the_agent(
     assert done.returncode == 0, done.stderr
     reader = afk.Store(root).open("ship")
     assert reader.meta.status == "completed"
-    assert reader.resume_state().result == "shipping: order 7 shipped"
+    assert stored_output(reader.resume_state().result) == "shipping: order 7 shipped"
     assert (files / "effects.txt").read_text() == "ship 7\n"
     assert model_requests(files) == [1, 3]  # the first answer was replayed, not asked again
