@@ -125,6 +125,14 @@ def test_keyword_arguments_reach_the_agent_but_tie_the_run_to_this_code(tmp_path
     assert "keyword arguments for the agent (deps)" in (cannot_resume(meta) or "")
 
 
+def test_an_agent_in_a_script_is_continued_by_running_the_script_again(tmp_path: Path) -> None:
+    durable_agent = DurableAgent(Agent(TestModel()), entrypoint="__main__:durable_agent")
+    durable_agent.run_sync("hi", run_id="scripted", store=tmp_path)
+    meta = afk.Store(tmp_path).read_meta("scripted")
+    assert meta.entrypoint == "__main__:durable_agent"
+    assert "run the script again with the same run id" in (cannot_resume(meta) or "")
+
+
 def test_wrong_calls_say_what_to_pass(tmp_path: Path) -> None:
     durable_agent = squaring_agent(Scripted([1]), [])
     with pytest.raises(TypeError, match="needs run_id"):

@@ -43,6 +43,9 @@ def conversation(
 ) -> dict[str, Any] | None:
     """The conversation of the run ``reader`` reads, or None when it is not an agent run.
 
+    Raises:
+        EffectLogCorruptionError: the run's journal is damaged (not just torn at its end).
+
     Returns ``{"source", "entries", "omitted", "truncated"}``: ``source`` is
     ``"pydantic-ai"`` or ``"agent"``; ``entries`` the newest ``max_entries`` entries in
     order, each text cut to ``max_chars``; ``omitted`` how many older entries were left
@@ -92,10 +95,7 @@ def _pydantic_ai_entries(reader: RunReader) -> list[dict[str, Any]] | None:
     """The entries of a DurableAgent run's steps; None when the run has none."""
     if not reader.paths.journal.exists():
         return None
-    try:
-        records = reader.effects()
-    except AfkLocalError:
-        return None
+    records = reader.effects()  # a damaged journal raises: the caller says it is unreadable
     steps: dict[str, dict[str, Any]] = {}  # key -> {name, outcome}; journal order
     for record in records:
         if record.kind == "intent":  # (outcomes carry only the key)
