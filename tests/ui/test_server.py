@@ -355,3 +355,50 @@ def test_the_run_page_shows_the_end_of_each_attempt_log_escaped(tmp_path: Path) 
     assert "not an attempt log" not in page
     order = [page.index(f'data-attempt="{n}"') for n in (3, 2, 1)]
     assert order == sorted(order)  # newest first
+
+
+def _problem(headers) -> str:
+    """The problem a refused action's redirect carries to the run page."""
+    location = headers["location"]
+    assert "problem=" in location, location
+    return unquote_plus(location.split("problem=", 1)[1])
+
+
+def test_fork_from_the_page_sets_values_by_the_cli_rules(tmp_path: Path) -> None:
+    """The fork form's PATH=JSON lines are read as `fork --set` reads them; whatever the
+    CLI refuses the page refuses with its reason, and nothing is created."""
+    store = afk.Store(tmp_path / "store")
+    outside = tmp_path / "outside.txt"
+    cli_jobs.count_job.with_store(store).run(3, str(outside), run_id="count")
+    reader = store.open("count")
+    at = next(
+        c for c in reader.history() if c.phase == "runtime_state" and c.payload["state"]["total"]
+    )
+    with served(store.root) as s:
+        page = s.get("/runs/count")[2]
+        assert 'action="/runs/count/fork"' in page and 'name="set"' in page
+        csrf = csrf_of(page)
+        base = {"csrf": csrf, "seq": str(at.seq)}
+        for form, reason in (
+            ({"set": "state.total"}, "PATH=JSON"),
+            ({"set": "state.total=ten"}, "the value of state.total is not JSON"),
+            ({"set": "state.nope.deeper=1"}, "no 'nope' in payload.state"),
+            ({"set": "state.total=1", "as": "../x"}, "invalid run id"),
+            ({"set": "state.total=1", "as": "count"}, "count"),
+            ({"set": "state.total=1", "seq": "x"}, "which checkpoint"),
+            ({"set": "state.total=1", "seq": "999"}, "999"),
+        ):
+            status, headers, _ = s.post("/runs/count/fork", {**base, **form})
+            assert status == 303, form
+            assert reason in _problem(headers), (form, _problem(headers))
+        assert store.run_ids() == ["count"]  # nothing was created by a refused fork
+        form = {**base, "as": "what-if", "set": 'state.total = 1000\r\n\r\nstate.note="edited"\r\n'}
+        status, headers, _ = s.post("/runs/count/fork", form)
+        assert status == 303 and headers["location"].startswith("/runs/what-if?notice=")
+        assert "state.note, state.total set" in unquote_plus(headers["location"])
+    edited = store.open("what-if").latest()
+    assert edited is not None and edited.seq == at.seq + 1
+    assert edited.payload["state"] == {"total": 1000, "note": "edited"}
+    assert store.read_meta("what-if").extra["updated_paths"] == ["state.note", "state.total"]
+    remaining = reader.resume_state().result - at.payload["state"]["total"]
+    assert afk.resume("what-if", store=store) == 1000 + remaining
