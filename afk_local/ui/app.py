@@ -42,6 +42,7 @@ from afk_local.ui.views import (
     checkpoint_page,
     diff_page,
     run_page,
+    runs_by_itself,
     runs_page,
     store_page,
 )
@@ -51,6 +52,9 @@ log = logging.getLogger("afk_local")
 HERE = Path(__file__).parent
 MAX_FORM_BYTES = MAX_FIELD_CHARS + (64 << 10)
 """The largest form body an action reads."""
+NOSCRIPT_RELOAD_S = 5
+"""How often a run's page reloads itself in a browser without JavaScript, while the run
+runs (with JavaScript it follows the run's events instead)."""
 
 
 def _templates() -> Environment:
@@ -144,10 +148,12 @@ def create_app(store: Store, access: Access) -> Starlette:
         except (RunNotFoundError, InvalidRunIdError) as exc:
             return not_found(exc)
         charts = [line_chart(name, p.metrics.series(name)) for name in p.metrics.names()]
+        follow = request.query_params.get("follow") != "0" and runs_by_itself(p)
         return render(
             "run.html",
             p=p,
             charts=charts,
+            reload_s=NOSCRIPT_RELOAD_S if follow else None,
             notice=request.query_params.get("notice"),
             problem=request.query_params.get("problem"),
         )

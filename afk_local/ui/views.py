@@ -305,6 +305,16 @@ def run_page(store: Store, run_id: str) -> RunPage:
     )
 
 
+def runs_by_itself(page: RunPage) -> bool:
+    """The run changes without anyone acting: a live process runs it, or a watcher is due
+    to start it (``created``) or wake it (``sleeping``).
+
+    A run waiting for a person (paused, interrupted, failed with effects in doubt) is
+    not: its page holds the forms a person types in, which a reload would wipe out.
+    """
+    return page.info.owner_alive or page.meta.status in (RunStatus.CREATED, RunStatus.SLEEPING)
+
+
 @dataclass(frozen=True)
 class CheckpointPage:
     """One checkpoint, for the inspect page."""
@@ -429,6 +439,7 @@ __all__ = [
     "require_run",
     "run_page",
     "run_row",
+    "runs_by_itself",
     "runs_page",
     "shown_json",
     "store_page",

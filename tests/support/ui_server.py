@@ -11,6 +11,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -143,6 +144,28 @@ def _printed_url(process: subprocess.Popen[str]) -> str:
         if found:
             return found.group(1)
     raise AssertionError(f"afk-local ui printed no URL in 60 s: {''.join(seen)}")
+
+
+def other_address() -> str | None:
+    """An address of this machine that is not loopback (None if it has none)."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks a route
+        address = probe.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+def wait_for_run(store: afk.Store, run_id: str) -> None:
+    """Return once a child process has created ``run_id`` (fail after 60 s)."""
+    deadline = time.monotonic() + 60
+    while not store.exists(run_id):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id} was not created in 60 s")
+        time.sleep(0.05)
 
 
 def csrf_of(html: str) -> str:

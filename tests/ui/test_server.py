@@ -18,7 +18,7 @@ import proc
 import pytest
 import ui_server
 from proc import SUPPORT
-from ui_server import ENV, csrf_of, served
+from ui_server import ENV, csrf_of, other_address, served
 
 import afk_local as afk
 from afk_local.ui.access import Access
@@ -89,21 +89,8 @@ def test_the_host_header_must_name_the_loopback_server(server) -> None:
     assert status == 200
 
 
-def _other_address() -> str | None:
-    """An address of this machine that is not loopback (None if it has none)."""
-    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks a route
-        address = probe.getsockname()[0]
-    except OSError:
-        return None
-    finally:
-        probe.close()
-    return None if address.startswith("127.") or address == "0.0.0.0" else address
-
-
 def test_the_server_is_not_reachable_on_another_interface(server) -> None:
-    address = _other_address()
+    address = other_address()
     if address is None:
         pytest.skip("this machine has no address but loopback")
     with pytest.raises(OSError):
@@ -282,7 +269,11 @@ def test_fork_and_restart_from_the_page_make_new_runs(tmp_path: Path) -> None:
         assert (
             meta.extra["restarted_from"] == "fit" and meta.params == store.read_meta("fit").params
         )
-        assert s.get(headers["location"])[0] == 200
+        status, _, page = s.get(headers["location"])
+        assert status == 200
+        assert 'http-equiv="refresh"' in page  # created: a watcher starts it, the page follows
+        assert 'http-equiv="refresh"' not in s.get(f"/runs/{fresh}?follow=0")[2]
+        assert 'http-equiv="refresh"' not in s.get("/runs/fit")[2]  # completed: nothing to follow
 
 
 def _in_doubt_run(store: afk.Store, outside: Path, run_id: str) -> None:
