@@ -17,7 +17,9 @@ from typing import Any
 
 from afk_local.errors import AfkLocalError, RunNotFoundError, run_failure
 from afk_local.runner.answers import waiting_at
-from afk_local.storage.format.records import RunMeta, RunStatus, now_ms
+from afk_local.runner.run_context import PAUSE_NAME
+from afk_local.runner.sleeps import SLEEP_NAME
+from afk_local.storage.format.records import Phase, RunMeta, RunStatus, now_ms
 from afk_local.storage.listing import page_runs
 from afk_local.storage.ops.export import to_jsonable
 from afk_local.storage.ops.retention import RetentionPolicy
@@ -177,14 +179,73 @@ def runs_page(store: Store, query: RunsQuery) -> RunsPage:
 
 @dataclass(frozen=True)
 class TimelineEvent:
-    """One thing that happened in a run: a checkpoint, or a journaled step."""
+    """One thing that happened in a run: an attempt, a checkpoint, a step, a pause, a sleep."""
 
     at_ms: int
     kind: str
-    """``checkpoint``, ``step`` or ``outcome``."""
+    """``attempt`` (a process started the run), ``checkpoint``, ``pause`` (it waits for
+    a person), ``answer`` (a pause's answer), ``sleep`` (a durable ``ctx.sleep``),
+    ``step`` (a journaled call began), ``outcome`` (it ended) or ``end`` (the run did)."""
     what: str
     detail: str = ""
     seq: int | None = None
+
+
+def _checkpoint_event(ckpt: Any) -> TimelineEvent:
+    """A checkpoint as the timeline tells it: its phase says what happened."""
+    payload = ckpt.payload if isinstance(ckpt.payload, dict) else {}
+    at, seq = ckpt.timestamp_ms, ckpt.seq
+    if ckpt.phase == Phase.RUN_STARTED.value:
+        what = "attempt started (a resume)" if payload.get("resumed") else "attempt started"
+        return TimelineEvent(at, "attempt", what, f"step {ckpt.step}", seq)
+    if ckpt.phase == Phase.PAUSED.value:
+        kind = payload.get("kind")
+        what = f"paused: waits for {kind}" if isinstance(kind, str) else "paused"
+        return TimelineEvent(at, "pause", _short_text(what), f"step {ckpt.step}", seq)
+    if ckpt.phase == Phase.RUN_TERMINAL.value:
+        state = payload.get("state")
+        what = f"run {state}" if isinstance(state, str) else "run ended"
+        return TimelineEvent(at, "end", _short_text(what), f"step {ckpt.step}", seq)
+    return TimelineEvent(at, "checkpoint", ckpt.phase, f"step {ckpt.step}", seq)
+
+
+def _effect_events(row: dict[str, Any]) -> list[TimelineEvent]:
+    """A journaled call as the timeline tells it: a step and its outcome, a pause's
+    answer (``@pause``) or a sleep's due time (``@sleep``)."""
+    name = row["name"] or row["key"]
+    if row["name"] == PAUSE_NAME:
+        if row["outcome_ms"] and row["state"] == "ok":
+            return [TimelineEvent(row["outcome_ms"], "answer", "pause answered")]
+        return []
+    if row["name"] == SLEEP_NAME:
+        if row["outcome_ms"] and isinstance(row["result"], int):
+            return [
+                TimelineEvent(
+                    row["outcome_ms"], "sleep", f"sleeps until {format_ms(row['result'])}"
+                )
+            ]
+        return []
+    events = []
+    if row["intent_ms"]:
+        events.append(TimelineEvent(row["intent_ms"], "step", name))
+    if row["outcome_ms"]:
+        events.append(TimelineEvent(row["outcome_ms"], "outcome", name, row["state"]))
+    return events
+
+
+def _timeline(reader: Any, files: list[Any], effects: list[dict[str, Any]]) -> list[TimelineEvent]:
+    """The events of ``files`` (checkpoints) and ``effects`` (effect rows), unsorted."""
+    timeline: list[TimelineEvent] = []
+    for file in files:
+        try:
+            ckpt = reader.load(file)
+        except AfkLocalError as exc:
+            timeline.append(TimelineEvent(0, "checkpoint", file.phase, run_failure(exc), file.seq))
+            continue
+        timeline.append(_checkpoint_event(ckpt))
+    for row in effects:
+        timeline.extend(_effect_events(row))
+    return timeline
 
 
 @dataclass
@@ -258,26 +319,17 @@ def run_page(store: Store, run_id: str) -> RunPage:
             undoable = undoable_settlements(reader.effects(), meta.attempt)
     except AfkLocalError as exc:
         effects_problem = str(exc)
-    timeline: list[TimelineEvent] = []
     files = reader.checkpoint_files()
-    for file in files[-TIMELINE_LIMIT:]:
-        try:
-            ckpt = reader.load(file)
-        except AfkLocalError as exc:
-            timeline.append(TimelineEvent(0, "checkpoint", file.phase, run_failure(exc), file.seq))
-            continue
+    timeline = _timeline(reader, files[-TIMELINE_LIMIT:], effects)
+    if meta.status is RunStatus.SLEEPING and meta.wake_at_ms:
         timeline.append(
             TimelineEvent(
-                ckpt.timestamp_ms, "checkpoint", ckpt.phase, f"step {ckpt.step}", ckpt.seq
+                meta.updated_ms,
+                "sleep",
+                f"parked until {format_ms(meta.wake_at_ms)}",
+                "`afk-local watch` wakes it then",
             )
         )
-    for row in effects:
-        if row["intent_ms"]:
-            timeline.append(TimelineEvent(row["intent_ms"], "step", row["name"] or row["key"]))
-        if row["outcome_ms"]:
-            timeline.append(
-                TimelineEvent(row["outcome_ms"], "outcome", row["name"] or row["key"], row["state"])
-            )
     timeline.sort(key=lambda e: e.at_ms, reverse=True)
     metrics = MetricLog()
     metrics_problem = None
@@ -356,6 +408,10 @@ class DiffPage:
     added: list[tuple[str, str]]
     removed: list[tuple[str, str]]
     changed: list[tuple[str, str, str]]
+
+
+def _short_text(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _short(value: Any) -> str:

@@ -216,3 +216,17 @@ def metric_job(ctx: afk.RunContext, n: int) -> int:
     for item in ctx.iterate(range(n)):
         ctx.metric("loss", 1.0 / (item + 1))
     return n
+
+
+@durable
+def wait_job(ctx: afk.RunContext, n: int) -> int:
+    """Pauses for an answer at item 1, sleeps a moment at item 2 and an hour at item 3
+    (the run parks, ``sleeping``): a timeline with attempts, a pause and sleeps."""
+    for item in ctx.iterate(range(n), progress=False):
+        if item == 1:
+            ctx.pause({"question": "go on?"})
+        elif item == 2:
+            ctx.sleep(0.01)
+        elif item == 3:
+            ctx.sleep(3600)
+    return n

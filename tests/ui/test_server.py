@@ -7,6 +7,7 @@ page lists, and what its actions do to the store on disk. The browser tests
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -393,3 +394,22 @@ def test_fork_from_the_page_sets_values_by_the_cli_rules(tmp_path: Path) -> None
     assert store.read_meta("what-if").extra["updated_paths"] == ["state.note", "state.total"]
     remaining = reader.resume_state().result - at.payload["state"]["total"]
     assert afk.resume("what-if", store=store) == 1000 + remaining
+
+
+def test_the_timeline_shows_attempts_pauses_answers_and_sleeps(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path / "store")
+    with pytest.raises(afk.RunPaused):
+        ui_server.wait_job.with_store(store).run(5, run_id="waits")
+    with pytest.raises(afk.RunSleeping):
+        afk.resume("waits", store=store, input=True)  # answered, then parked for an hour
+    with served(store.root) as s:
+        status, _, page = s.get("/runs/waits")
+    assert status == 200
+    rows = re.findall(r'<tr class="ev-(\w+)">.*?</tr>', page, re.S)
+    assert rows.count("attempt") == 2
+    assert rows.count("pause") == 1 and rows.count("answer") == 1
+    assert rows.count("sleep") == 3  # a short sleep, the long one, and the park
+    assert "attempt started (a resume)" in page and "paused: waits for input" in page
+    assert "parked until" in page and 'id="wakes"' in page
+    assert rows.index("pause") > rows.index("answer")  # newest first
+    assert "@pause" not in re.search(r'<table id="timeline">.*?</table>', page, re.S).group(0)
