@@ -8,6 +8,7 @@ and ``afk-local metrics``. Nothing here writes.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -43,6 +44,14 @@ TIMELINE_LIMIT = 200
 """Events shown on a run's timeline (the newest)."""
 MAX_SHOWN_JSON = 256 << 10
 """Characters of a payload shown on a page before it is cut."""
+MAX_SHOWN_TEXT = 300
+"""Characters of a name, tag list or other one-line text from the store shown before it is cut."""
+MAX_SHOWN_ERROR = 4000
+"""Characters of a run's error message shown before it is cut."""
+MAX_EFFECT_ROWS = 500
+"""Effects listed on a run's page (those in doubt first); ``afk-local effects`` lists all."""
+MAX_DIFF_ROWS = 1000
+"""Paths listed on a diff page; ``afk-local diff`` lists all."""
 STATUSES = tuple(s.value for s in RunStatus) + LIVENESS
 """What the status filter offers."""
 
@@ -201,18 +210,18 @@ def _checkpoint_event(ckpt: Any) -> TimelineEvent:
     if ckpt.phase == Phase.PAUSED.value:
         kind = payload.get("kind")
         what = f"paused: waits for {kind}" if isinstance(kind, str) else "paused"
-        return TimelineEvent(at, "pause", _short_text(what), f"step {ckpt.step}", seq)
+        return TimelineEvent(at, "pause", shown_text(what), f"step {ckpt.step}", seq)
     if ckpt.phase == Phase.RUN_TERMINAL.value:
         state = payload.get("state")
         what = f"run {state}" if isinstance(state, str) else "run ended"
-        return TimelineEvent(at, "end", _short_text(what), f"step {ckpt.step}", seq)
+        return TimelineEvent(at, "end", shown_text(what), f"step {ckpt.step}", seq)
     return TimelineEvent(at, "checkpoint", ckpt.phase, f"step {ckpt.step}", seq)
 
 
 def _effect_events(row: dict[str, Any]) -> list[TimelineEvent]:
     """A journaled call as the timeline tells it: a step and its outcome, a pause's
     answer (``@pause``) or a sleep's due time (``@sleep``)."""
-    name = row["name"] or row["key"]
+    name = shown_text(row["name"] or row["key"])
     if row["name"] == PAUSE_NAME:
         if row["outcome_ms"] and row["state"] == "ok":
             return [TimelineEvent(row["outcome_ms"], "answer", "pause answered")]
@@ -260,6 +269,8 @@ class RunPage:
     error: str | None
     params: str | None
     effects: list[dict[str, Any]]
+    """The first :data:`MAX_EFFECT_ROWS` rows of ``afk-local effects`` (in doubt first)."""
+    effects_total: int
     effects_problem: str | None
     timeline: list[TimelineEvent]
     checkpoints: int
@@ -287,6 +298,12 @@ def undoable_settlements(effects: list[Any], attempt: int) -> frozenset[str]:
         for key, record in last.items()
         if record.kind == "outcome" and record.settled_attempt == current
     )
+
+
+def shown_text(text: object, limit: int = MAX_SHOWN_TEXT) -> str:
+    """``text`` (what a store holds: any length) cut to ``limit`` characters for a page."""
+    text = "" if text is None else str(text)
+    return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
 
 
 def shown_json(value: Any) -> str:
@@ -319,6 +336,7 @@ def run_page(store: Store, run_id: str) -> RunPage:
             undoable = undoable_settlements(reader.effects(), meta.attempt)
     except AfkLocalError as exc:
         effects_problem = str(exc)
+    effects_total = len(effects)
     files = reader.checkpoint_files()
     timeline = _timeline(reader, files[-TIMELINE_LIMIT:], effects)
     if meta.status is RunStatus.SLEEPING and meta.wake_at_ms:
@@ -344,9 +362,14 @@ def run_page(store: Store, run_id: str) -> RunPage:
         row=run_row(info, now_ms()),
         pause_seq=pause_seq,
         pause_prompt=shown_json(meta.pause.prompt) if meta.pause is not None else None,
-        error=(f"{meta.error.type}: {meta.error.message}" if meta.error is not None else None),
+        error=(
+            shown_text(f"{meta.error.type}: {meta.error.message}", MAX_SHOWN_ERROR)
+            if meta.error is not None
+            else None
+        ),
         params=shown_json(meta.params) if meta.params is not None else None,
-        effects=effects,
+        effects=effects[:MAX_EFFECT_ROWS],
+        effects_total=effects_total,
         effects_problem=effects_problem,
         timeline=timeline[:TIMELINE_LIMIT],
         checkpoints=len(files),
@@ -408,10 +431,8 @@ class DiffPage:
     added: list[tuple[str, str]]
     removed: list[tuple[str, str]]
     changed: list[tuple[str, str, str]]
-
-
-def _short_text(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    total: int = 0
+    """Paths that differ (each list holds at most :data:`MAX_DIFF_ROWS`)."""
 
 
 def _short(value: Any) -> str:
@@ -425,18 +446,32 @@ def diff_page(store: Store, run_id: str, seq_a: int, seq_b: int) -> DiffPage:
     reader = store.open(run_id)
     a, b = reader.get(seq_a), reader.get(seq_b)
     changes = structural_diff(a.payload, b.payload)
+    shown = _first_paths(changes, MAX_DIFF_ROWS)
     return DiffPage(
         run_id=run_id,
         seq_a=a.seq,
         seq_b=b.seq,
         phase_a=a.phase,
         phase_b=b.phase,
-        added=[(path, _short(v)) for path, v in changes["added"].items()],
-        removed=[(path, _short(v)) for path, v in changes["removed"].items()],
+        added=[(shown_text(path), _short(v)) for path, v in shown["added"]],
+        removed=[(shown_text(path), _short(v)) for path, v in shown["removed"]],
         changed=[
-            (path, _short(old), _short(new)) for path, (old, new) in changes["changed"].items()
+            (shown_text(path), _short(old), _short(new)) for path, (old, new) in shown["changed"]
         ],
+        total=sum(len(changes[part]) for part in _DIFF_PARTS),
     )
+
+
+_DIFF_PARTS = ("added", "removed", "changed")
+
+
+def _first_paths(changes: dict[str, Any], limit: int) -> dict[str, list[tuple[str, Any]]]:
+    """The first ``limit`` paths of a structural diff, added ones first, then removed, changed."""
+    shown: dict[str, list[tuple[str, Any]]] = {}
+    for part in _DIFF_PARTS:
+        shown[part] = list(itertools.islice(changes[part].items(), limit))
+        limit -= len(shown[part])
+    return shown
 
 
 @dataclass
@@ -479,7 +514,11 @@ def store_page(store: Store, *, verify: bool = False, top: int = 50) -> StorePag
 
 
 __all__ = [
+    "MAX_DIFF_ROWS",
+    "MAX_EFFECT_ROWS",
     "MAX_PAGE_SIZE",
+    "MAX_SHOWN_ERROR",
+    "MAX_SHOWN_TEXT",
     "PAGE_SIZE",
     "STATUSES",
     "CheckpointPage",
@@ -498,6 +537,7 @@ __all__ = [
     "runs_by_itself",
     "runs_page",
     "shown_json",
+    "shown_text",
     "store_page",
     "undoable_settlements",
 ]

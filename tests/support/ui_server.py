@@ -230,3 +230,42 @@ def wait_job(ctx: afk.RunContext, n: int) -> int:
         elif item == 3:
             ctx.sleep(3600)
     return n
+
+
+HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>"\'&'
+"""Markup a hostile store puts wherever it can: the page must show it as text."""
+
+
+def _echo(value: str) -> str:
+    return value
+
+
+@durable
+def hostile_job(ctx: afk.RunContext, text: str, big: str) -> None:
+    """Puts ``text`` in every place a run can hold a string (state, a step's name and
+    result, a metric's name, a pause's kind and prompt) and ``big`` in its state."""
+    ctx.state[text] = text
+    ctx.state["big"] = big
+    ctx.step(text, _echo, text)
+    ctx.metric(text, 1.0)
+    ctx.checkpoint()
+    ctx.pause({"question": text, "big": big}, kind=text)
+
+
+@durable
+def wide_job(ctx: afk.RunContext, metrics: int, keys: int) -> None:
+    """``metrics`` metrics of one point each, and a state whose ``keys`` keys all change
+    between its two checkpoints: more charts and diff paths than a page shows."""
+    for i in range(metrics):
+        ctx.metric(f"m{i:03d}", float(i))
+    ctx.state.update({f"k{i:04d}": 0 for i in range(keys)})
+    ctx.checkpoint()
+    ctx.state.update({f"k{i:04d}": 1 for i in range(keys)})
+    ctx.checkpoint()
+
+
+@durable
+def steps_job(ctx: afk.RunContext, n: int) -> None:
+    """``n`` journaled steps."""
+    for i in range(n):
+        ctx.step(f"s{i}", _echo, str(i))
