@@ -11,6 +11,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from urllib.parse import unquote_plus
 
@@ -22,6 +23,7 @@ from proc import SUPPORT
 from ui_server import ENV, csrf_of, other_address, served
 
 import afk_local as afk
+from afk_local.testing import skipping_clock
 from afk_local.ui.access import Access
 
 pytest.importorskip("starlette", reason="afk_local[ui] is not installed (starlette)")
@@ -145,8 +147,9 @@ def test_read_only_refuses_every_action(store) -> None:
             ("resume", {}),
             ("cancel", {"reason": "no"}),
             ("settle", {"key": "k", "outcome": "failed"}),
+            ("unsettle", {"key": "k"}),
             ("restart", {}),
-            ("fork", {"seq": "1"}),
+            ("fork", {"seq": "1", "set": "state.x=1"}),
         ):
             status, _, body = ro.post(f"/runs/ask/{action}", {"csrf": csrf, **form})
             assert status == 403, action
@@ -413,3 +416,47 @@ def test_the_timeline_shows_attempts_pauses_answers_and_sleeps(tmp_path: Path) -
     assert "parked until" in page and 'id="wakes"' in page
     assert rows.index("pause") > rows.index("answer")  # newest first
     assert "@pause" not in re.search(r'<table id="timeline">.*?</table>', page, re.S).group(0)
+
+
+def test_resume_from_the_page_hands_a_failed_run_to_the_watcher(tmp_path: Path) -> None:
+    """A failed run is not retried by a watcher on its own; the page's Resume asks one to."""
+    store = afk.Store(tmp_path / "store")
+    charges, flag = tmp_path / "charges.txt", tmp_path / "flag"
+    with pytest.raises(RuntimeError):
+        cli_jobs.charges_then_failure.with_store(store).run(str(charges), str(flag), run_id="f")
+    with served(store.root) as s:
+        page = s.get("/runs/f")[2]
+        assert 'action="/runs/f/resume"' in page
+        status, headers, _ = s.post("/runs/f/resume", {"csrf": csrf_of(page)})
+        assert status == 303 and "resume handed to the watcher" in unquote_plus(headers["location"])
+    assert len(list(store.requests_dir.glob("*.json"))) == 1
+    watch = subprocess.run(
+        [sys.executable, "-m", "afk_local", "watch", "--root", str(store.root), "--once", *FAST],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
+    assert watch.returncode == 0, watch.stderr
+    assert store.read_meta("f").status is afk.RunStatus.COMPLETED
+    assert charges.read_text().count("charge") == 4  # the retry replayed the four charges
+
+
+def test_the_age_filter_keeps_the_runs_updated_within_it_and_pages_link(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path / "store")
+    outside = tmp_path / "outside.txt"
+    with skipping_clock(start=time.time() - 3 * 86400):  # a run last updated 3 days ago
+        cli_jobs.count_job.with_store(store).run(1, str(outside), run_id="old")
+    for i in range(2):
+        cli_jobs.count_job.with_store(store).run(1, str(outside), run_id=f"new-{i}")
+    with served(store.root) as s:
+        _, _, page = s.get("/?since=1d")
+        assert 'data-run="new-0"' in page and 'data-run="new-1"' in page
+        assert 'data-run="old"' not in page
+        _, _, page = s.get("/?since=4d")
+        assert 'data-run="old"' in page
+        _, _, first = s.get("/?per=2")
+        assert first.count("data-run=") == 2 and 'rel="next" href="/?page=2&amp;per=2"' in first
+        _, _, second = s.get("/?per=2&page=2")
+        assert second.count("data-run=") == 1 and 'rel="prev"' in second
+        assert 'rel="next"' not in second
