@@ -93,11 +93,11 @@ def request(
 
 
 @contextmanager
-def served(root: Path, *flags: str) -> Iterator[Served]:
+def served(root: Path, *flags: str, env: dict[str, str] | None = None) -> Iterator[Served]:
     """``afk-local --root ROOT ui --port 0 FLAGS`` running; stopped on exit, whatever happens."""
     command = [sys.executable, "-m", "afk_local", "--root", str(root), "ui", "--port", "0", *flags]
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or ENV
     )
     try:
         url = _printed_url(process)

@@ -480,3 +480,24 @@ def test_read_only_refuses_every_action_in_the_browser(browser, tmp_path: Path) 
     assert store.read_meta("ask").status is afk.RunStatus.PAUSED
     assert store.run_ids() == ["ask"]
     assert not store.requests_dir.exists() or not list(store.requests_dir.iterdir())
+
+
+def test_a_run_page_is_usable_with_the_keyboard(page, world) -> None:
+    """Keys only, from the skip link to an action: fork the run with a value set."""
+    page.goto(world["server"].base + "/runs/fit")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.classList.contains('skip')")
+    for _ in range(60):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.name === 'set'"):
+            break
+    else:
+        pytest.fail("Tab never reached the fork form")
+    page.keyboard.type("state.by_keyboard=true")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Fork"
+    page.keyboard.press("Enter")
+    sync_api.expect(page.locator(".notice")).to_contain_text("state.by_keyboard set")
+    forked = page.url.split("/runs/")[1].split("?")[0]
+    state = world["store"].open(forked).latest().payload["state"]
+    assert state["by_keyboard"] is True

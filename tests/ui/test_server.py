@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import unquote_plus
+from urllib.parse import unquote_plus, urlsplit
 
 import cli_jobs
 import proc
@@ -460,3 +460,20 @@ def test_the_age_filter_keeps_the_runs_updated_within_it_and_pages_link(tmp_path
         _, _, second = s.get("/?per=2&page=2")
         assert second.count("data-run=") == 1 and 'rel="prev"' in second
         assert 'rel="next"' not in second
+
+
+def test_open_hands_the_url_with_its_token_to_the_web_browser(tmp_path: Path) -> None:
+    """--open calls the user's browser (Python's webbrowser, here $BROWSER) with the URL."""
+    store = afk.Store(tmp_path / "store")
+    cli_jobs.count_job.with_store(store).run(1, str(tmp_path / "outside.txt"), run_id="one")
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.sh"
+    browser.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {opened}.tmp && mv {opened}.tmp {opened}\n')
+    browser.chmod(0o700)
+    with served(store.root, "--open", env={**ENV, "BROWSER": str(browser)}) as s:
+        deadline = time.monotonic() + 60
+        while not opened.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert opened.read_text() == s.url
+        status, _, page = s.get(urlsplit(s.url).path + "?" + urlsplit(s.url).query, token=False)
+        assert status == 200 and 'data-run="one"' in page
