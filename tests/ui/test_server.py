@@ -477,3 +477,28 @@ def test_open_hands_the_url_with_its_token_to_the_web_browser(tmp_path: Path) ->
         assert opened.read_text() == s.url
         status, _, page = s.get(urlsplit(s.url).path + "?" + urlsplit(s.url).query, token=False)
         assert status == 200 and 'data-run="one"' in page
+
+
+def test_the_store_page_says_what_gc_would_remove_and_what_verify_finds(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path / "store")
+    ui_server.metric_job.with_store(store).run(12, run_id="long")  # more states than gc keeps
+    ui_server.metric_job.with_store(store).run(2, run_id="hurt")
+    damaged = sorted(store.paths("hurt").dir.glob("*.ckpt"))[0]
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    files = sorted(store.paths("long").dir.iterdir())
+    with served(store.root) as s:
+        _, _, page = s.get("/store")
+        _, _, checked = s.get("/store?verify=1")
+    gc = store.gc(dry_run=True)
+    deleted = next(c for c in gc.to_dict()["compacted"] if c["run_id"] == "long")["deleted_files"]
+    assert deleted > 0
+    assert f"long</a>: {deleted} file(s) deleted" in page
+    assert 'id="verify"' not in page and "Verify every file" in page  # only on request
+    hurt = re.search(r'<tr class="problem"><td><a href="/runs/hurt">.*?</tr>', checked, re.S)
+    assert hurt is not None and damaged.name in hurt.group(0)
+    ok = r'<a href="/runs/long">long</a></td><td class="num">\d+</td>\s*<td>ok'
+    assert re.search(ok, checked)
+    assert sorted(store.run_ids()) == ["hurt", "long"]
+    assert sorted(store.paths("long").dir.iterdir()) == files  # the page's gc is a dry run
