@@ -55,7 +55,7 @@ MAX_FORM_BYTES = MAX_FIELD_CHARS + (64 << 10)
 """The largest form body an action reads."""
 MAX_CHARTS = 30
 """Metric charts drawn on a run's page (``afk-local metrics RUN`` lists every metric)."""
-NOSCRIPT_RELOAD_S = 5
+NOSCRIPT_RELOAD_S = 3
 """How often a run's page reloads itself in a browser without JavaScript, while the run
 runs (with JavaScript it follows the run's events instead)."""
 
