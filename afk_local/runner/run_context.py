@@ -11,7 +11,9 @@ re-runs from the top on every attempt; these make that cheap and safe.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import inspect
 from collections.abc import (
@@ -50,9 +52,22 @@ StepHook = Callable[[str, str], None]
 
 NO_INPUT: Any = object()
 """The ``input_value`` of an attempt that answers no pause."""
-_PAUSE = "@pause"
+PAUSE_NAME = "@pause"
+"""The name of the journaled call that holds a pause's answer (the effects show it)."""
+_PAUSE = PAUSE_NAME
 
 _step_hook: StepHook | None = None
+
+_COROUTINE_STEP_THREADS = 256
+"""Threads for ``astep`` calls of coroutine functions in flight at once (made as needed)."""
+
+
+@functools.cache
+def _coroutine_step_threads() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads ``astep`` journals coroutine calls in: apart from any loop's executor."""
+    return concurrent.futures.ThreadPoolExecutor(
+        _COROUTINE_STEP_THREADS, thread_name_prefix="afk-astep"
+    )
 
 
 def set_step_hook(hook: StepHook | None) -> StepHook | None:
@@ -274,6 +289,7 @@ class RunContext(Reporting, DurableTime):
         The journal's fsyncs run in a worker thread, so the event loop keeps going.
         """
         loop = asyncio.get_running_loop()
+        threads: concurrent.futures.Executor | None = None  # the loop's default executor
         if inspect.iscoroutinefunction(fn):
             coroutine_fn = fn
 
@@ -282,6 +298,11 @@ class RunContext(Reporting, DurableTime):
                 return asyncio.run_coroutine_threadsafe(coroutine_fn(*a, **kw), loop).result()
 
             target: Callable[..., Any] = call_sync
+            # The thread waits for the coroutine, which runs on this loop and may need the
+            # loop's default executor itself (asyncio.to_thread, a sync tool of an agent
+            # framework): with as many such steps in flight as that executor has threads,
+            # the coroutines would wait for threads held by the steps waiting for them.
+            threads = _coroutine_step_threads()
         else:
             target = fn
         # The key is chosen here, on the event loop, in the order the astep calls were
@@ -289,7 +310,8 @@ class RunContext(Reporting, DurableTime):
         # keys between attempts and each replay the other's result.
         key = self._key(name)
         retry, limit = kwargs.pop("retry", None), kwargs.pop("limit", None)
-        result: R = await asyncio.to_thread(
+        step = functools.partial(
+            contextvars.copy_context().run,  # as asyncio.to_thread does
             self._step,
             key,
             name,
@@ -300,6 +322,7 @@ class RunContext(Reporting, DurableTime):
             retry=retry,
             limit=limit,
         )
+        result: R = await loop.run_in_executor(threads, step)
         raise_deferred_stop()  # a Ctrl-C or SIGTERM that waited for this step's outcome
         return result
 
@@ -465,4 +488,4 @@ class RunContext(Reporting, DurableTime):
         raise RunPaused(self.run_id, kind, prompt)
 
 
-__all__ = ["NO_INPUT", "RunContext", "set_step_hook"]
+__all__ = ["NO_INPUT", "PAUSE_NAME", "RunContext", "set_step_hook"]

@@ -1,4 +1,4 @@
-"""docs/agents.md shows the pydantic-ai example exactly as examples/ has it (which a test runs)."""
+"""docs/agents.md shows each framework's example exactly as examples/ has it (a test runs them)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import re
 from proc import REPO
 
 
-def test_the_pydantic_ai_page_shows_the_example_that_runs() -> None:
+def test_the_agents_page_shows_the_examples_that_run() -> None:
     page = (REPO / "docs" / "agents.md").read_text()
-    (block,) = re.findall(r"```python\n(.*?)```", page, re.S)
-    assert block == (REPO / "examples" / "pydantic_ai_agent.py").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    examples = ["pydantic_ai_agent.py", "openai_agents_agent.py"]
+    assert blocks == [(REPO / "examples" / name).read_text() for name in examples]

@@ -22,9 +22,14 @@ EXAMPLES: dict[str, tuple[list[list[str]], str]] = {
     "agent_resume.py": ([["--delay", "0"]], "completed: Researched 6 topics"),
     "fanout_dask.py": ([["--images", "6", "--workers", "1"]], "uploads: 6"),
     "pydantic_ai_agent.py": ([[], []], "Done: invoice sent to ada for 42 EUR"),
+    "openai_agents_agent.py": ([[], []], "Done: invoice sent to ada for 42 EUR"),
 }
 # script -> the module an optional extra brings (the example is skipped without it)
-NEEDS = {"fanout_dask.py": "distributed", "pydantic_ai_agent.py": "pydantic_ai"}
+NEEDS = {
+    "fanout_dask.py": "distributed",
+    "pydantic_ai_agent.py": "pydantic_ai",
+    "openai_agents_agent.py": "agents",
+}
 
 
 def run_example(script: str, args: list[str], root: Path, timeout: float = 120):
