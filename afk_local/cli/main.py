@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import msgspec
 
@@ -25,38 +27,6 @@ from afk_local.cli.command import (
     EXIT_USAGE,
     CliError,
     out,
-)
-from afk_local.cli.listing import add_filter_arguments
-from afk_local.cli.manage import cmd_restart, cmd_rm
-from afk_local.cli.metrics import cmd_metrics
-from afk_local.cli.read import (
-    cmd_diff,
-    cmd_effects,
-    cmd_export,
-    cmd_inspect,
-    cmd_log,
-    cmd_runs,
-    cmd_show,
-    cmd_verify,
-)
-from afk_local.cli.remote import (
-    add_pull_arguments,
-    add_push_arguments,
-    cmd_pull,
-    cmd_push,
-)
-from afk_local.cli.repair import add_settle_arguments, cmd_adopt, cmd_settle
-from afk_local.cli.schedule import add_schedule_arguments, cmd_schedule
-from afk_local.cli.ui import add_ui_arguments, cmd_ui
-from afk_local.cli.watch import add_submit_arguments, add_watch_arguments, cmd_submit, cmd_watch
-from afk_local.cli.write import (
-    cmd_cancel,
-    cmd_demo,
-    cmd_fork,
-    cmd_gc,
-    cmd_import,
-    cmd_pack,
-    cmd_resume,
 )
 from afk_local.errors import AfkLocalError, DiskFullError, RunLockedError, StoreUnusableError
 from afk_local.storage.rundir.options import ROOT_ENV, default_root
@@ -105,8 +75,34 @@ def _size(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``afk-local``."""
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names (the first word that is not an option or the value of
+    ``--root``), or None."""
+    words = iter(argv)
+    for word in words:
+        if word == "--root":
+            next(words, None)
+        elif word == "--":
+            return next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def _load(spec: str) -> Callable[..., Any]:
+    """The function ``module:name`` names, from ``afk_local.cli.<module>``."""
+    module, _, name = spec.partition(":")
+    function: Callable[..., Any] = getattr(importlib.import_module(f"afk_local.cli.{module}"), name)
+    return function
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser of ``afk-local``.
+
+    Args:
+        command: declare the arguments of this command only (the others are listed
+            with their help line): a command then imports only its own modules.
+    """
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--root",
@@ -130,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add(
         name: str,
-        handler: Callable[[argparse.Namespace], int],
+        handler: str,
         help_text: str,
         *,
         json_flag: bool = True,
@@ -141,18 +137,24 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
-    p = add("runs", cmd_runs, "list runs, newest first")
-    add_filter_arguments(p)
+    def arguments(name: str, adder: str, p: argparse.ArgumentParser, *more: object) -> None:
+        """Declare command ``name``'s arguments with ``adder`` (``module:function``),
+        imported only when ``name`` is the command being parsed, or when none is."""
+        if command in (None, name):
+            _load(adder)(p, *more)
+
+    p = add("runs", "listing:cmd_runs", "list runs, newest created first")
+    arguments("runs", "listing:add_filter_arguments", p)
     p.add_argument("--remote", metavar="URL", help="list the runs on this remote instead")
 
-    p = add("show", cmd_show, "everything about one run")
+    p = add("show", "read:cmd_show", "everything about one run")
     p.add_argument("run", metavar="RUN")
 
-    p = add("log", cmd_log, "the checkpoint chain of a run")
+    p = add("log", "read:cmd_log", "the checkpoint chain of a run")
     p.add_argument("run", metavar="RUN")
     p.add_argument("--limit", type=_positive_int, help="only the newest N checkpoints")
 
-    p = add("inspect", cmd_inspect, "the payload of one checkpoint (default: latest)")
+    p = add("inspect", "read:cmd_inspect", "the payload of one checkpoint (default: latest)")
     p.add_argument("run", metavar="RUN")
     p.add_argument("seq", metavar="SEQ", nargs="?", type=_seq)
     p.add_argument("--path", help="dotted path into the payload, e.g. state.items.0")
@@ -162,28 +164,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="an agent run's conversation (prompt, model answers, tool calls and results)",
     )
 
-    p = add("effects", cmd_effects, "journaled side effects: intent, outcome, in doubt")
+    p = add("effects", "read:cmd_effects", "journaled side effects: intent, outcome, in doubt")
     p.add_argument("run", metavar="RUN")
 
-    p = add("diff", cmd_diff, "structural diff of two checkpoints' payloads")
+    p = add("diff", "read:cmd_diff", "structural diff of two checkpoints' payloads")
     p.add_argument("run", metavar="RUN")
     p.add_argument("seq_a", metavar="SEQ_A", type=_seq)
     p.add_argument("seq_b", metavar="SEQ_B", type=_seq)
 
-    p = add("verify", cmd_verify, "check every file of every run (exit 1 on damage)")
+    p = add("verify", "read:cmd_verify", "check every file of every run (exit 1 on damage)")
     p.add_argument("runs", metavar="RUN", nargs="*")
     p.add_argument("--no-repair", action="store_true", help="report torn journal tails only")
 
-    p = add("export", cmd_export, "a run as JSON (meta, checkpoints, effects)")
+    p = add("export", "read:cmd_export", "a run as JSON (meta, checkpoints, effects)")
     p.add_argument("run", metavar="RUN")
     p.add_argument("--format", choices=("json", "jsonl"), default="json")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
 
-    p = add("import", cmd_import, "recreate an exported run (FILE or - for stdin)")
+    p = add("import", "write:cmd_import", "recreate an exported run (FILE or - for stdin)")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--as", dest="as_id", metavar="NEW_ID", help="import under another run id")
 
-    p = add("resume", cmd_resume, "continue a run (its job is found where it ran)")
+    p = add("resume", "write:cmd_resume", "continue a run (its job is found where it ran)")
     p.add_argument("run", metavar="RUN")
     p.add_argument("--input", metavar="JSON", help="the answer for a paused run, as JSON")
     p.add_argument(
@@ -207,12 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
         "back from a backup (docs/security.md)",
     )
 
-    p = add("settle", cmd_settle, "record what happened to an effect left in doubt")
-    add_settle_arguments(p)
+    p = add("settle", "repair:cmd_settle", "record what happened to an effect left in doubt")
+    arguments("settle", "repair:add_settle_arguments", p)
 
-    add("adopt", cmd_adopt, "make a copied or moved store's new directory its home")
+    add("adopt", "repair:cmd_adopt", "make a copied or moved store's new directory its home")
 
-    p = add("fork", cmd_fork, "a new run continuing from checkpoint SEQ of RUN")
+    p = add("fork", "write:cmd_fork", "a new run continuing from checkpoint SEQ of RUN")
     p.add_argument("run", metavar="RUN")
     p.add_argument("--at", type=_seq, required=True, metavar="SEQ")
     p.add_argument("--as", dest="as_id", metavar="NEW_ID", help="the new run's id")
@@ -223,14 +225,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="set a value in the state the fork continues from (state.total=0); repeatable",
     )
 
-    p = add("restart", cmd_restart, "a new run of RUN's job with the same inputs, started now")
+    p = add(
+        "restart", "manage:cmd_restart", "a new run of RUN's job with the same inputs, started now"
+    )
     p.add_argument("run", metavar="RUN")
     p.add_argument("--as", dest="as_id", metavar="NEW_ID", help="the new run's id")
     p.add_argument(
         "--no-start", action="store_true", help="only create it (status created), run nothing"
     )
 
-    p = add("rm", cmd_rm, "delete runs (their effect journals are kept)")
+    p = add("rm", "manage:cmd_rm", "delete runs (their effect journals are kept)")
     p.add_argument("runs", metavar="RUN", nargs="+")
     p.add_argument("--force", action="store_true", help="also failed and cancelled runs")
     p.add_argument(
@@ -239,15 +243,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="delete the effect journal too (default: kept under <root>/removed/)",
     )
 
-    p = add("metrics", cmd_metrics, "the metrics a run recorded (ctx.metric)")
+    p = add("metrics", "metrics:cmd_metrics", "the metrics a run recorded (ctx.metric)")
     p.add_argument("run", metavar="RUN")
     p.add_argument("--name", metavar="NAME", help="only this metric")
 
-    p = add("cancel", cmd_cancel, "mark a run cancelled so nothing resumes it")
+    p = add("cancel", "write:cmd_cancel", "mark a run cancelled so nothing resumes it")
     p.add_argument("run", metavar="RUN")
     p.add_argument("--reason", default="cancelled from the command line")
 
-    p = add("gc", cmd_gc, "compact runs and delete old finished runs")
+    p = add("gc", "write:cmd_gc", "compact runs and delete old finished runs")
     p.add_argument("--dry-run", action="store_true", help="say what would go, change nothing")
     p.add_argument("--keep-runtime-states", type=_positive_int, default=3, metavar="N")
     p.add_argument(
@@ -262,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-age-days", type=float, metavar="DAYS")
     p.add_argument("--max-bytes", type=_size, metavar="SIZE", help="e.g. 500M, 2G")
 
-    p = add("pack", cmd_pack, "fold older checkpoint files into pack files (fewer files)")
+    p = add("pack", "write:cmd_pack", "fold older checkpoint files into pack files (fewer files)")
     p.add_argument("runs", metavar="RUN", nargs="*", help="default: every run")
     p.add_argument(
         "--keep-loose",
@@ -276,23 +280,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="say what would be packed, do nothing")
 
-    p = add("demo", cmd_demo, "crash a job with SIGKILL and resume it (a few seconds)")
+    p = add("demo", "write:cmd_demo", "crash a job with SIGKILL and resume it (a few seconds)")
     p.add_argument("--steps", type=_positive_int, default=40)
     p.add_argument("--keep", action="store_true", help="keep the temporary store and print it")
 
-    p = add("push", cmd_push, "upload runs to a remote, incrementally (remote extra)")
-    add_push_arguments(p)
-    p = add("pull", cmd_pull, "copy a run from a remote, verified; --take moves its lease")
-    add_pull_arguments(p)
+    p = add("push", "remote:cmd_push", "upload runs to a remote, incrementally (remote extra)")
+    arguments("push", "remote:add_push_arguments", p)
+    p = add("pull", "remote:cmd_pull", "copy a run from a remote, verified; --take moves its lease")
+    arguments("pull", "remote:add_pull_arguments", p)
 
-    p = add("watch", cmd_watch, "resume interrupted runs now and as they appear", json_flag=False)
-    add_watch_arguments(p)
-    p = add("submit", cmd_submit, "hand a job to the watcher", json_flag=False)
-    add_submit_arguments(p)
-    p = add("ui", cmd_ui, "the store as a local web page on 127.0.0.1 (ui extra)", json_flag=False)
-    add_ui_arguments(p)
-    p = add("schedule", cmd_schedule, "start a job on a schedule: add, list, rm", json_flag=False)
-    add_schedule_arguments(p, reading)
+    p = add(
+        "watch",
+        "watch:cmd_watch",
+        "resume interrupted runs now and as they appear",
+        json_flag=False,
+    )
+    arguments("watch", "watch:add_watch_arguments", p)
+    p = add("submit", "watch:cmd_submit", "hand a job to the watcher", json_flag=False)
+    arguments("submit", "watch:add_submit_arguments", p)
+    p = add(
+        "ui", "ui:cmd_ui", "the store as a local web page on 127.0.0.1 (ui extra)", json_flag=False
+    )
+    arguments("ui", "ui:add_ui_arguments", p)
+    p = add(
+        "schedule",
+        "schedule:cmd_schedule",
+        "start a job on a schedule: add, list, rm",
+        json_flag=False,
+    )
+    arguments("schedule", "schedule:add_schedule_arguments", p, reading)
     return parser
 
 
@@ -311,8 +327,9 @@ def _unusable(args: argparse.Namespace, exc: OSError) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_of(words))
+    args = parser.parse_args(words)
     if getattr(args, "handler", None) is None:
         parser.print_help(sys.stdout)
         return EXIT_USAGE
@@ -320,7 +337,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.root = None
     args.json = bool(getattr(args, "json", False))
     try:
-        return int(args.handler(args))
+        handler = args.handler  # "module:function", or a function a command's own
+        # argument declarations set (schedule add/list/rm)
+        return int((_load(handler) if isinstance(handler, str) else handler)(args))
     except CliError as exc:
         if exc.code == EXIT_OK:
             out(str(exc))

@@ -1,5 +1,5 @@
 """What a store lists: the :class:`~afk_local.storage.views.run_info.RunInfo` of a run,
-and its runs filtered and newest first.
+and its runs filtered and newest created first.
 
 A run is listed from its meta, its latest checkpoint, its lock and the bytes in its
 directory; a run being created or with a damaged meta is left out (``afk-local
@@ -9,7 +9,6 @@ verify`` reports it). :class:`~afk_local.Store` holds the public methods.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import itertools
 import logging
 import os
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from afk_local.errors import AfkLocalError, run_failure
 from afk_local.storage.format.layout import META_NAME, RunPaths, parse_pack_name
 from afk_local.storage.format.records import Checkpoint, RunMeta
-from afk_local.storage.meta_index import UNREADABLE, MetaIndex
+from afk_local.storage.meta_index import MetaIndex
 from afk_local.storage.rundir.ownership import is_interrupted, probe_owner
 from afk_local.storage.rundir.reader import RunReader
 
@@ -153,20 +152,12 @@ def _damaged_info(run_id: str, meta: RunMeta, damage: str) -> RunInfo:
 
 
 def list_runs(store: ListedStore, wanted: RunFilter, limit: int | None) -> RunList:
-    """The readable runs ``wanted`` admits, newest first, at most ``limit`` (see
+    """The readable runs ``wanted`` admits, newest created first, at most ``limit`` (see
     :meth:`afk_local.Store.runs`)."""
     from afk_local.storage.views.run_info import RunList  # noqa: PLC0415
 
-    if limit is None:
-        result = RunList(
-            info
-            for run_id in sorted(store.meta_index().summaries())
-            if (info := _listed(store, run_id, wanted)) is not None
-        )
-    else:
-        result = RunList(itertools.islice(iter_runs(store, wanted), limit))
-    result.sort(key=lambda info: info.updated_ms, reverse=True)
-    return result
+    listed = iter_runs(store, wanted)
+    return RunList(listed if limit is None else itertools.islice(listed, limit))
 
 
 def page_runs(
@@ -257,44 +248,26 @@ def _page_entry(store: ListedStore, run_id: str, meta: RunMeta | None) -> RunInf
 
 
 def iter_runs(store: ListedStore, wanted: RunFilter) -> Iterator[RunInfo]:
-    """The readable runs ``wanted`` admits, newest first, each read when it is its turn.
+    """The readable runs ``wanted`` admits, newest created first (ties: the greater run
+    id first), each read when it is its turn.
 
-    The store's meta index (:mod:`.meta_index`) orders the runs without decoding them,
-    by a bound on their listed ``updated_ms`` (the newer of their meta's last update and
-    their newest checkpoint's time): the meta's own for a run that expects no owner
-    (its meta is written after its last checkpoint), and for one that does (it may
-    checkpoint after its meta) the later of that and its ``latest`` link's mtime, or
-    "now" when it has no ``latest``. A run is yielded once no run still unread can be
-    newer: the first comes after a ``stat`` of every run, not after reading every run.
+    The store's meta index (:mod:`.meta_index`) gives the order from one directory scan
+    and the creation times it holds (a run's never changes), reading only runs it does
+    not know: the first run comes before the others are even looked at. Each run listed
+    is read from its own files then, so what it shows is never older than the listing.
+    A filter on a status skips, with one ``stat``, each run whose ``run.meta`` is still
+    the one the index summarised with another status.
     """
-    summaries = store.meta_index().summaries()
-    pending: list[tuple[int, int, RunInfo]] = []  # (-updated_ms, tie-break, info)
-    count = itertools.count()
-    candidates = []
-    for run_id, summary in summaries.items():
-        bound = summary.updated_ms
-        if summary.expects_owner or summary.status == UNREADABLE:
-            bound = max(bound, _latest_mtime_ms(store, run_id))
-        candidates.append((bound, run_id))
-    candidates.sort(key=lambda item: (-item[0], item[1]))
-    for bound, run_id in candidates:
-        while pending and -pending[0][0] >= bound:
-            yield heapq.heappop(pending)[2]
+    index = store.meta_index()
+    status = wanted.meta_status
+    for run_id in index.newest_first():
+        if status is not None:
+            known = index.summary(run_id)
+            if known is not None and known.status != status:
+                continue
         info = _listed(store, run_id, wanted)
         if info is not None:
-            heapq.heappush(pending, (-info.updated_ms, next(count), info))
-    while pending:
-        yield heapq.heappop(pending)[2]
-
-
-def _latest_mtime_ms(store: ListedStore, run_id: str) -> int:
-    """When the run's ``latest`` was last swapped (ms, rounded up), or a bound no listed
-    time reaches when it has none (its newest checkpoint is then unknown)."""
-    try:
-        st = os.lstat(store.paths(run_id).latest)
-    except OSError:
-        return 1 << 62
-    return -(-st.st_mtime_ns // 1_000_000) + 1
+            yield info
 
 
 def _listed(store: ListedStore, run_id: str, wanted: RunFilter) -> RunInfo | None:

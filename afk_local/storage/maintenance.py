@@ -30,6 +30,7 @@ from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import RunPaths, validate_run_id
 from afk_local.storage.format.layout import new_run_id as fresh_run_id
 from afk_local.storage.format.records import RunMeta, now_ms
+from afk_local.storage.meta_index import note_deletion
 from afk_local.storage.rundir.heads import HeadStore
 from afk_local.storage.rundir.ownership import acquire_lock, lock_is_held
 from afk_local.storage.rundir.reader import RunReader, read_meta
@@ -70,7 +71,7 @@ class MaintainedStore(Protocol):
         ...
 
     def runs(self) -> RunList:
-        """The readable runs, newest first."""
+        """The readable runs, newest created first."""
         ...
 
     def info(self, run_id: str) -> RunInfo:
@@ -265,6 +266,7 @@ def delete(
         trash = fsio.temp_path(store.runs_dir, f"deleted-{run_id}")
         store.env.rename(paths.dir, trash)
         store.env.fsync_dir(store.runs_dir)
+        note_deletion(store.root)  # the listings' index checks every run again
     finally:
         lock.release()
     shutil.rmtree(trash, ignore_errors=True)

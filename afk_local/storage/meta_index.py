@@ -1,32 +1,59 @@
 """A store's index of its runs' metas: what a listing or a sweep needs to know of each run
 without decoding every ``run.meta``.
 
-Each entry summarises one run's ``run.meta`` (status, last update, whether it has an
-entrypoint, the watcher's next attempt) together with the file's ``(inode, mtime,
-size)``. The index is never the truth: every use stats each run's ``run.meta`` and
-decodes the ones whose stat changed (``run.meta`` is only ever replaced by a rename, so
-a change always moves the inode), runs that appeared are read, runs that went are
-dropped. For a store of 100,000 runs a sweep is then one directory listing and 100,000
-``stat`` calls instead of 100,000 decodes.
+Each entry summarises one run's ``run.meta`` (status, creation and last update, whether
+it has an entrypoint, the watcher's next attempt) together with the file's ``(inode,
+mtime, size)`` and the run directory's inode. The index is never the truth:
+
+- :meth:`MetaIndex.summaries` (sweeps, filtered listings) stats each run's ``run.meta``
+  and decodes the ones whose stat changed (``run.meta`` is only ever replaced by a
+  rename, so a change always moves the inode); runs that appeared are read, runs that
+  went are dropped. For 100,000 runs: one directory listing and 100,000 ``stat`` calls
+  instead of 100,000 decodes.
+- :meth:`MetaIndex.newest_first` (listings, newest created first) stats no run it
+  knows: a run's creation time never changes, so the order of the runs the index
+  knows holds as long as each is in the directory it was read in (its inode, which a
+  directory listing gives for free). Runs in a new or another directory are read; runs
+  that went are dropped. And when ``runs/`` itself has not changed since the order was
+  made (the same inode, mtime and ctime: every run created, renamed or deleted changes
+  them), not even the directory is listed. A run deleted and created again under its
+  id may get the old directory's inode number, so every deletion replaces
+  :data:`DELETED_NAME` (:func:`note_deletion`) and the next listing checks every run's
+  meta first. Whatever a listing then shows it reads from the run itself, so a status
+  is never older than the listing.
 
 Stores of :data:`INDEX_MIN_RUNS` runs or more keep it in ``<root>/runs.index`` (msgpack,
 bounded when read, replaced all at once and never fsynced: a cache, rebuilt from the
 runs whenever it is missing, torn or damaged), so that a new process (the watcher's
 first sweep, ``afk-local runs``) starts warm; smaller stores keep it in memory only.
+The file keeps the listing order in chunks apart from the summaries, so a listing
+decodes only the chunks it shows. docs/format.md describes the file.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-
-import msgspec
 
 from afk_local.errors import AfkLocalError
 from afk_local.storage import fsio
+from afk_local.storage.dir_stamp import dir_stamp, keeps_dir_times, vouching
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import META_NAME, RunPaths, validate_run_id
+from afk_local.storage.format.meta_index_file import (
+    UNREADABLE,
+    Entry,
+    MetaSummary,
+    Stamp,
+    decode_chunk,
+    decode_index,
+    decode_summaries,
+    encode_index,
+    listing_order,
+)
 from afk_local.storage.rundir.reader import read_meta
 
 log = logging.getLogger("afk_local")
@@ -38,39 +65,14 @@ INDEX_MIN_RUNS = 500
 """Stores with fewer runs do not write the index to disk (reading every meta is cheap)."""
 
 MAX_INDEX_BYTES = 256 << 20
-"""The largest index file read (about two million runs)."""
+"""The largest index file read (about a million runs)."""
 
-UNREADABLE = ""
-"""The status of a run whose ``run.meta`` could not be read (damaged, newer schema...)."""
+DELETED_NAME = "runs.deleted"
+"""An empty file in the store's root, replaced (a new inode) after every run deletion."""
 
-
-class MetaSummary(msgspec.Struct, array_like=True, frozen=True):
-    """What the index keeps of one run's ``run.meta``, and the stat it was read at."""
-
-    ino: int
-    mtime_ns: int
-    size: int
-    status: str
-    """The run's status, or :data:`UNREADABLE`."""
-    updated_ms: int
-    entrypoint: bool
-    """True when the run has an entrypoint (a watcher can resume it)."""
-    next_attempt_ms: int
-
-    @property
-    def expects_owner(self) -> bool:
-        """True for ``created`` and ``running`` (see ``RunStatus.expects_owner``)."""
-        return self.status in ("created", "running")
-
-
-class _IndexFile(msgspec.Struct):
-    version: int
-    runs: dict[str, MetaSummary]
-
-
-_VERSION = 1
-_ENCODER = msgspec.msgpack.Encoder()
-_DECODER = msgspec.msgpack.Decoder(_IndexFile)
+RESAVE_AFTER = 256
+"""A listing rewrites the index once this many runs came or went since it was written
+(fewer are cheaper to read again than the index is to rewrite)."""
 
 
 class MetaIndex:
@@ -90,6 +92,21 @@ class MetaIndex:
         self._runs_dir = str(runs_dir)
         self._codec = record_codec
         self._runs: dict[str, MetaSummary] | None = None
+        """Every run's summary as last checked (by :meth:`summaries`) or loaded."""
+        self._raw_runs: bytes | None = None
+        """The file's undecoded summaries, until one is needed."""
+        self._entries: list[Entry] | None = None
+        """The listing order of the runs :attr:`_runs` holds, once known."""
+        self._chunks: list[bytes] | None = None
+        """The file's undecoded listing order, until all of it is needed."""
+        self._stamp: Stamp | None = None
+        """``runs/`` as it was when the order and :attr:`_unlisted` were made (None:
+        unknown, or a stamp that could not vouch for its names)."""
+        self._unlisted: list[str] = []
+        self._file_stamp: Stamp | None = None
+        self._deleted: tuple[int, int] | None = None
+        """:data:`DELETED_NAME` as it was when every summary was last checked."""
+        self._loaded = False
         self._saved = False
 
     def summaries(self) -> dict[str, MetaSummary]:
@@ -98,41 +115,188 @@ class MetaIndex:
         A run directory without a ``run.meta`` is left out; one whose meta cannot be
         read is in it with status :data:`UNREADABLE` (its readers report why).
         """
-        old = self._load() if self._runs is None else self._runs
+        old = self._known()
         fresh: dict[str, MetaSummary] = {}
         changed = 0
-        runs_dir = self._runs_dir
-        try:
-            with os.scandir(runs_dir) as entries:
-                names = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
-        except FileNotFoundError:
-            names = []
-        for name in names:
-            try:
-                st = os.stat(f"{runs_dir}/{name}/{META_NAME}", follow_symlinks=False)
-            except OSError:
-                continue  # being created, or no meta: not a run to list
-            known = old.get(name)
-            if (
-                known is not None
-                and known.ino == st.st_ino
-                and known.mtime_ns == st.st_mtime_ns
-                and known.size == st.st_size
-            ):
-                fresh[name] = known
-                continue
-            summary = self._read(name, st)
-            if summary is not None:
-                fresh[name] = summary
-                changed += 1
+        deleted = self._deletion_mark()  # before runs/ is listed: a later deletion shows
+        stamp = vouching(dir_stamp(self._runs_dir))
+        unlisted = []  # directories left out of the listing order
+        with _RunsDir(self._runs_dir) as runs:
+            for name in runs.names():
+                try:
+                    st = runs.stat(f"{name}/{META_NAME}")
+                except OSError:
+                    unlisted.append(name)
+                    continue  # being created, or no meta: not a run to list
+                known = old.get(name)
+                if (
+                    known is not None
+                    and known.ino == st.st_ino
+                    and known.mtime_ns == st.st_mtime_ns
+                    and known.size == st.st_size
+                ):  # run.meta is replaced by rename only: the same file, the same run
+                    fresh[name] = known
+                    continue
+                try:
+                    summary = self._read(name, st, runs.stat(name).st_ino)
+                except OSError:
+                    summary = None  # gone since
+                if summary is not None:
+                    fresh[name] = summary
+                    changed += 1
+                if summary is None or not summary.status:
+                    unlisted.append(name)
         if changed or len(fresh) != len(old):
             self._saved = False
-        self._runs = fresh
-        if not self._saved and len(fresh) >= INDEX_MIN_RUNS:
-            self._save(fresh)
+        self._runs, self._entries, self._chunks = fresh, None, None
+        self._made_from(stamp, unlisted)
+        if deleted != self._deleted:
+            self._deleted, self._saved = deleted, False
+        if len(fresh) >= INDEX_MIN_RUNS and (
+            not self._saved or (self._stamp is not None and self._stamp != self._file_stamp)
+        ):
+            self._save()
         return fresh
 
-    def _read(self, name: str, st: os.stat_result) -> MetaSummary | None:
+    def newest_first(self) -> Iterator[str]:
+        """Ids of the runs with a readable ``run.meta``, newest created first (ties: the
+        greater id first), without a ``stat`` of the runs the index knows.
+
+        A run the index does not know, or whose directory is not the one it knows, is
+        read before the first id comes; the others are ordered by the creation time
+        the index holds. ``runs/`` is listed once, or not at all when it has not
+        changed since the index's order was made. A run that went since is not
+        yielded; one that goes while the caller iterates may still be (reading it
+        then fails, as for any run deleted under a reader).
+        """
+        if not self._has_order() or self._deletion_mark() != self._deleted:
+            # No index yet (every run read once), or a run was deleted since every
+            # summary was checked: one it knows may have been created again under its
+            # id in a directory that got the old one's inode number (ext4 and xfs reuse
+            # them), so each run's meta is checked again.
+            self.summaries()
+        stamp = dir_stamp(self._runs_dir)
+        yielded: set[str] = set()  # each once, whatever a damaged file repeats
+        if stamp is not None and stamp == self._stamp and keeps_dir_times(stamp[0]):
+            # No run came or went since the order was made.
+            came = self._read_all(self._unlisted)
+            entries: Iterable[Entry] = self._lazy_entries()
+        else:
+            entries, came = self._rescan(vouching(stamp))
+        try:
+            for entry in heapq.merge(entries, listing_order(came), reverse=True):
+                if entry[1] not in yielded and _is_run_id(entry[1]):  # not a path: checked
+                    yielded.add(entry[1])
+                    yield entry[1]
+        except ValueError as exc:  # a damaged chunk, found only now that it is reached
+            log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
+            self._forget()
+            self.summaries()
+            for entry in self._order_or_empty():
+                if entry[1] not in yielded:
+                    yield entry[1]
+
+    def summary(self, run_id: str) -> MetaSummary | None:
+        """The index's summary of ``run_id`` when its ``run.meta`` still has the stat it
+        was read at (one ``stat``), else None (unknown, changed or gone)."""
+        known = self._known().get(run_id)
+        if known is None:
+            return None
+        try:
+            st = os.stat(f"{self._runs_dir}/{run_id}/{META_NAME}", follow_symlinks=False)
+        except OSError:
+            return None
+        if (known.ino, known.mtime_ns, known.size) != (st.st_ino, st.st_mtime_ns, st.st_size):
+            return None
+        return known
+
+    def _rescan(self, stamp: Stamp | None) -> tuple[list[Entry], dict[str, MetaSummary]]:
+        """List ``runs/``: the known runs still in their directory, and the others read
+        (``stamp``: ``runs/``'s, taken just before, if it may vouch for what is listed)."""
+        try:
+            order = self._order_or_empty()
+        except ValueError as exc:
+            log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
+            self._forget()
+            self.summaries()
+            order = self._order_or_empty()
+        names = self._scan()
+        kept: list[Entry] = []
+        for entry in order:
+            if names.get(entry[1]) == entry[2]:  # the same directory: the same run
+                del names[entry[1]]
+                kept.append(entry)
+        came = {}  # new runs, and runs in another directory now
+        for name, dir_ino in names.items():
+            summary = self._read_now(name, dir_ino)
+            if summary is not None:
+                came[name] = summary
+        readable = {name: s for name, s in came.items() if s.status}
+        moved = len(readable) + len(order) - len(kept)
+        unlisted = [name for name in names if name not in readable]
+        if not moved:
+            if stamp != self._stamp:  # the same runs: the order may vouch for them now
+                self._made_from(stamp, unlisted)
+                if len(kept) >= INDEX_MIN_RUNS and stamp is not None and stamp != self._file_stamp:
+                    self._save()
+            return kept, {}
+        known = self._known()
+        runs = {e[1]: known[e[1]] for e in kept if e[1] in known}
+        runs.update(came)
+        entries = list(heapq.merge(kept, listing_order(readable), reverse=True))
+        self._runs, self._entries, self._chunks, self._saved = runs, entries, None, False
+        self._made_from(stamp, unlisted)
+        if len(runs) >= INDEX_MIN_RUNS and (
+            moved >= RESAVE_AFTER or (self._stamp is not None and self._stamp != self._file_stamp)
+        ):
+            self._save()
+        return entries, {}
+
+    def _made_from(self, stamp: Stamp | None, unlisted: list[str]) -> None:
+        """Record that the order was made from a listing of ``runs/`` taken after it was
+        ``stamp`` (None: a stamp that cannot vouch, see :func:`.dir_stamp.vouching`), and which of
+        its directories it left out."""
+        self._stamp = stamp
+        self._unlisted = unlisted
+
+    def _deletion_mark(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path.parent / DELETED_NAME, follow_symlinks=False)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns)
+
+    def _scan(self) -> dict[str, int]:
+        """The directories in ``runs/`` (name -> inode), not following symlinks."""
+        try:
+            with os.scandir(self._runs_dir) as entries:
+                return {e.name: e.inode() for e in entries if e.is_dir(follow_symlinks=False)}
+        except FileNotFoundError:
+            return {}
+
+    def _read_all(self, names: list[str]) -> dict[str, MetaSummary]:
+        """The readable ones of ``names`` (directories not in the order), read now."""
+        found = {}
+        for name in names:
+            if not _is_run_id(name):
+                continue  # never a path from the file that was not a run's name
+            try:
+                dir_ino = os.stat(f"{self._runs_dir}/{name}", follow_symlinks=False).st_ino
+            except OSError:
+                continue
+            summary = self._read_now(name, dir_ino)
+            if summary is not None and summary.status:
+                found[name] = summary
+        return found
+
+    def _read_now(self, name: str, dir_ino: int) -> MetaSummary | None:
+        try:
+            st = os.stat(f"{self._runs_dir}/{name}/{META_NAME}", follow_symlinks=False)
+        except OSError:
+            return None
+        return self._read(name, st, dir_ino)
+
+    def _read(self, name: str, st: os.stat_result, dir_ino: int) -> MetaSummary | None:
         try:
             run_id = validate_run_id(name)
         except AfkLocalError:
@@ -140,7 +304,9 @@ class MetaIndex:
         try:
             meta = read_meta(RunPaths(run_id, Path(self._runs_dir) / run_id), self._codec)
         except AfkLocalError:
-            return MetaSummary(st.st_ino, st.st_mtime_ns, st.st_size, UNREADABLE, 0, False, 0)
+            return MetaSummary(
+                st.st_ino, st.st_mtime_ns, st.st_size, UNREADABLE, 0, False, 0, 0, dir_ino
+            )
         return MetaSummary(
             st.st_ino,
             st.st_mtime_ns,
@@ -149,33 +315,161 @@ class MetaIndex:
             meta.updated_ms,
             meta.entrypoint is not None,
             meta.next_attempt_ms,
+            meta.created_ms,
+            dir_ino,
         )
 
-    def _load(self) -> dict[str, MetaSummary]:
+    def _known(self) -> dict[str, MetaSummary]:
+        """The summaries as last checked or loaded (unchecked: compare their stats)."""
+        if self._runs is None:
+            if not self._loaded:
+                self._load()
+            if self._raw_runs is not None:
+                try:
+                    self._runs = decode_summaries(self._raw_runs)
+                except ValueError as exc:
+                    log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
+                    self._forget()
+                self._raw_runs = None
+        if self._runs is None:
+            self._runs = {}
+        return self._runs
+
+    def _has_order(self) -> bool:
+        if self._entries is None and self._chunks is None and not self._loaded:
+            self._load()
+        return self._entries is not None or self._chunks is not None
+
+    def _order_or_empty(self) -> list[Entry]:
+        """The whole listing order (decoding every chunk left)."""
+        if self._entries is None:
+            if self._chunks is not None:
+                self._entries = list(self._lazy_entries())
+                self._chunks = None
+            else:
+                self._entries = listing_order(self._known())
+        return self._entries
+
+    def _lazy_entries(self) -> Iterator[Entry]:
+        """The listing order, decoding the file's chunks as they are reached.
+
+        Raises:
+            ValueError: a chunk is torn or out of order (each is checked whole before
+                any of it is yielded).
+        """
+        if self._chunks is None:
+            yield from self._order_or_empty()
+            return
+        last: Entry | None = None
+        for raw in self._chunks:
+            entries = decode_chunk(raw, last)
+            if entries:
+                last = entries[-1]
+            yield from entries
+
+    def _load(self) -> None:
+        """Read the file once: its order and summaries, kept undecoded until needed."""
+        self._loaded = True
         try:
+            st = os.stat(self.path, follow_symlinks=False)
+            if st.st_uid != os.getuid() or st.st_mode & 0o022:
+                raise OSError(f"owned by uid {st.st_uid}, mode {st.st_mode & 0o777:o}")
             data = fsio.read_bounded(self.path, MAX_INDEX_BYTES)
         except FileNotFoundError:
-            return {}
+            return
         except (OSError, ValueError) as exc:
             log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
-            return {}
+            return
         try:
-            index = _DECODER.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            index = decode_index(data)
+        except ValueError as exc:
             log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
-            return {}
-        if index.version != _VERSION:
-            return {}
+            return
+        self._chunks = index.order
+        self._raw_runs = index.runs
+        self._stamp = self._file_stamp = index.stamp
+        self._unlisted = index.unlisted
+        self._deleted = index.deleted
         self._saved = True
-        return index.runs
 
-    def _save(self, runs: dict[str, MetaSummary]) -> None:
+    def _forget(self) -> None:
+        """Drop what the file said: the next look reads every run."""
+        self._runs = self._entries = self._chunks = self._raw_runs = None
+        self._stamp, self._unlisted, self._saved, self._deleted = None, [], False, None
+        self._loaded = True
+
+    def _save(self) -> None:
+        """Write what the index holds now (a failure is logged: the file is a cache)."""
+        runs = self._known()
+        order = self._order_or_empty()
+        data = encode_index(self._stamp, self._unlisted, order, runs, self._deleted)
         try:
-            fsio.replace_unsynced(self.path, _ENCODER.encode(_IndexFile(_VERSION, runs)))
+            fsio.replace_unsynced(self.path, data)
         except OSError as exc:  # a read-only store lists all the same
             log.debug("%s: not written (%s)", self.path, exc)
             return
-        self._saved = True
+        self._saved, self._file_stamp = True, self._stamp
 
 
-__all__ = ["INDEX_MIN_RUNS", "INDEX_NAME", "UNREADABLE", "MetaIndex", "MetaSummary"]
+class _RunsDir:
+    """``runs/`` for a sweep: its directories' names, and ``stat`` relative to it (through
+    a directory descriptor where the platform has them: a shorter path walk per run)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._fd: int | None = None
+
+    def __enter__(self) -> _RunsDir:
+        if os.stat in os.supports_dir_fd:
+            try:
+                self._fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            except OSError:
+                self._fd = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+
+    def names(self) -> list[str]:
+        """The directories in it (not symlinks), or none when it does not exist."""
+        try:
+            with os.scandir(self._path) as entries:
+                return [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        except FileNotFoundError:
+            return []
+
+    def stat(self, relative: str) -> os.stat_result:
+        """``os.stat`` of ``relative`` inside it, not following a final symlink."""
+        if self._fd is not None:
+            return os.stat(relative, dir_fd=self._fd, follow_symlinks=False)
+        return os.stat(f"{self._path}/{relative}", follow_symlinks=False)
+
+
+def note_deletion(root: Path) -> None:
+    """Tell the store's listings that a run was deleted (after its directory left
+    ``runs/``): the next one checks every run's meta before it trusts the index's order.
+    Never fails a deletion (a store that cannot be written lists without an index)."""
+    try:
+        fsio.replace_unsynced(root / DELETED_NAME, b"")
+    except OSError as exc:
+        log.debug("%s: not written (%s)", root / DELETED_NAME, exc)
+
+
+def _is_run_id(name: str) -> bool:
+    try:
+        validate_run_id(name)
+    except AfkLocalError:
+        return False
+    return True
+
+
+__all__ = [
+    "DELETED_NAME",
+    "INDEX_MIN_RUNS",
+    "INDEX_NAME",
+    "UNREADABLE",
+    "MetaIndex",
+    "MetaSummary",
+    "note_deletion",
+]

@@ -484,14 +484,17 @@ class Store:
         tags: dict[str, str | None] | None = None,
         limit: int | None = None,
     ) -> RunList:
-        """The readable runs, newest first, filtered (:class:`~.run_filter.RunFilter`).
+        """The readable runs, newest created first (ties: the greater run id first),
+        filtered (:class:`~.run_filter.RunFilter`).
+
+        A run keeps its place as it changes; each is read from its own files when listed.
 
         Args:
             status: a status, or ``"interrupted"`` / ``"live"``.
             since_ms: only runs updated at or after this wall-clock millisecond stamp.
             name: a glob matched against the run id and the job's name.
             tags: ``{key: value}`` each run must be tagged with (value None: any value).
-            limit: at most this many (the newest).
+            limit: at most this many (the newest created).
 
         A notebook shows the result as a table; ``.to_pandas()`` makes a DataFrame.
         """
@@ -508,8 +511,9 @@ class Store:
         name: str | None = None,
         tags: dict[str, str | None] | None = None,
     ) -> Iterator[RunInfo]:
-        """The runs :meth:`runs` lists, newest first, one at a time: the first comes after
-        a ``stat`` of each run, before the others are read (for a store of many runs).
+        """The runs :meth:`runs` lists, newest created first, one at a time: the first
+        comes before the others are read (the store's index holds the order; for a
+        store of many runs).
 
         Example:
             >>> import itertools

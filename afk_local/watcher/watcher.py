@@ -310,15 +310,21 @@ class Watcher:
         # The store's meta index says, with a stat per run, which metas may need a look:
         # a run that needs no owner and is not sleeping, or has no entrypoint, is never
         # decoded here.
-        for run_id, summary in sorted(self.store.meta_index().summaries().items()):
-            if run_id in self.children:
-                continue
-            if summary.status != UNREADABLE and (
-                not (summary.expects_owner or summary.status == RunStatus.SLEEPING.value)
-                or not summary.entrypoint
-                or summary.next_attempt_ms > stamp
-            ):
-                continue
+        sleeping = RunStatus.SLEEPING.value
+        candidates = sorted(
+            run_id
+            for run_id, summary in self.store.meta_index().summaries().items()
+            if run_id not in self.children
+            and (
+                summary.status == UNREADABLE
+                or (
+                    (summary.expects_owner or summary.status == sleeping)
+                    and summary.entrypoint
+                    and summary.next_attempt_ms <= stamp
+                )
+            )
+        )
+        for run_id in candidates:
             meta = self._meta(run_id)
             if meta is None or meta.entrypoint is None:
                 continue

@@ -1,4 +1,5 @@
-"""What a store lists (afk_local/storage/listing.py): run infos, filtered, newest first."""
+"""What a store lists (afk_local/storage/listing.py): run infos, filtered, newest created
+first."""
 
 from __future__ import annotations
 
@@ -20,17 +21,18 @@ def test_run_info_says_where_the_run_is(tmp_path: Path) -> None:
     assert info.tags == {"team": "a"}
 
 
-def test_runs_are_newest_first_filtered_and_limited(tmp_path: Path) -> None:
+def test_runs_are_newest_created_first_filtered_and_limited(tmp_path: Path) -> None:
     store = afk.Store(tmp_path)
-    for run_id in ("a", "b", "c"):
+    for run_id in ("a", "b", "c"):  # created in that order (a tie: the greater id first)
         with store.create(run_id) as run:
             run.checkpoint("runtime_state", {}, step=1)
-    with store.resume_writer("b") as run:
+    with store.resume_writer("a") as run:  # a later change does not move a run
         run.finish()
     everything = listing.list_runs(store, RunFilter(), None)
-    assert [info.run_id for info in everything] == ["b", "c", "a"]
+    assert [info.run_id for info in everything] == ["c", "b", "a"]
+    assert everything[2].status is afk.RunStatus.COMPLETED
     done = listing.list_runs(store, RunFilter(status="completed"), None)
-    assert [info.run_id for info in done] == ["b"]
+    assert [info.run_id for info in done] == ["a"]
     assert len(listing.list_runs(store, RunFilter(), 2)) == 2
 
 

@@ -23,7 +23,6 @@ Example:
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import re
 from pathlib import Path
@@ -169,6 +168,8 @@ def open_mirror(url: str, root: Path) -> Mirror:
             (``afk_local[remote]``) is not installed.
     """
     scheme = mirror_scheme(url)
+    import importlib.metadata  # noqa: PLC0415 - a store that mirrors nothing never needs it
+
     entries = [e for e in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
     entry = next((e for e in entries if e.name == scheme), None)
     if entry is None:

@@ -51,6 +51,11 @@ class RunFilter:
         return self.status not in (None, *LIVENESS) or self.name is not None or bool(self.tags)
 
     @property
+    def meta_status(self) -> str | None:
+        """The :class:`RunStatus` value a run's meta must have, or None (any status)."""
+        return None if self.status in (None, *LIVENESS) else self.status
+
+    @property
     def needs_info(self) -> bool:
         """Some criterion needs the run's :class:`RunInfo` (liveness, last update)."""
         return self.status in LIVENESS or self.since_ms is not None

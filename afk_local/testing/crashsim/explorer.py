@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from afk_local.storage import fsio
-from afk_local.storage.meta_index import INDEX_NAME
+from afk_local.storage.meta_index import DELETED_NAME, INDEX_NAME
 from afk_local.testing.crashsim.check import check_state
 from afk_local.testing.crashsim.disk import (
     Tree,
@@ -183,8 +183,10 @@ def _recorded(
         model.apply(op)
     trash = fsio.TEMP_PREFIX + "deleted-"  # removed by rmtree once unpublished: not durable I/O
     expected = {p: n for p, n in model.tree().items() if trash not in p}
-    # owner.lock is made by filelock; runs.index is a cache, never fsynced (meta_index)
-    differences = tree_differences(expected, read_tree(base), ignore=("owner.lock", INDEX_NAME))
+    # owner.lock is made by filelock; runs.index is a cache and runs.deleted a hint to it,
+    # never fsynced (meta_index)
+    ignored = ("owner.lock", INDEX_NAME, DELETED_NAME)
+    differences = tree_differences(expected, read_tree(base), ignore=ignored)
     if differences:
         raise RecordingError(
             f"workload {workload.name}: the disk differs from the recorded calls (a write that "

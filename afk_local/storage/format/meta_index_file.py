@@ -1,0 +1,155 @@
+"""The bytes of a store's ``runs.index`` (docs/format.md, "The meta index"): a run's
+meta summary, the listing order in chunks, and the file that holds both. No policy:
+:mod:`afk_local.storage.meta_index` decides what to trust and when to write.
+
+Every decode here raises ValueError (msgspec's errors are ValueErrors too) for a file
+or chunk that cannot be used; nothing in it is ever a path.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+UNREADABLE = ""
+"""The status of a run whose ``run.meta`` could not be read (damaged, newer schema...)."""
+
+CHUNK = 1024
+"""Runs per chunk of the listing order."""
+
+VERSION = 2
+"""The file's version; a file of another is not used (and is rewritten)."""
+
+Entry = tuple[int, str, int]
+"""One run in the listing order: (created_ms, run id, directory inode), newest first."""
+
+Stamp = tuple[int, int, int, int]
+"""``runs/``'s (st_dev, st_ino, st_mtime_ns, st_ctime_ns)."""
+
+
+class MetaSummary(msgspec.Struct, array_like=True, frozen=True):
+    """What the index keeps of one run's ``run.meta``, and the stat it was read at."""
+
+    ino: int
+    mtime_ns: int
+    size: int
+    status: str
+    """The run's status, or :data:`UNREADABLE`."""
+    updated_ms: int
+    entrypoint: bool
+    """True when the run has an entrypoint (a watcher can resume it)."""
+    next_attempt_ms: int
+    created_ms: int
+    """When the run was created (never changes for a run directory)."""
+    dir_ino: int
+    """The inode of the run's directory when its meta was read."""
+
+    @property
+    def expects_owner(self) -> bool:
+        """True for ``created`` and ``running`` (see ``RunStatus.expects_owner``)."""
+        return self.status in ("created", "running")
+
+
+class Chunk(msgspec.Struct, array_like=True):
+    """Part of the listing order: three lists of one length, newest created first."""
+
+    run_ids: list[str]
+    dir_inos: list[int]
+    created_ms: list[int]
+
+
+class IndexFile(msgspec.Struct):
+    """The whole file."""
+
+    version: int
+    stamp: Stamp | None
+    """``runs/``'s stamp just before the listing of it the order and ``unlisted`` come
+    from, when that stamp may vouch for its names; else None."""
+    unlisted: list[str]
+    """Directories of that listing left out of the order (no meta yet, or unreadable)."""
+    order: list[bytes]
+    """The listing order: msgpack :class:`Chunk` s of at most :data:`CHUNK` runs."""
+    runs: bytes
+    """A msgpack ``dict[str, MetaSummary]``: decoded only when a summary is needed (held
+    as bytes, so that reading the order skips it whole)."""
+    deleted: tuple[int, int] | None = None
+    """The (inode, mtime_ns) of the store's ``runs.deleted`` marker when every summary was
+    last checked against its run (None: there was no marker)."""
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(IndexFile)
+_CHUNK_DECODER = msgspec.msgpack.Decoder(Chunk)
+_RUNS_DECODER = msgspec.msgpack.Decoder(dict[str, MetaSummary])
+
+
+def encode_index(
+    stamp: Stamp | None,
+    unlisted: list[str],
+    order: list[Entry],
+    runs: dict[str, MetaSummary],
+    deleted: tuple[int, int] | None,
+) -> bytes:
+    """The file's bytes (``order``: newest first, as :func:`listing_order` makes it)."""
+    chunks = []
+    for start in range(0, len(order), CHUNK):
+        part = order[start : start + CHUNK]
+        chunk = Chunk([e[1] for e in part], [e[2] for e in part], [e[0] for e in part])
+        chunks.append(_ENCODER.encode(chunk))
+    index = IndexFile(VERSION, stamp, unlisted, chunks, _ENCODER.encode(runs), deleted)
+    return _ENCODER.encode(index)
+
+
+def decode_index(data: bytes) -> IndexFile:
+    """The file, with its order and summaries still undecoded.
+
+    Raises:
+        ValueError: not an index file of :data:`VERSION`.
+    """
+    index = _DECODER.decode(data)
+    if index.version != VERSION:
+        raise ValueError(f"version {index.version}, not {VERSION}")
+    return index
+
+
+def decode_chunk(raw: bytes, after: Entry | None) -> list[Entry]:
+    """The runs of one chunk of the order, checked whole: torn lists or an order that is
+    not newest first (``after``: the last run of the chunk before) raise ValueError."""
+    chunk = _CHUNK_DECODER.decode(raw)
+    if not len(chunk.run_ids) == len(chunk.dir_inos) == len(chunk.created_ms):
+        raise ValueError("a chunk of its order is torn")
+    entries = list(zip(chunk.created_ms, chunk.run_ids, chunk.dir_inos, strict=True))
+    for entry in entries:
+        if after is not None and entry > after:
+            raise ValueError("its order is not newest first")
+        after = entry
+    return entries
+
+
+def decode_summaries(raw: bytes) -> dict[str, MetaSummary]:
+    """The summaries (run id -> summary). Raises ValueError when they do not decode."""
+    return _RUNS_DECODER.decode(raw)
+
+
+def listing_order(runs: dict[str, MetaSummary]) -> list[Entry]:
+    """The listing order of ``runs``: the readable ones, newest created first (ties: the
+    greater run id first)."""
+    return sorted(
+        ((s.created_ms, name, s.dir_ino) for name, s in runs.items() if s.status), reverse=True
+    )
+
+
+__all__ = [
+    "CHUNK",
+    "UNREADABLE",
+    "VERSION",
+    "Chunk",
+    "Entry",
+    "IndexFile",
+    "MetaSummary",
+    "Stamp",
+    "decode_chunk",
+    "decode_index",
+    "decode_summaries",
+    "encode_index",
+    "listing_order",
+]

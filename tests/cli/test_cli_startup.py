@@ -1,0 +1,78 @@
+"""What ``afk-local`` imports (afk_local/cli/main.py): a command loads its own modules
+only, so ``afk-local runs`` starts without the runner, agent, journal and watcher, and
+every command still parses as before."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from proc import run
+
+from afk_local.cli.main import _command_of, build_parser
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["runs", "--limit", "5"], "runs"),
+        (["--root", "/x", "runs"], "runs"),
+        (["--root=/x", "--json", "show", "r"], "show"),
+        (["--json", "--", "log", "r"], "log"),
+        (["--root", "runs"], None),  # "runs" is --root's value here: no command
+        (["--help"], None),
+        ([], None),
+    ],
+)
+def test_the_command_is_found_before_parsing(argv: list[str], command: str | None) -> None:
+    assert _command_of(argv) == command
+
+
+def test_runs_imports_no_runner_agent_journal_or_watcher(tmp_path) -> None:
+    script = """
+import io, json, sys, contextlib
+import afk_local as afk
+from afk_local.cli import main
+root = sys.argv[1]
+with afk.Store(root).create("r") as run:
+    run.checkpoint("runtime_state", {"n": 1}, step=1)
+    run.finish(1)
+for name in [m for m in sys.modules if m.startswith("afk_local.")]:
+    del sys.modules[name]  # what creating the run loaded: start again from the CLI
+from afk_local.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = main(["--root", root, "runs", "--limit", "5", "--json"])
+layers = sorted({m.split(".")[1] for m in sys.modules if m.startswith("afk_local.")})
+print(json.dumps({"code": code, "listed": json.loads(out.getvalue()), "layers": layers,
+                  "modules": [m for m in sys.modules if m.startswith("afk_local.")]}))
+"""
+    done = run(script, str(tmp_path / "store"))
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["code"] == 0 and [r["run_id"] for r in seen["listed"]] == ["r"]
+    assert not {"agent", "journal", "watcher", "integrations", "ui"} & set(seen["layers"])
+    assert "afk_local.storage.rundir.writer" not in seen["modules"]
+    assert not [
+        m
+        for m in seen["modules"]
+        if m.startswith("afk_local.cli.")
+        and m
+        not in (
+            "afk_local.cli.main",
+            "afk_local.cli.command",
+            "afk_local.cli.listing",
+            "afk_local.cli.render",
+        )
+    ], seen["modules"]
+
+
+def test_every_command_still_declares_its_arguments() -> None:
+    full = build_parser()
+    for command, argv in {
+        "watch": ["watch", "--once"],
+        "schedule": ["schedule", "rm", "nightly"],
+        "settle": ["settle", "r", "k", "--done", "--result", "1"],
+        "runs": ["runs", "--status", "failed", "--limit", "3"],
+    }.items():
+        assert vars(build_parser(command).parse_args(argv)) == vars(full.parse_args(argv))
