@@ -437,17 +437,25 @@ class Env:
             self.recorder(IoCall("unlink", os.fspath(path)))
 
     def atomic_write(
-        self, path: str | os.PathLike[str], data: bytes, *, sync_dir: bool = True
+        self,
+        path: str | os.PathLike[str],
+        data: bytes,
+        *,
+        sync_dir: bool = True,
+        sync_file: bool = True,
     ) -> None:
         """Publish ``data`` at ``path`` all at once: temp file, fsync, rename, fsync directory.
 
         Readers see the old file or the new one, never a mix. With ``sync_dir=False``
-        the caller promises to fsync the directory itself before acknowledging.
+        the caller promises to fsync the directory itself before acknowledging. With
+        ``sync_file=False`` (and ``sync_dir=False``) nothing is made durable: a power
+        cut may leave the old file, or the new name with its bytes lost or cut short;
+        only for a file whose every reader recovers it from a durable copy elsewhere.
         """
         target = os.fspath(path)
         tmp = _temp_sibling(target)
         try:
-            self.write_new_file(tmp, data)
+            self.write_new_file(tmp, data, sync=sync_file)
             self.rename(tmp, target)
         except BaseException:
             with contextlib.suppress(OSError):
