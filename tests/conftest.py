@@ -10,7 +10,9 @@ real processes, ``strategies.py`` holds the hypothesis strategies, and the
 
 from __future__ import annotations
 
+import datetime
 import os
+import random
 import sys
 from pathlib import Path
 
@@ -33,6 +35,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="run the long crash-torture trial counts (hundreds of SIGKILLs)",
     )
+
+
+KILL_SEED = os.environ.get("AFK_KILL_SEED") or datetime.date.today().isoformat()
+"""Seeds which kill points the default suite samples: it changes every day, so the
+sampled loops cover every point over time; set ``AFK_KILL_SEED`` to repeat a run."""
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Print the kill-point seed, so a failing sampled loop can be run again."""
+    return f"kill points: AFK_KILL_SEED={KILL_SEED}"
+
+
+@pytest.fixture
+def kill_points(request: pytest.FixtureRequest):
+    """``kill_points(total, default)``: the durable I/O calls (1-based) at which a
+    kill-at-every-call loop kills its child. ``--torture``: all ``total`` of them; the
+    default suite: ``default`` of them, the first and the last always, the rest drawn
+    with ``KILL_SEED`` and the test's id (the crash explorer checks every crash point
+    of the same writers deterministically)."""
+
+    def pick(total: int, default: int) -> list[int]:
+        points = list(range(1, total + 1))
+        if request.config.getoption("--torture") or total <= default:
+            return points
+        rng = random.Random(f"{KILL_SEED}:{request.node.nodeid}")
+        return sorted({1, total, *rng.sample(points[1:-1], default - 2)})
+
+    return pick
 
 
 @pytest.fixture

@@ -22,7 +22,15 @@ from afk_local.storage.format.records import RunMeta, RunStatus
 from afk_local.storage.ops.export import to_jsonable
 from afk_local.storage.rundir.reader import RunReader
 from afk_local.storage.store import Store
+from afk_local.storage.views.conversation import conversation
 from afk_local.storage.views.notebook import format_bytes, format_ms
+
+SHOWN_ENTRIES = 20
+"""``show`` prints the newest this many entries of an agent run's conversation."""
+SHOWN_CHARS = 200
+"""... each cut to this many characters (``inspect --conversation``: :data:`CONVERSATION_CHARS`)."""
+CONVERSATION_CHARS = 2000
+"""``inspect --conversation`` cuts each entry to this many characters."""
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)', re.M)
 
@@ -106,6 +114,12 @@ def describe_run(
         facts["metrics"] = reader.metrics().summary()
     except (AfkLocalError, OSError) as exc:
         facts["metrics"] = f"unreadable: {exc}"
+    try:
+        facts["conversation"] = conversation(
+            reader, max_chars=SHOWN_CHARS, max_entries=SHOWN_ENTRIES
+        )
+    except (AfkLocalError, OSError) as exc:
+        facts["conversation"] = f"unreadable: {exc}"
     facts["next"] = _next_action(
         meta,
         interrupted=info.interrupted,
@@ -225,4 +239,4 @@ def _next_action(
     return "nothing to do"
 
 
-__all__ = ["describe_failure", "describe_run"]
+__all__ = ["CONVERSATION_CHARS", "describe_failure", "describe_run"]

@@ -156,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", metavar="RUN")
     p.add_argument("seq", metavar="SEQ", nargs="?", type=_seq)
     p.add_argument("--path", help="dotted path into the payload, e.g. state.items.0")
+    p.add_argument(
+        "--conversation",
+        action="store_true",
+        help="an agent run's conversation (prompt, model answers, tool calls and results)",
+    )
 
     p = add("effects", cmd_effects, "journaled side effects: intent, outcome, in doubt")
     p.add_argument("run", metavar="RUN")

@@ -24,7 +24,7 @@ from afk_local.cli.command import (
     suggest,
     warn_untrusted,
 )
-from afk_local.cli.describe import describe_failure, describe_run
+from afk_local.cli.describe import CONVERSATION_CHARS, describe_failure, describe_run
 from afk_local.cli.listing import describe_filters, list_runs
 from afk_local.cli.metrics import metric_lines, on_terminal
 from afk_local.cli.remote import cmd_remote_runs
@@ -42,6 +42,7 @@ from afk_local.storage import fsio
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.ops.export import export_records, to_jsonable
 from afk_local.storage.store import Store
+from afk_local.storage.views.conversation import conversation, conversation_lines
 from afk_local.storage.views.notebook import format_bytes, format_ms
 from afk_local.storage.views.run_info import RunInfo
 from afk_local.storage.views.run_progress import format_duration, format_progress, progress_of
@@ -185,6 +186,11 @@ def _show_lines(store: Store, run_id: str, key: str, value: Any) -> list[str]:
         return [" ".join(f"{k}={v}" for k, v in value.items())]
     if key == "failure":
         return [describe_failure(value)]
+    if key == "conversation" and isinstance(value, dict):
+        lines = conversation_lines(value)
+        if value["omitted"] or value["truncated"]:
+            lines.append(f"(all of it: `afk-local inspect {run_id} --conversation`)")
+        return lines
     if key == "metrics" and isinstance(value, dict):
         return metric_lines(value, store.open(run_id).metrics() if on_terminal() else None)
     return [json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value]
@@ -237,6 +243,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     store = open_store(args)
     require_run(store, args.run)
     warn_untrusted(store, args.run)
+    if args.conversation:
+        return _inspect_conversation(store, args)
     record = _load_checkpoint(store, args.run, args.seq)
     value = payload_at(record.payload, args.path, run_id=args.run, seq=record.seq)
     if args.json:
@@ -258,6 +266,26 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         f"{format_ms(record.timestamp_ms)}{where}"
     )
     out(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
+def _inspect_conversation(store: Store, args: argparse.Namespace) -> int:
+    """``inspect RUN --conversation``: the whole conversation of an agent run (bounded)."""
+    if args.seq is not None or args.path:
+        raise CliError("--conversation shows the run's whole conversation: give no SEQ or --path")
+    found = conversation(store.open(args.run))
+    if found is None:
+        raise CliError(
+            f"run {args.run} holds no conversation (it is neither an AgentRunner run nor a "
+            "pydantic-ai DurableAgent's); `afk-local inspect RUN` shows its latest checkpoint"
+        )
+    if args.json:
+        emit_json({"run_id": args.run, **found})
+        return EXIT_OK
+    for line in conversation_lines(found, width=CONVERSATION_CHARS):
+        out(line)
+    if found["truncated"]:
+        out(f"({found['truncated']} long entries cut at {CONVERSATION_CHARS} characters)")
     return EXIT_OK
 
 

@@ -46,6 +46,7 @@ from afk_local.runner.origin import REENTERED_ENV, ReentryPlan, cannot_resume, r
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.ops.export import import_run
 from afk_local.storage.ops.retention import DEFAULT_ALWAYS_KEEP, RetentionPolicy
+from afk_local.storage.ops.state_edit import parse_updates
 from afk_local.storage.store import Store
 from afk_local.storage.trust import require_trusted_run, trust_run
 from afk_local.storage.views.notebook import format_bytes
@@ -81,17 +82,11 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def _updates(pairs: list[str]) -> dict[str, Any]:
-    """``--set PATH=JSON`` options as ``{path: value}``."""
-    updates: dict[str, Any] = {}
-    for pair in pairs:
-        path, sep, text = pair.partition("=")
-        if not sep or not path:
-            raise CliError(
-                f"--set takes PATH=JSON, e.g. --set state.total=0 or --set 'state.name=\"x\"', "
-                f"not {pair!r}"
-            )
-        updates[path] = parse_json_option(f"--set {path}", text)
-    return updates
+    """``--set PATH=JSON`` options as ``{path: value}`` (the rules the page's fork form uses)."""
+    try:
+        return parse_updates(pairs)
+    except ValueError as exc:
+        raise CliError(f"--set: {exc}") from None
 
 
 def cmd_fork(args: argparse.Namespace) -> int:

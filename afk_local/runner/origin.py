@@ -44,6 +44,14 @@ module or script), cleared by the next attempt that starts. While it is there
 alone; a person's ``afk-local resume`` tries again.
 """
 
+IN_PROCESS_KEY = "in_process_only"
+"""The key in ``RunMeta.extra`` of why only the code that started the run can continue it (a str).
+
+Written when the run is created by code that knows no other process can rebuild
+what it runs (a wrapped agent defined in a script, or started with arguments that
+are not stored); unlike :data:`UNRESUMABLE_KEY` it stays for the run's life.
+"""
+
 REENTERED_ENV = "AFK_LOCAL_REENTERED"
 """Set in a process started under a run's recorded interpreter: it hands over no further."""
 
@@ -133,6 +141,9 @@ def cannot_resume(meta: RunMeta, *, recorded: bool = True) -> str | None:
     marked = meta.extra.get(UNRESUMABLE_KEY) if isinstance(meta.extra, dict) else None
     if recorded and isinstance(marked, str) and marked:
         return marked
+    in_process = meta.extra.get(IN_PROCESS_KEY) if isinstance(meta.extra, dict) else None
+    if isinstance(in_process, str) and in_process:
+        return in_process
     entrypoint = meta.entrypoint
     if entrypoint is None:
         if meta.extra.get("subagent") and meta.parent_run_id:
@@ -219,6 +230,7 @@ def reentry_plan(meta: RunMeta, environ: dict[str, str] | None = None) -> Reentr
 
 __all__ = [
     "AFK_LOCAL_HOME",
+    "IN_PROCESS_KEY",
     "ORIGIN_KEY",
     "REENTERED_ENV",
     "UNRESUMABLE_KEY",

@@ -10,6 +10,7 @@ recorded working directory, ``sys.path`` and script (:mod:`.reentry`).
 
 from __future__ import annotations
 
+import abc
 import copy
 import logging
 from typing import Any
@@ -33,8 +34,25 @@ from afk_local.storage.trust import TrustedRun, require_trusted_run
 log = logging.getLogger("afk_local")
 
 
+class JobSource(abc.ABC):
+    """An object a run's entrypoint may name in place of an ``@afk.durable`` function.
+
+    A wrapper that runs something durably without the user writing a job (a framework's
+    agent wrapped by an integration) subclasses it: :func:`load_entrypoint` accepts a
+    module-level instance and asks it for the job. Only subclasses are accepted, so a
+    crafted ``run.meta`` still cannot name an arbitrary object.
+    """
+
+    @abc.abstractmethod
+    def durable_job(self, entrypoint: str) -> DurableFunction[Any]:
+        """The durable job whose runs record ``entrypoint`` (this object's module-level name)."""
+
+
 def load_entrypoint(entrypoint: str | None, run_id: str = "?") -> DurableFunction[Any]:
-    """The durable function named ``module:qualname`` (this process's registry first)."""
+    """The durable function named ``module:qualname`` (this process's registry first).
+
+    The name may also be that of a :class:`JobSource` (which gives the job).
+    """
     if entrypoint is None:
         raise EntrypointError(
             run_id,
@@ -46,7 +64,7 @@ def load_entrypoint(entrypoint: str | None, run_id: str = "?") -> DurableFunctio
     found = registered(entrypoint)
     if found is not None:
         return found
-    job: DurableFunction[Any] = import_entrypoint(
+    job: DurableFunction[Any] | JobSource = import_entrypoint(
         run_id,
         entrypoint,
         unimportable_hint=(
@@ -54,9 +72,11 @@ def load_entrypoint(entrypoint: str | None, run_id: str = "?") -> DurableFunctio
             "which another process cannot import. Resume it from the same script/notebook with "
             "job.run(run_id=...), or move the job into an importable module"
         ),
-        accept=(DurableFunction,),
+        accept=(DurableFunction, JobSource),
         accept_name="an @afk.durable function",
     )
+    if isinstance(job, JobSource):
+        return job.durable_job(entrypoint)
     return job
 
 
@@ -199,6 +219,7 @@ async def aresume_job(
 
 
 __all__ = [
+    "JobSource",
     "aresume_job",
     "load_entrypoint",
     "load_job",

@@ -50,7 +50,9 @@ StepHook = Callable[[str, str], None]
 
 NO_INPUT: Any = object()
 """The ``input_value`` of an attempt that answers no pause."""
-_PAUSE = "@pause"
+PAUSE_NAME = "@pause"
+"""The name of the journaled call that holds a pause's answer (the effects show it)."""
+_PAUSE = PAUSE_NAME
 
 _step_hook: StepHook | None = None
 
@@ -465,4 +467,4 @@ class RunContext(Reporting, DurableTime):
         raise RunPaused(self.run_id, kind, prompt)
 
 
-__all__ = ["NO_INPUT", "RunContext", "set_step_hook"]
+__all__ = ["NO_INPUT", "PAUSE_NAME", "RunContext", "set_step_hook"]

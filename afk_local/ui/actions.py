@@ -7,7 +7,8 @@ Each action calls the code the command line calls: :func:`~afk_local.runner.sett
 run, an answer bound to the pause the page showed),
 :func:`~afk_local.runner.cancel.cancel` (``afk-local cancel``),
 :func:`~afk_local.runner.restart.restart_run` (``afk-local restart --no-start``: a
-watcher starts the new run) and :meth:`~afk_local.Store.fork` (``afk-local fork``). An
+watcher starts the new run) and :meth:`~afk_local.Store.fork` (``afk-local fork
+[--as NEW_ID] [--set PATH=JSON ...]``). An
 action returns what the page says and which run it shows next; bad input raises
 ``ValueError`` and what the run's state refuses raises an
 :class:`~afk_local.errors.AfkLocalError`, both shown as they are.
@@ -20,11 +21,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from afk_local.errors import InvalidRunIdError
 from afk_local.runner.cancel import cancel
 from afk_local.runner.origin import cannot_resume
 from afk_local.runner.restart import restart_run
 from afk_local.runner.settle import settle, unsettle
+from afk_local.storage.format.layout import validate_run_id
 from afk_local.storage.format.records import RunStatus
+from afk_local.storage.ops.state_edit import parse_updates
 from afk_local.storage.store import Store
 from afk_local.ui.views import require_run
 from afk_local.watcher.requests import resume_request
@@ -134,19 +138,42 @@ def restart(store: Store, run_id: str, form: Mapping[str, str]) -> Done:
     )
 
 
+MAX_SETTINGS = 100
+"""The most ``PATH=JSON`` lines one fork form may set."""
+
+
 def fork(store: Store, run_id: str, form: Mapping[str, str]) -> Done:
-    """``fork RUN --at SEQ``: a new run continuing from one checkpoint of this one."""
+    """``fork RUN --at SEQ [--as NEW_ID] [--set PATH=JSON ...]``: a new run from one checkpoint.
+
+    The form's ``set`` field holds one ``PATH=JSON`` a line, read by the CLI's own rules
+    (:func:`~afk_local.storage.ops.state_edit.parse_updates`); the state's paths are then
+    checked on the checkpoint by :meth:`~afk_local.Store.fork`, before anything is created.
+    """
     require_run(store, run_id)
     try:
-        at_seq = int(form.get("seq", ""))
+        at_seq = int(form.get("seq", "").strip())
     except ValueError:
-        raise ValueError("the form names no checkpoint; reload the page") from None
-    info = store.fork(run_id, at_seq)
-    return Done(
-        f"forked from {run_id} at checkpoint {at_seq}; continue it with "
-        f"`afk-local resume {info.run_id}`",
-        info.run_id,
-    )
+        raise ValueError("say which checkpoint to fork from (its seq, a number)") from None
+    new_id = form.get("as", "").strip() or None
+    if new_id is not None:
+        try:
+            validate_run_id(new_id)
+        except InvalidRunIdError as exc:
+            raise ValueError(f"the new run's id: {exc}") from None
+    settings = [line for line in form.get("set", "").splitlines() if line.strip()]
+    if len(settings) > MAX_SETTINGS:
+        raise ValueError(f"at most {MAX_SETTINGS} values can be set in one fork")
+    updates = parse_updates(settings)
+    info = store.fork(run_id, at_seq, new_id, updates=updates or None)
+    said = f"forked from {run_id} at checkpoint {at_seq}"
+    if updates:
+        said += f", with {', '.join(sorted(updates))} set in its state (checkpoint {info.seq})"
+    reason = cannot_resume(store.read_meta(info.run_id))
+    if reason is None:
+        said += f"; continue it with `afk-local resume {info.run_id}`"
+    else:
+        said += f"; afk-local cannot resume it: {reason}"
+    return Done(said, info.run_id)
 
 
 Action = Callable[[Store, str, Mapping[str, str]], Done]
@@ -166,6 +193,7 @@ ACTIONS: dict[str, Action] = {
 
 __all__ = [
     "ACTIONS",
+    "MAX_SETTINGS",
     "Action",
     "Done",
     "answer_pause",

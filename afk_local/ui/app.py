@@ -42,7 +42,9 @@ from afk_local.ui.views import (
     checkpoint_page,
     diff_page,
     run_page,
+    runs_by_itself,
     runs_page,
+    shown_text,
     store_page,
 )
 
@@ -51,6 +53,11 @@ log = logging.getLogger("afk_local")
 HERE = Path(__file__).parent
 MAX_FORM_BYTES = MAX_FIELD_CHARS + (64 << 10)
 """The largest form body an action reads."""
+MAX_CHARTS = 30
+"""Metric charts drawn on a run's page (``afk-local metrics RUN`` lists every metric)."""
+NOSCRIPT_RELOAD_S = 3
+"""How often a run's page reloads itself in a browser without JavaScript, while the run
+runs (with JavaScript it follows the run's events instead)."""
 
 
 def _templates() -> Environment:
@@ -61,6 +68,7 @@ def _templates() -> Environment:
         lstrip_blocks=True,
     )
     env.globals["fmt_ms"] = format_ms
+    env.filters["cut"] = shown_text  # what the store holds, cut to a line: {{ x | cut }}
     return env
 
 
@@ -143,11 +151,17 @@ def create_app(store: Store, access: Access) -> Starlette:
             p = run_page(store, run_id)
         except (RunNotFoundError, InvalidRunIdError) as exc:
             return not_found(exc)
-        charts = [line_chart(name, p.metrics.series(name)) for name in p.metrics.names()]
+        names = p.metrics.names()
+        charts = [
+            line_chart(shown_text(name), p.metrics.series(name)) for name in names[:MAX_CHARTS]
+        ]
+        follow = request.query_params.get("follow") != "0" and runs_by_itself(p)
         return render(
             "run.html",
             p=p,
             charts=charts,
+            more_metrics=max(0, len(names) - MAX_CHARTS),
+            reload_s=NOSCRIPT_RELOAD_S if follow else None,
             notice=request.query_params.get("notice"),
             problem=request.query_params.get("problem"),
         )

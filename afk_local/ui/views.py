@@ -8,6 +8,7 @@ and ``afk-local metrics``. Nothing here writes.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -17,7 +18,9 @@ from typing import Any
 
 from afk_local.errors import AfkLocalError, RunNotFoundError, run_failure
 from afk_local.runner.answers import waiting_at
-from afk_local.storage.format.records import RunMeta, RunStatus, now_ms
+from afk_local.runner.run_context import PAUSE_NAME
+from afk_local.runner.sleeps import SLEEP_NAME
+from afk_local.storage.format.records import Phase, RunMeta, RunStatus, now_ms
 from afk_local.storage.listing import page_runs
 from afk_local.storage.ops.export import to_jsonable
 from afk_local.storage.ops.retention import RetentionPolicy
@@ -41,6 +44,14 @@ TIMELINE_LIMIT = 200
 """Events shown on a run's timeline (the newest)."""
 MAX_SHOWN_JSON = 256 << 10
 """Characters of a payload shown on a page before it is cut."""
+MAX_SHOWN_TEXT = 300
+"""Characters of a name, tag list or other one-line text from the store shown before it is cut."""
+MAX_SHOWN_ERROR = 4000
+"""Characters of a run's error message shown before it is cut."""
+MAX_EFFECT_ROWS = 500
+"""Effects listed on a run's page (those in doubt first); ``afk-local effects`` lists all."""
+MAX_DIFF_ROWS = 1000
+"""Paths listed on a diff page; ``afk-local diff`` lists all."""
 STATUSES = tuple(s.value for s in RunStatus) + LIVENESS
 """What the status filter offers."""
 
@@ -177,14 +188,73 @@ def runs_page(store: Store, query: RunsQuery) -> RunsPage:
 
 @dataclass(frozen=True)
 class TimelineEvent:
-    """One thing that happened in a run: a checkpoint, or a journaled step."""
+    """One thing that happened in a run: an attempt, a checkpoint, a step, a pause, a sleep."""
 
     at_ms: int
     kind: str
-    """``checkpoint``, ``step`` or ``outcome``."""
+    """``attempt`` (a process started the run), ``checkpoint``, ``pause`` (it waits for
+    a person), ``answer`` (a pause's answer), ``sleep`` (a durable ``ctx.sleep``),
+    ``step`` (a journaled call began), ``outcome`` (it ended) or ``end`` (the run did)."""
     what: str
     detail: str = ""
     seq: int | None = None
+
+
+def _checkpoint_event(ckpt: Any) -> TimelineEvent:
+    """A checkpoint as the timeline tells it: its phase says what happened."""
+    payload = ckpt.payload if isinstance(ckpt.payload, dict) else {}
+    at, seq = ckpt.timestamp_ms, ckpt.seq
+    if ckpt.phase == Phase.RUN_STARTED.value:
+        what = "attempt started (a resume)" if payload.get("resumed") else "attempt started"
+        return TimelineEvent(at, "attempt", what, f"step {ckpt.step}", seq)
+    if ckpt.phase == Phase.PAUSED.value:
+        kind = payload.get("kind")
+        what = f"paused: waits for {kind}" if isinstance(kind, str) else "paused"
+        return TimelineEvent(at, "pause", shown_text(what), f"step {ckpt.step}", seq)
+    if ckpt.phase == Phase.RUN_TERMINAL.value:
+        state = payload.get("state")
+        what = f"run {state}" if isinstance(state, str) else "run ended"
+        return TimelineEvent(at, "end", shown_text(what), f"step {ckpt.step}", seq)
+    return TimelineEvent(at, "checkpoint", ckpt.phase, f"step {ckpt.step}", seq)
+
+
+def _effect_events(row: dict[str, Any]) -> list[TimelineEvent]:
+    """A journaled call as the timeline tells it: a step and its outcome, a pause's
+    answer (``@pause``) or a sleep's due time (``@sleep``)."""
+    name = shown_text(row["name"] or row["key"])
+    if row["name"] == PAUSE_NAME:
+        if row["outcome_ms"] and row["state"] == "ok":
+            return [TimelineEvent(row["outcome_ms"], "answer", "pause answered")]
+        return []
+    if row["name"] == SLEEP_NAME:
+        if row["outcome_ms"] and isinstance(row["result"], int):
+            return [
+                TimelineEvent(
+                    row["outcome_ms"], "sleep", f"sleeps until {format_ms(row['result'])}"
+                )
+            ]
+        return []
+    events = []
+    if row["intent_ms"]:
+        events.append(TimelineEvent(row["intent_ms"], "step", name))
+    if row["outcome_ms"]:
+        events.append(TimelineEvent(row["outcome_ms"], "outcome", name, row["state"]))
+    return events
+
+
+def _timeline(reader: Any, files: list[Any], effects: list[dict[str, Any]]) -> list[TimelineEvent]:
+    """The events of ``files`` (checkpoints) and ``effects`` (effect rows), unsorted."""
+    timeline: list[TimelineEvent] = []
+    for file in files:
+        try:
+            ckpt = reader.load(file)
+        except AfkLocalError as exc:
+            timeline.append(TimelineEvent(0, "checkpoint", file.phase, run_failure(exc), file.seq))
+            continue
+        timeline.append(_checkpoint_event(ckpt))
+    for row in effects:
+        timeline.extend(_effect_events(row))
+    return timeline
 
 
 @dataclass
@@ -199,6 +269,8 @@ class RunPage:
     error: str | None
     params: str | None
     effects: list[dict[str, Any]]
+    """The first :data:`MAX_EFFECT_ROWS` rows of ``afk-local effects`` (in doubt first)."""
+    effects_total: int
     effects_problem: str | None
     timeline: list[TimelineEvent]
     checkpoints: int
@@ -226,6 +298,12 @@ def undoable_settlements(effects: list[Any], attempt: int) -> frozenset[str]:
         for key, record in last.items()
         if record.kind == "outcome" and record.settled_attempt == current
     )
+
+
+def shown_text(text: object, limit: int = MAX_SHOWN_TEXT) -> str:
+    """``text`` (what a store holds: any length) cut to ``limit`` characters for a page."""
+    text = "" if text is None else str(text)
+    return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
 
 
 def shown_json(value: Any) -> str:
@@ -258,26 +336,18 @@ def run_page(store: Store, run_id: str) -> RunPage:
             undoable = undoable_settlements(reader.effects(), meta.attempt)
     except AfkLocalError as exc:
         effects_problem = str(exc)
-    timeline: list[TimelineEvent] = []
+    effects_total = len(effects)
     files = reader.checkpoint_files()
-    for file in files[-TIMELINE_LIMIT:]:
-        try:
-            ckpt = reader.load(file)
-        except AfkLocalError as exc:
-            timeline.append(TimelineEvent(0, "checkpoint", file.phase, run_failure(exc), file.seq))
-            continue
+    timeline = _timeline(reader, files[-TIMELINE_LIMIT:], effects)
+    if meta.status is RunStatus.SLEEPING and meta.wake_at_ms:
         timeline.append(
             TimelineEvent(
-                ckpt.timestamp_ms, "checkpoint", ckpt.phase, f"step {ckpt.step}", ckpt.seq
+                meta.updated_ms,
+                "sleep",
+                f"parked until {format_ms(meta.wake_at_ms)}",
+                "`afk-local watch` wakes it then",
             )
         )
-    for row in effects:
-        if row["intent_ms"]:
-            timeline.append(TimelineEvent(row["intent_ms"], "step", row["name"] or row["key"]))
-        if row["outcome_ms"]:
-            timeline.append(
-                TimelineEvent(row["outcome_ms"], "outcome", row["name"] or row["key"], row["state"])
-            )
     timeline.sort(key=lambda e: e.at_ms, reverse=True)
     metrics = MetricLog()
     metrics_problem = None
@@ -292,9 +362,14 @@ def run_page(store: Store, run_id: str) -> RunPage:
         row=run_row(info, now_ms()),
         pause_seq=pause_seq,
         pause_prompt=shown_json(meta.pause.prompt) if meta.pause is not None else None,
-        error=(f"{meta.error.type}: {meta.error.message}" if meta.error is not None else None),
+        error=(
+            shown_text(f"{meta.error.type}: {meta.error.message}", MAX_SHOWN_ERROR)
+            if meta.error is not None
+            else None
+        ),
         params=shown_json(meta.params) if meta.params is not None else None,
-        effects=effects,
+        effects=effects[:MAX_EFFECT_ROWS],
+        effects_total=effects_total,
         effects_problem=effects_problem,
         timeline=timeline[:TIMELINE_LIMIT],
         checkpoints=len(files),
@@ -303,6 +378,16 @@ def run_page(store: Store, run_id: str) -> RunPage:
         undoable=undoable,
         logs=attempt_logs(reader.paths.dir),
     )
+
+
+def runs_by_itself(page: RunPage) -> bool:
+    """The run changes without anyone acting: a live process runs it, or a watcher is due
+    to start it (``created``) or wake it (``sleeping``).
+
+    A run waiting for a person (paused, interrupted, failed with effects in doubt) is
+    not: its page holds the forms a person types in, which a reload would wipe out.
+    """
+    return page.info.owner_alive or page.meta.status in (RunStatus.CREATED, RunStatus.SLEEPING)
 
 
 @dataclass(frozen=True)
@@ -346,6 +431,8 @@ class DiffPage:
     added: list[tuple[str, str]]
     removed: list[tuple[str, str]]
     changed: list[tuple[str, str, str]]
+    total: int = 0
+    """Paths that differ (each list holds at most :data:`MAX_DIFF_ROWS`)."""
 
 
 def _short(value: Any) -> str:
@@ -359,18 +446,32 @@ def diff_page(store: Store, run_id: str, seq_a: int, seq_b: int) -> DiffPage:
     reader = store.open(run_id)
     a, b = reader.get(seq_a), reader.get(seq_b)
     changes = structural_diff(a.payload, b.payload)
+    shown = _first_paths(changes, MAX_DIFF_ROWS)
     return DiffPage(
         run_id=run_id,
         seq_a=a.seq,
         seq_b=b.seq,
         phase_a=a.phase,
         phase_b=b.phase,
-        added=[(path, _short(v)) for path, v in changes["added"].items()],
-        removed=[(path, _short(v)) for path, v in changes["removed"].items()],
+        added=[(shown_text(path), _short(v)) for path, v in shown["added"]],
+        removed=[(shown_text(path), _short(v)) for path, v in shown["removed"]],
         changed=[
-            (path, _short(old), _short(new)) for path, (old, new) in changes["changed"].items()
+            (shown_text(path), _short(old), _short(new)) for path, (old, new) in shown["changed"]
         ],
+        total=sum(len(changes[part]) for part in _DIFF_PARTS),
     )
+
+
+_DIFF_PARTS = ("added", "removed", "changed")
+
+
+def _first_paths(changes: dict[str, Any], limit: int) -> dict[str, list[tuple[str, Any]]]:
+    """The first ``limit`` paths of a structural diff, added ones first, then removed, changed."""
+    shown: dict[str, list[tuple[str, Any]]] = {}
+    for part in _DIFF_PARTS:
+        shown[part] = list(itertools.islice(changes[part].items(), limit))
+        limit -= len(shown[part])
+    return shown
 
 
 @dataclass
@@ -413,7 +514,11 @@ def store_page(store: Store, *, verify: bool = False, top: int = 50) -> StorePag
 
 
 __all__ = [
+    "MAX_DIFF_ROWS",
+    "MAX_EFFECT_ROWS",
     "MAX_PAGE_SIZE",
+    "MAX_SHOWN_ERROR",
+    "MAX_SHOWN_TEXT",
     "PAGE_SIZE",
     "STATUSES",
     "CheckpointPage",
@@ -429,8 +534,10 @@ __all__ = [
     "require_run",
     "run_page",
     "run_row",
+    "runs_by_itself",
     "runs_page",
     "shown_json",
+    "shown_text",
     "store_page",
     "undoable_settlements",
 ]

@@ -6,10 +6,15 @@ inside a tool call (its side effect done, its outcome not yet journaled). The ru
 is resumed by ``job.run`` with the same run id in a new process, then by
 ``afk-local resume``. The model's request log and the tool's effect file say what
 happened across all the processes.
+
+Each of these runs twice: with the agent inside an ``@afk.durable`` job (``job``),
+and on its own (``standalone``: ``durable_agent.run_sync(prompt, run_id=...)``, the
+run's entrypoint being the module-level ``DurableAgent``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -35,6 +40,16 @@ output = pydantic_ai_jobs.agent_job.run("record two items", run_id=sys.argv[1])
 print("OUTPUT " + output, flush=True)
 """
 
+START_STANDALONE = """
+import sys
+import pydantic_ai_jobs
+pydantic_ai_jobs.set_step_hook(pydantic_ai_jobs._on_step)
+result = pydantic_ai_jobs.durable_agent.run_sync("record two items", run_id=sys.argv[1])
+print("OUTPUT " + result.output, flush=True)
+"""
+
+MODES = {"job": START, "standalone": START_STANDALONE}
+
 FIRST_TOOL = "STEP pydantic-ai.tool.record.call-a#1"
 EXPECTED_OUTPUT = "recorded a-ok, b-ok"
 
@@ -49,9 +64,9 @@ def env_for(root: Path, files: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def kill_at(env: dict[str, str], run_id: str, marker: str) -> list[str]:
+def kill_at(env: dict[str, str], run_id: str, marker: str, start: str = START) -> list[str]:
     """Start the job; SIGKILL the child once it printed ``marker`` (it stalls there)."""
-    child = proc.spawn(START, run_id, env={**env, "PAI_STALL_AT": marker})
+    child = proc.spawn(start, run_id, env={**env, "PAI_STALL_AT": marker})
     watchdog = threading.Timer(120, child.kill)
     watchdog.start()
     lines: list[str] = []
@@ -89,11 +104,16 @@ def afk_local_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProces
     )
 
 
-def reference_output(root: Path, tmp_path: Path) -> str:
+def stored_output(result: object) -> object:
+    """The output in a run's stored result (a standalone run stores the AgentRunResult)."""
+    return result["output"] if isinstance(result, dict) else result
+
+
+def reference_output(root: Path, tmp_path: Path, start: str = START) -> str:
     """The uninterrupted run: what every resumed run must end with."""
     files = tmp_path / "reference"
     files.mkdir()
-    done = proc.run(START, "reference", env=env_for(root, files))
+    done = proc.run(start, "reference", env=env_for(root, files))
     assert done.returncode == 0, done.stderr
     assert model_requests(files) == [1, 3, 5]
     assert effects(files) == ["a", "b"]
@@ -101,25 +121,38 @@ def reference_output(root: Path, tmp_path: Path) -> str:
     return line.removeprefix("OUTPUT ")
 
 
-def test_killed_agent_resumes_without_asking_the_model_again(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_killed_agent_resumes_without_asking_the_model_again(tmp_path: Path, mode: str) -> None:
     root, files = tmp_path / "store", tmp_path / "files"
     files.mkdir()
     env = env_for(root, files)
-    reference = reference_output(root, tmp_path)
+    start = MODES[mode]
+    reference = reference_output(root, tmp_path, start)
     assert reference == EXPECTED_OUTPUT
 
     # 1. Killed after the first model response was journaled, before its tool call.
-    kill_at(env, "agent", FIRST_TOOL)
+    kill_at(env, "agent", FIRST_TOOL, start)
     assert model_requests(files) == [1]
     assert not (files / "effects.txt").exists()
 
     # 2. job.run with the same run id in a new process: the first answer is replayed,
     #    tool a runs, the model is asked the second question, and the child is killed
     #    inside tool b, after its effect and before its outcome is journaled.
-    lines = kill_at(env, "agent", "TOOL b")
+    lines = kill_at(env, "agent", "TOOL b", start)
     assert "TOOL a" in lines
     assert model_requests(files) == [1, 3]
     assert effects(files) == ["a", "b"]
+    # show tells the conversation so far from the journal, the cut-short call in doubt
+    shown = afk_local_cli(env, "--root", str(root), "show", "agent", "--json")
+    talk = [(e["role"], e["text"]) for e in json.loads(shown.stdout)["conversation"]["entries"]]
+    assert talk == [
+        ("instructions", "Record a, then b."),
+        ("user", "record two items"),
+        ("tool_call", '{"item": "a"}'),
+        ("tool_result", "a-ok"),
+        ("tool_call", '{"item": "b"}'),
+        ("tool_result", "(in doubt: a kill cut this call short; it may or may not have happened)"),
+    ]
 
     # 3. afk-local resume: tool b is in doubt and idempotent, so it is called again with
     #    the same key (the service drops it); the model gets only the last question.
@@ -129,8 +162,20 @@ def test_killed_agent_resumes_without_asking_the_model_again(tmp_path: Path) -> 
     assert effects(files) == ["a", "b"]  # each effect ran once overall
     reader = afk.Store(root).open("agent")
     assert reader.meta.status == "completed"
-    assert reader.resume_state().result == reference
+    assert stored_output(reader.resume_state().result) == reference
     assert reader.verify().ok
+    if mode == "standalone":  # a run of its own, named by the module-level DurableAgent
+        assert reader.meta.entrypoint == "pydantic_ai_jobs:durable_agent"
+        assert reader.meta.params == {"args": ["record two items"], "kwargs": {}}
+        messages = reader.resume_state().result["messages"]
+        assert [m["kind"] for m in messages] == ["request", "response"] * 3
+
+    # 4. The same call again in a new process: the stored output, no model, no tool.
+    again = proc.run(start, "agent", env=env)
+    assert again.returncode == 0, again.stderr
+    assert f"OUTPUT {reference}" in again.stdout.splitlines()
+    assert model_requests(files) == [1, 3, 5]
+    assert effects(files) == ["a", "b"]
 
 
 def test_a_plain_tool_killed_mid_call_is_reported_in_doubt(tmp_path: Path) -> None:
@@ -148,11 +193,12 @@ def test_a_plain_tool_killed_mid_call_is_reported_in_doubt(tmp_path: Path) -> No
     assert model_requests(files) == [1]
 
 
-def test_the_watcher_finishes_an_agent_killed_inside_a_tool(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_the_watcher_finishes_an_agent_killed_inside_a_tool(tmp_path: Path, mode: str) -> None:
     root, files = tmp_path / "store", tmp_path / "files"
     files.mkdir()
     env = env_for(root, files)
-    kill_at(env, "watched", "TOOL a")  # tool a's effect done, its outcome not journaled
+    kill_at(env, "watched", "TOOL a", MODES[mode])  # tool a done, its outcome not journaled
     assert (model_requests(files), effects(files)) == ([1], ["a"])
 
     fast = ["--interval", "0.2", "--backoff", "0.2", "--grace", "10"]
@@ -162,7 +208,7 @@ def test_the_watcher_finishes_an_agent_killed_inside_a_tool(tmp_path: Path) -> N
     assert effects(files) == ["a", "b"]
     reader = afk.Store(root).open("watched")
     assert reader.meta.status == "completed"
-    assert reader.resume_state().result == EXPECTED_OUTPUT
+    assert stored_output(reader.resume_state().result) == EXPECTED_OUTPUT
 
 
 ASK = """
@@ -174,14 +220,24 @@ except afk.RunPaused as paused:
     print("PAUSED " + paused.kind, flush=True)
 """
 
+ASK_STANDALONE = """
+import afk_local as afk
+import pydantic_ai_jobs
+try:
+    pydantic_ai_jobs.approval_durable_agent.run_sync("ship order 7", run_id="ship")
+except afk.RunPaused as paused:
+    print("PAUSED " + paused.kind, flush=True)
+"""
 
+
+@pytest.mark.parametrize("mode", MODES)
 def test_an_approval_pause_answered_from_another_process_continues_the_agent(
-    tmp_path: Path,
+    tmp_path: Path, mode: str
 ) -> None:
     root, files = tmp_path / "store", tmp_path / "files"
     files.mkdir()
     env = env_for(root, files)
-    asked = proc.run(ASK, env=env)
+    asked = proc.run(ASK if mode == "job" else ASK_STANDALONE, env=env)
     assert asked.returncode == 0, asked.stderr
     assert "PAUSED approval" in asked.stdout
     reader = afk.Store(root).open("ship")
@@ -198,6 +254,6 @@ def test_an_approval_pause_answered_from_another_process_continues_the_agent(
     assert done.returncode == 0, done.stderr
     reader = afk.Store(root).open("ship")
     assert reader.meta.status == "completed"
-    assert reader.resume_state().result == "shipping: order 7 shipped"
+    assert stored_output(reader.resume_state().result) == "shipping: order 7 shipped"
     assert (files / "effects.txt").read_text() == "ship 7\n"
     assert model_requests(files) == [1, 3]  # the first answer was replayed, not asked again

@@ -112,6 +112,10 @@ def ship(order: int) -> str:
     return f"order {order} shipped"
 
 
+approval_durable_agent = DurableAgent(approval_agent)
+"""The same agent for standalone runs (``approval_durable_agent.run_sync(prompt, run_id=...)``)."""
+
+
 @afk.durable
 def approval_job(ctx: afk.RunContext) -> str:
     """Ships order 7 once a person approved it (the run pauses until then)."""

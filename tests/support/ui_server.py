@@ -11,6 +11,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -92,11 +93,11 @@ def request(
 
 
 @contextmanager
-def served(root: Path, *flags: str) -> Iterator[Served]:
+def served(root: Path, *flags: str, env: dict[str, str] | None = None) -> Iterator[Served]:
     """``afk-local --root ROOT ui --port 0 FLAGS`` running; stopped on exit, whatever happens."""
     command = [sys.executable, "-m", "afk_local", "--root", str(root), "ui", "--port", "0", *flags]
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or ENV
     )
     try:
         url = _printed_url(process)
@@ -143,6 +144,28 @@ def _printed_url(process: subprocess.Popen[str]) -> str:
         if found:
             return found.group(1)
     raise AssertionError(f"afk-local ui printed no URL in 60 s: {''.join(seen)}")
+
+
+def other_address() -> str | None:
+    """An address of this machine that is not loopback (None if it has none)."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks a route
+        address = probe.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+def wait_for_run(store: afk.Store, run_id: str) -> None:
+    """Return once a child process has created ``run_id`` (fail after 60 s)."""
+    deadline = time.monotonic() + 60
+    while not store.exists(run_id):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id} was not created in 60 s")
+        time.sleep(0.05)
 
 
 def csrf_of(html: str) -> str:
@@ -193,3 +216,56 @@ def metric_job(ctx: afk.RunContext, n: int) -> int:
     for item in ctx.iterate(range(n)):
         ctx.metric("loss", 1.0 / (item + 1))
     return n
+
+
+@durable
+def wait_job(ctx: afk.RunContext, n: int) -> int:
+    """Pauses for an answer at item 1, sleeps a moment at item 2 and an hour at item 3
+    (the run parks, ``sleeping``): a timeline with attempts, a pause and sleeps."""
+    for item in ctx.iterate(range(n), progress=False):
+        if item == 1:
+            ctx.pause({"question": "go on?"})
+        elif item == 2:
+            ctx.sleep(0.01)
+        elif item == 3:
+            ctx.sleep(3600)
+    return n
+
+
+HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>"\'&'
+"""Markup a hostile store puts wherever it can: the page must show it as text."""
+
+
+def _echo(value: str) -> str:
+    return value
+
+
+@durable
+def hostile_job(ctx: afk.RunContext, text: str, big: str) -> None:
+    """Puts ``text`` in every place a run can hold a string (state, a step's name and
+    result, a metric's name, a pause's kind and prompt) and ``big`` in its state."""
+    ctx.state[text] = text
+    ctx.state["big"] = big
+    ctx.step(text, _echo, text)
+    ctx.metric(text, 1.0)
+    ctx.checkpoint()
+    ctx.pause({"question": text, "big": big}, kind=text)
+
+
+@durable
+def wide_job(ctx: afk.RunContext, metrics: int, keys: int) -> None:
+    """``metrics`` metrics of one point each, and a state whose ``keys`` keys all change
+    between its two checkpoints: more charts and diff paths than a page shows."""
+    for i in range(metrics):
+        ctx.metric(f"m{i:03d}", float(i))
+    ctx.state.update({f"k{i:04d}": 0 for i in range(keys)})
+    ctx.checkpoint()
+    ctx.state.update({f"k{i:04d}": 1 for i in range(keys)})
+    ctx.checkpoint()
+
+
+@durable
+def steps_job(ctx: afk.RunContext, n: int) -> None:
+    """``n`` journaled steps."""
+    for i in range(n):
+        ctx.step(f"s{i}", _echo, str(i))

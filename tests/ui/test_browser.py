@@ -22,7 +22,7 @@ import proc
 import pytest
 import ui_server
 from proc import SUPPORT
-from ui_server import CRASH_IN_STEP, ENV, served
+from ui_server import CRASH_IN_STEP, ENV, other_address, served, wait_for_run
 
 import afk_local as afk
 
@@ -87,11 +87,13 @@ def world(tmp_path_factory: pytest.TempPathFactory):
         env={"PYTHONPATH": str(SUPPORT), "CLI_JOBS_DIE_IN_STEP": "1"},
     )
     assert crash.returncode == -9, crash.stderr  # killed inside the charge: in doubt
-    run_gates = base / "run-gates"
-    run_gates.mkdir()
-    gated = [
-        proc.spawn(ui_server.GATED, str(root), "3", str(gates), "gated", env=ENV),
-        proc.spawn(ui_server.GATED, str(root), "2", str(run_gates), "followed", env=ENV),
+    followed = {name: base / f"gates-{name}" for name in ("followed", "polled", "nojs")}
+    for folder in followed.values():
+        folder.mkdir()
+    gated = [proc.spawn(ui_server.GATED, str(root), "3", str(gates), "gated", env=ENV)]
+    gated += [
+        proc.spawn(ui_server.GATED, str(root), "2", str(folder), name, env=ENV)
+        for name, folder in followed.items()
     ]
     try:
         with served(root) as server:
@@ -99,11 +101,12 @@ def world(tmp_path_factory: pytest.TempPathFactory):
                 "store": store,
                 "server": server,
                 "gates": gates,
-                "run_gates": run_gates,
+                "run_gates": followed["followed"],
+                "followed": followed,
                 "outside": outside,
             }
     finally:
-        for folder in (gates, run_gates):
+        for folder in (gates, *followed.values()):
             for i in range(3):
                 (folder / f"go{i}").touch()
         for process in gated:
@@ -322,3 +325,179 @@ def test_answering_a_pause_from_the_page_resumes_the_run(browser, tmp_path: Path
         "question": "ship it?",
         "answer": {"ok": True},
     }
+
+
+def test_without_event_source_a_run_page_polls_its_run(browser, world) -> None:
+    expect = sync_api.expect
+    wait_for_run(world["store"], "polled")
+    context = browser.new_context()
+    try:
+        context.add_init_script("delete window.EventSource;")
+        tab = context.new_page()
+        tab.set_default_timeout(WAIT_MS)
+        asked = _paths(tab)
+        tab.goto(world["server"].url)
+        tab.goto(world["server"].base + "/runs/polled")
+        facts = tab.locator("#live-facts")
+        expect(facts).not_to_contain_text("1/2")
+        tab.evaluate("window.sameDocument = true")
+        (world["followed"]["polled"] / "go0").touch()
+        expect(facts).to_contain_text("1/2")
+        (world["followed"]["polled"] / "go1").touch()
+        expect(tab.locator("#run-status")).to_have_text("completed")
+        assert tab.evaluate("window.sameDocument === true")  # swapped in, never reloaded
+        assert "/events" not in asked
+        assert asked.count("/runs/polled") >= 2  # the page, then its polls
+    finally:
+        context.close()
+
+
+def test_without_javascript_lists_read_and_a_running_run_page_reloads(browser, world) -> None:
+    """JavaScript off: the runs table and its filters work as plain HTML, and the page of
+    a run that runs reloads itself (a <noscript> refresh) until the run ends."""
+    expect = sync_api.expect
+    wait_for_run(world["store"], "nojs")
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        tab = context.new_page()
+        tab.set_default_timeout(WAIT_MS)
+        tab.goto(world["server"].url)
+        expect(_row(tab, "nightly")).to_have_count(1)
+        tab.select_option("select[name=status]", "failed")
+        tab.click("form.filters button[type=submit]")
+        expect(tab.locator("#runs-body tr")).to_have_count(1)
+        tab.goto(world["server"].base + "/runs/nojs")
+        reload = tab.locator('meta[http-equiv="refresh"]')
+        expect(reload).to_have_count(1)
+        facts = tab.locator("#live-facts")
+        expect(facts).not_to_contain_text("1/2")
+        (world["followed"]["nojs"] / "go0").touch()
+        expect(facts).to_contain_text("1/2")
+        (world["followed"]["nojs"] / "go1").touch()
+        expect(tab.locator("#run-status")).to_have_text("completed")
+        expect(reload).to_have_count(0)  # an ended run's page stays put
+        tab.goto(world["server"].base + "/runs/nightly")  # failed: waits for a person
+        expect(tab.locator("#run-status")).to_have_text("failed")
+        expect(reload).to_have_count(0)
+    finally:
+        context.close()
+
+
+def test_forking_from_the_page_with_a_changed_value(page, world) -> None:
+    """The fork form on a checkpoint's page sets a value in the fork's state; the new run's
+    page shows the edited checkpoint and a resume continues from the value given."""
+    expect = sync_api.expect
+    store: afk.Store = world["store"]
+    source = store.open("train-small")
+    at = next(
+        c for c in source.history() if c.phase == "runtime_state" and c.payload["state"]["total"]
+    )
+    page.goto(world["server"].base + "/runs/train-small")
+    form = page.locator("form.fork")
+    form.get_by_label("From checkpoint").fill(str(at.seq))
+    form.get_by_label("Set values").fill("state.total=ten")
+    form.get_by_role("button", name="Fork").click()
+    expect(page.locator(".problem")).to_contain_text("the value of state.total is not JSON")
+    page.goto(f"{world['server'].base}/runs/train-small/checkpoints/{at.seq}")
+    form = page.locator("form.fork")
+    form.get_by_label("New run id").fill("train-what-if")
+    form.get_by_label("Set values").fill("state.total=1000")
+    form.get_by_role("button", name="Fork").click()
+    expect(page.locator("h1")).to_contain_text("train-what-if")
+    expect(page.locator(".notice")).to_contain_text("state.total set")
+    page.click(f'#timeline a[href$="/checkpoints/{at.seq + 1}"]')
+    expect(page.locator("#payload")).to_contain_text('"total": 1000')
+    resumed = subprocess.run(
+        [sys.executable, "-m", "afk_local", "--root", str(store.root), "resume", "train-what-if",
+         "--json"],
+        capture_output=True, text=True, env=ENV, timeout=120,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    remaining = source.resume_state().result - at.payload["state"]["total"]
+    assert json.loads(resumed.stdout)["result"] == 1000 + remaining
+    page.goto(world["server"].base + "/runs/train-what-if")
+    expect(page.locator("#run-status")).to_have_text("completed")
+
+
+def test_a_page_without_the_token_is_refused_in_the_browser(browser, world) -> None:
+    context = browser.new_context()
+    try:
+        tab = context.new_page()
+        for url in ("/", "/runs/nightly", "/?token=not-the-token"):
+            answer = tab.goto(world["server"].base + url)
+            assert answer is not None and answer.status == 403, url
+            sync_api.expect(tab.locator("body")).to_contain_text("no valid token")
+    finally:
+        context.close()
+
+
+def test_the_browser_cannot_reach_the_server_on_another_interface(browser, world) -> None:
+    address = other_address()
+    if address is None:
+        pytest.skip("this machine has no address but loopback")
+    context = browser.new_context()
+    try:
+        tab = context.new_page()
+        with pytest.raises(sync_api.Error, match="ERR_CONNECTION_REFUSED"):
+            tab.goto(f"http://{address}:{world['server'].port}/?token={world['server'].token}")
+        answer = context.new_page().goto(world["server"].url)  # the tab shows an error page
+        assert answer is not None and answer.status == 200
+    finally:
+        context.close()
+
+
+def test_read_only_refuses_every_action_in_the_browser(browser, tmp_path: Path) -> None:
+    """Under --read-only the page has no forms, and a POST the page's own script makes
+    (same origin, with the token's cookie) is refused for every action."""
+    expect = sync_api.expect
+    store = afk.Store(tmp_path / "store")
+    with pytest.raises(afk.RunPaused):
+        cli_jobs.ask_job.with_store(store).run("ship it?", run_id="ask")
+    with served(store.root, "--read-only") as server:
+        context = browser.new_context()
+        try:
+            tab = context.new_page()
+            tab.set_default_timeout(WAIT_MS)
+            tab.goto(server.url)
+            expect(tab.locator(".badge")).to_have_text("read-only")
+            tab.click('#runs-body a.run-link:text-is("ask")')
+            expect(tab.locator("#pause-h")).to_contain_text("Waiting for")
+            expect(tab.locator("form[method=post]")).to_have_count(0)
+            for action in ("answer", "resume", "cancel", "settle", "unsettle", "restart", "fork"):
+                status, text = tab.evaluate(
+                    """async (action) => {
+                        const answer = await fetch(`/runs/ask/${action}`, {
+                            method: "POST",
+                            body: new URLSearchParams({answer: "true", pause_seq: "1", seq: "1"}),
+                        });
+                        return [answer.status, await answer.text()];
+                    }""",
+                    action,
+                )
+                assert status == 403 and "read-only" in text, action
+        finally:
+            context.close()
+    assert store.read_meta("ask").status is afk.RunStatus.PAUSED
+    assert store.run_ids() == ["ask"]
+    assert not store.requests_dir.exists() or not list(store.requests_dir.iterdir())
+
+
+def test_a_run_page_is_usable_with_the_keyboard(page, world) -> None:
+    """Keys only, from the skip link to an action: fork the run with a value set."""
+    page.goto(world["server"].base + "/runs/fit")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.classList.contains('skip')")
+    for _ in range(60):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.name === 'set'"):
+            break
+    else:
+        pytest.fail("Tab never reached the fork form")
+    page.keyboard.type("state.by_keyboard=true")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Fork"
+    page.keyboard.press("Enter")
+    sync_api.expect(page.locator(".notice")).to_contain_text("state.by_keyboard set")
+    forked = page.url.split("/runs/")[1].split("?")[0]
+    state = world["store"].open(forked).latest().payload["state"]
+    assert state["by_keyboard"] is True

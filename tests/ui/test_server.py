@@ -7,20 +7,23 @@ page lists, and what its actions do to the store on disk. The browser tests
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
-from urllib.parse import unquote_plus
+from urllib.parse import unquote_plus, urlsplit
 
 import cli_jobs
 import proc
 import pytest
 import ui_server
 from proc import SUPPORT
-from ui_server import ENV, csrf_of, served
+from ui_server import ENV, csrf_of, other_address, served
 
 import afk_local as afk
+from afk_local.testing import skipping_clock
 from afk_local.ui.access import Access
 
 pytest.importorskip("starlette", reason="afk_local[ui] is not installed (starlette)")
@@ -89,21 +92,8 @@ def test_the_host_header_must_name_the_loopback_server(server) -> None:
     assert status == 200
 
 
-def _other_address() -> str | None:
-    """An address of this machine that is not loopback (None if it has none)."""
-    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks a route
-        address = probe.getsockname()[0]
-    except OSError:
-        return None
-    finally:
-        probe.close()
-    return None if address.startswith("127.") or address == "0.0.0.0" else address
-
-
 def test_the_server_is_not_reachable_on_another_interface(server) -> None:
-    address = _other_address()
+    address = other_address()
     if address is None:
         pytest.skip("this machine has no address but loopback")
     with pytest.raises(OSError):
@@ -157,8 +147,9 @@ def test_read_only_refuses_every_action(store) -> None:
             ("resume", {}),
             ("cancel", {"reason": "no"}),
             ("settle", {"key": "k", "outcome": "failed"}),
+            ("unsettle", {"key": "k"}),
             ("restart", {}),
-            ("fork", {"seq": "1"}),
+            ("fork", {"seq": "1", "set": "state.x=1"}),
         ):
             status, _, body = ro.post(f"/runs/ask/{action}", {"csrf": csrf, **form})
             assert status == 403, action
@@ -282,7 +273,11 @@ def test_fork_and_restart_from_the_page_make_new_runs(tmp_path: Path) -> None:
         assert (
             meta.extra["restarted_from"] == "fit" and meta.params == store.read_meta("fit").params
         )
-        assert s.get(headers["location"])[0] == 200
+        status, _, page = s.get(headers["location"])
+        assert status == 200
+        assert 'http-equiv="refresh"' in page  # created: a watcher starts it, the page follows
+        assert 'http-equiv="refresh"' not in s.get(f"/runs/{fresh}?follow=0")[2]
+        assert 'http-equiv="refresh"' not in s.get("/runs/fit")[2]  # completed: nothing to follow
 
 
 def _in_doubt_run(store: afk.Store, outside: Path, run_id: str) -> None:
@@ -355,3 +350,155 @@ def test_the_run_page_shows_the_end_of_each_attempt_log_escaped(tmp_path: Path) 
     assert "not an attempt log" not in page
     order = [page.index(f'data-attempt="{n}"') for n in (3, 2, 1)]
     assert order == sorted(order)  # newest first
+
+
+def _problem(headers) -> str:
+    """The problem a refused action's redirect carries to the run page."""
+    location = headers["location"]
+    assert "problem=" in location, location
+    return unquote_plus(location.split("problem=", 1)[1])
+
+
+def test_fork_from_the_page_sets_values_by_the_cli_rules(tmp_path: Path) -> None:
+    """The fork form's PATH=JSON lines are read as `fork --set` reads them; whatever the
+    CLI refuses the page refuses with its reason, and nothing is created."""
+    store = afk.Store(tmp_path / "store")
+    outside = tmp_path / "outside.txt"
+    cli_jobs.count_job.with_store(store).run(3, str(outside), run_id="count")
+    reader = store.open("count")
+    at = next(
+        c for c in reader.history() if c.phase == "runtime_state" and c.payload["state"]["total"]
+    )
+    with served(store.root) as s:
+        page = s.get("/runs/count")[2]
+        assert 'action="/runs/count/fork"' in page and 'name="set"' in page
+        csrf = csrf_of(page)
+        base = {"csrf": csrf, "seq": str(at.seq)}
+        for form, reason in (
+            ({"set": "state.total"}, "PATH=JSON"),
+            ({"set": "state.total=ten"}, "the value of state.total is not JSON"),
+            ({"set": "state.nope.deeper=1"}, "no 'nope' in payload.state"),
+            ({"set": "state.total=1", "as": "../x"}, "invalid run id"),
+            ({"set": "state.total=1", "as": "count"}, "count"),
+            ({"set": "state.total=1", "seq": "x"}, "which checkpoint"),
+            ({"set": "state.total=1", "seq": "999"}, "999"),
+        ):
+            status, headers, _ = s.post("/runs/count/fork", {**base, **form})
+            assert status == 303, form
+            assert reason in _problem(headers), (form, _problem(headers))
+        assert store.run_ids() == ["count"]  # nothing was created by a refused fork
+        form = {**base, "as": "what-if", "set": 'state.total = 1000\r\n\r\nstate.note="edited"\r\n'}
+        status, headers, _ = s.post("/runs/count/fork", form)
+        assert status == 303 and headers["location"].startswith("/runs/what-if?notice=")
+        assert "state.note, state.total set" in unquote_plus(headers["location"])
+    edited = store.open("what-if").latest()
+    assert edited is not None and edited.seq == at.seq + 1
+    assert edited.payload["state"] == {"total": 1000, "note": "edited"}
+    assert store.read_meta("what-if").extra["updated_paths"] == ["state.note", "state.total"]
+    remaining = reader.resume_state().result - at.payload["state"]["total"]
+    assert afk.resume("what-if", store=store) == 1000 + remaining
+
+
+def test_the_timeline_shows_attempts_pauses_answers_and_sleeps(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path / "store")
+    with pytest.raises(afk.RunPaused):
+        ui_server.wait_job.with_store(store).run(5, run_id="waits")
+    with pytest.raises(afk.RunSleeping):
+        afk.resume("waits", store=store, input=True)  # answered, then parked for an hour
+    with served(store.root) as s:
+        status, _, page = s.get("/runs/waits")
+    assert status == 200
+    rows = re.findall(r'<tr class="ev-(\w+)">.*?</tr>', page, re.S)
+    assert rows.count("attempt") == 2
+    assert rows.count("pause") == 1 and rows.count("answer") == 1
+    assert rows.count("sleep") == 3  # a short sleep, the long one, and the park
+    assert "attempt started (a resume)" in page and "paused: waits for input" in page
+    assert "parked until" in page and 'id="wakes"' in page
+    assert rows.index("pause") > rows.index("answer")  # newest first
+    assert "@pause" not in re.search(r'<table id="timeline">.*?</table>', page, re.S).group(0)
+
+
+def test_resume_from_the_page_hands_a_failed_run_to_the_watcher(tmp_path: Path) -> None:
+    """A failed run is not retried by a watcher on its own; the page's Resume asks one to."""
+    store = afk.Store(tmp_path / "store")
+    charges, flag = tmp_path / "charges.txt", tmp_path / "flag"
+    with pytest.raises(RuntimeError):
+        cli_jobs.charges_then_failure.with_store(store).run(str(charges), str(flag), run_id="f")
+    with served(store.root) as s:
+        page = s.get("/runs/f")[2]
+        assert 'action="/runs/f/resume"' in page
+        status, headers, _ = s.post("/runs/f/resume", {"csrf": csrf_of(page)})
+        assert status == 303 and "resume handed to the watcher" in unquote_plus(headers["location"])
+    assert len(list(store.requests_dir.glob("*.json"))) == 1
+    watch = subprocess.run(
+        [sys.executable, "-m", "afk_local", "watch", "--root", str(store.root), "--once", *FAST],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
+    assert watch.returncode == 0, watch.stderr
+    assert store.read_meta("f").status is afk.RunStatus.COMPLETED
+    assert charges.read_text().count("charge") == 4  # the retry replayed the four charges
+
+
+def test_the_age_filter_keeps_the_runs_updated_within_it_and_pages_link(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path / "store")
+    outside = tmp_path / "outside.txt"
+    with skipping_clock(start=time.time() - 3 * 86400):  # a run last updated 3 days ago
+        cli_jobs.count_job.with_store(store).run(1, str(outside), run_id="old")
+    for i in range(2):
+        cli_jobs.count_job.with_store(store).run(1, str(outside), run_id=f"new-{i}")
+    with served(store.root) as s:
+        _, _, page = s.get("/?since=1d")
+        assert 'data-run="new-0"' in page and 'data-run="new-1"' in page
+        assert 'data-run="old"' not in page
+        _, _, page = s.get("/?since=4d")
+        assert 'data-run="old"' in page
+        _, _, first = s.get("/?per=2")
+        assert first.count("data-run=") == 2 and 'rel="next" href="/?page=2&amp;per=2"' in first
+        _, _, second = s.get("/?per=2&page=2")
+        assert second.count("data-run=") == 1 and 'rel="prev"' in second
+        assert 'rel="next"' not in second
+
+
+def test_open_hands_the_url_with_its_token_to_the_web_browser(tmp_path: Path) -> None:
+    """--open calls the user's browser (Python's webbrowser, here $BROWSER) with the URL."""
+    store = afk.Store(tmp_path / "store")
+    cli_jobs.count_job.with_store(store).run(1, str(tmp_path / "outside.txt"), run_id="one")
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.sh"
+    browser.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {opened}.tmp && mv {opened}.tmp {opened}\n')
+    browser.chmod(0o700)
+    with served(store.root, "--open", env={**ENV, "BROWSER": str(browser)}) as s:
+        deadline = time.monotonic() + 60
+        while not opened.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert opened.read_text() == s.url
+        status, _, page = s.get(urlsplit(s.url).path + "?" + urlsplit(s.url).query, token=False)
+        assert status == 200 and 'data-run="one"' in page
+
+
+def test_the_store_page_says_what_gc_would_remove_and_what_verify_finds(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path / "store")
+    ui_server.metric_job.with_store(store).run(12, run_id="long")  # more states than gc keeps
+    ui_server.metric_job.with_store(store).run(2, run_id="hurt")
+    damaged = sorted(store.paths("hurt").dir.glob("*.ckpt"))[0]
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    files = sorted(store.paths("long").dir.iterdir())
+    with served(store.root) as s:
+        _, _, page = s.get("/store")
+        _, _, checked = s.get("/store?verify=1")
+    gc = store.gc(dry_run=True)
+    deleted = next(c for c in gc.to_dict()["compacted"] if c["run_id"] == "long")["deleted_files"]
+    assert deleted > 0
+    assert f"long</a>: {deleted} file(s) deleted" in page
+    assert 'id="verify"' not in page and "Verify every file" in page  # only on request
+    hurt = re.search(r'<tr class="problem"><td><a href="/runs/hurt">.*?</tr>', checked, re.S)
+    assert hurt is not None and damaged.name in hurt.group(0)
+    ok = r'<a href="/runs/long">long</a></td><td class="num">\d+</td>\s*<td>ok'
+    assert re.search(ok, checked)
+    assert sorted(store.run_ids()) == ["hurt", "long"]
+    assert sorted(store.paths("long").dir.iterdir()) == files  # the page's gc is a dry run

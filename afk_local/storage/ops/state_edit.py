@@ -9,10 +9,42 @@ list). The payload is copied, never changed in place.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from afk_local.errors import StateEditError
+
+
+def parse_updates(settings: Iterable[str]) -> dict[str, Any]:
+    """``PATH=JSON`` settings (``fork --set``, the page's fork form) as ``{path: value}``.
+
+    The path is stripped of spaces; the value is JSON (a string needs its double
+    quotes); a path given twice keeps its last value. Whether the state has the path
+    is checked by :func:`apply_updates`, on the checkpoint.
+
+    >>> parse_updates(["state.total=0", 'state.name="x"'])
+    {'state.total': 0, 'state.name': 'x'}
+
+    Raises:
+        ValueError: a setting without ``=`` or without a path, or whose value is not JSON.
+    """
+    updates: dict[str, Any] = {}
+    for setting in settings:
+        path, sep, text = setting.partition("=")
+        path = path.strip()
+        if not sep or not path:
+            raise ValueError(
+                f'expected PATH=JSON (e.g. state.total=0 or state.name="x"), not {setting!r}'
+            )
+        try:
+            updates[path] = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"the value of {path} is not JSON ({exc.msg} at column {exc.colno}): "
+                f'numbers as they are, text in double quotes ({path}="text")'
+            ) from None
+    return updates
 
 
 def apply_updates(payload: Any, updates: Mapping[str, Any], run_id: str) -> Any:
@@ -89,4 +121,4 @@ def _index(holder: list[Any], part: str, walked: str, run_id: str, path: str) ->
     )
 
 
-__all__ = ["StateEditError", "apply_updates"]
+__all__ = ["StateEditError", "apply_updates", "parse_updates"]

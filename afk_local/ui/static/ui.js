@@ -1,7 +1,8 @@
 // afk-local ui: keeps the runs table and a run's page current and lets the keyboard move
 // through the runs. Plain JavaScript, no library, nothing fetched from anywhere but this
 // server. The server pushes changes (server-sent events, /events); a browser without
-// EventSource polls the runs table's rows instead.
+// EventSource polls instead (the runs table's rows, a run's page). Without JavaScript a
+// run's page that runs reloads itself (a <noscript> refresh in run.html).
 "use strict";
 
 const POLL_MS = 1000;
@@ -39,9 +40,10 @@ function followRuns(table, body) {
 }
 
 // A run's page: a "run" event says the run changed; fetch the page once and swap the
-// sections that show its state, leaving alone a section someone is typing in.
+// sections that show its state, leaving alone a section someone is typing in. A browser
+// without EventSource fetches the page every second instead (less often when a fetch
+// is slow, never in a hidden tab).
 function followRun(main) {
-  const source = new EventSource(main.dataset.runEvents);
   let busy = false;
   let again = false;
   window.afkRunEvents = 0;
@@ -69,17 +71,33 @@ function followRun(main) {
     busy = false;
     if (again) {
       again = false;
-      refresh();
+      await refresh();
     }
   }
-  source.addEventListener("run", () => {
-    window.afkRunEvents += 1;
-    refresh();
-  });
   document.addEventListener("input", (event) => {
     const form = event.target.closest("form");
     if (form) form.dataset.dirty = "1";
   });
+  if (window.EventSource) {
+    const source = new EventSource(main.dataset.runEvents);
+    source.addEventListener("run", () => {
+      window.afkRunEvents += 1;
+      refresh();
+    });
+  } else {
+    setTimeout(() => pollRun(refresh), POLL_MS);
+  }
+}
+
+async function pollRun(refresh) {
+  if (document.hidden) {
+    document.addEventListener("visibilitychange", () => pollRun(refresh), {once: true});
+    return;
+  }
+  const started = performance.now();
+  await refresh();
+  const took = performance.now() - started;
+  setTimeout(() => pollRun(refresh), Math.max(POLL_MS, POLL_COST_FACTOR * took));
 }
 
 async function refreshRuns(table, body) {
@@ -126,5 +144,5 @@ document.addEventListener("DOMContentLoaded", () => {
     }
   }
   const main = document.querySelector("main[data-run-events]");
-  if (main && window.EventSource) followRun(main);
+  if (main) followRun(main);
 });

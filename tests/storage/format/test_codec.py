@@ -6,6 +6,7 @@ import tracemalloc
 
 import pytest
 import zstandard
+from frames import huge_declared_frame
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import payloads
@@ -118,23 +119,8 @@ def test_arbitrary_bytes_never_raise_anything_else(data: bytes) -> None:
         _decode(codec.MAGIC + data)
 
 
-def _huge_declared_frame(declared: int) -> bytes:
-    """A zstd frame whose header declares ``declared`` bytes but holds only a few."""
-    out = bytearray()
-
-    class Sink:
-        def write(self, b: bytes) -> int:
-            out.extend(b)
-            return len(b)
-
-    writer = zstandard.ZstdCompressor(write_content_size=True).stream_writer(Sink(), size=declared)
-    writer.write(b"x" * 100)
-    writer.flush(zstandard.FLUSH_BLOCK)
-    return bytes(out)
-
-
 def test_crafted_100gb_declared_size_is_refused_without_allocating() -> None:
-    body = _huge_declared_frame(100 << 30)
+    body = huge_declared_frame(100 << 30)
     assert zstandard.frame_content_size(body) == 100 << 30
     data = codec.pack_frame(codec.KIND_CHECKPOINT, body)
     tracemalloc.start()

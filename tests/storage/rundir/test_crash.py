@@ -95,16 +95,15 @@ print("calls", switch.calls, flush=True)
 """
 
 
-def test_kill_at_every_durable_io_call(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_kill_at_every_durable_io_call(tmp_path: Path, kill_points) -> None:
     """A real SIGKILL at each durable I/O call of a writer (``--torture``: every call; the
-    default suite: every third; the crash explorer checks the writer's crash states
-    deterministically)."""
+    default suite: 14 of them, see ``kill_points``; the crash explorer checks the writer's
+    crash states deterministically)."""
     full = run(SCRIPTED, str(tmp_path / "count"), "0")
     assert full.returncode == 0, full.stderr
     total = int(full.stdout.split()[-1])
     assert total > 60
-    stride = 1 if request.config.getoption("--torture") else 3
-    for kill_at in range(1, total + 1, stride):
+    for kill_at in kill_points(total, 14):
         root = tmp_path / f"k{kill_at}"
         result = run(SCRIPTED, str(root), str(kill_at))
         assert result.returncode == -9, (kill_at, result.stderr)

@@ -312,15 +312,17 @@ def _check_publish_order(calls: list[fsio.IoCall], run_dir: Path) -> None:
 
 def test_pack_never_trusts_a_pack_whose_directory_entry_may_not_be_durable(
     tmp_path: Path,
+    kill_points,
 ) -> None:
-    """Finding 2: an earlier packer died after its rename, before its directory fsync."""
+    """Finding 2: an earlier packer died after its rename, before its directory fsync
+    (killed at each of its durable I/O calls under ``--torture``, at 10 by default)."""
     fixture = tmp_path / "fixture"
     store = afk.Store(fixture, pack_loose_limit=None)
     _write(store, "r", 14)
     full = run(PACK_CHILD, str(_copy(fixture, tmp_path / "count")), "0")
     assert full.returncode == 0, full.stderr
     total = int(full.stdout.split()[1])
-    for kill_at in range(1, total + 1):
+    for kill_at in kill_points(total, 10):
         root = _copy(fixture, tmp_path / f"k{kill_at}")
         killed = run(PACK_CHILD, str(root), str(kill_at))
         assert killed.returncode == -9, (kill_at, killed.stderr)

@@ -247,7 +247,9 @@ def _check_every_checkpoint(store: afk.Store, count: int) -> None:
     assert report.ok, report.problems
 
 
-def test_kill_at_every_io_call_of_a_pack_loses_nothing(tmp_path: Path) -> None:
+def test_kill_at_every_io_call_of_a_pack_loses_nothing(tmp_path: Path, kill_points) -> None:
+    """A real SIGKILL at a pack's durable I/O calls (``--torture``: every one; the default
+    suite: 10, see ``kill_points``; the explorer's ``pack`` workload checks them all)."""
     fixture = tmp_path / "fixture"
     store = afk.Store(fixture, pack_loose_limit=None)
     _write(store, "r", 14)
@@ -256,7 +258,7 @@ def test_kill_at_every_io_call_of_a_pack_loses_nothing(tmp_path: Path) -> None:
     assert full.returncode == 0, full.stderr
     total = int(full.stdout.split()[-1])
     assert total >= 12  # the pack's publish, the removals, the directory fsyncs
-    for kill_at in range(1, total + 1):
+    for kill_at in kill_points(total, 10):
         root = _copy(fixture, tmp_path / f"k{kill_at}")
         killed = run(PACK_CHILD, str(root), str(kill_at))
         assert killed.returncode == -9, (kill_at, killed.stderr)

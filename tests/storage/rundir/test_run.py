@@ -8,10 +8,10 @@ import threading
 from pathlib import Path
 
 import pytest
+from frames import huge_declared_frame
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import payloads
-from test_codec import _huge_declared_frame
 
 import afk_local as afk
 from afk_local.storage import fsio
@@ -190,7 +190,7 @@ def test_bad_run_ids_are_refused_before_any_path_is_built(store: afk.Store, bad:
 
 def test_crafted_huge_checkpoint_is_refused(store: afk.Store) -> None:
     written = _write_run(store, "r", 1)
-    body = _huge_declared_frame(100 << 30)
+    body = huge_declared_frame(100 << 30)
     path = store.paths("r").checkpoint(2, "runtime_state")
     path.write_bytes(codec.pack_frame(codec.KIND_CHECKPOINT, body))
     os.unlink(store.paths("r").latest)

@@ -1,0 +1,286 @@
+"""The conversation of an agent run, as ``afk-local show`` and ``inspect --conversation`` print it.
+
+Two writers keep a conversation, each in its own stored form, and this module reads both
+as plain data (JSON and msgpack decoded into dicts and lists; nothing is unpickled,
+evaluated or imported, so pydantic-ai need not be installed to read one):
+
+- an :class:`~afk_local.AgentRunner` run: the chat messages (``role``, ``content``,
+  ``tool_calls``) of its newest ``runtime_state`` checkpoint;
+- a pydantic-ai ``DurableAgent`` run (in a job or standalone): its journaled steps, in
+  journal order. A model step (:data:`PYDANTIC_AI_MODEL_STEP`) holds the request it
+  answered and the model's response as pydantic-ai's message JSON; a tool step
+  (``pydantic-ai.tool.NAME.CALL_ID``) holds the tool's result.
+
+Each entry is ``{"role", "text"}`` plus ``tool``/``tool_call_id`` where they apply; long
+texts are cut to a bound (``truncated`` says by how much), and only the newest entries are
+kept (``omitted`` counts the others).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from afk_local.errors import AfkLocalError
+from afk_local.storage.format.records import Phase
+
+if TYPE_CHECKING:
+    from afk_local.storage.rundir.reader import RunReader
+
+PYDANTIC_AI_MODEL_STEP = "pydantic-ai.model"
+"""The step name of a pydantic-ai ``DurableAgent``'s model requests."""
+PYDANTIC_AI_TOOL_STEP = "pydantic-ai.tool"
+"""The step name prefix of its tool calls (``pydantic-ai.tool.NAME.CALL_ID``)."""
+
+MAX_STORED_MESSAGE_BYTES = 16 << 20
+"""A model step's stored messages longer than this are not parsed (shown as too long)."""
+
+_IN_DOUBT = "(in doubt: a kill cut this call short; it may or may not have happened)"
+
+
+def conversation(
+    reader: RunReader, *, max_chars: int = 2000, max_entries: int = 500
+) -> dict[str, Any] | None:
+    """The conversation of the run ``reader`` reads, or None when it is not an agent run.
+
+    Raises:
+        EffectLogCorruptionError: the run's journal is damaged (not just torn at its end).
+
+    Returns ``{"source", "entries", "omitted", "truncated"}``: ``source`` is
+    ``"pydantic-ai"`` or ``"agent"``; ``entries`` the newest ``max_entries`` entries in
+    order, each text cut to ``max_chars``; ``omitted`` how many older entries were left
+    out; ``truncated`` how many texts were cut.
+    """
+    entries = _pydantic_ai_entries(reader)
+    source = "pydantic-ai"
+    if entries is None:
+        entries, source = _agent_runner_entries(reader), "agent"
+    if entries is None:
+        return None
+    omitted = max(0, len(entries) - max_entries)
+    kept = entries[omitted:]
+    truncated = 0
+    for entry in kept:
+        text = entry["text"]
+        if len(text) > max_chars:
+            entry["text"] = text[:max_chars]
+            entry["truncated"] = len(text) - max_chars
+            truncated += 1
+    return {"source": source, "entries": kept, "omitted": omitted, "truncated": truncated}
+
+
+def conversation_lines(found: dict[str, Any], *, width: int = 200) -> list[str]:
+    """Human lines for :func:`conversation`'s result: ``role: text``, one line per entry."""
+    lines = []
+    if found["omitted"]:
+        lines.append(f"({found['omitted']} earlier entries not shown)")
+    for entry in found["entries"]:
+        role = entry["role"]
+        if entry.get("tool"):
+            role = f"{role} {entry['tool']}"
+        text = " ".join(entry["text"].split())
+        cut = entry.get("truncated", 0)
+        if len(text) > width:
+            cut += len(text) - width
+            text = text[: width - 3] + "..."
+        more = f" [{cut} more chars]" if cut else ""
+        lines.append(f"{role}: {text}{more}")
+    return lines
+
+
+# -- pydantic-ai: the journal ---------------------------------------------------------
+
+
+def _pydantic_ai_entries(reader: RunReader) -> list[dict[str, Any]] | None:
+    """The entries of a DurableAgent run's steps; None when the run has none."""
+    if not reader.paths.journal.exists():
+        return None
+    records = reader.effects()  # a damaged journal raises: the caller says it is unreadable
+    steps: dict[str, dict[str, Any]] = {}  # key -> {name, outcome}; journal order
+    for record in records:
+        if record.kind == "intent":  # (outcomes carry only the key)
+            if record.name == PYDANTIC_AI_MODEL_STEP or record.name.startswith(
+                PYDANTIC_AI_TOOL_STEP + "."
+            ):
+                step = steps.setdefault(record.key, {"name": record.name, "outcome": None})
+                step["outcome"] = None  # a newer attempt: only its outcome counts
+        elif record.key in steps:
+            steps[record.key]["outcome"] = record
+    if not steps:
+        return None
+    entries: list[dict[str, Any]] = []
+    answered: set[str] = set()  # tool call ids whose result a tool step already showed
+    instructions: list[str] = []  # the instructions shown last (each request carries them)
+    for step in steps.values():
+        outcome = step["outcome"]
+        if step["name"] == PYDANTIC_AI_MODEL_STEP:
+            if outcome is None or outcome.status != "ok":
+                continue  # a request a kill cut short is asked again: nothing to show
+            entries.extend(_model_step_entries(outcome.result, answered, instructions))
+            continue
+        tool, call_id = _tool_of(step["name"])
+        answered.add(call_id)
+        entry: dict[str, Any] = {"role": "tool_result", "tool": tool, "tool_call_id": call_id}
+        if outcome is None:
+            entry["text"] = _IN_DOUBT
+        elif outcome.status != "ok":
+            error = outcome.error
+            entry["text"] = f"error: {error.type}: {error.message}" if error else "error"
+        else:
+            entry["text"] = _as_text(outcome.result)
+        entries.append(entry)
+    return entries
+
+
+def _tool_of(name: str) -> tuple[str, str]:
+    """``(tool name, tool call id)`` of a step named ``pydantic-ai.tool.NAME.CALL_ID``.
+
+    Tool names have no dots (pydantic-ai requires identifiers), call ids may have them.
+    """
+    rest = name[len(PYDANTIC_AI_TOOL_STEP) + 1 :]
+    tool, _, call_id = rest.partition(".")
+    return tool, call_id
+
+
+def _model_step_entries(
+    stored: Any, answered: set[str], instructions: list[str]
+) -> list[dict[str, Any]]:
+    """Entries of one model step: the request it answered, then the response.
+
+    A request's instructions are shown when they differ from the last ones shown.
+    """
+    if isinstance(stored, str):
+        stored = stored.encode()
+    if not isinstance(stored, bytes):
+        return [{"role": "unreadable", "text": f"a model step holds a {type(stored).__name__}"}]
+    if len(stored) > MAX_STORED_MESSAGE_BYTES:
+        return [{"role": "unreadable", "text": f"a model step of {len(stored)} bytes"}]
+    try:
+        messages = json.loads(stored)
+    except ValueError as exc:
+        return [{"role": "unreadable", "text": f"a model step is not JSON: {exc}"}]
+    entries: list[dict[str, Any]] = []
+    for message in messages if isinstance(messages, list) else []:
+        told = message.get("instructions") if isinstance(message, dict) else None
+        if isinstance(told, str) and told and told not in instructions[-1:]:
+            instructions.append(told)
+            entries.append({"role": "instructions", "text": told})
+        parts = message.get("parts") if isinstance(message, dict) else None
+        for part in parts if isinstance(parts, list) else []:
+            if isinstance(part, dict):
+                entry = _part_entry(part, answered)
+                if entry is not None:
+                    entries.append(entry)
+    return entries
+
+
+def _part_entry(part: dict[str, Any], answered: set[str]) -> dict[str, Any] | None:
+    """One message part of pydantic-ai's JSON (``part_kind``) as an entry."""
+    kind = part.get("part_kind")
+    content = part.get("content")
+    if kind == "user-prompt":
+        return {"role": "user", "text": _as_text(content)}
+    if kind == "system-prompt":
+        return {"role": "system", "text": _as_text(content)}
+    if kind == "text":
+        return {"role": "assistant", "text": _as_text(content)}
+    if kind == "thinking":
+        return {"role": "thinking", "text": _as_text(content)}
+    if kind in ("tool-call", "builtin-tool-call"):
+        return {
+            "role": "tool_call",
+            "tool": str(part.get("tool_name", "")),
+            "tool_call_id": str(part.get("tool_call_id", "")),
+            "text": _as_text(part.get("args")),
+        }
+    if kind in ("tool-return", "builtin-tool-return"):
+        call_id = str(part.get("tool_call_id", ""))
+        if call_id in answered:
+            return None  # its tool step was shown where it ran
+        return {
+            "role": "tool_result",
+            "tool": str(part.get("tool_name", "")),
+            "tool_call_id": call_id,
+            "text": _as_text(content),
+        }
+    if kind == "retry-prompt":
+        entry = {"role": "retry", "text": _as_text(content)}
+        if part.get("tool_name"):
+            entry["tool"] = str(part["tool_name"])
+        return entry
+    return {"role": str(kind or "part"), "text": _as_text(content)}
+
+
+# -- AgentRunner: the newest runtime_state ---------------------------------------------
+
+
+def _agent_runner_entries(reader: RunReader) -> list[dict[str, Any]] | None:
+    """The entries of an AgentRunner run's newest snapshot; None when it has none."""
+    if reader.meta.extra.get("kind") != "agent":
+        return None
+    payload = None
+    for file in reversed(reader.checkpoint_files()):
+        if file.phase == Phase.RUNTIME_STATE.value:
+            try:
+                payload = reader.load(file).payload
+            except AfkLocalError:
+                continue
+            break
+    messages = payload.get("messages") if isinstance(payload, dict) else None
+    if not isinstance(messages, list):
+        return None
+    entries: list[dict[str, Any]] = []
+    tools: dict[str, str] = {}
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        role = str(message.get("role", ""))
+        content = message.get("content")
+        if role == "tool":
+            call_id = str(message.get("tool_call_id", ""))
+            entries.append(
+                {
+                    "role": "tool_result",
+                    "tool": tools.get(call_id, ""),
+                    "tool_call_id": call_id,
+                    "text": _as_text(content),
+                }
+            )
+            continue
+        if content not in (None, ""):
+            entries.append({"role": role, "text": _as_text(content)})
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                continue
+            call_id, name = str(call.get("id", "")), str(function.get("name", ""))
+            tools[call_id] = name
+            entries.append(
+                {
+                    "role": "tool_call",
+                    "tool": name,
+                    "tool_call_id": call_id,
+                    "text": _as_text(function.get("arguments")),
+                }
+            )
+    return entries
+
+
+def _as_text(value: Any) -> str:
+    """A part's content as text: strings as they are, anything else as compact JSON."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=repr)
+    except ValueError:
+        return repr(value)
+
+
+__all__ = [
+    "MAX_STORED_MESSAGE_BYTES",
+    "PYDANTIC_AI_MODEL_STEP",
+    "PYDANTIC_AI_TOOL_STEP",
+    "conversation",
+    "conversation_lines",
+]
