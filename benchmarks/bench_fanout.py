@@ -1,7 +1,7 @@
 """Fan-out on Dask: 200 short durable runs through map_durable vs plain client.map.
 
     python benchmarks/bench_fanout.py [--items 200] [--work-ms 0 10] [--repeat 3] [--dir DIR]
-        [--items-per-task 1 8]
+        [--items-per-task 1 16]
 
 A Dask LocalCluster of 2 worker processes (1 thread each, loopback). Each item
 is one call of ``work(x)``, which spins for ``--work-ms`` of CPU and returns
@@ -69,7 +69,7 @@ def main() -> None:
     parser.add_argument("--work-ms", type=float, nargs="+", default=[0.0, 10.0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", default=None, help="where the stores go (default: a temp dir)")
-    parser.add_argument("--items-per-task", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--items-per-task", type=int, nargs="+", default=[1, 16])
     args = parser.parse_args()
 
     rows = []
