@@ -6,14 +6,19 @@ and nobody takes a new run's lock before its creator.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import afk_local as afk
+from afk_local.cli.main import main as cli_main
 from afk_local.errors import RunExistsError
 from afk_local.storage import fsio
 from afk_local.storage.fsio import IoCall
@@ -266,10 +271,18 @@ def test_a_completed_run_whose_meta_a_power_cut_tore_keeps_its_identity(
     assert any(n.startswith("run.meta: torn") for n in report.notes), report.notes
     assert job.run(1, run_id="r-1") == 2  # the stored result
     assert calls == [1]
-    with fresh.resume_writer("r-1", new_attempt=False):
-        pass  # a writer writes it back, durably
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):  # `afk-local verify` writes it back, durably
+        assert cli_main(["--root", str(tmp_path), "verify", "r-1", "--json"]) == 0
+    (verified,) = json.loads(out.getvalue())["runs"]
+    assert [
+        r.endswith("rewritten from its copy in the terminal checkpoint")
+        for r in verified["repaired"]
+    ] == [True], verified
     assert not any(n.startswith("run.meta") for n in fresh.open("r-1").verify().notes)
-    assert afk.Store(tmp_path).read_meta("r-1").status is afk.RunStatus.COMPLETED
+    assert afk.Store(tmp_path).read_meta("r-1") == msgspec.structs.replace(
+        whole, updated_ms=afk.Store(tmp_path).read_meta("r-1").updated_ms
+    )
 
 
 def test_a_torn_meta_without_a_terminal_copy_is_still_reported_damaged(tmp_path: Path) -> None:
