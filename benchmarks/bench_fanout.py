@@ -1,22 +1,26 @@
 """Fan-out on Dask: 200 short durable runs through map_durable vs plain client.map.
 
     python benchmarks/bench_fanout.py [--items 200] [--work-ms 0 10] [--repeat 3] [--dir DIR]
+        [--items-per-task 1 16]
 
 A Dask LocalCluster of 2 worker processes (1 thread each, loopback). Each item
 is one call of ``work(x)``, which spins for ``--work-ms`` of CPU and returns
 ``x * x``. The baseline is ``client.map(work, items)``: no run, no file. The
 durable form is ``map_durable(square, items)``, where ``square`` is the same
-call inside one ``ctx.step``: per item a run directory with its lock, meta,
-``run_started`` and ``run_terminal`` checkpoints and the step's intent and
-outcome, every one fsynced (durability "sync"). A second ``map_durable`` over
-the same runs finds them completed and returns the stored results. Each
-measurement takes the median of ``--repeat`` rounds, the three forms
-interleaved, each durable round on a fresh store.
+call inside one ``ctx.step``: per item a run directory with its lock and meta,
+its ``run_terminal`` checkpoint and the step's intent and outcome, 7 fsyncs
+(durability "sync"). It runs once per ``--items-per-task`` value (1: one Dask task
+per item, as ``client.map``; more: a task runs that many runs at once on threads,
+so their fsyncs overlap). A second ``map_durable`` over the same runs finds them
+completed and returns the stored results. Each measurement takes the median of
+``--repeat`` rounds, the forms interleaved, each durable round on a fresh store.
+Print the machine's load with the numbers: fsyncs queue behind other processes'.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -65,6 +69,7 @@ def main() -> None:
     parser.add_argument("--work-ms", type=float, nargs="+", default=[0.0, 10.0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", default=None, help="where the stores go (default: a temp dir)")
+    parser.add_argument("--items-per-task", type=int, nargs="+", default=[1, 16])
     args = parser.parse_args()
 
     rows = []
@@ -85,32 +90,49 @@ def main() -> None:
         for work_ms in args.work_ms:
             items = [[float(i), work_ms] for i in range(args.items)]
             expected = [i * i for i in range(args.items)]
-            base, first, again = [], [], []
+            per_task = args.items_per_task
+            base: list[float] = []
+            first: dict[int, list[float]] = {k: [] for k in per_task}
+            again: dict[int, list[float]] = {k: [] for k in per_task}
             for round_ in range(args.repeat):
-                store = Path(tmp) / f"store-{work_ms}-{round_}"
                 seconds, out = timed(plain, client, items)
                 assert out == expected
                 base.append(seconds)
-                for series in (first, again):
-                    seconds, out = timed(
-                        map_durable, square, items, store=store, client=client, progress=False
-                    )
-                    assert out == expected
-                    series.append(seconds)
-            b, f, a = (statistics.median(s) for s in (base, first, again))
-            extra_ms = (f - b) / args.items * 2 * 1000  # 2 workers run in parallel
-            rows += [
-                [f"{work_ms:g}", "client.map (no checkpoints)", f"{b:.3f}", "1.00", "-"],
-                [
-                    f"{work_ms:g}",
-                    "map_durable, new runs",
-                    f"{f:.3f}",
-                    f"{f / b:.2f}",
-                    f"{extra_ms:.1f}",
-                ],
-                [f"{work_ms:g}", "map_durable, runs completed", f"{a:.3f}", f"{a / b:.2f}", "-"],
-            ]
-    print(f"{args.items} items, 2 worker processes x 1 thread, median of {args.repeat} rounds")
+                for k in per_task:
+                    store = Path(tmp) / f"store-{work_ms}-{round_}-{k}"
+                    for series in (first[k], again[k]):
+                        seconds, out = timed(
+                            map_durable,
+                            square,
+                            items,
+                            store=store,
+                            client=client,
+                            progress=False,
+                            items_per_task=k,
+                        )
+                        assert out == expected
+                        series.append(seconds)
+            b = statistics.median(base)
+            rows.append([f"{work_ms:g}", "client.map (no checkpoints)", f"{b:.3f}", "1.00", "-"])
+            for k in per_task:
+                f, a = statistics.median(first[k]), statistics.median(again[k])
+                extra_ms = (f - b) / args.items * 2 * 1000  # 2 workers run in parallel
+                how = "map_durable" + ("" if k == 1 else f", items_per_task={k}")
+                rows += [
+                    [
+                        f"{work_ms:g}",
+                        f"{how}, new runs",
+                        f"{f:.3f}",
+                        f"{f / b:.2f}",
+                        f"{extra_ms:.1f}",
+                    ],
+                    [f"{work_ms:g}", f"{how}, runs completed", f"{a:.3f}", f"{a / b:.2f}", "-"],
+                ]
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"{args.items} items, 2 worker processes x 1 thread, median of {args.repeat} rounds "
+        f"(load average at the end: {load})"
+    )
     print(table(["work ms/item", "how", "seconds", "x client.map", "ms/run added"], rows))
 
 

@@ -181,7 +181,24 @@ def verify_run(store: Store, run_id: str, *, repair: bool = True) -> dict[str, A
         if repaired:
             result["notes"] = [n for n in result["notes"] if n not in torn]
             result["repaired"].append(repaired)
+    torn_meta = [n for n in report.notes if n.startswith("run.meta: torn")]
+    if torn_meta and repair:
+        repaired = _repair_meta(store, run_id)
+        if repaired:
+            result["notes"] = [n for n in result["notes"] if n not in torn_meta]
+            result["repaired"].append(repaired)
     return result
+
+
+def _repair_meta(store: Store, run_id: str) -> str | None:
+    """Write back a ``run.meta`` a power cut tore, from its terminal checkpoint's copy: any
+    writer of the run writes the meta it reads, durably (docs/guarantees.md)."""
+    try:
+        with store.resume_writer(run_id, lock_timeout=0.0, new_attempt=False) as run:
+            path = run.paths.meta
+    except (AfkLocalError, OSError):
+        return None  # a live owner rewrites it itself; or verify reports what is wrong
+    return f"{path}: rewritten from its copy in the terminal checkpoint"
 
 
 def _repair_journal(store: Store, run_id: str) -> str | None:

@@ -338,7 +338,7 @@ class DurableFunction(Generic[R]):
                 code_fingerprint=self.fingerprint,
                 version=self.version,
                 extra=self._new_extra(tags),
-                # the run, its running status and run_started appear durable together
+                # the run appears with its running status: one set of fsyncs
                 publish_with_first_write=True,
             )
             return self._attempt(store, run, params, None, input_value=NO_INPUT, in_doubt=in_doubt)
@@ -464,15 +464,22 @@ class DurableFunction(Generic[R]):
                 report=report,
                 observations=observations,
             )
-            writer.checkpoint(
-                Phase.RUN_STARTED,
-                {
-                    "agent_name": self.entrypoint,
-                    "resumed": meta is not None,
-                    PROGRESS_KEY: report.progress_payload(),
-                },
-                step=report.steps,
-            )
+            if meta is None:
+                # A new run: its running meta is all a resume needs, so it is published
+                # now, before the body runs, without a run_started checkpoint (whose
+                # payload would only repeat the meta: docs/guarantees.md, "What a new run
+                # costs"). A resumed attempt still marks where it began.
+                run.publish()
+            else:
+                writer.checkpoint(
+                    Phase.RUN_STARTED,
+                    {
+                        "agent_name": self.entrypoint,
+                        "resumed": True,
+                        PROGRESS_KEY: report.progress_payload(),
+                    },
+                    step=report.steps,
+                )
             if migrated:
                 ctx.checkpoint()
                 writer.flush()

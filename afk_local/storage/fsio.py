@@ -22,7 +22,7 @@ import secrets
 import shutil
 import stat
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -41,15 +41,27 @@ def _mount_of(path: str) -> str:
     return here
 
 
-@contextlib.contextmanager
-def _disk_full_named(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Turn a write's ENOSPC or EDQUOT into :class:`DiskFullError`: one line, the disk named."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno not in _NO_SPACE or isinstance(exc, DiskFullError):
-            raise
-        where = os.fspath(path)
+class _disk_full_named:
+    """Turn a write's ENOSPC or EDQUOT into :class:`DiskFullError`: one line, the disk named.
+
+    A class, not a generator context manager: it wraps every write and fsync, and a
+    journaled step makes four of those (a generator costs several microseconds each).
+    """
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if not isinstance(exc, OSError) or exc.errno not in _NO_SPACE:
+            return
+        if isinstance(exc, DiskFullError):
+            return
+        where = os.fspath(self.path)
         directory = where if os.path.isdir(where) else os.path.dirname(where) or "."
         mount = _mount_of(directory)
         try:
@@ -437,17 +449,25 @@ class Env:
             self.recorder(IoCall("unlink", os.fspath(path)))
 
     def atomic_write(
-        self, path: str | os.PathLike[str], data: bytes, *, sync_dir: bool = True
+        self,
+        path: str | os.PathLike[str],
+        data: bytes,
+        *,
+        sync_dir: bool = True,
+        sync_file: bool = True,
     ) -> None:
         """Publish ``data`` at ``path`` all at once: temp file, fsync, rename, fsync directory.
 
         Readers see the old file or the new one, never a mix. With ``sync_dir=False``
-        the caller promises to fsync the directory itself before acknowledging.
+        the caller promises to fsync the directory itself before acknowledging. With
+        ``sync_file=False`` (and ``sync_dir=False``) nothing is made durable: a power
+        cut may leave the old file, or the new name with its bytes lost or cut short;
+        only for a file whose every reader recovers it from a durable copy elsewhere.
         """
         target = os.fspath(path)
         tmp = _temp_sibling(target)
         try:
-            self.write_new_file(tmp, data)
+            self.write_new_file(tmp, data, sync=sync_file)
             self.rename(tmp, target)
         except BaseException:
             with contextlib.suppress(OSError):

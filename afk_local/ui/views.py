@@ -339,6 +339,12 @@ def run_page(store: Store, run_id: str) -> RunPage:
     effects_total = len(effects)
     files = reader.checkpoint_files()
     timeline = _timeline(reader, files[-TIMELINE_LIMIT:], effects)
+    first = files[0] if files else None
+    started = first is None or (first.seq == 1 and first.phase != Phase.RUN_STARTED.value)
+    if started and meta.attempt >= 1:
+        # A durable job's new run writes no run_started (docs/guarantees.md, "What a new
+        # run costs"): its first attempt began when the run was made.
+        timeline.append(TimelineEvent(meta.created_ms, "attempt", "attempt started", "step 0"))
     if meta.status is RunStatus.SLEEPING and meta.wake_at_ms:
         timeline.append(
             TimelineEvent(

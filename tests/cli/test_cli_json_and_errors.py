@@ -64,7 +64,8 @@ def test_every_command_takes_json(
         "interrupted": None,
     }
     assert as_json(cli("--root", r, "show", "done", "--json"))["status"] == "completed"
-    assert as_json(cli("--root", r, "log", "done", "--json"))[0]["phase"] == "run_started"
+    phases = [c["phase"] for c in as_json(cli("--root", r, "log", "done", "--json"))]
+    assert phases[0] == "runtime_state" and phases[-1] == "run_terminal"  # a new run's
     assert as_json(cli("--root", r, "inspect", "done", "--json"))["phase"] == "run_terminal"
     assert len(as_json(cli("--root", r, "effects", "done", "--json"))) == 3
     assert "changed" in as_json(cli("--root", r, "diff", "done", "2", "3", "--json"))

@@ -178,9 +178,18 @@ def test_fork_set_edits_the_state_before_continuing(
     assert items == [float(i) for i in range(N)]  # 0-2 from the source, 3-5 its own
 
     run_cli(capsys, store.root, "fork", "small-1", "--at", str(at.seq), "--set", "nope", code=2)
-    run_cli(capsys, store.root, "fork", "small-1", "--at", "1", "--set", "state.x=1", code=2)
+    with store.create("no-state") as run:  # a checkpoint with no runtime_state at or before it
+        run.checkpoint("step_started", {"state": "running", "message_count": 0}, step=0)
+    run_cli(capsys, store.root, "fork", "no-state", "--at", "1", "--set", "state.x=1", code=2)
     run_cli(capsys, store.root, "fork", "small-1", "--at", str(at.seq), "--set", "a.b=1", code=2)
-    assert sorted(store.run_ids()) == ["big-1", "other", "small-1", "small-bad", "what-if"]
+    assert sorted(store.run_ids()) == [
+        "big-1",
+        "no-state",
+        "other",
+        "small-1",
+        "small-bad",
+        "what-if",
+    ]
 
 
 def test_restart_runs_the_same_job_with_the_same_inputs(

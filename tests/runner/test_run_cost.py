@@ -6,14 +6,19 @@ and nobody takes a new run's lock before its creator.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import afk_local as afk
+from afk_local.cli.main import main as cli_main
 from afk_local.errors import RunExistsError
 from afk_local.storage import fsio
 from afk_local.storage.fsio import IoCall
@@ -46,7 +51,9 @@ def _recording_store(root: Path) -> tuple[afk.Store, list[IoCall]]:
     return store, calls
 
 
-def test_a_new_one_step_sync_run_costs_nine_fsyncs_each_buying_a_guarantee(tmp_path: Path) -> None:
+def test_a_new_one_step_sync_run_costs_seven_fsyncs_each_buying_a_guarantee(
+    tmp_path: Path,
+) -> None:
     store, calls = _recording_store(tmp_path)
 
     @afk.durable(store=store, durability="sync")
@@ -58,16 +65,15 @@ def test_a_new_one_step_sync_run_costs_nine_fsyncs_each_buying_a_guarantee(tmp_p
     assert job.run(2, run_id="r-1") == 3
     assert _fsyncs(calls, tmp_path) == [
         "runs/<tmp>/run.meta",  # the run's meta, already running
-        "runs/<tmp>/000000000001.run_started.ckpt",  # its first checkpoint
-        "runs/<tmp>",  # their names, latest and an empty effects.log
+        "runs/<tmp>",  # its name and an empty effects.log's
         "runs",  # the run findable: one rename of the whole directory
         "runs/<run>/effects.log",  # the intent, before the effect
         "runs/<run>/effects.log",  # the outcome, before the result is used
-        "runs/<run>/<tmp>",  # the terminal checkpoint's bytes
+        "runs/<run>/<tmp>",  # the terminal checkpoint's bytes (a copy of run.meta in it)
         "runs/<run>",  # its name and latest
-        "runs/<run>/<tmp>",  # run.meta completed (its rename rides on a later fsync)
-    ]
+    ]  # run.meta completed: written, never fsynced (the terminal checkpoint holds its copy)
     assert afk.Store(tmp_path).read_meta("r-1").status is afk.RunStatus.COMPLETED
+    assert [c.phase for c in afk.Store(tmp_path).open("r-1").history()] == ["run_terminal"]
 
 
 def test_store_create_costs_three_fsyncs_and_the_run_appears_whole(tmp_path: Path) -> None:
@@ -234,3 +240,91 @@ def test_a_completed_run_whose_meta_rename_was_lost_stays_completed(tmp_path: Pa
     fresh = afk.Store(tmp_path)
     assert fresh.read_meta("r-1").status is afk.RunStatus.COMPLETED
     assert fresh.open("r-1").verify().ok
+
+
+@pytest.mark.parametrize("left", ["empty", "cut"])
+def test_a_completed_run_whose_meta_a_power_cut_tore_keeps_its_identity(
+    tmp_path: Path, left: str
+) -> None:
+    """run.meta completed is written without an fsync: a power cut may leave its new name
+    with its bytes lost (the crash explorer's create workload reaches this state). The
+    terminal checkpoint's copy stands in: same run, same status, nothing runs again."""
+    store = afk.Store(tmp_path)
+    calls: list[int] = []
+
+    @afk.durable(store=store, durability="sync")
+    def job(ctx: afk.RunContext, x: int) -> int:
+        def add() -> int:
+            calls.append(x)
+            return x + 1
+
+        return ctx.step("add", add)
+
+    assert job.run(1, run_id="r-1", tags={"team": "a"}) == 2
+    whole = store.read_meta("r-1")
+    meta = store.paths("r-1").meta
+    meta.write_bytes(b"" if left == "empty" else meta.read_bytes()[:40])
+    fresh = afk.Store(tmp_path)
+    assert fresh.read_meta("r-1") == whole  # entrypoint, params, tags, status: all of it
+    report = fresh.open("r-1").verify()
+    assert report.ok, report.problems
+    assert any(n.startswith("run.meta: torn") for n in report.notes), report.notes
+    assert job.run(1, run_id="r-1") == 2  # the stored result
+    assert calls == [1]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):  # `afk-local verify` writes it back, durably
+        assert cli_main(["--root", str(tmp_path), "verify", "r-1", "--json"]) == 0
+    (verified,) = json.loads(out.getvalue())["runs"]
+    assert [
+        r.endswith("rewritten from its copy in the terminal checkpoint")
+        for r in verified["repaired"]
+    ] == [True], verified
+    assert not any(n.startswith("run.meta") for n in fresh.open("r-1").verify().notes)
+    assert afk.Store(tmp_path).read_meta("r-1") == msgspec.structs.replace(
+        whole, updated_ms=afk.Store(tmp_path).read_meta("r-1").updated_ms
+    )
+
+
+def test_a_torn_meta_without_a_terminal_copy_is_still_reported_damaged(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path)
+    with store.create("r-1") as run:
+        run.checkpoint("runtime_state", {"n": 1}, step=1)
+    store.paths("r-1").meta.write_bytes(b"")
+    with pytest.raises(afk.errors.CheckpointCorruptionError):
+        afk.Store(tmp_path).read_meta("r-1")
+    assert not afk.Store(tmp_path).open("r-1", lazy=True).verify().ok
+
+
+DIES_IN_ITS_BODY = """
+import os, signal
+from pathlib import Path
+import afk_local as afk
+
+@afk.durable
+def job(ctx, x):
+    marker = Path(os.environ["AFK_LOCAL_ROOT"]) / "died-once"
+    if not marker.exists():  # the first attempt dies in its body, before any step
+        marker.touch()
+        print("running", ctx.store.read_meta(ctx.run_id).status, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x + 1
+"""
+
+
+def test_a_new_run_is_in_the_store_before_its_body_runs_so_a_killed_one_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No run_started checkpoint, but the run is published (running) before the body:
+    a process killed in the body, before any step, leaves a run to resume."""
+    (tmp_path / "dies_in_body.py").write_text(DIES_IN_ITS_BODY)
+    root = tmp_path / "store"
+    monkeypatch.setenv("AFK_LOCAL_ROOT", str(root))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    killed = _child("import dies_in_body; dies_in_body.job.run(1, run_id='r-1')")
+    assert killed.returncode == -9, killed.stderr
+    assert killed.stdout.split() == ["running", "running"]
+    store = afk.Store(root)
+    assert store.interrupted() == ["r-1"]
+    assert store.open("r-1").history() == []  # nothing but its meta: it had no checkpoint
+    assert afk.resume("r-1", store=store) == 2
+    assert [c.phase for c in store.open("r-1").history()] == ["run_started", "run_terminal"]

@@ -52,3 +52,18 @@ def test_the_creation_workload_catches_each_run_site_mutant(site: str, full: boo
     found = result.counterexample
     assert found is not None, f"no-fsync@{site} was not caught"
     assert found.ignored and found.problems
+
+
+def test_the_creation_workload_catches_a_torn_completed_meta_when_nothing_stands_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The completed run.meta has no fsync (its copy rides in the terminal checkpoint):
+    the explorer reaches the state where a power cut tore it, and without the copy that
+    state loses the run."""
+    import afk_local.storage.rundir.reader as reader  # noqa: PLC0415
+
+    monkeypatch.setattr(reader, "_terminal_copy", lambda paths, record_codec: None)
+    result = explore("create", max_states=None, seed=1)
+    found = result.counterexample
+    assert found is not None, "a torn run.meta was never reached"
+    assert any("run.meta" in problem for problem in found.problems), found.problems

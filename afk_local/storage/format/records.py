@@ -46,6 +46,13 @@ class Phase(str, enum.Enum):
         return self.value
 
 
+META_COPY_KEY = "run_meta"
+"""The ``run_terminal`` payload key holding the bytes of the ``run.meta`` written just
+after it (status ``completed`` or ``failed``). That ``run.meta`` is written without an
+fsync (docs/guarantees.md, "What a new run costs"): a power cut may leave it torn, and
+readers then take this copy, which the terminal checkpoint made durable."""
+
+
 class RunStatus(str, enum.Enum):
     """Where a run is in its life, as recorded in ``run.meta``."""
 

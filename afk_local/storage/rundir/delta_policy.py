@@ -26,7 +26,10 @@ from collections import OrderedDict
 from typing import NamedTuple
 
 from afk_local.storage.format import codec
+from afk_local.storage.format.records import Phase
 from afk_local.storage.rundir.delta_prefetch import DeltaPrefetch
+
+_LAST_PHASE = Phase.RUN_TERMINAL.value
 
 DEFAULT_MAX_CHAIN = 32
 """Deltas in a row after which the next checkpoint of a phase is a keyframe."""
@@ -112,7 +115,9 @@ class DeltaPolicy:
 
     def _remember(self, phase: str, chain: Chain) -> None:
         self._chains[phase] = chain
-        if chain.length < self._max_chain and len(chain.raw) <= codec.MAX_DELTA_BASE_BYTES:
+        if phase == _LAST_PHASE:  # a run's last write: no next delta to prepare a compressor for
+            self.prefetch.forget(phase)
+        elif chain.length < self._max_chain and len(chain.raw) <= codec.MAX_DELTA_BASE_BYTES:
             self.prefetch.submit(phase, chain.raw)
         else:
             self.prefetch.forget(phase)

@@ -119,18 +119,41 @@ class MetaKeeper:
 
         A value that cannot be encoded fails before any I/O; a failed write is handed
         to ``on_failure`` and raised. ``sync_dir=False`` leaves the rename to the next
-        fsync of the run directory: only for a status that a durable checkpoint already
-        carries (a terminal one, which readers take over a meta older than it).
+        fsync of the run directory.
         """
+        meta, data = self.next(**changes)
+        self.put(meta, data, sync_dir=sync_dir)
+        return meta
+
+    def next(self, **changes: Any) -> tuple[RunMeta, bytes]:
+        """The meta with ``changes`` applied (``updated_ms`` bumped) and its encoding, not
+        written yet: :meth:`put` writes it. A bad value fails here, before any I/O."""
         meta = msgspec.structs.replace(
             self.meta, updated_ms=later_ms(self.meta.updated_ms), **changes
         )
-        data = codec.encode_meta(self._codec, meta)  # a bad value fails here, before I/O
+        return meta, codec.encode_meta(self._codec, meta)
+
+    @property
+    def may_skip_sync(self) -> bool:
+        """True when a ``run.meta`` whose copy a durable checkpoint carries may be written
+        without any fsync: no head record and no mirror reads it as written."""
+        return self._head is None and self._mirror is None
+
+    def put(
+        self, meta: RunMeta, data: bytes, *, sync_dir: bool = True, sync_file: bool = True
+    ) -> None:
+        """Write ``meta`` (encoded as ``data`` by :meth:`next`) as ``run.meta``.
+
+        ``sync_file=False`` (with ``sync_dir=False``) makes nothing durable: only for a
+        meta whose bytes a durable terminal checkpoint already carries
+        (:data:`~afk_local.storage.format.records.META_COPY_KEY`), so a power cut that
+        tears it loses nothing (:func:`~.reader.read_meta` takes the copy).
+        """
         if not self.on_disk:
             self.meta = meta
-            return meta
+            return
         try:
-            self._env.atomic_write(self.paths.meta, data, sync_dir=sync_dir)
+            self._env.atomic_write(self.paths.meta, data, sync_dir=sync_dir, sync_file=sync_file)
         except BaseException as exc:
             self._on_failure(exc)
             raise
@@ -139,7 +162,6 @@ class MetaKeeper:
             self._head.meta(meta.updated_ms)
         if self._mirror is not None:
             self._mirror.meta_replaced()
-        return meta
 
 
 __all__ = ["MetaKeeper", "attempt_meta"]

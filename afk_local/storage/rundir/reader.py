@@ -39,6 +39,7 @@ from afk_local.storage.format.layout import (
     parse_checkpoint_name,
 )
 from afk_local.storage.format.records import (
+    META_COPY_KEY,
     Checkpoint,
     Effect,
     ErrorInfo,
@@ -522,6 +523,10 @@ class RunReader:
         """The run's ``run.meta``, read now (not the cached :attr:`meta`)."""
         return read_meta(self.paths, self._codec)
 
+    def meta_file_torn(self) -> str | None:
+        """Why ``run.meta`` is torn when its terminal checkpoint's copy stands in for it."""
+        return meta_file_torn(self.paths, self._codec)
+
     @property
     def heads(self) -> HeadStore | None:
         """The store's head records (keyed stores), if this reader checks against them."""
@@ -579,7 +584,36 @@ def _newer_schema(exc: SchemaVersionError) -> str:
 
 
 def read_meta(paths: RunPaths, record_codec: RecordCodec) -> RunMeta:
-    """Read and check ``run.meta``; RunNotFoundError when the run has none."""
+    """Read and check ``run.meta``; RunNotFoundError when the run has none.
+
+    A ``run.meta`` that a power cut tore or left behind its terminal checkpoint reads as
+    that checkpoint says (:func:`meta_file_torn` tells the two apart for ``verify``).
+    """
+    try:
+        meta = read_meta_file(paths, record_codec)
+    except CheckpointCorruptionError as exc:
+        recovered = _terminal_copy(paths, record_codec)
+        if recovered is None:
+            raise
+        log.warning(
+            "run %s: %s is damaged (%s); its copy in the terminal checkpoint is used",
+            paths.run_id,
+            exc.path,
+            exc.reason,
+        )
+        return recovered
+    if meta.status.expects_owner:
+        return _with_terminal_status(paths, record_codec, meta)
+    return meta
+
+
+def read_meta_file(paths: RunPaths, record_codec: RecordCodec) -> RunMeta:
+    """Decode ``run.meta`` as it is on disk, taking nothing from the checkpoints.
+
+    Raises:
+        RunNotFoundError: the run has no ``run.meta``.
+        CheckpointCorruptionError: it cannot be read or does not decode.
+    """
     path = str(paths.meta)
     try:
         data = fsio.read_bounded(path, MAX_META_BYTES)
@@ -592,37 +626,80 @@ def read_meta(paths: RunPaths, record_codec: RecordCodec) -> RunMeta:
             path, f"cannot read: {exc.strerror}", paths.run_id
         ) from None
     try:
-        meta = codec.decode_meta(
+        return codec.decode_meta(
             record_codec, data, path, max_bytes=MAX_META_BYTES, run_id=paths.run_id
         )
     except CheckpointCorruptionError as exc:
         raise CheckpointCorruptionError(exc.path, exc.reason, paths.run_id) from None
-    if meta.status.expects_owner:
-        return _with_terminal_status(paths, record_codec, meta)
-    return meta
 
 
-def _with_terminal_status(paths: RunPaths, record_codec: RecordCodec, meta: RunMeta) -> RunMeta:
-    """``meta`` with the status its run's terminal checkpoint carries, when that checkpoint
-    is newer than the meta: the run completed or failed, and a power cut lost the rename
-    of its ``run.meta`` (whose directory entry the writer leaves to the next directory
-    fsync, docs/guarantees.md, "What a new run costs"). Costs one ``readlink`` unless
-    ``latest`` names a terminal checkpoint."""
-    target = fsio.read_link(paths.latest)
-    if target is None or not target.endswith(f".{Phase.RUN_TERMINAL.value}.ckpt"):
-        return meta
+def meta_file_torn(paths: RunPaths, record_codec: RecordCodec) -> str | None:
+    """Why ``run.meta`` does not decode when its terminal checkpoint's copy stands in for
+    it (a power cut during its unsynced rewrite); None when it decodes, or when nothing
+    stands in (then :func:`read_meta` raises)."""
+    try:
+        read_meta_file(paths, record_codec)
+    except CheckpointCorruptionError as exc:
+        return exc.reason if _terminal_copy(paths, record_codec) is not None else None
+    return None
+
+
+def _latest_terminal(
+    paths: RunPaths, record_codec: RecordCodec, meta: RunMeta
+) -> Checkpoint | None:
+    """The run's newest checkpoint when it is terminal, else None."""
     reader = RunReader(paths, record_codec=record_codec)
     reader._meta = meta  # a fork's shared history is read from this meta, not read again
     try:
         latest = reader.latest()
     except AfkLocalError:
+        return None
+    if latest is None or latest.phase != Phase.RUN_TERMINAL.value:
+        return None
+    return latest
+
+
+def _copy_in(paths: RunPaths, record_codec: RecordCodec, payload: Any) -> RunMeta | None:
+    """The ``run.meta`` copy a terminal payload carries, when it is this run's and decodes."""
+    data = payload.get(META_COPY_KEY) if isinstance(payload, dict) else None
+    if not isinstance(data, bytes):
+        return None
+    try:
+        copy = codec.decode_meta(
+            record_codec, data, str(paths.meta), max_bytes=MAX_META_BYTES, run_id=paths.run_id
+        )
+    except AfkLocalError:
+        return None
+    return copy if copy.run_id == paths.run_id else None  # an imported run's is another's
+
+
+def _terminal_copy(paths: RunPaths, record_codec: RecordCodec) -> RunMeta | None:
+    """The ``run.meta`` copy in the run's terminal checkpoint, for a torn ``run.meta``.
+
+    The checkpoint is read with a stand-in meta (no fork history, no chain links): the
+    torn one cannot say more, and reading it again would only come back here.
+    """
+    stand_in = RunMeta(run_id=paths.run_id, created_ms=0, updated_ms=0)
+    latest = _latest_terminal(paths, record_codec, stand_in)
+    return None if latest is None else _copy_in(paths, record_codec, latest.payload)
+
+
+def _with_terminal_status(paths: RunPaths, record_codec: RecordCodec, meta: RunMeta) -> RunMeta:
+    """``meta`` with the status its run's terminal checkpoint carries, when that checkpoint
+    is newer than the meta: the run completed or failed, and a power cut lost the rename
+    of its ``run.meta`` (which the writer leaves to a later directory fsync, or never
+    makes durable at all: docs/guarantees.md, "What a new run costs"). Costs one
+    ``readlink`` unless ``latest`` names a terminal checkpoint."""
+    target = fsio.read_link(paths.latest)
+    if target is None or not target.endswith(f".{Phase.RUN_TERMINAL.value}.ckpt"):
         return meta
-    if (
-        latest is None
-        or latest.phase != Phase.RUN_TERMINAL.value
-        or latest.timestamp_ms < meta.updated_ms  # a retry began after it: the meta is newer
-        or not isinstance(latest.payload, dict)
-    ):
+    latest = _latest_terminal(paths, record_codec, meta)
+    if latest is None or not isinstance(latest.payload, dict):
+        return meta
+    copy = _copy_in(paths, record_codec, latest.payload)
+    if copy is not None:  # the very meta written after it: newer unless a retry began since
+        return copy if copy.updated_ms > meta.updated_ms else meta
+    if latest.timestamp_ms < meta.updated_ms:  # a retry began after it: the meta is newer
         return meta
     state = latest.payload.get("state")
     if state == RunStatus.COMPLETED.value:
@@ -647,5 +724,7 @@ __all__ = [
     "ResumeState",
     "RunReader",
     "Skipped",
+    "meta_file_torn",
     "read_meta",
+    "read_meta_file",
 ]

@@ -182,6 +182,10 @@ class ColdRun(Protocol):
         """The run's ``run.meta``, read now."""
         ...
 
+    def meta_file_torn(self) -> str | None:
+        """Why ``run.meta`` is torn when its terminal checkpoint's copy stands in for it."""
+        ...
+
     def load_chained(
         self, file: CheckpointFile, names: dict[int, str], macs: dict[int, bytes]
     ) -> bytes | None:
@@ -201,6 +205,11 @@ def verify_cold(run: ColdRun) -> VerifyReport:
     try:
         status = run.read_meta().status
         report.checked_files += 1
+        torn = run.meta_file_torn()
+        if torn is not None:  # a power cut during its unsynced rewrite: nothing is lost
+            report.notes.append(
+                f"run.meta: torn ({torn}); read from its copy in the terminal checkpoint"
+            )
         signed += run.record_codec.signer is None and is_signed_file(run.paths.meta)
     except (CheckpointCorruptionError, RunNotFoundError) as exc:
         report.problems.append(VerifyProblem(str(run.paths.meta), str(exc)))

@@ -40,6 +40,7 @@ from afk_local.storage.format.layout import (
     validate_phase,
 )
 from afk_local.storage.format.records import (
+    META_COPY_KEY,
     SCHEMA_VERSION,
     Checkpoint,
     ErrorInfo,
@@ -323,6 +324,19 @@ class RunWriter:
         self._new_run = None
         self._metas.on_disk = True
 
+    def publish(self) -> None:
+        """Publish a new run made with ``publish_with_first_write`` now, with its meta as it
+        is (no-op once published): the run is in the store from here on, before any
+        checkpoint. A durable function does this before its body runs, so that a run
+        whose process dies is there to resume, without a first checkpoint's fsync.
+
+        Raises:
+            RunExistsError: another creator published the same run id first.
+        """
+        self._life.check_writable()
+        with self._serial:
+            self._publish_new_run()
+
     def pack(self, *, full: bool = True) -> PackReport:
         """Fold every loose checkpoint file but the newest into packs, now.
 
@@ -336,14 +350,25 @@ class RunWriter:
         with self._life, self._serial:
             return self._metas.replace(**changes)
 
-    def _settle_status(self, **changes: Any) -> RunMeta:
-        """Write the status the terminal checkpoint just made durable into ``run.meta``,
-        its rename left to the next fsync of the run directory: readers take the status
-        of a terminal checkpoint newer than the meta (:func:`.reader.read_meta`), so a
-        power cut that loses the rename loses nothing (docs/guarantees.md, "What a new
-        run costs")."""
-        with self._life, self._serial:
-            return self._metas.replace(sync_dir=False, **changes)
+    def _terminal(self, payload: dict[str, Any], step: int | None, **changes: Any) -> Checkpoint:
+        """Write the ``run_terminal`` checkpoint, then the status it carries into ``run.meta``.
+
+        In a store without a head record or a mirror that ``run.meta`` costs no fsync: the
+        checkpoint carries a copy of its bytes
+        (:data:`~afk_local.storage.format.records.META_COPY_KEY`), and readers take the
+        checkpoint's status or that copy when a power cut lost the meta's rename or its
+        bytes (:func:`.reader.read_meta`; docs/guarantees.md, "What a new run costs").
+        Elsewhere the meta's bytes are fsynced and only its rename is left to the next
+        fsync of the run directory.
+        """
+        with self._life, self._serial:  # one write: the lock outlives the meta's too
+            meta, data = self._metas.next(**changes)
+            unsynced = self._metas.may_skip_sync
+            if unsynced:
+                payload = {**payload, META_COPY_KEY: data}
+            record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
+            self._metas.put(meta, data, sync_dir=False, sync_file=not unsynced)
+            return record
 
     def anchor_head(self) -> None:
         """Take the run's head record from disk, after this writer deleted its newest
@@ -357,10 +382,7 @@ class RunWriter:
     def finish(self, result: Any = None, *, step: int | None = None, **extra: Any) -> Checkpoint:
         """Write the ``run_terminal`` checkpoint of a completed run and mark it completed."""
         payload = {"state": RunStatus.COMPLETED.value, "terminal_result": result, **extra}
-        with self._serial:
-            record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
-            self._settle_status(status=RunStatus.COMPLETED, pause=None, error=None)
-            return record
+        return self._terminal(payload, step, status=RunStatus.COMPLETED, pause=None, error=None)
 
     def fail(
         self, error: BaseException | ErrorInfo | str, *, step: int | None = None, **extra: Any
@@ -373,10 +395,7 @@ class RunWriter:
             "error": msgspec.to_builtins(info),
             **extra,
         }
-        with self._serial:
-            record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
-            self._settle_status(status=RunStatus.FAILED, error=info)
-            return record
+        return self._terminal(payload, step, status=RunStatus.FAILED, error=info)
 
     def cancel(self, reason: str = "cancelled", *, step: int | None = None) -> Checkpoint:
         """Make the run terminal with state ``cancelled``."""

@@ -37,16 +37,16 @@ _REWRITE_SITES: tuple[tuple[str, str], ...] = (
 
 RUN_SITES: tuple[tuple[str, str], ...] = (
     ("creation._write_meta", "file"),  # a new run's meta, in its unpublished directory
-    ("creation._write_first_checkpoint", "file"),  # and its first checkpoint
+    ("creation._write_first_checkpoint", "file"),  # a Store.create(publish_with_first_write)
+    # run's first checkpoint, published with it (a durable function's run has none)
     ("creation._seal", "dir"),  # their names, before the directory can appear
     ("creation._appear", "dir"),  # the run findable: its rename into runs/
     ("journal._sync_locked", "journal"),  # an intent before its effect, an outcome after
     ("publisher.publish", "file"),  # a checkpoint's bytes (the terminal one)
     ("publisher.publish", "dir"),  # its name and latest
-    ("meta_keeper.replace", "file"),  # the completed status's run.meta (its rename rides
-    # on the next directory fsync: the terminal checkpoint carries the status meanwhile)
 )
-"""Every fsync a new one-step sync run makes (docs/guarantees.md, "What a new run costs")."""
+"""Every fsync a new run makes (docs/guarantees.md, "What a new run costs"). The
+completed ``run.meta`` has none: the terminal checkpoint carries a copy of its bytes."""
 
 SITE_MUTANTS: dict[str, tuple[str, str]] = {
     f"no-fsync@{site}:{kind}": (site, kind) for site, kind in (*_REWRITE_SITES, *RUN_SITES)

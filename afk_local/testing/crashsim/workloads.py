@@ -170,8 +170,11 @@ def write_run(
 def _create_record(session: Session, _prepared: Any) -> None:
     session.store.create("made").close()
     session.status_acked("made")  # created: the run exists from here on
+    with session.store.create("first", publish_with_first_write=True) as run:
+        run.checkpoint("runtime_state", state_payload(0), step=0)  # published with it
+    session.checkpoints_acked("first")
     done = one_step_job.with_store(session.store).run(7, run_id="job")
-    session.checkpoints_acked("job")  # run_started and the terminal checkpoint
+    session.checkpoints_acked("job")  # the terminal checkpoint (the run has no other)
     session.status_acked("job")  # completed: a resume must not run it again
     if done != {"sent": 7}:
         raise ResumeFailed(f"the recorded run returned {done!r}")
@@ -193,8 +196,9 @@ def _create_rerun(session: Session, _prepared: Any) -> None:
 
 def _create_resume(store: Store) -> dict[str, Any]:
     outcomes: dict[str, Any] = {}
-    if store.exists("made"):
-        outcomes["made"] = continue_run(store, "made")
+    for run_id in ("made", "first"):
+        if store.exists(run_id):
+            outcomes[run_id] = continue_run(store, run_id)
     try:
         outcomes["job"] = one_step_job.with_store(store).run(7, run_id="job")
     except EffectInDoubtError as exc:
@@ -319,11 +323,12 @@ BASIC_WORKLOADS: tuple[Workload, ...] = (
     ),
     Workload(
         "create",
-        "Store.create of a run, then a one-step sync job's new run (published with its "
-        "first checkpoint), its intent, outcome and result",
+        "Store.create of a run, one published with its first checkpoint, then a one-step "
+        "sync job's new run (published before its body), its intent, outcome and result "
+        "(its completed run.meta never fsynced)",
         _create_record,
         _create_resume,
-        {"made": "resumed", "job": {"sent": 7}},
+        {"made": "resumed", "first": "resumed", "job": {"sent": 7}},
         rerun=_create_rerun,
     ),
     Workload(

@@ -45,7 +45,10 @@ def test_keyed_archive_is_signed_and_a_forged_one_is_ignored(tmp_path) -> None:
 
 
 def test_a_fork_keeps_the_archived_metrics_up_to_its_seq(afk_store: afk.Store) -> None:
-    report_jobs.metered.with_store(afk_store).run(8, run_id="src")
+    report_jobs.FAIL_AT[:] = [0]  # the first attempt fails before its first metric
+    with pytest.raises(ValueError, match="item 0 broke"):
+        report_jobs.metered.with_store(afk_store).run(8, run_id="src")
+    report_jobs.metered.with_store(afk_store).run(8, run_id="src")  # the retry: run_started
     afk_store.gc(RetentionPolicy(keep_runtime_states=1))
     kept = [c for c in afk_store.open("src").history() if c.phase == "runtime_state"]
     at = kept[-1].seq  # the only runtime_state left: everything before it is archived
