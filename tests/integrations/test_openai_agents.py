@@ -117,7 +117,7 @@ def test_run_needs_a_job_or_a_run_id_and_the_key_a_tool_call() -> None:
     agent, _ = recorder_agent()
     with pytest.raises(TypeError, match=re.escape("DurableRunner.run(starting_agent, input")):
         DurableRunner.run_sync("not a context", agent, "hi")
-    with pytest.raises(TypeError, match="outside any @afk.durable job and without run_id"):
+    with pytest.raises(TypeError, match=r"outside any @afk\.durable job and without run_id"):
         DurableRunner.run_sync(agent, "hi")
     with pytest.raises(RuntimeError, match="inside a DurableRunner tool call"):
         tool_idempotency_key()
