@@ -265,7 +265,7 @@ class _ItemReader:
     """
 
     def __init__(self) -> None:
-        self.shown_ids: set[str] = set()
+        self.shown_ids: set[str] = set()  # ids, call ids, JSON of the items shown
         self.answered: set[str] = set()  # call ids whose result a tool step showed
         self.tools: dict[str, str] = {}  # call id -> tool name
         self.handoff_tools: set[str] = set()  # tool names of the handoffs shown
@@ -277,15 +277,26 @@ class _ItemReader:
         for item in items if isinstance(items, list) else []:
             if not isinstance(item, dict):
                 continue
-            ident = item.get("id")
-            if repeated and isinstance(ident, str) and ident in self.shown_ids:
+            seen = self._seen_as(item)
+            if repeated and {*seen, _json_key(item)} & self.shown_ids:
                 continue
-            if isinstance(ident, str):
-                self.shown_ids.add(ident)
+            # an output item's JSON too (a request repeats it, perhaps without an id); not
+            # an input item's: a user may send the same words twice
+            self.shown_ids |= seen if repeated else {*seen, _json_key(item)}
             entry = self.item(item)
             if entry is not None:
                 entries.append(entry)
         return entries
+
+    @staticmethod
+    def _seen_as(item: dict[str, Any]) -> set[str]:
+        """What tells ``item`` again when a later request repeats it (ids may be missing)."""
+        seen: set[str] = set()
+        if isinstance(item.get("id"), str):
+            seen.add("id:" + item["id"])
+        if item.get("type") == "function_call" and isinstance(item.get("call_id"), str):
+            seen.add("call:" + item["call_id"])
+        return seen
 
     def item(self, item: dict[str, Any]) -> dict[str, Any] | None:
         """One input or output item as an entry (None: nothing new to show)."""
@@ -318,6 +329,10 @@ class _ItemReader:
         if "role" in item and kind in (None, "message"):
             return {"role": str(item["role"]), "text": _content_text(item.get("content"))}
         return {"role": str(kind or "item"), "text": _as_text(item)}
+
+
+def _json_key(item: dict[str, Any]) -> str:
+    return "json:" + json.dumps(item, sort_keys=True, default=repr)
 
 
 def _content_text(content: Any) -> str:
