@@ -271,3 +271,34 @@ def test_the_conversation_of_each_kind_of_run_through_the_cli(tmp_path: Path) ->
         "user: again",
         "assistant: turn 2: again",
     ]
+
+
+def test_a_repeated_user_message_is_shown_and_a_repeated_call_without_id_is_not(
+    tmp_path: Path,
+) -> None:
+    def once_then_answer(items: list[Any]) -> list[Any]:
+        if not jobs.tool_outputs(items):
+            call = jobs.tool_call("record", {"item": "a"}, "call-a").model_copy(update={"id": None})
+            return [call]
+        return [jobs.message("noted")]
+
+    agent = jobs.recorder.clone(model=jobs.ScriptedModel(once_then_answer))
+    store = afk.Store(tmp_path / "store")
+
+    @afk.durable(store=store)
+    def job(ctx: afk.RunContext) -> str:
+        session = jobs.RunSession("twice-chat", store=ctx.store)
+        for _ in range(2):  # the second turn sends the first one's items again
+            DurableRunner.run_sync(agent, "hi", session=session, idempotent_tools={"record"})
+        return "ok"
+
+    job.run(run_id="twice")
+    entries = cli_json(store.root, "inspect", "twice", "--conversation", "--json")["entries"]
+    assert [(e["role"], e["text"]) for e in entries] == [
+        ("user", "hi"),
+        ("tool_call", '{"item": "a"}'),
+        ("tool_result", "a-ok"),
+        ("assistant", "noted"),
+        ("user", "hi"),
+        ("assistant", "noted"),
+    ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import logging
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -78,6 +79,9 @@ class _Sent:
         if len(sent) <= len(items) and items[: len(sent)] == sent:
             return items[len(sent) :]
         return items
+
+
+_SENT: weakref.WeakKeyDictionary[RunContext, _Sent] = weakref.WeakKeyDictionary()
 
 
 class JournaledModel(Model):
@@ -172,7 +176,9 @@ class Wrapping:
         self.idempotent_tools = idempotent_tools
         self._agents: dict[int, Agent[Any]] = {}
         self._models: dict[int, JournaledModel] = {}
-        self._sent = _Sent()
+        # one per job attempt, so that a second DurableRunner call in the job (a session's
+        # history sent again) keeps only what is new in its first model step too
+        self._sent = _SENT.setdefault(ctx, _Sent())
 
     def model(self, model: Model) -> Model:
         """``model``, its calls journaled (one wrapper per model)."""
