@@ -302,3 +302,18 @@ def test_a_repeated_user_message_is_shown_and_a_repeated_call_without_id_is_not(
         ("user", "hi"),
         ("assistant", "noted"),
     ]
+
+
+def test_a_standalone_approval_pause_is_answered_by_afk_resume(
+    tmp_path: Path, effects_file: Path
+) -> None:
+    store = afk.Store(tmp_path / "store")
+    with pytest.raises(afk.RunPaused):
+        DurableRunner.run_sync(jobs.shipper, "ship order 7", run_id="ship", store=store)
+    assert not effects_file.exists()  # nothing shipped before the answer
+    # answered the way another process does: the agent is found by its module-level name
+    result = afk.resume("ship", input={"ship-7": True}, store=store)
+    assert result == {"final_output": "shipping: order 7 shipped", "last_agent": "shipper"}
+    assert effects_file.read_text() == "ship 7\n"
+    again = DurableRunner.run_sync(jobs.shipper, "ship order 7", run_id="ship", store=store)
+    assert again.final_output == "shipping: order 7 shipped"
