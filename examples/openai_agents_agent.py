@@ -4,6 +4,7 @@
     python examples/openai_agents_agent.py    # bills ada; run it again: the stored answer
     afk-local show bill-ada                   # the run, its steps and effects
     afk-local show chat-ada                   # the conversation, kept by RunSession
+    afk-local inspect bill-ada --conversation # the run's prompt, tool calls and answers
 
 The model here is scripted so the example runs offline; drop `model=` (the SDK's default
 OpenAI model, with OPENAI_API_KEY set) or put any agents.Model in its place for a real one.
@@ -75,10 +76,10 @@ agent = Agent(
 @afk.durable
 def bill(ctx: afk.RunContext, customer: str) -> str:
     """One durable run: each model call and tool call is a journaled step."""
+    # Called as Runner.run_sync is: DurableRunner finds the job it runs in.
     # send_invoice may be called again after a crash cut it short: it passes on its key.
     # The conversation is kept in the run "chat-ada" (RunSession works with Runner.run too).
     result = DurableRunner.run_sync(
-        ctx,
         agent,
         f"Bill {customer} 42 EUR.",
         idempotent_tools={"send_invoice"},

@@ -171,8 +171,9 @@ def _inspect_conversation(store: Store, args: argparse.Namespace) -> int:
     found = conversation(store.open(args.run))
     if found is None:
         raise CliError(
-            f"run {args.run} holds no conversation (it is neither an AgentRunner run nor a "
-            "pydantic-ai DurableAgent's); `afk-local inspect RUN` shows its latest checkpoint"
+            f"run {args.run} holds no conversation (it is not an AgentRunner run, a "
+            "pydantic-ai DurableAgent's, an Agents SDK DurableRunner's or a RunSession); "
+            "`afk-local inspect RUN` shows its latest checkpoint"
         )
     if args.json:
         emit_json({"run_id": args.run, **found})

@@ -37,6 +37,7 @@ from afk_local.runner.attempt import (
     start_report,
     terminal_extras,
 )
+from afk_local.runner.current import running
 from afk_local.runner.observe import AttemptObservation
 from afk_local.runner.origin import ORIGIN_KEY, origin_here
 from afk_local.runner.run_context import NO_INPUT, RunContext
@@ -251,7 +252,8 @@ class DurableFunction(Generic[R]):
             return run_coroutine(self._drive_async(begun))
         with sigterm_exits():
             try:
-                result = self.fn(begun.ctx, *begun.args, **begun.kwargs)
+                with running(begun.ctx):  # DurableRunner.run(agent, ...) finds the ctx
+                    result = self.fn(begun.ctx, *begun.args, **begun.kwargs)
             except BaseException as exc:
                 self._abort(begun, exc)
                 raise
@@ -281,9 +283,10 @@ class DurableFunction(Generic[R]):
     async def _drive_async(self, begun: _Attempt) -> R:
         with loop_stops() as stop:
             try:
-                result = self.fn(begun.ctx, *begun.args, **begun.kwargs)
-                if inspect.isawaitable(result):
-                    result = await result
+                with running(begun.ctx):  # DurableRunner.run(agent, ...) finds the ctx
+                    result = self.fn(begun.ctx, *begun.args, **begun.kwargs)
+                    if inspect.isawaitable(result):
+                        result = await result
             except BaseException as exc:
                 stopped = stop.translate(exc)  # Ctrl-C/SIGTERM cancelled the task
                 self._abort(begun, stopped)

@@ -113,10 +113,12 @@ def test_a_changed_conversation_is_refused_not_answered_from_the_journal(
         job.run(run_id="changed")
 
 
-def test_run_needs_the_jobs_context_and_the_key_a_tool_call() -> None:
+def test_run_needs_a_job_or_a_run_id_and_the_key_a_tool_call() -> None:
     agent, _ = recorder_agent()
-    with pytest.raises(TypeError, match=re.escape("afk.RunContext")):
-        DurableRunner.run_sync("not a context", agent, "hi")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=re.escape("DurableRunner.run(starting_agent, input")):
+        DurableRunner.run_sync("not a context", agent, "hi")
+    with pytest.raises(TypeError, match=r"outside any @afk\.durable job and without run_id"):
+        DurableRunner.run_sync(agent, "hi")
     with pytest.raises(RuntimeError, match="inside a DurableRunner tool call"):
         tool_idempotency_key()
 

@@ -2,13 +2,15 @@
 
 Real child processes (tests/support/openai_agents_jobs.py), SIGKILLed at a line they
 print: between the first model response and the tool call it asked for, inside a tool
-call (its side effect done, its outcome not yet journaled), after a handoff. The run is
+call (its side effect done, its outcome not yet journaled), after a handoff; the agent
+job calls ``DurableRunner`` in the drop-in form (no ctx), and a standalone run (no job at
+all, ``run_id=``) is killed and continued the same way. The run is
 resumed by ``afk-local resume`` (itself killed once) and by the watcher (``afk-local
 watch --once``). The model's request log and the tool's effect file say what happened
 across all the processes; the output an uninterrupted run ends with
 (``EXPECTED_OUTPUT``) is checked in test_openai_agents.py. Approvals from another
 process: test_openai_agents_pause.py; sessions: test_openai_agents_session.py. Each
-child imports the SDK (about 2 s of CPU), so the file keeps to eight children.
+child imports the SDK (about 2 s of CPU), so the file keeps to eleven children.
 """
 
 from __future__ import annotations
@@ -120,3 +122,40 @@ def test_a_handoff_is_made_once_across_a_kill_inside_the_next_agents_tool(tmp_pa
     assert reader.resume_state().result == f"recorder: {EXPECTED_OUTPUT}"
     keys = [e.key for e in reader.effects() if e.kind == "outcome"]
     assert keys.count("openai-agents.handoff.transfer_to_recorder#1") == 1
+
+
+STANDALONE = """
+import sys
+import openai_agents_jobs
+print("OUTPUT " + openai_agents_jobs.standalone_run(sys.argv[1], "record two items"), flush=True)
+"""
+
+
+def test_a_killed_standalone_run_is_continued_by_resume_and_the_watcher(tmp_path: Path) -> None:
+    root, files = tmp_path / "store", tmp_path / "files"
+    files.mkdir()
+    env = env_for(root, files)
+
+    # 1. A standalone run (no job: DurableRunner.run_sync(agent, input, run_id=...)),
+    #    killed after the first model response, before its tool call.
+    kill_at(env, FIRST_TOOL, "alone", script=STANDALONE)
+    assert model_requests(files) == ["recorder 1"]
+
+    # 2. afk-local resume finds the module-level agent the run names; killed in tool b.
+    lines = kill_at(env, "TOOL b", str(root), "alone", script=CLI_RESUME)
+    assert "TOOL a" in lines
+    assert model_requests(files) == ["recorder 1", "recorder 3"]
+    shown = afk_local_cli(env, "--root", str(root), "show", "alone")
+    assert "tool_result record: (in doubt: a kill cut this call short" in shown.stdout
+
+    # 3. The watcher finishes it: nothing asked or done twice.
+    done = afk_local_cli(env, "--root", str(root), "watch", "--once", *FAST_WATCH)
+    assert done.returncode == 0, done.stderr
+    assert model_requests(files) == RECORDER_REQUESTS
+    assert effects(files) == ["a", "b"]
+    reader = afk.Store(root).open("alone")
+    assert reader.meta.status == "completed"
+    assert reader.resume_state().result == {
+        "final_output": EXPECTED_OUTPUT,
+        "last_agent": "recorder",
+    }

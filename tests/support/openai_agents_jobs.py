@@ -157,9 +157,16 @@ def _idempotent() -> set[str]:
 
 @afk.durable
 def agent_job(ctx: afk.RunContext, prompt: str) -> str:
-    """Run the recorder agent on ``prompt`` durably; returns its final output."""
+    """Run the recorder agent on ``prompt`` durably (the drop-in form: no ctx passed)."""
     set_step_hook(_on_step)
-    result = DurableRunner.run_sync(ctx, recorder, prompt, idempotent_tools=_idempotent())
+    result = DurableRunner.run_sync(recorder, prompt, idempotent_tools=_idempotent())
+    return str(result.final_output)
+
+
+def standalone_run(run_id: str, prompt: str) -> str:
+    """The recorder agent as a standalone durable run of its own (no job), under ``run_id``."""
+    set_step_hook(_on_step)
+    result = DurableRunner.run_sync(recorder, prompt, run_id=run_id, idempotent_tools={"record"})
     return str(result.final_output)
 
 
@@ -220,7 +227,7 @@ shipper = Agent(name="shipper", model=ScriptedModel(ask_to_ship, "shipper"), too
 @afk.durable
 def approval_job(ctx: afk.RunContext) -> str:
     """Ships order 7 once a person approved it (the run pauses until then)."""
-    return str(DurableRunner.run_sync(ctx, shipper, "ship order 7").final_output)
+    return str(DurableRunner.run_sync(shipper, "ship order 7").final_output)  # drop-in form
 
 
 # -- a session: the conversation kept in a run's files -----------------------------------------

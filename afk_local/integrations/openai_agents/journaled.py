@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import logging
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -29,12 +30,12 @@ from afk_local.integrations.openai_agents.responses import (
 )
 from afk_local.integrations.openai_agents.session import RunSession
 from afk_local.runner.run_context import RunContext
+from afk_local.storage.views.conversation import OPENAI_AGENTS_HANDOFF_STEP as HANDOFF_STEP
+from afk_local.storage.views.conversation import OPENAI_AGENTS_MODEL_STEP as MODEL_STEP
+from afk_local.storage.views.conversation import OPENAI_AGENTS_TOOL_STEP as TOOL_STEP
 
 logger = logging.getLogger("afk_local")
 
-MODEL_STEP = "openai-agents.model"
-TOOL_STEP = "openai-agents.tool"
-HANDOFF_STEP = "openai-agents.handoff"
 SESSION_STEP = "openai-agents.session"
 
 _idempotency_key: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -58,19 +59,51 @@ def tool_idempotency_key() -> str:
     return key
 
 
+class _Sent:
+    """The input items of the run's last model call (all its models share one)."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def new_items(self, input: Any) -> list[Any]:
+        """The items of ``input`` the last call did not send (all of them if it is no prefix).
+
+        A model step stores these beside its response, so that ``afk-local show`` can tell
+        the conversation from the journal without storing it whole at every call.
+        """
+        if isinstance(input, str):
+            items: list[Any] = [{"role": "user", "content": input}]
+        else:
+            items = to_jsonable_python(list(input), fallback=repr)
+        sent, self.items = self.items, items
+        if len(sent) <= len(items) and items[: len(sent)] == sent:
+            return items[len(sent) :]
+        return items
+
+
+_SENT: weakref.WeakKeyDictionary[RunContext, _Sent] = weakref.WeakKeyDictionary()
+
+
 class JournaledModel(Model):
     """A model whose ``get_response`` is a journaled step of the job."""
 
-    def __init__(self, model: Model, ctx: RunContext) -> None:
+    def __init__(self, model: Model, ctx: RunContext, sent: _Sent | None = None) -> None:
         self._model = model
         self._ctx = ctx
+        self._sent = sent if sent is not None else _Sent()
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
         """Replay a journaled response, or ask the wrapped model and journal its answer."""
         named = _named_request(args, kwargs)
+        asked = {
+            "instructions": named.get("system_instructions"),
+            "input": self._sent.new_items(named.get("input", [])),
+        }
 
         async def request(digest: str) -> bytes:
-            return dump_response(await self._model.get_response(*args, **kwargs))
+            # the request is kept beside the response for `afk-local show`; replay
+            # reads only the response
+            return dump_response(await self._model.get_response(*args, **kwargs), asked)
 
         digest = request_digest(
             named["system_instructions"], named["input"], named["tools"], named["handoffs"]
@@ -143,13 +176,16 @@ class Wrapping:
         self.idempotent_tools = idempotent_tools
         self._agents: dict[int, Agent[Any]] = {}
         self._models: dict[int, JournaledModel] = {}
+        # one per job attempt, so that a second DurableRunner call in the job (a session's
+        # history sent again) keeps only what is new in its first model step too
+        self._sent = _SENT.setdefault(ctx, _Sent())
 
     def model(self, model: Model) -> Model:
         """``model``, its calls journaled (one wrapper per model)."""
         if isinstance(model, JournaledModel):
             return model
         if id(model) not in self._models:
-            self._models[id(model)] = JournaledModel(model, self.ctx)
+            self._models[id(model)] = JournaledModel(model, self.ctx, self._sent)
         return self._models[id(model)]
 
     def run_config(self, run_config: RunConfig) -> RunConfig:

@@ -23,14 +23,20 @@ from pydantic_core import to_jsonable_python
 _OUTPUT_ITEMS: TypeAdapter[list[TResponseOutputItem]] = TypeAdapter(list[TResponseOutputItem])
 
 
-def dump_response(response: ModelResponse) -> bytes:
-    """A model response as JSON: output items through their pydantic models, usage as the SDK's."""
-    plain = {
+def dump_response(response: ModelResponse, request: dict[str, Any] | None = None) -> bytes:
+    """A model response as JSON: output items through their pydantic models, usage as the SDK's.
+
+    ``request`` (plain data: the instructions and the input items new since the previous
+    call) is kept beside it under ``"request"`` for ``afk-local show``; loading ignores it.
+    """
+    plain: dict[str, Any] = {
         "output": _OUTPUT_ITEMS.dump_python(list(response.output), mode="json", by_alias=True),
         "usage": serialize_usage(response.usage),
         "response_id": response.response_id,
         "request_id": response.request_id,
     }
+    if request is not None:
+        plain["request"] = request
     return json.dumps(plain, separators=(",", ":")).encode()
 
 

@@ -1,4 +1,4 @@
-"""``DurableRunner``: the SDK's ``Runner.run`` / ``run_sync`` as steps of a durable job."""
+"""``DurableRunner``: the SDK's ``Runner.run`` / ``run_sync``, called the same way, made durable."""
 
 from __future__ import annotations
 
@@ -6,20 +6,41 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from agents import Agent, RunConfig, Runner, RunResult
-from agents.items import ToolApprovalItem
-from agents.memory import OpenAIConversationsSession
-from agents.run_state import RunState
+from agents import Agent, RunResult
 
-from afk_local.integrations.openai_agents.journaled import JournaledSession, Wrapping
-from afk_local.integrations.openai_agents.responses import call_arguments
+from afk_local.integrations.openai_agents.in_job import run_in_job
+from afk_local.integrations.openai_agents.standalone import (
+    reset_call,
+    result_of,
+    set_call,
+    standalone_call,
+)
+from afk_local.runner.current import current_run_context
 from afk_local.runner.run_context import RunContext
+from afk_local.storage.store import StoreLike
 
-APPROVAL_PAUSE = "approval"
+_USAGE = (
+    "DurableRunner.run(starting_agent, input, **Runner.run kwargs) inside an @afk.durable "
+    "job; DurableRunner.run(starting_agent, input, run_id=..., store=None) outside one"
+)
 
 
 class DurableRunner:
-    """``Runner.run`` / ``Runner.run_sync`` for ``@afk.durable`` jobs: the runs survive a kill.
+    """``Runner.run`` / ``Runner.run_sync``, called the same way, whose runs survive a kill.
+
+    Three ways to call it:
+
+    - drop-in, inside an ``@afk.durable`` job: ``DurableRunner.run_sync(agent, input,
+      **kwargs)`` exactly as ``Runner.run_sync``; the job's context is found (the job
+      body, the asyncio tasks it starts, ``asyncio.to_thread``; a plain thread when only
+      one job runs in the process) and every call is a step of the job's run;
+    - the same with the context first, ``DurableRunner.run_sync(ctx, agent, input)``;
+    - standalone, outside any job: ``DurableRunner.run_sync(agent, input, run_id="r1",
+      store=None)`` makes the agent run a durable run of its own, created or continued
+      under ``run_id``; a finished run returns its stored result without calling the
+      model. ``afk-local resume`` and the watcher continue it when the ``Agent`` is at the
+      top level of an importable module and no ``Runner.run`` arguments but ``max_turns``
+      were given; otherwise ``afk-local show`` says why only your code can.
 
     Every model call is a journaled step (replayed on resume, asked again if a crash cut it
     short: a call only reads). Every function tool call is a journaled step keyed by its call
@@ -37,151 +58,122 @@ class DurableRunner:
     @classmethod
     async def run(
         cls,
-        ctx: RunContext,
-        starting_agent: Agent[Any],
-        input: str | list[Any],
-        *,
+        *args: Any,
         idempotent_tools: Iterable[str] = (),
         pause_for_approvals: bool = True,
         **kwargs: Any,
     ) -> RunResult:
-        """``Runner.run(starting_agent, input, **kwargs)`` with every call a step of ``ctx``.
+        """``Runner.run(starting_agent, input, **kwargs)``, durable (see the class docstring).
 
         Args:
-            ctx: the durable job's context.
-            starting_agent: the agent to run; it is not changed (a journaled clone runs).
-            input: the user input, as for ``Runner.run``.
+            *args: ``(starting_agent, input)`` as for ``Runner.run``, optionally after the
+                job's ``ctx``.
             idempotent_tools: names of tools (and handoff tools) that may be called again
                 after a crash.
             pause_for_approvals: False returns a result with ``interruptions`` to the caller.
             **kwargs: the other arguments of ``Runner.run`` (``context``, ``max_turns``,
-                ``hooks``, ``run_config``, ``session``, ...).
+                ``hooks``, ``run_config``, ``session``, ...); outside a job also ``run_id``
+                and ``store``.
+
+        Raises:
+            TypeError: no agent, or called outside any job without ``run_id``.
         """
-        wrap = _wrapping(ctx, idempotent_tools)
-        agent = wrap.agent(starting_agent)
-        run_config, owned = _run_config(kwargs.get("run_config"))
-        kwargs["run_config"] = wrap.run_config(run_config)
-        session = kwargs.get("session")
-        if session is not None and not isinstance(session, OpenAIConversationsSession):
-            # a server-side conversation is the SDK's to track: left as it is
-            kwargs["session"] = JournaledSession(session, ctx)
+        ctx, agent, input, run_id, store = _split(args, kwargs)
+        tools = frozenset(idempotent_tools)
+        if ctx is not None:
+            return await run_in_job(
+                ctx,
+                agent,
+                input,
+                idempotent_tools=tools,
+                pause_for_approvals=pause_for_approvals,
+                **kwargs,
+            )
+        job, job_args, call = standalone_call(
+            agent,
+            input,
+            store=store,
+            idempotent_tools=tools,
+            pause_for_approvals=pause_for_approvals,
+            kwargs=kwargs,
+        )
+        token = set_call(call)
         try:
-            result = await Runner.run(agent, input, **kwargs)
-            while pause_for_approvals and result.interruptions:
-                state = result.to_state()
-                _answer_approvals(ctx, state, list(result.interruptions))
-                result = await Runner.run(agent, state, **_continuation(kwargs))
+            stored = await job.arun(*job_args, run_id=run_id)
         finally:
-            if owned:  # the Runner closes a provider it made; this one is ours to close
-                await run_config.model_provider.aclose()
-        return result
+            reset_call(token)
+        return result_of(call, stored, agent, input)
 
     @classmethod
     def run_sync(
         cls,
-        ctx: RunContext,
-        starting_agent: Agent[Any],
-        input: str | list[Any],
-        *,
+        *args: Any,
         idempotent_tools: Iterable[str] = (),
         pause_for_approvals: bool = True,
         **kwargs: Any,
     ) -> RunResult:
         """:meth:`run` on a new event loop, as ``Runner.run_sync`` (not inside a running loop)."""
-        return asyncio.run(
-            cls.run(
-                ctx,
-                starting_agent,
-                input,
-                idempotent_tools=idempotent_tools,
-                pause_for_approvals=pause_for_approvals,
-                **kwargs,
+        ctx, agent, input, run_id, store = _split(args, kwargs)
+        tools = frozenset(idempotent_tools)
+        if ctx is not None:
+            return asyncio.run(
+                run_in_job(
+                    ctx,
+                    agent,
+                    input,
+                    idempotent_tools=tools,
+                    pause_for_approvals=pause_for_approvals,
+                    **kwargs,
+                )
             )
+        job, job_args, call = standalone_call(
+            agent,
+            input,
+            store=store,
+            idempotent_tools=tools,
+            pause_for_approvals=pause_for_approvals,
+            kwargs=kwargs,
         )
-
-
-def _wrapping(ctx: RunContext, idempotent_tools: Iterable[str]) -> Wrapping:
-    if not isinstance(ctx, RunContext):
-        raise TypeError(
-            "DurableRunner.run takes the durable job's afk.RunContext first, "
-            f"not {type(ctx).__name__}"
-        )
-    return Wrapping(ctx, frozenset(idempotent_tools))
-
-
-def _run_config(value: RunConfig | dict[str, Any] | None) -> tuple[RunConfig, bool]:
-    """The run's config, and whether its model provider was made here (not the caller's)."""
-    if value is None:
-        return RunConfig(), True
-    if isinstance(value, dict):
-        return RunConfig(**value), "model_provider" not in value
-    return value, False
-
-
-def _continuation(kwargs: dict[str, Any]) -> dict[str, Any]:
-    # The state carries the conversation and the session items were saved on the first
-    # call; the SDK refuses a RunState together with these.
-    dropped = {"previous_response_id", "conversation_id", "auto_previous_response_id"}
-    return {k: v for k, v in kwargs.items() if k not in dropped}
-
-
-def _answer_approvals(
-    ctx: RunContext, state: RunState[Any], interruptions: list[ToolApprovalItem]
-) -> None:
-    """Pause until a person answers the waiting calls; apply the answer to ``state``."""
-    prompt = _approval_prompt(interruptions)
-    while True:  # an answer that does not fit is journaled too: ask again, saying why
-        answer = ctx.pause(prompt, kind=APPROVAL_PAUSE)
+        token = set_call(call)
         try:
-            _apply_answer(state, interruptions, answer)
-            return
-        except ValueError as exc:
-            prompt = {**prompt, "error": str(exc)}
+            stored = job.run(*job_args, run_id=run_id)
+        finally:
+            reset_call(token)
+        return result_of(call, stored, agent, input)
 
 
-def _approval_prompt(interruptions: list[ToolApprovalItem]) -> dict[str, Any]:
-    return {
-        "question": "approve these tool calls? answer {call_id: true, false or a message "
-        "saying why not}",
-        "approvals": [
-            {
-                "call_id": _call_id(item),
-                "tool_name": item.tool_name,
-                "arguments": call_arguments(item.arguments or ""),
-            }
-            for item in interruptions
-        ],
-    }
+def _split(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[RunContext | None, Agent[Any], Any, str | None, StoreLike]:
+    """``(ctx, starting_agent, input, run_id, store)`` of a call; pops them from ``kwargs``.
 
-
-def _call_id(item: ToolApprovalItem) -> str:
-    raw = item.raw_item
-    call_id = raw.get("call_id") if isinstance(raw, dict) else getattr(raw, "call_id", None)
-    return str(call_id if call_id is not None else getattr(raw, "id", ""))
-
-
-def _apply_answer(state: RunState[Any], interruptions: list[ToolApprovalItem], answer: Any) -> None:
-    """Approve or reject each waiting call on ``state`` as a person's answer says.
-
-    ``answer`` maps each call id waiting for approval to ``true`` (approved), ``false``
-    (rejected) or a string (rejected, with that message for the model).
+    ``ctx`` is the one given first, else (without ``run_id``) the running job's; None means
+    a standalone run under ``run_id``.
 
     Raises:
-        ValueError: the answer is not such a mapping or leaves a call unanswered.
+        TypeError: the call fits none of the forms of :class:`DurableRunner`.
     """
-    waiting = {_call_id(item): item for item in interruptions}
-    if not isinstance(answer, dict) or sorted(answer) != sorted(waiting):
-        raise ValueError(
-            f"an approval answer maps each of the call ids {sorted(waiting)} to true, false "
-            f"or a message saying why not, not {answer!r}"
+    rest = list(args)
+    ctx = rest.pop(0) if rest and isinstance(rest[0], RunContext) else None
+    agent = rest.pop(0) if rest else kwargs.pop("starting_agent", None)
+    input = rest.pop(0) if rest else kwargs.pop("input", None)
+    if rest or not isinstance(agent, Agent) or input is None:
+        raise TypeError(f"{_USAGE}; got positional arguments {[type(a).__name__ for a in args]}")
+    run_id, store = kwargs.pop("run_id", None), kwargs.pop("store", None)
+    if ctx is not None and (run_id is not None or store is not None):
+        raise TypeError(
+            "with the job's ctx the agent's calls are steps of the job's run: pass no "
+            "run_id= or store="
         )
-    for call_id, verdict in answer.items():
-        if not isinstance(verdict, (bool, str)):
-            raise ValueError(f"call {call_id!r}: answer true, false or a message, not {verdict!r}")
-    for call_id, verdict in answer.items():
-        if verdict is True:
-            state.approve(waiting[call_id])
-        elif verdict is False:
-            state.reject(waiting[call_id])
-        else:
-            state.reject(waiting[call_id], rejection_message=verdict)
+    if ctx is None and run_id is None:
+        if store is not None:
+            raise TypeError(f"store= without run_id=: {_USAGE}")
+        ctx = current_run_context()
+        if ctx is None:
+            raise TypeError(
+                "DurableRunner.run was called outside any @afk.durable job and without "
+                "run_id=...: inside a job it makes each call a step of the job's run; "
+                "outside one give the run_id under which the agent run is created and "
+                "found again after a crash"
+            )
+    return ctx, agent, input, run_id, store

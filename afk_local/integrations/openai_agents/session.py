@@ -22,8 +22,8 @@ from pydantic_core import to_jsonable_python
 
 from afk_local.errors import RunExistsError
 from afk_local.storage.store import Store, StoreLike, as_store
+from afk_local.storage.views.conversation import SESSION_PAUSE_KIND as CONVERSATION_PAUSE
 
-CONVERSATION_PAUSE = "conversation"
 _ITEMS = "items"
 _APPLIED = "applied"
 _APPLIED_KEPT = 64  # keys of the last adds, so that a repeated keyed add is dropped
