@@ -380,7 +380,8 @@ class DurableFunction(Generic[R]):
         if params is not None and meta.params is not None and params != meta.params:
             raise ValueError(
                 f"run {run_id!r} was started with other arguments ({_short(meta.params)}); "
-                "call job.run(run_id=...) without arguments to continue it, or use a new run_id"
+                "to continue it, call again with those arguments (a job's run also with "
+                "job.run(run_id=...) alone), or use a new run_id"
             )
         done = settled(store, meta, input_value, pause_seq)
         if done is not None:
