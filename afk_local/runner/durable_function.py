@@ -137,7 +137,7 @@ class DurableFunction(Generic[R]):
 
     def with_store(self, store: StoreLike) -> DurableFunction[R]:
         """The same job writing to another store (the registry keeps the original)."""
-        clone = object.__new__(DurableFunction)
+        clone = object.__new__(type(self))  # a subclass stays itself
         clone.__dict__.update(self.__dict__)
         clone.store = store
         return clone

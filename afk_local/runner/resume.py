@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import copy
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from afk_local.errors import AfkLocalError, EntrypointError
@@ -24,7 +25,7 @@ from afk_local.runner.durable_function import (
     settled,
 )
 from afk_local.runner.entrypoints import import_entrypoint
-from afk_local.runner.origin import UNRESUMABLE_KEY, cannot_resume, origin_of
+from afk_local.runner.origin import IN_PROCESS_KEY, UNRESUMABLE_KEY, cannot_resume, origin_of
 from afk_local.runner.reentry import enter_origin, run_main
 from afk_local.runner.run_context import NO_INPUT
 from afk_local.storage.format.records import RunMeta
@@ -46,6 +47,38 @@ class JobSource(abc.ABC):
     @abc.abstractmethod
     def durable_job(self, entrypoint: str) -> DurableFunction[Any]:
         """The durable job whose runs record ``entrypoint`` (this object's module-level name)."""
+
+
+class StandaloneJob(DurableFunction[Any]):
+    """The durable job behind an integration's standalone agent runs (``run_id=`` outside
+    a job): its new runs record ``extra["kind"]`` and, when the call in hand cannot be
+    continued by another process, ``extra["in_process_only"]`` with the reason.
+
+    Args:
+        fn: the job body.
+        kind: what ``extra["kind"]`` says the run is (``"pydantic-ai"``).
+        in_process_only: asked once per new run: why only this process can continue
+            the call it is making, or None.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        kind: str,
+        in_process_only: Callable[[], str | None],
+    ) -> None:
+        super().__init__(fn)
+        self.kind = kind
+        self.in_process_only = in_process_only
+
+    def _new_extra(self, tags: Mapping[str, str] | None) -> dict[str, Any]:
+        extra = super()._new_extra(tags)
+        extra["kind"] = self.kind
+        reason = self.in_process_only()
+        if reason:
+            extra[IN_PROCESS_KEY] = reason
+        return extra
 
 
 def load_entrypoint(entrypoint: str | None, run_id: str = "?") -> DurableFunction[Any]:

@@ -31,8 +31,7 @@ from pydantic_core import to_jsonable_python
 from afk_local.integrations.openai_agents.in_job import run_in_job
 from afk_local.runner.durable_function import DurableFunction
 from afk_local.runner.entrypoints import import_entrypoint, is_entrypoint
-from afk_local.runner.origin import IN_PROCESS_KEY
-from afk_local.runner.resume import JobSource
+from afk_local.runner.resume import JobSource, StandaloneJob
 from afk_local.runner.run_context import RunContext
 from afk_local.storage.store import StoreLike
 
@@ -63,23 +62,9 @@ _call: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
 )
 
 
-class _AgentJob(DurableFunction[dict[str, Any]]):
-    """The durable job of the standalone runs (the run's arguments name the agent)."""
-
-    def _new_extra(self, tags: Any) -> dict[str, Any]:
-        extra = super()._new_extra(tags)
-        extra["kind"] = AGENT_RUN_KIND
-        call = _call.get()
-        if call is not None and call.in_process_only:
-            extra[IN_PROCESS_KEY] = call.in_process_only
-        return extra
-
-    def with_store(self, store: StoreLike) -> _AgentJob:
-        """The same job writing to ``store`` (the registry keeps the original)."""
-        clone = object.__new__(_AgentJob)
-        clone.__dict__.update(self.__dict__)
-        clone.store = store
-        return clone
+def _in_process_only() -> str | None:
+    call = _call.get()
+    return call.in_process_only if call is not None else None
 
 
 async def _agent_run(
@@ -109,7 +94,7 @@ async def _agent_run(
 
 
 _agent_run.__qualname__ = _agent_run.__name__ = "agent_runs"
-_JOB = _AgentJob(_agent_run)  # type: ignore[arg-type]
+_JOB = StandaloneJob(_agent_run, kind=AGENT_RUN_KIND, in_process_only=_in_process_only)
 
 
 class Standalone(JobSource):

@@ -24,8 +24,7 @@ from pydantic_ai.agent import AbstractAgent, AgentRunResult
 from afk_local.integrations.pydantic_ai.steps import APPROVAL_PAUSE, Journaled, approval_results
 from afk_local.runner.durable_function import DurableFunction
 from afk_local.runner.entrypoints import is_entrypoint
-from afk_local.runner.origin import IN_PROCESS_KEY
-from afk_local.runner.resume import JobSource
+from afk_local.runner.resume import JobSource, StandaloneJob
 from afk_local.runner.run_context import RunContext
 from afk_local.storage.store import StoreLike
 
@@ -57,23 +56,9 @@ _call: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
 )
 
 
-class _AgentJob(DurableFunction[dict[str, Any]]):
-    """The durable job of a standalone :class:`DurableAgent` run (named by the agent)."""
-
-    def _new_extra(self, tags: Any) -> dict[str, Any]:
-        extra = super()._new_extra(tags)
-        extra["kind"] = AGENT_RUN_KIND
-        call = _call.get()
-        if call is not None and call.in_process_only:
-            extra[IN_PROCESS_KEY] = call.in_process_only
-        return extra
-
-    def with_store(self, store: StoreLike) -> _AgentJob:
-        """The same job writing to ``store`` (the registry keeps the original)."""
-        clone = object.__new__(_AgentJob)
-        clone.__dict__.update(self.__dict__)
-        clone.store = store
-        return clone
+def _in_process_only() -> str | None:
+    call = _call.get()
+    return call.in_process_only if call is not None else None
 
 
 class DurableAgent(JobSource, Generic[DepsT, OutputT]):
@@ -130,7 +115,7 @@ class DurableAgent(JobSource, Generic[DepsT, OutputT]):
         self._pause_for_approvals = pause_for_approvals
         self._entrypoint = entrypoint
         self._defined_in = _constructing_module()
-        self._jobs: dict[str, _AgentJob] = {}
+        self._jobs: dict[str, StandaloneJob] = {}
 
     @property
     def wrapped(self) -> AbstractAgent[DepsT, OutputT]:
@@ -279,12 +264,14 @@ class DurableAgent(JobSource, Generic[DepsT, OutputT]):
 
             module, _, qualname = entrypoint.partition(":")
             agent_run.__module__, agent_run.__qualname__ = module, qualname
-            job = self._jobs[entrypoint] = _AgentJob(agent_run)  # type: ignore[arg-type]
+            job = self._jobs[entrypoint] = StandaloneJob(
+                agent_run, kind=AGENT_RUN_KIND, in_process_only=_in_process_only
+            )
         return job
 
     def _standalone(
         self, run_id: str | None, store: StoreLike, kwargs: dict[str, Any]
-    ) -> tuple[_AgentJob, _Call]:
+    ) -> tuple[DurableFunction[Any], _Call]:
         if run_id is None:
             raise TypeError(
                 "DurableAgent.run_sync outside an @afk.durable job needs run_id=...: the "
