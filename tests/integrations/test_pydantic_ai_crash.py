@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -66,23 +64,7 @@ def env_for(root: Path, files: Path, **extra: str) -> dict[str, str]:
 
 def kill_at(env: dict[str, str], run_id: str, marker: str, start: str = START) -> list[str]:
     """Start the job; SIGKILL the child once it printed ``marker`` (it stalls there)."""
-    child = proc.spawn(start, run_id, env={**env, "PAI_STALL_AT": marker})
-    watchdog = threading.Timer(120, child.kill)
-    watchdog.start()
-    lines: list[str] = []
-    try:
-        assert child.stdout is not None
-        for line in child.stdout:
-            lines.append(line.rstrip("\n"))
-            if lines[-1] == marker:
-                child.send_signal(signal.SIGKILL)
-                break
-    finally:
-        watchdog.cancel()
-    child.wait()
-    stderr = child.stderr.read() if child.stderr else ""
-    assert child.returncode == -signal.SIGKILL, f"{lines}\n{stderr}"
-    return lines
+    return proc.kill_at_line(proc.spawn(start, run_id, env={**env, "PAI_STALL_AT": marker}), marker)
 
 
 def model_requests(files: Path) -> list[int]:

@@ -8,10 +8,8 @@ printed a marker (the child stalls at ``OA_STALL_AT``).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import proc
@@ -43,23 +41,7 @@ def env_for(root: Path, files: Path, **extra: str) -> dict[str, str]:
 
 def kill_at(env: dict[str, str], marker: str, *args: str, script: str = START) -> list[str]:
     """Start the job; SIGKILL the child once it printed ``marker`` (it stalls there)."""
-    child = proc.spawn(script, *args, env={**env, "OA_STALL_AT": marker})
-    watchdog = threading.Timer(120, child.kill)
-    watchdog.start()
-    lines: list[str] = []
-    try:
-        assert child.stdout is not None
-        for line in child.stdout:
-            lines.append(line.rstrip("\n"))
-            if lines[-1] == marker:
-                child.send_signal(signal.SIGKILL)
-                break
-    finally:
-        watchdog.cancel()
-    child.wait()
-    stderr = child.stderr.read() if child.stderr else ""
-    assert child.returncode == -signal.SIGKILL, f"{lines}\n{stderr}"
-    return lines
+    return proc.kill_at_line(proc.spawn(script, *args, env={**env, "OA_STALL_AT": marker}), marker)
 
 
 def model_requests(files: Path) -> list[str]:

@@ -150,3 +150,25 @@ SUPPORT = Path(__file__).resolve().parent
 """tests/support: the job modules every child imports (put on its PYTHONPATH)."""
 REPO = SUPPORT.parent.parent
 """The repository checkout (README, examples/, benchmarks/)."""
+
+
+def kill_at_line(child: subprocess.Popen[str], marker: str, *, timeout: float = 120) -> list[str]:
+    """SIGKILL ``child`` once it printed the line ``marker`` (it should stall there);
+    returns the lines it printed. The kill must be the child's end: a child that exited
+    by itself, or printed no such line within ``timeout`` seconds, fails the test."""
+    watchdog = threading.Timer(timeout, child.kill)
+    watchdog.start()
+    lines: list[str] = []
+    try:
+        assert child.stdout is not None
+        for line in child.stdout:
+            lines.append(line.rstrip("\n"))
+            if lines[-1] == marker:
+                child.send_signal(signal.SIGKILL)
+                break
+    finally:
+        watchdog.cancel()
+    child.wait()
+    stderr = child.stderr.read() if child.stderr else ""
+    assert child.returncode == -signal.SIGKILL, f"{lines}\n{stderr}"
+    return lines
