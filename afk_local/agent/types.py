@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import inspect
 import json
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from afk_local.runner.entrypoints import is_entrypoint
+from afk_local.runner.entrypoints import is_entrypoint, name_in_module
 
 LLMCallable = Callable[[list[dict[str, Any]], list[dict[str, Any]]], Any]
 """``llm(messages, tools) -> LLMResponse`` (or an awaitable of one)."""
@@ -271,13 +270,7 @@ class Agent:
         """
         if self.entrypoint is not None:
             return self.entrypoint
-        module = sys.modules.get(self._defined_in or "")
-        if module is None:
-            return None
-        for name, value in list(vars(module).items()):
-            if value is self:
-                return f"{module.__name__}:{name}"
-        return None
+        return name_in_module(self, self._defined_in)
 
     def tool_table(self) -> dict[str, Tool | Agent]:
         """Name -> :class:`Tool` or subagent :class:`Agent`, validated."""

@@ -14,6 +14,7 @@ called. Callers run the trust gate first (:func:`afk_local.storage.trust.require
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 from afk_local.errors import EntrypointError
@@ -23,6 +24,22 @@ from afk_local.storage.format.layout import ENTRYPOINT
 def is_entrypoint(text: object) -> bool:
     """True when ``text`` is a well-formed ``module:qualname``."""
     return isinstance(text, str) and ENTRYPOINT.fullmatch(text) is not None
+
+
+def name_in_module(obj: object, module_name: str | None) -> str | None:
+    """``"module:name"``: where ``obj`` itself sits at the top level of the imported module
+    ``module_name``, or None (not imported, or not there: made inside a function)."""
+    module = sys.modules.get(module_name or "")
+    if module is None:
+        return None
+    try:
+        attributes = list(vars(module).items())
+    except TypeError:  # an odd object in sys.modules
+        return None
+    for name, value in attributes:
+        if value is obj and is_entrypoint(f"{module.__name__}:{name}"):
+            return f"{module.__name__}:{name}"
+    return None
 
 
 def import_entrypoint(

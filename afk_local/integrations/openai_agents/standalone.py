@@ -30,7 +30,7 @@ from pydantic_core import to_jsonable_python
 
 from afk_local.integrations.openai_agents.in_job import run_in_job
 from afk_local.runner.durable_function import DurableFunction
-from afk_local.runner.entrypoints import import_entrypoint, is_entrypoint
+from afk_local.runner.entrypoints import import_entrypoint, is_entrypoint, name_in_module
 from afk_local.runner.resume import JobSource, StandaloneJob
 from afk_local.runner.run_context import RunContext
 from afk_local.storage.store import StoreLike
@@ -133,16 +133,11 @@ def find_agent(agent: Agent[Any]) -> str | None:
     names = [caller] if caller and caller != "__main__" else []
     names += [n for n in list(sys.modules) if n not in (caller, "__main__")]
     for module_name in names:
-        module = sys.modules.get(module_name)
-        if module is None or module_name.startswith(("agents.", "afk_local.", "openai.")):
+        if module_name.startswith(("agents.", "afk_local.", "openai.")):
             continue
-        try:
-            attributes = list(vars(module).items())
-        except TypeError:
-            continue
-        for attribute, value in attributes:
-            if value is agent and is_entrypoint(f"{module_name}:{attribute}"):
-                return f"{module_name}:{attribute}"
+        found = name_in_module(agent, module_name)
+        if found is not None:
+            return found
     return None
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
@@ -23,7 +22,7 @@ from pydantic_ai.agent import AbstractAgent, AgentRunResult
 
 from afk_local.integrations.pydantic_ai.steps import APPROVAL_PAUSE, Journaled, approval_results
 from afk_local.runner.durable_function import DurableFunction
-from afk_local.runner.entrypoints import is_entrypoint
+from afk_local.runner.entrypoints import is_entrypoint, name_in_module
 from afk_local.runner.resume import JobSource, StandaloneJob
 from afk_local.runner.run_context import RunContext
 from afk_local.storage.store import StoreLike
@@ -240,13 +239,7 @@ class DurableAgent(JobSource, Generic[DepsT, OutputT]):
         """
         if self._entrypoint is not None:
             return self._entrypoint
-        module = sys.modules.get(self._defined_in or "")
-        if module is None:
-            return None
-        for name, value in list(vars(module).items()):
-            if value is self:
-                return f"{module.__name__}:{name}"
-        return None
+        return name_in_module(self, self._defined_in)
 
     def durable_job(self, entrypoint: str) -> DurableFunction[Any]:
         """The durable job of this agent's standalone runs, recorded as ``entrypoint``.
