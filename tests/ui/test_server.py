@@ -276,18 +276,21 @@ def test_each_checkpoint_of_a_loop_says_how_many_items_were_done_not_step_0(
     assert timeline is not None and "step 0" not in timeline.group(0)
 
 
-def test_a_checkpoint_without_a_progress_map_keeps_the_step_its_writer_gave(
+def test_a_checkpoint_without_a_progress_map_keeps_the_step_its_writer_gave_and_none_yet(
     tmp_path: Path,
 ) -> None:
     store = afk.Store(tmp_path / "store")
     with store.create("plain") as writer:
         writer.checkpoint("epoch", {"loss": 0.5}, step=0)
         writer.checkpoint("epoch", {"loss": 0.25}, step=7)
+    store.create("empty").close()
     with served(store.root) as s:
         _, _, first = s.get("/runs/plain/checkpoints/1")
         _, _, second = s.get("/runs/plain/checkpoints/2")
+        _, _, empty = s.get("/runs/empty")
     assert 'id="position">step 0</dd>' in first
     assert 'id="position">step 7</dd>' in second
+    assert 'id="position">none yet</dd>' in empty  # a run with no checkpoint yet
 
 
 def test_tags_are_shown_escaped(tmp_path: Path) -> None:
