@@ -168,11 +168,15 @@ def _failure(reader: RunReader, meta: RunMeta) -> dict[str, Any] | None:
     return found
 
 
-def describe_failure(failure: dict[str, Any]) -> str:
-    """``seq 6, step 3, in step iterate#1[3]/fetch#1: ValueError: boom (jobs.py:12 in fetch)``."""
+def describe_failure(failure: dict[str, Any], *, with_step: bool = True) -> str:
+    """``seq 6, step 3, in step iterate#1[3]/fetch#1: ValueError: boom (jobs.py:12 in fetch)``.
+
+    ``with_step=False`` leaves ``step N`` out (a durable job that journaled no step).
+    """
     place = []
     if failure.get("seq") is not None:
-        place.append(f"seq {failure['seq']}, step {failure['step']}")
+        step = f", step {failure['step']}" if with_step else ""
+        place.append(f"seq {failure['seq']}{step}")
     if failure.get("step_key"):
         place.append(f"in step {failure['step_key']}")
     text = ", ".join(place) or "(no failure checkpoint)"

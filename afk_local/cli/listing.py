@@ -29,7 +29,11 @@ from afk_local.storage.store import Store
 from afk_local.storage.views.notebook import format_bytes, format_ms
 from afk_local.storage.views.run_filter import LIVENESS, parse_since, parse_tag
 from afk_local.storage.views.run_info import RunInfo, RunList
-from afk_local.storage.views.run_progress import format_duration, format_progress
+from afk_local.storage.views.run_progress import (
+    format_duration,
+    format_progress,
+    journaled_step,
+)
 
 
 def _limit(text: str) -> int:
@@ -93,6 +97,12 @@ def describe_filters(args: argparse.Namespace) -> str:
     if args.tag:
         words.append("tagged " + " ".join(args.tag))
     return (" with " + ", ".join(words)) if words else ""
+
+
+def _step_cell(info: RunInfo) -> object:
+    """The STEP cell: ``-`` for a durable job that journaled no ``ctx.step`` (a plain loop)."""
+    step = journaled_step(info.step, info.progress)
+    return step if step is not None else "-"
 
 
 def _state_label(info: RunInfo, reason: str | None) -> str:
@@ -180,7 +190,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 i.run_id,
                 _state_label(i, reasons.get(i.run_id)),
                 _owner_label(i),
-                i.step,
+                _step_cell(i),
                 format_progress(i.progress),
                 format_duration(i.progress.active_ms / 1000) if i.progress else "-",
                 i.attempt,

@@ -40,7 +40,12 @@ from afk_local.storage.ops.export import export_records, to_jsonable
 from afk_local.storage.store import Store
 from afk_local.storage.views.conversation import conversation, conversation_lines
 from afk_local.storage.views.notebook import format_bytes, format_ms
-from afk_local.storage.views.run_progress import format_duration, format_progress, progress_of
+from afk_local.storage.views.run_progress import (
+    format_duration,
+    format_progress,
+    journaled_step,
+    progress_of,
+)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -54,10 +59,15 @@ def cmd_show(args: argparse.Namespace) -> int:
         emit_json(facts)
         return code
     width = max(len(k) for k in facts)
+    # A durable job that journaled no ctx.step (a plain iterate loop) has no step to show.
+    progress = progress_of({"progress": facts["progress"]})
+    stepped = journaled_step(facts["step"] or 0, progress) is not None
     for key, value in facts.items():
         if value is None or value in ({}, []) or key in ("extra", "cannot_resume", "wake_at_ms"):
             continue
-        lines = _show_lines(store, args.run, key, value)
+        if key == "step" and not stepped:
+            continue
+        lines = _show_lines(store, args.run, key, value, stepped=stepped)
         label = _SHOW_LABELS.get(key, key)
         for index, line in enumerate(lines):
             out(f"{label if index == 0 else '':<{width}}  {line}")
@@ -67,11 +77,17 @@ def cmd_show(args: argparse.Namespace) -> int:
 _SHOW_LABELS = {"active_ms": "elapsed", "eta_s": "eta", "failure": "failed at"}
 
 
-def _show_lines(store: Store, run_id: str, key: str, value: Any) -> list[str]:
-    """How ``show`` prints one fact (dicts as JSON, except those with a form of their own)."""
+def _show_lines(
+    store: Store, run_id: str, key: str, value: Any, *, stepped: bool = True
+) -> list[str]:
+    """How ``show`` prints one fact (dicts as JSON, except those with a form of their own).
+
+    ``stepped``: the run journaled a ``ctx.step`` (else no step count is printed).
+    """
     if key == "progress":
         progress = progress_of({"progress": value})
-        steps = f" ({progress.steps} steps)" if progress and progress.done is not None else ""
+        shown = progress and progress.done is not None and stepped
+        steps = f" ({progress.steps} steps)" if shown and progress else ""
         return [format_progress(progress) + steps]
     if key == "active_ms":
         return [f"{format_duration(value / 1000)} active (all attempts)"]
@@ -80,7 +96,7 @@ def _show_lines(store: Store, run_id: str, key: str, value: Any) -> list[str]:
     if key == "tags":
         return [" ".join(f"{k}={v}" for k, v in value.items())]
     if key == "failure":
-        return [describe_failure(value)]
+        return [describe_failure(value, with_step=stepped)]
     if key == "conversation" and isinstance(value, dict):
         lines = conversation_lines(value)
         if value["omitted"] or value["truncated"]:
@@ -104,11 +120,11 @@ def cmd_log(args: argparse.Namespace) -> int:
         out(f"run {args.run} has no checkpoints yet")
         return EXIT_OK
     print_table(
-        ("SEQ", "STEP", "PHASE", "TIME", "SIZE", "FRAME"),
+        ("SEQ", "STEP", "PROGRESS", "PHASE", "TIME", "SIZE", "FRAME"),
         [
             (
                 r["seq"],
-                r["step"] if r["step"] is not None else "?",
+                *_log_position(r),
                 r["phase"],
                 format_ms(r["timestamp_ms"]) if r["error"] is None else "DAMAGED",
                 r["bytes"],
@@ -116,9 +132,20 @@ def cmd_log(args: argparse.Namespace) -> int:
             )
             for r in rows
         ],
-        align_right=(0, 1, 4),
+        align_right=(0, 1, 5),
     )
     return EXIT_OK
+
+
+def _log_position(row: dict[str, Any]) -> tuple[object, str]:
+    """``log``'s STEP and PROGRESS cells: ``-`` for a durable job's checkpoint made before
+    any journaled ``ctx.step``, and the loop's (or ``ctx.progress``'s) n/N when known."""
+    if row["step"] is None:
+        return "?", "?"
+    progress = progress_of({"progress": row["progress"]})
+    step = journaled_step(row["step"], progress)
+    done = format_progress(progress) if progress and progress.done is not None else "-"
+    return (step if step is not None else "-"), done
 
 
 def _load_checkpoint(store: Store, run_id: str, seq: int | None) -> Any:

@@ -18,6 +18,7 @@ from afk_local.errors import AfkLocalError, RunLockedError, run_failure
 from afk_local.storage.format import codec
 from afk_local.storage.views.effect_table import effect_rows
 from afk_local.storage.views.payload_diff import structural_diff
+from afk_local.storage.views.run_progress import progress_of
 
 if TYPE_CHECKING:
     from afk_local.storage.rundir.reader import RunReader
@@ -76,7 +77,8 @@ def print_table(
 
 
 def log_rows(reader: RunReader, *, limit: int | None = None) -> list[dict[str, Any]]:
-    """One row per checkpoint file: seq, step, phase, time, size, keyframe or delta."""
+    """One row per checkpoint file: seq, step, phase, time, size, keyframe or delta, and
+    the ``progress`` map a durable job's checkpoint carries (None for others)."""
     files = reader.checkpoint_files()
     if limit is not None:
         files = files[-limit:] if limit else []
@@ -92,6 +94,7 @@ def log_rows(reader: RunReader, *, limit: int | None = None) -> list[dict[str, A
             "base_seq": None,
             "pack": f.pack,
             "error": None,
+            "progress": None,
         }
         try:
             data = reader.stored_bytes(f)
@@ -105,6 +108,8 @@ def log_rows(reader: RunReader, *, limit: int | None = None) -> list[dict[str, A
             row["base_seq"] = header.base_seq or None
             record = reader.load(f)
             row["step"], row["timestamp_ms"] = record.step, record.timestamp_ms
+            progress = progress_of(record.payload)
+            row["progress"] = progress.to_dict() if progress is not None else None
         except (AfkLocalError, OSError) as exc:
             row["error"] = str(getattr(exc, "reason", exc))
         rows.append(row)

@@ -31,7 +31,12 @@ from afk_local.storage.views.notebook import format_bytes, format_ms
 from afk_local.storage.views.payload_diff import structural_diff
 from afk_local.storage.views.run_filter import LIVENESS, RunFilter, parse_since, parse_tag
 from afk_local.storage.views.run_info import RunInfo
-from afk_local.storage.views.run_progress import format_duration, format_progress
+from afk_local.storage.views.run_progress import (
+    format_duration,
+    format_position,
+    format_progress,
+    progress_of,
+)
 from afk_local.ui.logs import AttemptLog, attempt_logs
 
 log = logging.getLogger("afk_local")
@@ -201,21 +206,23 @@ class TimelineEvent:
 
 
 def _checkpoint_event(ckpt: Any) -> TimelineEvent:
-    """A checkpoint as the timeline tells it: its phase says what happened."""
+    """A checkpoint as the timeline tells it: its phase says what happened, its detail
+    where the run stood (:func:`~afk_local.storage.views.run_progress.format_position`)."""
     payload = ckpt.payload if isinstance(ckpt.payload, dict) else {}
     at, seq = ckpt.timestamp_ms, ckpt.seq
+    where = format_position(ckpt.step, progress_of(payload))
     if ckpt.phase == Phase.RUN_STARTED.value:
         what = "attempt started (a resume)" if payload.get("resumed") else "attempt started"
-        return TimelineEvent(at, "attempt", what, f"step {ckpt.step}", seq)
+        return TimelineEvent(at, "attempt", what, where, seq)
     if ckpt.phase == Phase.PAUSED.value:
         kind = payload.get("kind")
         what = f"paused: waits for {kind}" if isinstance(kind, str) else "paused"
-        return TimelineEvent(at, "pause", shown_text(what), f"step {ckpt.step}", seq)
+        return TimelineEvent(at, "pause", shown_text(what), where, seq)
     if ckpt.phase == Phase.RUN_TERMINAL.value:
         state = payload.get("state")
         what = f"run {state}" if isinstance(state, str) else "run ended"
-        return TimelineEvent(at, "end", shown_text(what), f"step {ckpt.step}", seq)
-    return TimelineEvent(at, "checkpoint", ckpt.phase, f"step {ckpt.step}", seq)
+        return TimelineEvent(at, "end", shown_text(what), where, seq)
+    return TimelineEvent(at, "checkpoint", ckpt.phase, where, seq)
 
 
 def _effect_events(row: dict[str, Any]) -> list[TimelineEvent]:
@@ -280,6 +287,8 @@ class RunPage:
     """Effects whose settlement can still be undone (``afk-local settle --undo``)."""
     logs: list[AttemptLog] = field(default_factory=list)
     """The watcher's newest attempt logs, newest first."""
+    position: str = ""
+    """Where the run stood at its newest checkpoint (``12 of 40 items done, step 3``)."""
 
 
 def undoable_settlements(effects: list[Any], attempt: int) -> frozenset[str]:
@@ -344,7 +353,7 @@ def run_page(store: Store, run_id: str) -> RunPage:
     if started and meta.attempt >= 1:
         # A durable job's new run writes no run_started (docs/guarantees.md, "What a new
         # run costs"): its first attempt began when the run was made.
-        timeline.append(TimelineEvent(meta.created_ms, "attempt", "attempt started", "step 0"))
+        timeline.append(TimelineEvent(meta.created_ms, "attempt", "attempt started"))
     if meta.status is RunStatus.SLEEPING and meta.wake_at_ms:
         timeline.append(
             TimelineEvent(
@@ -383,6 +392,7 @@ def run_page(store: Store, run_id: str) -> RunPage:
         metrics_problem=metrics_problem,
         undoable=undoable,
         logs=attempt_logs(reader.paths.dir),
+        position=format_position(info.step, info.progress),
     )
 
 
@@ -404,6 +414,8 @@ class CheckpointPage:
     seq: int
     phase: str
     step: int
+    position: str
+    """Where the run stood (``12 of 40 items done, step 3``; ``""``: nothing known)."""
     at: str
     payload: str
     seqs: list[int]
@@ -419,6 +431,7 @@ def checkpoint_page(store: Store, run_id: str, seq: int) -> CheckpointPage:
         seq=ckpt.seq,
         phase=ckpt.phase,
         step=ckpt.step,
+        position=format_position(ckpt.step, progress_of(ckpt.payload)),
         at=format_ms(ckpt.timestamp_ms),
         payload=shown_json(ckpt.payload),
         seqs=[f.seq for f in reader.checkpoint_files()],

@@ -141,7 +141,7 @@ def test_read_commands_human_and_json(store_root: Path) -> None:
     assert cli_json(root, "show", "paused")["pause"]["prompt"] == {"question": "favourite number?"}
 
     log = cli(root, "log", "done").stdout.splitlines()
-    assert log[0].split() == ["SEQ", "STEP", "PHASE", "TIME", "SIZE", "FRAME"]
+    assert log[0].split() == ["SEQ", "STEP", "PROGRESS", "PHASE", "TIME", "SIZE", "FRAME"]
     assert "keyframe" in log[1] and "run_terminal" in log[-1]
     rows = cli_json(root, "log", "done")
     assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))
@@ -307,3 +307,43 @@ def test_notebook_reprs(store_root: Path) -> None:
     assert "<td>done</td>" in info._repr_html_() and "completed" in info._repr_html_()
     assert repr(info).startswith("RunInfo(run_id='done', status=completed")
     assert "<script" not in store.open("paused")._repr_html_()  # payloads are escaped
+
+
+def test_a_loop_without_journaled_steps_shows_its_items_done_not_step_0(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = afk.Store(root)
+    cli_jobs.loop_job.with_store(store).run(4, -1, run_id="loop")
+    with pytest.raises(RuntimeError):
+        cli_jobs.loop_job.with_store(store).run(4, 2, run_id="broke")
+    cli_jobs.count_job.with_store(store).run(2, str(tmp_path / "outside.txt"), run_id="steps")
+
+    shown = cli(root, "show", "loop").stdout.splitlines()
+    assert [line.split()[1:] for line in shown if line.startswith("progress")] == [["4/4", "100%"]]
+    assert not [line for line in shown if line.split()[0] == "step"]
+    assert cli_json(root, "show", "loop")["step"] == 0  # the data keeps its field
+    failed = [
+        line for line in cli(root, "show", "broke").stdout.splitlines() if "failed at" in line
+    ]
+    assert len(failed) == 1 and "failed at" in failed[0] and "step" not in failed[0]
+    assert "RuntimeError: planned failure at item 2" in failed[0]
+    stepped = cli(root, "show", "steps").stdout.splitlines()
+    assert ["step", "2"] in [line.split() for line in stepped]
+    assert [line.split()[1:] for line in stepped if line.startswith("progress")] == [
+        ["2/2", "100%", "(2", "steps)"]
+    ]
+
+    log = [line.split() for line in cli(root, "log", "loop").stdout.splitlines()]
+    assert log[0] == ["SEQ", "STEP", "PROGRESS", "PHASE", "TIME", "SIZE", "FRAME"]
+    assert [row[1:4] for row in log[1:]] == [
+        ["-", "1/4", "25%"],
+        ["-", "2/4", "50%"],
+        ["-", "3/4", "75%"],
+        ["-", "4/4", "100%"],
+        ["-", "4/4", "100%"],
+    ]
+    assert [r["progress"]["done"] for r in cli_json(root, "log", "loop")] == [1, 2, 3, 4, 4]
+    steps_log = [line.split() for line in cli(root, "log", "steps").stdout.splitlines()[1:]]
+    assert [row[1:3] for row in steps_log] == [["1", "1/2"], ["2", "2/2"], ["2", "2/2"]]
+
+    runs = {line.split()[0]: line.split() for line in cli(root, "runs").stdout.splitlines()[1:]}
+    assert runs["loop"][3] == "-" and runs["steps"][3] == "2"

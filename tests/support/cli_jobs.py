@@ -43,6 +43,15 @@ def count_job(ctx: afk.RunContext, n: int, outside: str) -> int:
 
 
 @durable
+def loop_job(ctx: afk.RunContext, n: int, fail_at: int) -> int:
+    """``n`` loop items and no journaled step; raises at item ``fail_at`` (-1: never)."""
+    for item in ctx.iterate(range(n), progress=False):
+        if item == fail_at:
+            raise RuntimeError(f"planned failure at item {item}")
+    return n
+
+
+@durable
 def ask_job(ctx: afk.RunContext, question: str) -> dict[str, object]:
     """Pauses for an answer, then returns it."""
     answer = ctx.pause({"question": question})

@@ -269,3 +269,13 @@ def steps_job(ctx: afk.RunContext, n: int) -> None:
     """``n`` journaled steps."""
     for i in range(n):
         ctx.step(f"s{i}", _echo, str(i))
+
+
+@durable
+def items_job(ctx: afk.RunContext, n: int, steps_from: int) -> int:
+    """``n`` loop items; only the items from ``steps_from`` on journal a step each, so
+    the first checkpoints have items done and no journaled step."""
+    for item in ctx.iterate(range(n), progress=False):
+        if item >= steps_from:
+            ctx.step("echo", _echo, str(item))
+    return n

@@ -241,6 +241,58 @@ def test_the_run_page_draws_metrics_shows_and_diffs_checkpoints(tmp_path: Path) 
         assert s.get(f"/runs/fit/diff?a={a}&b=999")[0] == 404
 
 
+def test_each_checkpoint_of_a_loop_says_how_many_items_were_done_not_step_0(
+    tmp_path: Path,
+) -> None:
+    # Five items; only the last two journal a ctx.step: the first checkpoints have no step.
+    store = afk.Store(tmp_path / "store")
+    ui_server.items_job.with_store(store).run(5, 3, run_id="loop")
+    phases = [(c.seq, c.phase) for c in store.open("loop").history()]
+    assert [p for _, p in phases] == ["runtime_state"] * 5 + ["run_terminal"]
+    expected = [
+        "1 of 5 items done",
+        "2 of 5 items done",
+        "3 of 5 items done",
+        "4 of 5 items done, step 1",
+        "5 of 5 items done, step 2",
+        "5 of 5 items done, step 2",
+    ]
+    with served(store.root) as s:
+        _, _, page = s.get("/runs/loop")
+        checkpoint_pages = [s.get(f"/runs/loop/checkpoints/{seq}")[2] for seq, _ in phases]
+    shown = dict(
+        re.findall(
+            r'/checkpoints/(\d+)">[^<]*</a> <span class="muted">\(checkpoint \d+\)</span></td>'
+            r"\s*<td>([^<]*)</td>",
+            page,
+        )
+    )
+    assert [shown[str(seq)] for seq, _ in phases] == expected
+    last = phases[-1][0]
+    assert f'id="position">{last} (6 kept): 5 of 5 items done, step 2</dd>' in page
+    wheres = [re.search(r'id="position">([^<]*)</dd>', c) for c in checkpoint_pages]
+    assert [w.group(1) if w else None for w in wheres] == expected
+    timeline = re.search(r'<table id="timeline">.*?</table>', page, re.S)
+    assert timeline is not None and "step 0" not in timeline.group(0)
+
+
+def test_a_checkpoint_without_a_progress_map_keeps_the_step_its_writer_gave_and_none_yet(
+    tmp_path: Path,
+) -> None:
+    store = afk.Store(tmp_path / "store")
+    with store.create("plain") as writer:
+        writer.checkpoint("epoch", {"loss": 0.5}, step=0)
+        writer.checkpoint("epoch", {"loss": 0.25}, step=7)
+    store.create("empty").close()
+    with served(store.root) as s:
+        _, _, first = s.get("/runs/plain/checkpoints/1")
+        _, _, second = s.get("/runs/plain/checkpoints/2")
+        _, _, empty = s.get("/runs/empty")
+    assert 'id="position">step 0</dd>' in first
+    assert 'id="position">step 7</dd>' in second
+    assert 'id="position">none yet</dd>' in empty  # a run with no checkpoint yet
+
+
 def test_tags_are_shown_escaped(tmp_path: Path) -> None:
     """A tag value is data: it is shown escaped, never as markup."""
     store = afk.Store(tmp_path / "store")

@@ -134,4 +134,42 @@ def format_progress(progress: RunProgress | None) -> str:
     return f"{progress.done}/{progress.total}{percent}"
 
 
-__all__ = ["PROGRESS_KEY", "RunProgress", "format_duration", "format_progress", "progress_of"]
+def journaled_step(step: int, progress: RunProgress | None) -> int | None:
+    """A checkpoint's ``step`` when it is worth showing as one, else None.
+
+    A durable job's checkpoint (it carries a ``progress`` map) counts journaled
+    ``ctx.step`` calls: 0 means none was made (an ``iterate`` loop may make none), so
+    there is no step to show. Another writer's checkpoint keeps the step it gave.
+    """
+    return step if progress is None or step > 0 else None
+
+
+def format_position(step: int, progress: RunProgress | None) -> str:
+    """Where a run stood at one checkpoint, in words, from what the checkpoint records.
+
+    ``12 of 40 items done`` (an ``iterate`` loop's items), ``12 of 40 done`` (what
+    ``ctx.progress`` declared), then ``step N`` where ``N`` counts journaled ``ctx.step``
+    calls: ``12 of 40 items done, step 3``. A durable job's checkpoint (it carries a
+    ``progress`` map) says ``step 0`` nowhere: a loop that journals no call has no step
+    to show, and before the first call there is none either. A checkpoint without the
+    map (another writer's) keeps the step its writer gave. ``""`` when nothing is known.
+    """
+    parts = []
+    if progress is not None and progress.done is not None:
+        noun = " items" if progress.unit == "items" else ""
+        of = f" of {progress.total}" if progress.total is not None else ""
+        parts.append(f"{progress.done}{of}{noun} done")
+    if journaled_step(step, progress) is not None:
+        parts.append(f"step {step}")
+    return ", ".join(parts)
+
+
+__all__ = [
+    "PROGRESS_KEY",
+    "RunProgress",
+    "format_duration",
+    "format_position",
+    "format_progress",
+    "journaled_step",
+    "progress_of",
+]
