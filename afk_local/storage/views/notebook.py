@@ -24,7 +24,12 @@ from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import CheckpointFile, RunPaths
 from afk_local.storage.format.records import Checkpoint, RunMeta
 from afk_local.storage.rundir.metrics import read_metrics
-from afk_local.storage.views.run_progress import format_duration, format_progress, progress_of
+from afk_local.storage.views.run_progress import (
+    format_duration,
+    format_position,
+    format_progress,
+    progress_of,
+)
 
 RECENT_CHECKPOINTS = 8
 MAX_CHART_POINTS = 400
@@ -99,7 +104,8 @@ class RunRow:
     label: str
     fraction: float | None
     progress: str
-    step: int
+    step: int | None
+    """Journaled steps (None: none worth showing, see ``journaled_step``)."""
     attempt: int
     elapsed: str
     eta: str
@@ -128,7 +134,7 @@ def runs_table_html(rows: Sequence[RunRow], caption: str = "") -> str:
             *(
                 f"<td>{html.escape(str(v))}</td>"
                 for v in (
-                    row.step,
+                    "-" if row.step is None else row.step,
                     row.attempt,
                     row.elapsed,
                     row.eta,
@@ -216,7 +222,8 @@ def run_reader_html(reader: RunView, limit: int = RECENT_CHECKPOINTS) -> str:
         try:
             record = reader.load(file)
             newest = record
-            rows.append((file.seq, record.step, file.phase, format_ms(record.timestamp_ms), size))
+            where = format_position(record.step, progress_of(record.payload)) or "-"
+            rows.append((file.seq, where, file.phase, format_ms(record.timestamp_ms), size))
         except AfkLocalError as exc:
             rows.append((file.seq, "?", file.phase, f"damaged: {exc}", size))
     progress = progress_of(newest.payload) if newest is not None else None
@@ -248,7 +255,9 @@ def run_reader_html(reader: RunView, limit: int = RECENT_CHECKPOINTS) -> str:
     if metrics:
         chart = metrics_svg({n: [p.value for p in metrics.series(n)] for n in metrics.names()})
     shown = f"last {len(rows)} of {len(files)} checkpoints" if files else "no checkpoints yet"
-    return head + chart + html_table(("seq", "step", "phase", "time", "bytes"), rows, caption=shown)
+    return (
+        head + chart + html_table(("seq", "where", "phase", "time", "bytes"), rows, caption=shown)
+    )
 
 
 def _size(path: os.PathLike[str]) -> int:

@@ -19,7 +19,12 @@ from afk_local.storage.views.notebook import (
     format_ms,
     runs_table_html,
 )
-from afk_local.storage.views.run_progress import RunProgress, format_duration, format_progress
+from afk_local.storage.views.run_progress import (
+    RunProgress,
+    format_duration,
+    format_progress,
+    journaled_step,
+)
 
 TAGS_KEY = "tags"
 """``RunMeta.extra`` key of a run's tags (``{str: str}``)."""
@@ -116,7 +121,7 @@ class RunInfo:
             label=_label(self),
             fraction=p.fraction if p else None,
             progress=format_progress(p),
-            step=self.step,
+            step=journaled_step(self.step, p),
             attempt=self.attempt,
             elapsed=format_duration(p.active_ms / 1000) if p else "-",
             eta=format_duration(self.eta_s) if self.eta_s is not None else "-",

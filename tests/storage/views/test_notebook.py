@@ -129,3 +129,35 @@ def test_without_pandas_to_pandas_says_so(
         store.runs().to_pandas()
     with pytest.raises(ImportError, match="pip install pandas"):
         store.open("done").metrics().to_pandas()
+
+
+def test_a_loop_without_journaled_steps_shows_its_items_not_step_0(
+    afk_store: afk.Store,
+) -> None:
+    """A ctx.iterate job that journals no call: its checkpoints say how many items were
+    done, and the runs table shows no step (a checkpoint's step counts journaled calls)."""
+
+    @afk.durable(store=afk_store)
+    def loop(ctx: afk.RunContext, n: int) -> int:
+        ctx.state.setdefault("total", 0)
+        for i in ctx.iterate(range(n)):
+            ctx.state["total"] += i
+        return int(ctx.state["total"])
+
+    assert loop.run(3, run_id="loop") == 3
+    checkpoints = Tree(afk_store.open("loop")._repr_html_())
+    text = checkpoints.text
+    assert "where" in text
+    assert [t for t in text if t.endswith("items done")] == [
+        "1 of 3 items done",
+        "2 of 3 items done",
+        "3 of 3 items done",
+        "3 of 3 items done",  # the terminal checkpoint
+    ]
+    assert not any("step 0" in t for t in text)
+
+    runs = Tree(afk_store._repr_html_()).text
+    headers = runs[runs.index("run") : runs.index("tags") + 1]
+    row = runs[runs.index("loop") :]
+    assert row[headers.index("step")] == "-"  # no journaled call: no step to show
+    assert row[headers.index("attempts")] == "1"
