@@ -30,16 +30,19 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from afk_local.integrations.fanout import (
+    ChunkOutcomes,
     FanOutError,
     FanOutProgress,
     SharedDirectory,
     WorkerStore,
+    check_items_per_task,
     describe_failure,
     fanout_run_ids,
     job_name,
     portable_job,
     run_task,
     run_tasks,
+    task_chunks,
     worker_store,
 )
 from afk_local.integrations.fanout_results import client_store, completed_results
@@ -102,8 +105,7 @@ def map_durable(
         FanOutError: some runs failed, paused or were lost with their workers;
             it names each one's run id. Every other run completed.
     """
-    if items_per_task < 1:
-        raise ValueError(f"items_per_task must be at least 1, not {items_per_task}")
+    check_items_per_task(items_per_task)
     job = portable_job(fn)
     items = list(items)
     ids = fanout_run_ids(job, items, run_id)
@@ -121,7 +123,7 @@ def map_durable(
                 "create one first (it becomes the default)"
             ) from None
     if items_per_task > 1:
-        chunks = [todo[i : i + items_per_task] for i in range(0, len(todo), items_per_task)]
+        chunks = task_chunks(todo, items_per_task)
         results.update(
             _run_chunks(
                 client,
@@ -196,34 +198,17 @@ def _run_chunks(
         for chunk in chunks
     ]
     chunk_of = {future.key: chunk for future, chunk in zip(futures, chunks, strict=True)}
-    bar = FanOutProgress(
-        len(items),
-        f"map_durable {job_name(job)}",
-        enabled=progress,
-        initial=len(items) - sum(map(len, chunks)),
-    )
-    done: dict[int, Any] = {}
-    failures: dict[str, str] = {}
+    outcomes = ChunkOutcomes(ids, chunks, f"map_durable {job_name(job)}", progress=progress)
     try:
         for future in distributed.as_completed(futures):  # type: ignore[no-untyped-call]
             chunk = chunk_of[future.key]
             if future.status != "finished":
-                why = _why(future)
-                for index in chunk:
-                    failures[ids[index]] = why
-                    bar.update(failed=True)
-                continue
-            for index, (ok, value) in zip(chunk, future.result(), strict=True):
-                if ok:
-                    done[index] = value
-                else:
-                    failures[ids[index]] = describe_failure(value)
-                bar.update(failed=not ok)
+                outcomes.lost(chunk, _why(future))
+            else:
+                outcomes.settled(chunk, future.result())
     finally:
-        bar.close()
-    if failures:
-        raise FanOutError(failures, len(items))
-    return done
+        outcomes.bar.close()
+    return outcomes.completed()
 
 
 def _why(future: distributed.Future[Any]) -> str:

@@ -303,6 +303,30 @@ def run_tasks(
         return list(pool.map(one, range(len(items))))
 
 
+def check_items_per_task(items_per_task: int) -> None:
+    """Refuse an ``items_per_task`` below 1 (ValueError), before a fan-out reads or starts anything.
+
+    Example:
+        >>> check_items_per_task(8)
+    """
+    if items_per_task < 1:
+        raise ValueError(f"items_per_task must be at least 1, not {items_per_task}")
+
+
+def task_chunks(todo: Sequence[int], items_per_task: int) -> list[list[int]]:
+    """The item positions of each task when a task runs ``items_per_task`` runs at once.
+
+    Example:
+        >>> task_chunks([0, 2, 3, 4, 7], 2)
+        [[0, 2], [3, 4], [7]]
+
+    Raises:
+        ValueError: ``items_per_task`` is below 1.
+    """
+    check_items_per_task(items_per_task)
+    return [list(todo[i : i + items_per_task]) for i in range(0, len(todo), items_per_task)]
+
+
 def describe_failure(exc: BaseException) -> str:
     """One line for :attr:`FanOutError.failures`: ``Type: message`` of the run's own error.
 
@@ -373,13 +397,72 @@ class FanOutProgress:
         log.info("%s: %d/%d runs finished%s", self.desc, self.done, self.total, failed)
 
 
+class ChunkOutcomes:
+    """What the client learns from a fan-out's chunk tasks (:func:`run_tasks`), run by run.
+
+    Args:
+        ids: every item's run id, by position.
+        chunks: the positions each task runs (:func:`task_chunks`).
+        desc: the progress bar's label.
+        progress: whether to show it (:class:`FanOutProgress`).
+
+    Example:
+        >>> outcomes = ChunkOutcomes(["r-a", "r-b"], [[0, 1]], "map_durable f", progress=False)
+        >>> outcomes.settled([0, 1], [(True, 1), (False, RunFailed("r-b", "ValueError", "no"))])
+        >>> outcomes.failures
+        {'r-b': 'ValueError: no'}
+    """
+
+    def __init__(
+        self, ids: Sequence[str], chunks: Sequence[Sequence[int]], desc: str, *, progress: bool
+    ) -> None:
+        self.ids = ids
+        self.results: dict[int, Any] = {}
+        self._failed: dict[int, str] = {}
+        self.bar = FanOutProgress(
+            len(ids), desc, enabled=progress, initial=len(ids) - sum(map(len, chunks))
+        )
+
+    def settled(self, chunk: Sequence[int], outcomes: Sequence[tuple[bool, Any]]) -> None:
+        """A chunk's task returned: each run's result, or its own failure."""
+        for index, (ok, value) in zip(chunk, outcomes, strict=True):
+            if ok:
+                self.results[index] = value
+            else:
+                self._failed[index] = describe_failure(value)
+            self.bar.update(failed=not ok)
+
+    def lost(self, chunk: Sequence[int], why: str) -> None:
+        """A chunk's task itself failed (its worker died too often, or it was cancelled)."""
+        for index in chunk:
+            self._failed[index] = why
+            self.bar.update(failed=True)
+
+    @property
+    def failures(self) -> dict[str, str]:
+        """Run id -> why, for each run that did not complete, in item order."""
+        return {self.ids[index]: self._failed[index] for index in sorted(self._failed)}
+
+    def completed(self) -> dict[int, Any]:
+        """The completed runs' results by position, once every chunk is settled or lost.
+
+        Raises:
+            FanOutError: naming each run that did not complete.
+        """
+        if self.failures:
+            raise FanOutError(self.failures, len(self.ids))
+        return self.results
+
+
 __all__ = [
     "RUN_PREFIX",
+    "ChunkOutcomes",
     "FanOutError",
     "FanOutProgress",
     "RunFailed",
     "SharedDirectory",
     "WorkerStore",
+    "check_items_per_task",
     "default_run_id",
     "describe_failure",
     "fanout_run_ids",
@@ -387,5 +470,6 @@ __all__ = [
     "portable_job",
     "run_task",
     "run_tasks",
+    "task_chunks",
     "worker_store",
 ]

@@ -18,6 +18,7 @@ from fanout_jobs import expected, lines, pair, tally
 
 import afk_local as afk
 from afk_local.integrations.fanout import (
+    ChunkOutcomes,
     FanOutError,
     FanOutProgress,
     RunFailed,
@@ -26,6 +27,7 @@ from afk_local.integrations.fanout import (
     fanout_run_ids,
     portable_job,
     run_task,
+    task_chunks,
     worker_store,
 )
 from afk_local.integrations.fanout_results import client_store, completed_results
@@ -155,6 +157,35 @@ def test_a_call_over_completed_runs_needs_no_engine(tmp_path):
     done = proc.run(script, env={"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_items_per_task_cuts_the_runs_left_into_chunks_and_refuses_below_one():
+    assert task_chunks([0, 2, 3, 4, 7], 2) == [[0, 2], [3, 4], [7]]
+    assert task_chunks([5, 6], 8) == [[5, 6]]
+    assert task_chunks([], 3) == []
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match=f"items_per_task must be at least 1, not {bad}"):
+            task_chunks([1], bad)
+
+
+def test_chunk_outcomes_name_each_run_that_did_not_complete():
+    ids = ["r-0", "r-1", "r-2", "r-3", "r-4"]
+    outcomes = ChunkOutcomes(ids, [[1, 2], [3, 4]], "map_durable tally", progress=False)
+    assert outcomes.bar.done == 1  # run 0 had completed: in no chunk
+    outcomes.lost([3, 4], "WorkerCrashedError: gone")  # tasks finish in any order
+    outcomes.settled([1, 2], [(True, 10), (False, RunFailed("r-2", "ValueError", "bad"))])
+    assert outcomes.results == {1: 10}
+    with pytest.raises(FanOutError) as raised:
+        outcomes.completed()
+    assert list(raised.value.failures.items()) == [  # in item order
+        ("r-2", "ValueError: bad"),
+        ("r-3", "WorkerCrashedError: gone"),
+        ("r-4", "WorkerCrashedError: gone"),
+    ]
+    assert (outcomes.bar.done, outcomes.bar.failed) == (5, 3)
+    fine = ChunkOutcomes(ids[:2], [[0, 1]], "map_durable tally", progress=False)
+    fine.settled([0, 1], [(True, [1, 2]), (True, None)])
+    assert fine.completed() == {0: [1, 2], 1: None}
 
 
 def test_progress_without_tqdm_logs_lines(monkeypatch, caplog):

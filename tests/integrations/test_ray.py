@@ -126,3 +126,75 @@ def map_durable(*args, **kwargs):
     from afk_local.integrations.ray import map_durable  # noqa: PLC0415 - imports Ray
 
     return map_durable(*args, **kwargs)
+
+
+def test_items_per_task_runs_a_chunk_at_once_and_a_killed_chunk_resumes(ray_cluster, tmp_path):
+    """items_per_task=3: two Ray tasks of three runs each, every run on its own thread. The
+    worker process running the chunk with the held item is SIGKILLed once the chunk's other
+    runs completed: Ray re-runs the chunk in a new worker, the held run resumes (attempt 2)
+    and the completed ones return their stored results without running again."""
+    root = tmp_path / "store"
+    out, items = items_for(tmp_path, 6, i0={"hold": True})
+    ids = [f"fanout-tally-{k:06d}" for k in range(6)]
+    store = afk.Store(root)
+    with ThreadPoolExecutor(1) as pool:
+        mapped = pool.submit(
+            map_durable, tally, items, store=root, progress=False, items_per_task=3
+        )
+        job_pid = int(wait_for(out / "i0.pid"))
+        cmdline = Path(f"/proc/{job_pid}/cmdline").read_bytes()
+        assert job_pid != os.getpid() and b"ray::" in cmdline, cmdline
+        deadline = time.monotonic() + 60
+        while not all(
+            store.exists(r) and store.read_meta(r).status is afk.RunStatus.COMPLETED
+            for r in ids[1:3]
+        ):
+            assert time.monotonic() < deadline, "the chunk's other runs never completed"
+            time.sleep(0.05)
+        # the chunk's runs ran in the victim's process, on threads beside the held one
+        for name in ("i1", "i2"):
+            assert [c.split()[1] for c in lines(out / f"{name}.calls")] == [str(job_pid)]
+        os.kill(job_pid, signal.SIGKILL)
+        results = mapped.result(timeout=120)
+
+    assert results == [expected(item) for item in items]
+    for k, item in enumerate(items):
+        # every journaled effect happened exactly once, across the kill
+        assert lines(out / f"{item['name']}.effects") == [str(i) for i in range(item["steps"])]
+        assert store.read_meta(ids[k]).status is afk.RunStatus.COMPLETED
+    calls = [line.split() for line in lines(out / "i0.calls")]
+    assert [c[0] for c in calls] == ["1", "2"]
+    assert int(calls[0][1]) == job_pid != int(calls[1][1])
+    assert store.read_meta(ids[0]).attempt == 2
+    for name in ("i1", "i2"):  # completed before the kill: not run again by the re-run task
+        assert [c.split()[0] for c in lines(out / f"{name}.calls")] == ["1"]
+
+    # called again: the client reads every stored result back, no job body runs
+    before = {p.name: p.read_text() for p in out.glob("*.calls")}
+    again = map_durable(tally, items, store=root, progress=False, items_per_task=3)
+    assert again == results
+    assert {p.name: p.read_text() for p in out.glob("*.calls")} == before
+
+
+def test_items_per_task_names_each_failed_run_and_retries_inside_the_task(ray_cluster, tmp_path):
+    root = tmp_path / "store"
+    out, items = items_for(tmp_path, 5, i1={"fail": True})
+    with pytest.raises(FanOutError) as raised:
+        map_durable(
+            tally,
+            items,
+            store=root,
+            progress=False,
+            run_id=lambda it: it["name"],
+            items_per_task=2,
+            retries=1,
+        )
+    assert list(raised.value.failures) == ["i1"]
+    assert "ValueError: item i1 is broken" in str(raised.value)
+    store = afk.Store(root)
+    assert [store.read_meta(f"i{k}").status for k in (0, 2, 3, 4)] == [afk.RunStatus.COMPLETED] * 4
+    assert store.read_meta("i1").status is afk.RunStatus.FAILED
+    assert store.read_meta("i1").attempt == 2  # retried once, in the task, resumed
+    assert lines(out / "i1.effects") == ["0"]  # its finished step replayed, not repeated
+    with pytest.raises(ValueError, match="items_per_task must be at least 1, not 0"):
+        map_durable(tally, items, store=root, progress=False, items_per_task=0)
