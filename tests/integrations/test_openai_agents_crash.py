@@ -25,12 +25,12 @@ pytest.importorskip("agents", reason="openai-agents not installed: pip install '
 from openai_agents_procs import (
     EXPECTED_OUTPUT,
     FAST_WATCH,
-    afk_local_cli,
     effects,
     env_for,
     kill_at,
     model_requests,
 )
+from proc import afk_local_cli
 
 import afk_local as afk
 

@@ -13,7 +13,8 @@ import pytest
 pytest.importorskip("agents", reason="openai-agents not installed: pip install 'afk_local[test]'")
 
 import proc
-from openai_agents_procs import afk_local_cli, env_for, model_requests
+from openai_agents_procs import env_for, model_requests
+from proc import afk_local_cli
 
 import afk_local as afk
 

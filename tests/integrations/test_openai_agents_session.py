@@ -20,7 +20,8 @@ pytest.importorskip("agents", reason="openai-agents not installed: pip install '
 import openai_agents_jobs as jobs
 from agents import Session
 from agents.memory import SessionSettings
-from openai_agents_procs import EXPECTED_OUTPUT, afk_local_cli, effects, env_for, kill_at
+from openai_agents_procs import EXPECTED_OUTPUT, effects, env_for, kill_at
+from proc import afk_local_cli
 
 import afk_local as afk
 from afk_local.errors import InvalidRunIdError, RunLockedError

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +25,7 @@ pytest.importorskip(
 )
 
 import proc
-from proc import SUPPORT
+from proc import SUPPORT, afk_local_cli
 
 import afk_local as afk
 
@@ -74,16 +72,6 @@ def model_requests(files: Path) -> list[int]:
 
 def effects(files: Path) -> list[str]:
     return [line.split()[0] for line in (files / "effects.txt").read_text().splitlines()]
-
-
-def afk_local_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "afk_local", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def stored_output(result: object) -> object:

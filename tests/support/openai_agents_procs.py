@@ -8,8 +8,6 @@ printed a marker (the child stalls at ``OA_STALL_AT``).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import proc
@@ -51,13 +49,3 @@ def model_requests(files: Path) -> list[str]:
 
 def effects(files: Path) -> list[str]:
     return [line.split()[0] for line in (files / "effects.txt").read_text().splitlines()]
-
-
-def afk_local_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "afk_local", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )

@@ -172,3 +172,14 @@ def kill_at_line(child: subprocess.Popen[str], marker: str, *, timeout: float = 
     stderr = child.stderr.read() if child.stderr else ""
     assert child.returncode == -signal.SIGKILL, f"{lines}\n{stderr}"
     return lines
+
+
+def afk_local_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m afk_local ARGS`` to its end with ``env`` over this environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "afk_local", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
