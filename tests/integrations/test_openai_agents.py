@@ -37,11 +37,6 @@ def effects_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def recorder_agent() -> tuple[Agent[Any], jobs.ScriptedModel]:
-    model = jobs.ScriptedModel(jobs.record_twice, "recorder")
-    return jobs.recorder.clone(model=model), model
-
-
 def outcome_keys(store: afk.Store, run_id: str) -> list[str]:
     return [e.key for e in store.open(run_id).effects() if e.kind == "outcome"]
 
@@ -49,7 +44,7 @@ def outcome_keys(store: afk.Store, run_id: str) -> list[str]:
 def test_every_model_call_and_tool_call_is_a_journaled_step(
     tmp_path: Path, effects_file: Path
 ) -> None:
-    agent, model = recorder_agent()
+    agent, model = jobs.scripted_recorder()
     store = afk.Store(tmp_path / "store")
 
     @afk.durable(store=store)
@@ -75,7 +70,7 @@ def test_every_model_call_and_tool_call_is_a_journaled_step(
 
 
 def test_a_failed_attempt_is_replayed_not_asked_again(tmp_path: Path, effects_file: Path) -> None:
-    agent, model = recorder_agent()
+    agent, model = jobs.scripted_recorder()
     failures = ["once"]
 
     @afk.durable(store=afk.Store(tmp_path / "store"))
@@ -96,7 +91,7 @@ def test_a_failed_attempt_is_replayed_not_asked_again(tmp_path: Path, effects_fi
 def test_a_changed_conversation_is_refused_not_answered_from_the_journal(
     tmp_path: Path, effects_file: Path
 ) -> None:
-    agent, _ = recorder_agent()
+    agent, _ = jobs.scripted_recorder()
     prompts = ["record two items", "record three items"]  # the code changed between attempts
 
     @afk.durable(store=afk.Store(tmp_path / "store"))
@@ -114,7 +109,7 @@ def test_a_changed_conversation_is_refused_not_answered_from_the_journal(
 
 
 def test_run_needs_a_job_or_a_run_id_and_the_key_a_tool_call() -> None:
-    agent, _ = recorder_agent()
+    agent, _ = jobs.scripted_recorder()
     with pytest.raises(TypeError, match=re.escape("DurableRunner.run(starting_agent, input")):
         DurableRunner.run_sync("not a context", agent, "hi")
     with pytest.raises(TypeError, match=r"outside any @afk\.durable job and without run_id"):
@@ -173,7 +168,7 @@ def test_model_responses_are_stored_as_json_and_validated_when_read() -> None:
 
 
 def test_a_plain_agent_handoff_is_a_journaled_step(tmp_path: Path, effects_file: Path) -> None:
-    recorder, _ = recorder_agent()
+    recorder, _ = jobs.scripted_recorder()
     triage = Agent(name="triage", model=jobs.ScriptedModel(jobs.hand_over), handoffs=[recorder])
     store = afk.Store(tmp_path)
 

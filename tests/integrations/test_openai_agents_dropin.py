@@ -43,13 +43,8 @@ def effects_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def recorder_agent() -> tuple[Agent[Any], jobs.ScriptedModel]:
-    model = jobs.ScriptedModel(jobs.record_twice, "recorder")
-    return jobs.recorder.clone(model=model), model
-
-
 def test_the_drop_in_form_makes_each_call_a_step_of_the_jobs_run(tmp_path: Path) -> None:
-    agent, model = recorder_agent()
+    agent, model = jobs.scripted_recorder()
     store = afk.Store(tmp_path / "store")
     failures = ["once"]
 
@@ -70,7 +65,7 @@ def test_the_drop_in_form_makes_each_call_a_step_of_the_jobs_run(tmp_path: Path)
 
 
 def test_the_context_is_found_in_tasks_and_threads_the_job_starts(tmp_path: Path) -> None:
-    agent, model = recorder_agent()
+    agent, model = jobs.scripted_recorder()
     found: list[object] = []
 
     @afk.durable(store=afk.Store(tmp_path / "store"))
@@ -155,7 +150,7 @@ def test_a_standalone_run_is_a_run_and_a_finished_one_answers_from_disk(
 
 def test_a_standalone_run_says_when_only_this_code_can_continue_it(tmp_path: Path) -> None:
     store = afk.Store(tmp_path / "store")
-    agent, _ = recorder_agent()  # made in a function: no module holds it
+    agent, _ = jobs.scripted_recorder()  # made in a function: no module holds it
     DurableRunner.run_sync(agent, "record two items", run_id="local", store=store)
     assert "not at the top level of an importable module" in (
         cannot_resume(store.read_meta("local")) or ""
@@ -188,7 +183,7 @@ def test_a_finished_standalone_run_gives_its_output_back_as_its_type(tmp_path: P
 def test_a_run_journaled_before_requests_were_kept_still_replays(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent, model = recorder_agent()
+    agent, model = jobs.scripted_recorder()
     store = afk.Store(tmp_path / "store")
     old_dump = journaled.dump_response
     monkeypatch.setattr(

@@ -257,3 +257,9 @@ def session_job(ctx: afk.RunContext, session_id: str, prompt: str) -> str:
         ctx, recorder, prompt, session=session, idempotent_tools={"record"}
     )
     return str(result.final_output)
+
+
+def scripted_recorder() -> tuple[Agent[Any], ScriptedModel]:
+    """``recorder`` with a fresh :class:`ScriptedModel` that records two items (and the model)."""
+    model = ScriptedModel(record_twice, "recorder")
+    return recorder.clone(model=model), model
