@@ -36,7 +36,6 @@ import logging
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ sys.path.insert(0, str(HERE))
 from agents import Agent, Model, Runner, function_tool, set_tracing_disabled  # noqa: E402
 from agents.items import ModelResponse  # noqa: E402
 from agents.usage import Usage  # noqa: E402
-from common import table  # noqa: E402
+from common import seconds_per_run, table  # noqa: E402
 from openai.types.responses import (  # noqa: E402
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -96,13 +95,6 @@ def call(n: int) -> ResponseFunctionToolCall:
 def add(a: int, b: int) -> int:
     """Add two numbers."""
     return a + b
-
-
-def timed(fn: Callable[[int], object], runs: int, start: int) -> float:
-    began = time.perf_counter()
-    for i in range(runs):
-        fn(start + i)
-    return (time.perf_counter() - began) / runs
 
 
 def main() -> None:
@@ -171,7 +163,7 @@ def main() -> None:
     seconds: dict[tuple[str, str], list[float]] = {key: [] for key in variants}
     for r in range(args.rounds):
         for key, fn in variants.items():
-            seconds[key].append(timed(fn, args.runs, r * args.runs))
+            seconds[key].append(seconds_per_run(fn, args.runs, r * args.runs))
     median = {key: statistics.median(values) for key, values in seconds.items()}
 
     rows = []

@@ -27,7 +27,6 @@ import logging
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import table  # noqa: E402
+from common import seconds_per_run, table  # noqa: E402
 from pydantic_ai import Agent  # noqa: E402
 from pydantic_ai.messages import (  # noqa: E402
     ModelMessage,
@@ -66,13 +65,6 @@ def make_agent(tools: int, name: str, *capabilities: Any) -> Agent[None, str]:
         return a + b
 
     return agent
-
-
-def timed(fn: Callable[[int], object], runs: int, start: int) -> float:
-    began = time.perf_counter()
-    for i in range(runs):
-        fn(start + i)
-    return (time.perf_counter() - began) / runs
 
 
 def main() -> None:
@@ -125,7 +117,7 @@ def main() -> None:
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     for r in range(args.rounds):
         for name, fn in variants.items():
-            seconds[name].append(timed(fn, args.runs, r * args.runs))
+            seconds[name].append(seconds_per_run(fn, args.runs, r * args.runs))
     median = {name: statistics.median(values) for name, values in seconds.items()}
     baseline = median["pydantic-ai (plain)"]
     rows = [

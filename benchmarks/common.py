@@ -98,6 +98,15 @@ def median_us(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(samples)
 
 
+def seconds_per_run(fn: Callable[[int], object], runs: int, start: int) -> float:
+    """Mean seconds of ``fn(i)`` over ``runs`` calls, ``i`` counting from ``start``
+    (so each round of an interleaved benchmark uses fresh run ids)."""
+    began = time.perf_counter()
+    for i in range(runs):
+        fn(start + i)
+    return (time.perf_counter() - began) / runs
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A plain aligned text table (also valid Markdown)."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
