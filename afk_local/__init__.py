@@ -5,12 +5,11 @@ an effect journal; a crashed run resumes from its last checkpoint without
 repeating side effects. docs/ holds the format, the guarantees and the API.
 """
 
-from __future__ import annotations
-
-import importlib
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+# No ``from __future__ import annotations`` and no plain ``import x`` here: every name
+# bound at module level is part of ``afk_local``'s namespace, which holds the public API
+# and nothing else (tests/test_public_api.py).
+import importlib as _importlib
+import typing as _typing
 
 from afk_local.storage.rundir import effects as _effects_seam
 
@@ -97,7 +96,10 @@ _EXPORTS = {name: module for module, names in _PUBLIC.items() for name in names}
 
 __all__ = sorted([*_EXPORTS, "__version__"])  # noqa: PLE0605 - derived from _PUBLIC
 
-if TYPE_CHECKING:  # the same names for type checkers, which do not run __getattr__
+if _typing.TYPE_CHECKING:  # the same names for type checkers, which do not run __getattr__
+    from collections.abc import Callable
+    from pathlib import Path
+
     from afk_local.agent.agent_runner import AgentRunner as AgentRunner
     from afk_local.agent.factory import AgentFactory as AgentFactory
     from afk_local.agent.factory import agent_factory as agent_factory
@@ -183,14 +185,14 @@ if TYPE_CHECKING:  # the same names for type checkers, which do not run __getatt
 
 
 def _open_journal(
-    path: Path,
+    path: "Path",
     run_id: str,
     *,
-    record_codec: RecordCodec,
-    listener: RunMirror | None,
-    on_durable: Callable[[int, bytes], None] | None,
-    env: fsio.Env,
-) -> Journal:
+    record_codec: "RecordCodec",
+    listener: "RunMirror | None",
+    on_durable: "Callable[[int, bytes], None] | None",
+    env: "fsio.Env",
+) -> "Journal":
     """Open a run's effect journal for its writer (imported on a run's first effect)."""
     from afk_local.journal.journal import Journal  # noqa: PLC0415
 
@@ -214,13 +216,13 @@ _SUBPACKAGES = frozenset(
 )
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     module = _EXPORTS.get(name)
     if module is None:
         if name in _SUBPACKAGES:  # ``afk_local.storage`` as an attribute, as before
-            return importlib.import_module(f"afk_local.{name}")
+            return _importlib.import_module(f"afk_local.{name}")
         raise AttributeError(f"module 'afk_local' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip this function
     return value
 

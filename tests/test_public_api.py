@@ -81,7 +81,7 @@ def test_type_checking_imports_are_the_exports() -> None:
     block = next(
         node
         for node in tree.body
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "_typing.TYPE_CHECKING"
     )
     reexported = {
         (node.module, alias.name)
@@ -91,6 +91,21 @@ def test_type_checking_imports_are_the_exports() -> None:
         if alias.asname == alias.name  # ``import X as X``: an explicit re-export
     }
     assert reexported == {(m, n) for m, names in afk_local._PUBLIC.items() for n in names}
+
+
+def test_namespace_holds_only_the_public_api() -> None:
+    """No helper the package imports for itself (``Path``, ``Callable``, ``importlib``)
+    leaks out as ``afk_local.Path``: a fresh ``import afk_local`` binds only public
+    names, sub-packages and private (underscored) names."""
+    child = run(
+        "import afk_local\nprint(sorted(n for n in vars(afk_local) if not n.startswith('_')))\n",
+        env={"PYTHONPATH": str(REPO)},
+    )
+    assert child.returncode == 0, child.stderr
+    leaked = set(ast.literal_eval(child.stdout.strip())) - set(afk_local.__all__)
+    assert leaked <= set(afk_local._SUBPACKAGES), leaked
+    assert not hasattr(afk_local, "Path")
+    assert not hasattr(afk_local, "Callable")
 
 
 @pytest.mark.parametrize("name", afk_local.__all__)
