@@ -197,3 +197,23 @@ def test_docs_name_no_deep_path_for_a_public_name() -> None:
         if match in afk_local.__all__ and f"afk_local.errors.{match}" not in path.read_text()
     }
     assert deep == set()
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "import afk_local",
+        "import afk_local as afk; afk.Store",
+        "import afk_local.integrations.langgraph",
+        "from afk_local.cli import main",
+    ],
+)
+def test_entry_points_load_no_lock_library_until_a_lock_is_taken(entry: str) -> None:
+    """filelock (50-100 ms to import) loads where ``owner.lock`` is taken, so importing
+    the package, the store, the LangGraph saver or the CLI does not pay for it."""
+    child = run(
+        f"import sys\n{entry}\nprint('filelock' in sys.modules, 'afk_local.runner' in sys.modules)",
+        env={"PYTHONPATH": str(REPO)},
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split() == ["False", "False"]

@@ -19,15 +19,17 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import Any
-
-from filelock import FileLock
+from typing import TYPE_CHECKING, Any
 
 from afk_local.errors import RunExistsError, UntrustedStoreError
 from afk_local.storage import fsio
 from afk_local.storage.format.layout import LOCK_NAME, RunPaths, validate_run_id
 from afk_local.storage.format.records import RunMeta, now_ms
 from afk_local.storage.rundir.ownership import acquire_lock, lock_is_held
+
+# filelock is loaded where a lock is taken (ownership.acquire_lock), not on import.
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 
 def refuse_linked_dirs(runs_dir: Path, paths: RunPaths) -> None:

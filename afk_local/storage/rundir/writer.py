@@ -21,10 +21,9 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from filelock import FileLock
 
 from afk_local.errors import (
     KeyRequiredError,
@@ -67,6 +66,10 @@ from afk_local.storage.rundir.packing import PackReport
 from afk_local.storage.rundir.publisher import Publisher
 from afk_local.storage.rundir.reader import RunReader
 from afk_local.storage.rundir.writer_journal import WriterJournal
+
+# filelock is loaded where a lock is taken (ownership.acquire_lock), not on import.
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 log = logging.getLogger("afk_local")
 
