@@ -12,18 +12,29 @@ files it describes). It checks that no newer lease exists before each batch and
 again after the journal upload: with ``sync_effects`` an append waits for that batch,
 so an intent is on the remote and the lease still ours before its effect runs. Once
 a newer lease exists the local copy is marked fenced and the run's writer refuses
-every further checkpoint and effect with LeaseLostError. While the run is open the
-thread renews the lease (``<run>/lease/<epoch>.alive``) every third of ``lease_s``.
+every further checkpoint and effect with LeaseLostError.
+
+While the run is open a second thread renews the lease (``<run>/lease/<epoch>.alive``)
+every sixth of ``lease_s``, on its own timer (an upload batch that takes long on a slow
+link delays no renewal), and after each renewal checks that its link of the lease chain
+still stands. The owner fences itself on its own monotonic clock: no effect starts
+(its journal append waits) while the last successful renewal is older than ``lease_s``
+minus the safety margin (``MARGIN_FRACTION``), since a taker may treat the lease as
+lapsed soon after; a pause of the whole process (SIGSTOP, a step holding the GIL) is
+seen at the next effect. A mirror that gave up stops the run: every later checkpoint
+and effect raises LeaseLostError.
 
 A request that fails is retried with backoff for ``retry_for_s`` seconds; then the
 mirror stops and its error is raised by the writer's next flush and by its close
-(logged when it happens). Offline, a run goes on locally; what was not uploaded is
+(logged when it happens), and as LeaseLostError by its next checkpoint or effect. A
+short outage only delays effects (until a renewal succeeds); what was not uploaded is
 uploaded by the next writer of the run that has this mirror, or by ``afk-local push``.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections import deque
@@ -33,7 +44,12 @@ from afk_local.errors import LeaseLostError, MirrorError
 from afk_local.integrations.remote.bucket import Bucket, BucketRequestError
 from afk_local.integrations.remote.identity import store_id
 from afk_local.integrations.remote.layout import file_seq
-from afk_local.integrations.remote.lease import DEFAULT_LEASE_S, renew
+from afk_local.integrations.remote.lease import (
+    DEFAULT_LEASE_S,
+    MARGIN_FRACTION,
+    check_chain,
+    renew,
+)
 from afk_local.integrations.remote.upload import RunUploader, durable_journal_end, local_files
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import RunPaths
@@ -62,8 +78,10 @@ class RunMirrorThread:
             before its result is used (a fan-out worker whose machine dies loses no
             effect); a mirror that cannot keep up within ``close_timeout_s`` fails the
             append with MirrorError.
-        lease_s: the lease period: the thread renews every third of it while the run is
-            open; a taker treats a background-mirrored holder silent that long as gone.
+        lease_s: the lease period: the lease is renewed every sixth of it while the run
+            is open; no effect starts once the last renewal is older than ``lease_s``
+            minus the safety margin; a taker treats a background-mirrored holder silent
+            for ``lease_s`` plus the margin as gone.
     """
 
     def __init__(
@@ -78,7 +96,12 @@ class RunMirrorThread:
     ) -> None:
         self.uploader = uploader
         self._lease_s = lease_s
-        self._renewed_at = 0.0
+        self._fence_after_s = lease_s * (1 - MARGIN_FRACTION)
+        self._session = secrets.token_hex(8)
+        self._renewals = 0
+        self._renewed_at: float | None = None
+        """When the last successful renewal was sent (monotonic); None before the first."""
+        self._renewing = True
         self._uploaded_seq = 0
         self._attached = threading.Event()
         self.run_id = uploader.run_id
@@ -102,6 +125,9 @@ class RunMirrorThread:
         self._thread = threading.Thread(
             target=self._run, name=f"afk-mirror-{self.run_id}", daemon=True
         )
+        self._renewer = threading.Thread(
+            target=self._renew_loop, name=f"afk-lease-{self.run_id}", daemon=True
+        )
 
     def start(self) -> None:
         """Start the thread; wait (at most ``ATTACH_WAIT_S``) for its lease check and raise
@@ -115,6 +141,7 @@ class RunMirrorThread:
         self._acked_seq = files[-1][0] if files else 0
         self._journal_end = durable_journal_end(self.uploader.paths)
         self._thread.start()
+        self._renewer.start()
         if not self._attached.wait(ATTACH_WAIT_S):
             log.warning(
                 "run %s: mirror %s did not answer within %g s; going on locally, the lease "
@@ -169,19 +196,38 @@ class RunMirrorThread:
             self.flush(self._close_timeout_s)
 
     def before_append(self) -> None:
-        """Refuse an effect once the lease is lost (with ``sync_effects``: once the mirror
-        failed at all, since the record could not be made remote-durable)."""
+        """Refuse an effect once the lease is lost or the mirror stopped (with
+        ``sync_effects``, the mirror's own error: the record could not be made
+        remote-durable); wait while the lease may have lapsed by this machine's clock."""
         if self._sync_effects and self._error is not None:
             self._surfaced = True
             raise self._error
         self.check()
+        with self._cond:
+            while self._error is None and not self._lease_fresh():
+                self._cond.wait(0.5)  # the renewer notifies; the bound re-reads the clock
+        self.check()
+
+    def _lease_fresh(self) -> bool:
+        renewed = self._renewed_at
+        return renewed is not None and time.monotonic() - renewed < self._fence_after_s
 
     def check(self) -> None:
-        """Raise LeaseLostError once another store took the run."""
+        """Raise LeaseLostError once another store took the run, or once the mirror
+        stopped (the lease is no longer renewed: the run fences itself)."""
         error = self._error
+        if error is None:
+            return
+        self._surfaced = True
         if isinstance(error, LeaseLostError):
-            self._surfaced = True
             raise error
+        raise LeaseLostError(
+            self.run_id,
+            self.url,
+            f"its mirror stopped ({error}), so its lease is no longer renewed and another "
+            "store may take the run: this writer fenced itself",
+            next_step=f"Resume it once the remote answers (`afk-local resume {self.run_id}`)",
+        ) from error
 
     # -- waiting ------------------------------------------------------------------
 
@@ -210,18 +256,29 @@ class RunMirrorThread:
                 raise self._error
 
     def close(self) -> None:
-        """Wait for pending uploads (bounded), release the lease's renewal, stop the thread,
-        raise the mirror's error."""
+        """Wait for pending uploads (bounded), release the lease's renewal, stop the
+        threads, raise the mirror's error."""
         try:
             if not (self._surfaced and self._error is not None):
                 self.flush(self._close_timeout_s)
+                self._stop_renewing()
                 self._release()
         finally:
             with self._cond:
                 self._stopping = True
+                self._renewing = False
                 self._cond.notify_all()
-            if self._thread.is_alive() and self._thread is not threading.current_thread():
-                self._thread.join(1.0)
+            for thread in (self._thread, self._renewer):
+                if thread.is_alive() and thread is not threading.current_thread():
+                    thread.join(1.0)
+
+    def _stop_renewing(self) -> None:
+        """Stop the renewer before the release, so no renewal lands after it."""
+        with self._cond:
+            self._renewing = False
+            self._cond.notify_all()
+        if self._renewer.is_alive() and self._renewer is not threading.current_thread():
+            self._renewer.join(self._close_timeout_s)
 
     def _release(self) -> None:
         """Tell takers this holder stopped (best effort: a lapse says the same, later)."""
@@ -236,25 +293,79 @@ class RunMirrorThread:
                 uploader.epoch,
                 sync_effects=self._sync_effects,
                 lease_s=self._lease_s,
+                session=self._session,
+                counter=self._renewals,
                 released=True,
+                journal_end=uploader.journal_uploaded,
+                head_seq=self._uploaded_seq,
                 signer=uploader.signer,
             )
         except (BucketRequestError, LeaseLostError, MirrorError) as exc:
             log.info("run %s: lease renewal not released: %s", self.run_id, exc)
+
+    # -- the renewer thread ------------------------------------------------------------
+
+    def _renew_loop(self) -> None:
+        every = self._lease_s / 6
+        failing_since: float | None = None
+        due = 0.0
+        while True:
+            with self._cond:
+                while self._renewing and self._error is None:
+                    wait = due - time.monotonic()
+                    if self.uploader.lease is not None and wait <= 0:
+                        break
+                    self._cond.wait(wait if self.uploader.lease is not None else 1.0)
+                if not self._renewing or self._error is not None:
+                    return
+            sent = time.monotonic()
+            try:
+                self._renew_once()
+            except BucketRequestError as exc:
+                failing_since = failing_since or sent
+                if exc.retryable and sent - failing_since < self._retry_for_s:
+                    log.info("run %s: lease renewal failed, retrying: %s", self.run_id, exc)
+                    due = sent + min(every, 1.0)
+                    continue
+                self._fail(exc)
+                return
+            except (LeaseLostError, MirrorError) as exc:
+                self._fail(exc)
+                return
+            failing_since, due = None, sent + every
+            with self._cond:
+                # Valid from when it was SENT: the server stamps it later, never earlier.
+                self._renewed_at = sent
+                self._cond.notify_all()
+
+    def _renew_once(self) -> None:
+        """Replace the renewal, then check the chain: a taker that read the renewal before
+        this one and made its lease after this check saw a lapsed lease, which this
+        writer had already fenced itself for."""
+        uploader = self.uploader
+        renew(
+            uploader.bucket,
+            self.run_id,
+            uploader.epoch,
+            sync_effects=self._sync_effects,
+            lease_s=self._lease_s,
+            session=self._session,
+            counter=self._renewals,
+            signer=uploader.signer,
+        )
+        self._renewals += 1
+        uploader.check_lease()
+        check_chain(uploader.bucket, self.run_id, uploader.epoch, uploader.owner, uploader.signer)
 
     # -- the uploader thread --------------------------------------------------------
 
     def _run(self) -> None:
         failing_since: float | None = None
         delay = 0.2
-        renew_every = self._lease_s / 3
         while True:
             with self._cond:
                 while self._completed >= self._requested and not self._stopping:
-                    due = self._renewed_at + renew_every - time.monotonic()
-                    if due <= 0:
-                        break
-                    self._cond.wait(due)
+                    self._cond.wait()
                 if self._stopping:
                     return
                 meta_seen = self._meta_changes
@@ -302,19 +413,11 @@ class RunMirrorThread:
         uploader = self.uploader
         if uploader.lease is None:
             uploader.acquire()
+            with self._cond:
+                self._cond.notify_all()  # the renewer waits for the lease
         else:
             uploader.check_lease()
         self._attached.set()
-        if time.monotonic() - self._renewed_at >= self._lease_s / 3:
-            renew(
-                uploader.bucket,
-                self.run_id,
-                uploader.epoch,
-                sync_effects=self._sync_effects,
-                lease_s=self._lease_s,
-                signer=uploader.signer,
-            )
-            self._renewed_at = time.monotonic()
         if catch_up:
             uploader.scan_remote()
         uploader.upload_journal(journal_end)

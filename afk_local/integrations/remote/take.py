@@ -11,17 +11,21 @@ the background mirror. docs/remote.md tells why the order matters.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from afk_local.errors import MirrorError, RemoteIntegrityError, RunNotFoundError
 from afk_local.integrations.remote.bucket import Bucket
 from afk_local.integrations.remote.lease import (
+    TIMESTAMP_RESOLUTION_MS,
     Bases,
     Lease,
+    Renewal,
     create_bases,
     create_lease,
     last_renewal,
     lease_lost,
     read_leases,
+    safety_margin_ms,
 )
 from afk_local.integrations.remote.remote_run import Snapshot, read_remote_run
 from afk_local.storage.format.integrity import Signer
@@ -29,32 +33,54 @@ from afk_local.storage.format.integrity import Signer
 log = logging.getLogger("afk_local")
 
 
+@dataclass(frozen=True)
+class OwnerCheck:
+    """What :func:`refuse_live_owner` found out about the holder."""
+
+    renewed_ms: int | None
+    """How long ago it renewed (None: never)."""
+    forced: bool = False
+    """True when only ``force`` let the take go on: say so once the take succeeded."""
+
+
+def lapse_ms(renewal: Renewal) -> int:
+    """How old a renewal must look by its server timestamp before its lease counts as
+    lapsed: the period, plus the safety margin the holder fences itself by, plus the
+    remote's timestamp resolution (a fresh S3 renewal may look a second old)."""
+    return renewal.lease_ms + safety_margin_ms(renewal.lease_ms) + TIMESTAMP_RESOLUTION_MS
+
+
 def refuse_live_owner(
     bucket: Bucket, head: Lease, force: bool, signer: Signer | None = None
-) -> int | None:
+) -> OwnerCheck:
     """Before step 2: how long ago the holder renewed; MirrorError if it still renews
     with the background mirror (its effects are not fenced one by one) and not ``force``."""
     found = last_renewal(bucket, head.run_id, head.epoch, signer)
     if found is None:
-        return None
+        return OwnerCheck(None)
     renewal, age_ms = found
-    if renewal.sync_effects or renewal.released or age_ms >= renewal.lease_ms or force:
-        if not (renewal.sync_effects or renewal.released) and age_ms < renewal.lease_ms:
-            log.warning(
-                "run %s: taken with --force from store %s, which renewed its lease %.1f s ago: "
-                "effects it starts before it sees the new lease may run twice",
-                head.run_id,
-                head.owner[:12],
-                age_ms / 1000,
-            )
-        return age_ms
+    live = not (renewal.sync_effects or renewal.released) and age_ms < lapse_ms(renewal)
+    if not live or force:
+        return OwnerCheck(age_ms, forced=live)
     raise MirrorError(
         bucket.url,
         f"run {head.run_id}: store {head.owner[:12]} (host {head.host or '?'}) renewed its lease "
         f"{age_ms / 1000:.1f} s ago and mirrors effects in the background: taking it now could "
-        f"run effects twice; wait until its lease lapses ({renewal.lease_ms / 1000:g} s without "
+        f"run effects twice; wait until its lease lapses ({lapse_ms(renewal) / 1000:g} s without "
         "renewal) or pass --force",
     )
+
+
+def warn_forced(head: Lease, check: OwnerCheck) -> None:
+    """After a take that only ``force`` allowed: what may run twice."""
+    if check.forced:
+        log.warning(
+            "run %s: taken with --force from store %s, which renewed its lease %.1f s ago: "
+            "effects it starts before it sees the new lease may run twice",
+            head.run_id,
+            head.owner[:12],
+            (check.renewed_ms or 0) / 1000,
+        )
 
 
 def settled_snapshot(bucket: Bucket, run_id: str, signer: Signer | None, owner: str) -> Snapshot:
@@ -94,4 +120,12 @@ def create_take_lease(bucket: Bucket, lease: Lease, signer: Signer | None) -> No
     log.info("run %s: lease epoch %d taken on %s", lease.run_id, lease.epoch, bucket.url)
 
 
-__all__ = ["create_take_lease", "record_bases", "refuse_live_owner", "settled_snapshot"]
+__all__ = [
+    "OwnerCheck",
+    "create_take_lease",
+    "lapse_ms",
+    "record_bases",
+    "refuse_live_owner",
+    "settled_snapshot",
+    "warn_forced",
+]
