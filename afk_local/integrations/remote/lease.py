@@ -114,9 +114,13 @@ class Renewal(msgspec.Struct, kw_only=True, frozen=True):
     counter: int = 0
     """How many renewals the session wrote before this one: a replay repeats an old one."""
     journal_end: int = -1
-    """(release) the journal length the session left on the remote (-1: not said)."""
+    """The journal length the holder had confirmed on the remote (-1: not said): a remote
+    journal shorter than that was rolled back."""
     head_seq: int = -1
-    """(release) the newest seq the session left on the remote (-1: not said)."""
+    """The newest seq the holder had confirmed on the remote (-1: not said)."""
+    meta_version: int = -1
+    """(release) the newest run.meta version the session left (-1: not said): a release
+    whose pins no longer match the remote is an old one, replayed."""
 
 
 def new_lease(
@@ -287,11 +291,13 @@ def renew(
     released: bool = False,
     journal_end: int = -1,
     head_seq: int = -1,
+    meta_version: int = -1,
     signer: Signer | None = None,
 ) -> None:
-    """Replace the holder's renewal object of ``epoch`` (the server stamps its time);
-    ``released`` when the holder closed the run, with what it left on the remote
-    (``journal_end``, ``head_seq``). Signed in a keyed store."""
+    """Replace the holder's renewal object of ``epoch`` (the server stamps its time),
+    with what the holder has confirmed on the remote (``journal_end``, ``head_seq``;
+    ``meta_version`` too when ``released``, once the holder closed the run). Signed in a
+    keyed store."""
     body = Renewal(
         run_id=run_id,
         epoch=epoch,
@@ -302,6 +308,7 @@ def renew(
         counter=counter,
         journal_end=journal_end,
         head_seq=head_seq,
+        meta_version=meta_version,
     )
     bucket.replace(
         alive_key(run_id, epoch), _seal(msgspec.json.encode(body), RENEWAL_FORMAT, signer)

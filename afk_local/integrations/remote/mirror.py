@@ -298,6 +298,7 @@ class RunMirrorThread:
                 released=True,
                 journal_end=uploader.journal_uploaded,
                 head_seq=self._uploaded_seq,
+                meta_version=uploader.meta_version,
                 signer=uploader.signer,
             )
         except (BucketRequestError, LeaseLostError, MirrorError) as exc:
@@ -351,6 +352,8 @@ class RunMirrorThread:
             lease_s=self._lease_s,
             session=self._session,
             counter=self._renewals,
+            journal_end=uploader.journal_uploaded,
+            head_seq=self._uploaded_seq,
             signer=uploader.signer,
         )
         self._renewals += 1

@@ -48,6 +48,7 @@ from afk_local.integrations.remote.remote_run import RemoteFile, Snapshot, read_
 from afk_local.integrations.remote.take import (
     OwnerCheck,
     create_take_lease,
+    holder_renewal,
     record_bases,
     refuse_live_owner,
     settled_snapshot,
@@ -125,6 +126,7 @@ def pull_run(
     bucket = url if isinstance(url, Bucket) else Bucket(url)
     owner = store_id(store.root)
     signer = store.codec.signer
+    renewed = holder_renewal(bucket, run_id, signer) if take else (0, None)
     remote = read_remote_run(bucket, run_id, signer)
     if remote is None:
         raise RunNotFoundError(run_id, bucket.url)
@@ -149,7 +151,7 @@ def pull_run(
         taking = take and not ours
         owner_check = OwnerCheck(None)
         if taking:
-            owner_check = refuse_live_owner(bucket, head, force, signer)
+            owner_check = refuse_live_owner(remote, snapshot, renewed, force)
             report.owner_renewed_ms = owner_check.renewed_ms
         tmp = RunPaths(run_id, fsio.temp_path(store.runs_dir, f"pull-{run_id}"))
         fsio.make_dir(tmp.dir)

@@ -27,7 +27,7 @@ from afk_local.integrations.remote.lease import (
     read_leases,
     safety_margin_ms,
 )
-from afk_local.integrations.remote.remote_run import Snapshot, read_remote_run
+from afk_local.integrations.remote.remote_run import RemoteRun, Snapshot, read_remote_run
 from afk_local.storage.format.integrity import Signer
 
 log = logging.getLogger("afk_local")
@@ -50,16 +50,53 @@ def lapse_ms(renewal: Renewal) -> int:
     return renewal.lease_ms + safety_margin_ms(renewal.lease_ms) + TIMESTAMP_RESOLUTION_MS
 
 
+def holder_renewal(
+    bucket: Bucket, run_id: str, signer: Signer | None
+) -> tuple[int, tuple[Renewal, int] | None]:
+    """The head epoch and its holder's renewal, read BEFORE the run is listed: what the
+    renewal pins was on the remote before that listing began."""
+    leases = read_leases(bucket, run_id, signer)
+    if not leases:
+        raise RunNotFoundError(run_id, bucket.url)
+    epoch = max(leases)
+    return epoch, last_renewal(bucket, run_id, epoch, signer)
+
+
 def refuse_live_owner(
-    bucket: Bucket, head: Lease, force: bool, signer: Signer | None = None
+    remote: RemoteRun,
+    snapshot: Snapshot,
+    renewed: tuple[int, tuple[Renewal, int] | None],
+    force: bool,
 ) -> OwnerCheck:
-    """Before step 2: how long ago the holder renewed; MirrorError if it still renews
-    with the background mirror (its effects are not fenced one by one) and not ``force``."""
-    found = last_renewal(bucket, head.run_id, head.epoch, signer)
+    """Before step 2: how long ago the holder renewed (``renewed``, from
+    :func:`holder_renewal`); MirrorError if it still renews with the background mirror
+    (its effects are not fenced one by one) and not ``force``.
+
+    The renewal pins what the holder had confirmed on the remote: a remote that holds
+    less was rolled back (RemoteIntegrityError, whatever ``force``); a release counts
+    only while the remote holds exactly what the releasing session left (else it is an
+    old session's, replayed, and the holder may be alive)."""
+    bucket, head = remote.bucket, remote.head
+    epoch, found = renewed
     if found is None:
         return OwnerCheck(None)
     renewal, age_ms = found
-    live = not (renewal.sync_effects or renewal.released) and age_ms < lapse_ms(renewal)
+    if epoch != head.epoch:  # the lease moved meanwhile: creating ours fails anyway
+        return OwnerCheck(age_ms)
+    if renewal.journal_end > snapshot.journal_end or renewal.head_seq > snapshot.head_seq:
+        raise RemoteIntegrityError(
+            bucket.url,
+            f"run {head.run_id}: its holder confirmed the journal up to byte "
+            f"{renewal.journal_end} and seq {renewal.head_seq}, but the remote holds "
+            f"{snapshot.journal_end} and {snapshot.head_seq}: objects were deleted or rolled "
+            "back; refused, nothing was published",
+        )
+    released = renewal.released and (
+        renewal.journal_end,
+        renewal.head_seq,
+        renewal.meta_version,
+    ) == (snapshot.journal_end, snapshot.head_seq, max(remote.objects(head.epoch).metas, default=0))
+    live = not (renewal.sync_effects or released) and age_ms < lapse_ms(renewal)
     if not live or force:
         return OwnerCheck(age_ms, forced=live)
     raise MirrorError(
@@ -123,6 +160,7 @@ def create_take_lease(bucket: Bucket, lease: Lease, signer: Signer | None) -> No
 __all__ = [
     "OwnerCheck",
     "create_take_lease",
+    "holder_renewal",
     "lapse_ms",
     "record_bases",
     "refuse_live_owner",
