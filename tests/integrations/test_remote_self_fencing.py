@@ -185,9 +185,11 @@ def test_an_owner_whose_mirror_gave_up_fences_itself(
 
 
 def test_a_slow_link_does_not_starve_renewals(tmp_path: Path, slow_remote_url: str) -> None:
-    a, out, n = tmp_path / "a", tmp_path / "calls", 30
-    # 10 checkpoints per item on a 20 ms link: upload batches far longer than the lease.
-    child = owner(a, slow_remote_url, out, n, per=10, lease_s=2.0)
+    a, out, n = tmp_path / "a", tmp_path / "calls", 20
+    # 20 checkpoints per item on a 20 ms link: upload batches far longer than the lease.
+    # The owner then waits for its uploads with the run open (alive all along).
+    hold = {"OWNER_HOLD_AT": str(n - 1)}
+    child = owner(a, slow_remote_url, out, n, per=20, lease_s=1.0, env=hold)
     b = afk.Store(tmp_path / "b")
     refused = 0
     try:
@@ -196,17 +198,17 @@ def test_a_slow_link_does_not_starve_renewals(tmp_path: Path, slow_remote_url: s
         done = threading.Event()
 
         def drain() -> None:
-            lines.extend(read_until(child, "closed", "fenced", "stopped"))
+            lines.extend(read_until(child, "holding", "fenced", "stopped"))
             done.set()
 
         threading.Thread(target=drain, daemon=True).start()
-        while not done.is_set() and not any(x.startswith(f"done {n - 1}") for x in lines):
-            with pytest.raises(afk.MirrorError, match="renewed its lease"):
+        while not done.is_set():
+            with pytest.raises(afk.MirrorError) as caught:
                 remote.take_run(b, "r", slow_remote_url)
+            assert "renewed its lease" in str(caught.value), str(caught.value)
             refused += 1
             threading.Event().wait(0.3)
-        done.wait(120)
-        assert lines[-1] == "closed", lines[-3:]
+        assert lines[-1] == f"holding {n - 1}", lines[-3:]
     finally:
         stop(child)
     assert refused > 0
