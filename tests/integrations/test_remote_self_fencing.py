@@ -184,8 +184,10 @@ def test_an_owner_whose_mirror_gave_up_fences_itself(
 # -- 2. a slow link ---------------------------------------------------------------------
 
 
-def test_a_slow_link_does_not_starve_renewals(tmp_path: Path, slow_remote_url: str) -> None:
-    a, out, n = tmp_path / "a", tmp_path / "calls", 20
+def test_a_slow_link_does_not_starve_renewals(
+    tmp_path: Path, slow_remote_url: str, trials: Any
+) -> None:
+    a, out, n = tmp_path / "a", tmp_path / "calls", trials(10, 40)
     # 20 checkpoints per item on a 20 ms link: upload batches far longer than the lease.
     # The owner then waits for its uploads with the run open (alive all along).
     hold = {"OWNER_HOLD_AT": str(n - 1)}
