@@ -58,7 +58,7 @@ try:
             run.effects.call(f"c{i}", record_call, (out, i))
             if str(i) == hold_at:
                 run.flush_mirror(60)
-                time.sleep(float(lease_s))  # a renewal after the upload pins it
+                time.sleep(min(float(lease_s), 1.0))  # (background) a renewal pins the upload
                 print("holding", i, flush=True)
                 time.sleep(600)
             for j in range(int(per)):
@@ -311,14 +311,18 @@ def test_a_deleted_lease_or_bases_object_stops_the_holder_and_every_take(
 # -- 7. a journal tail rolled back -------------------------------------------------------
 
 
+@pytest.mark.parametrize("sync", [False, True], ids=["background", "sync_effects"])
 @pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
 def test_a_journal_tail_rolled_back_at_a_frame_boundary_is_refused(
-    tmp_path: Path, keyed: bool
+    tmp_path: Path, keyed: bool, sync: bool
 ) -> None:
     url = remote.file_url(tmp_path / "bucket")
     key = "k" * 32 if keyed else ""
     out = tmp_path / "calls"
-    child = owner(tmp_path / "a", url, out, 10, lease_s=0.6, key=key, env={"OWNER_HOLD_AT": "4"})
+    # sync_effects pins each journal upload itself (the 30 s lease renews no earlier).
+    lease_s = 30.0 if sync else 0.6
+    hold = {"OWNER_HOLD_AT": "4"}
+    child = owner(tmp_path / "a", url, out, 10, lease_s=lease_s, key=key, sync=sync, env=hold)
     try:
         assert read_until(child, "holding")[-1] == "holding 4"
     finally:

@@ -102,6 +102,7 @@ class RunMirrorThread:
         self._renewed_at: float | None = None
         """When the last successful renewal was sent (monotonic); None before the first."""
         self._renewing = True
+        self._renew_lock = threading.Lock()
         self._uploaded_seq = 0
         self._attached = threading.Event()
         self.run_id = uploader.run_id
@@ -344,21 +345,27 @@ class RunMirrorThread:
         this one and made its lease after this check saw a lapsed lease, which this
         writer had already fenced itself for."""
         uploader = self.uploader
-        renew(
-            uploader.bucket,
-            self.run_id,
-            uploader.epoch,
-            sync_effects=self._sync_effects,
-            lease_s=self._lease_s,
-            session=self._session,
-            counter=self._renewals,
-            journal_end=uploader.journal_uploaded,
-            head_seq=self._uploaded_seq,
-            signer=uploader.signer,
-        )
-        self._renewals += 1
+        self._renew(uploader)
         uploader.check_lease()
         check_chain(uploader.bucket, self.run_id, uploader.epoch, uploader.owner, uploader.signer)
+
+    def _renew(self, uploader: RunUploader) -> None:
+        """Replace the renewal with the pins as they are now. Serialised, so that of two
+        threads' renewals the one written last never carries the older pins."""
+        with self._renew_lock:
+            renew(
+                uploader.bucket,
+                self.run_id,
+                uploader.epoch,
+                sync_effects=self._sync_effects,
+                lease_s=self._lease_s,
+                session=self._session,
+                counter=self._renewals,
+                journal_end=uploader.journal_uploaded,
+                head_seq=self._uploaded_seq,
+                signer=uploader.signer,
+            )
+            self._renewals += 1
 
     # -- the uploader thread --------------------------------------------------------
 
@@ -423,7 +430,12 @@ class RunMirrorThread:
         self._attached.set()
         if catch_up:
             uploader.scan_remote()
+        pinned = uploader.journal_uploaded
         uploader.upload_journal(journal_end)
+        if self._sync_effects and uploader.journal_uploaded > pinned:
+            # Pin the journal's new end before the check: a taker that lists after it
+            # and misses the intent (a segment deleted) refuses the run, not re-runs it.
+            self._renew(uploader)
         # Checked again AFTER the journal: an intent is now on the remote, so a taker
         # that created its lease after this check lists it (and reports it in doubt).
         uploader.check_lease()

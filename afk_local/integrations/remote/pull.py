@@ -42,6 +42,7 @@ from afk_local.integrations.remote.layout import (
 )
 from afk_local.integrations.remote.lease import (
     Bases,
+    last_renewal,
     new_lease,
 )
 from afk_local.integrations.remote.remote_run import RemoteFile, Snapshot, read_remote_run
@@ -49,6 +50,7 @@ from afk_local.integrations.remote.take import (
     OwnerCheck,
     create_take_lease,
     holder_renewal,
+    recheck_pins,
     record_bases,
     refuse_live_owner,
     settled_snapshot,
@@ -168,7 +170,9 @@ def pull_run(
                 create_take_lease(bucket, lease, signer)
                 report.took, report.epoch, finishing = True, lease.epoch, True
             if finishing:
+                pinned = last_renewal(bucket, run_id, head.epoch, signer) if taking else None
                 snapshot = settled_snapshot(bucket, run_id, signer, owner)
+                recheck_pins(bucket, pinned, snapshot)
                 remote_meta = _download(
                     bucket, store, snapshot, tmp, report, fetched=fetched, workers=concurrency
                 )

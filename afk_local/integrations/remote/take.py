@@ -83,14 +83,7 @@ def refuse_live_owner(
     renewal, age_ms = found
     if epoch != head.epoch:  # the lease moved meanwhile: creating ours fails anyway
         return OwnerCheck(age_ms)
-    if renewal.journal_end > snapshot.journal_end or renewal.head_seq > snapshot.head_seq:
-        raise RemoteIntegrityError(
-            bucket.url,
-            f"run {head.run_id}: its holder confirmed the journal up to byte "
-            f"{renewal.journal_end} and seq {renewal.head_seq}, but the remote holds "
-            f"{snapshot.journal_end} and {snapshot.head_seq}: objects were deleted or rolled "
-            "back; refused, nothing was published",
-        )
+    check_pins(bucket.url, renewal, snapshot, "refused, nothing was published")
     released = renewal.released and (
         renewal.journal_end,
         renewal.head_seq,
@@ -106,6 +99,34 @@ def refuse_live_owner(
         f"run effects twice; wait until its lease lapses ({lapse_ms(renewal) / 1000:g} s without "
         "renewal) or pass --force",
     )
+
+
+def check_pins(url: str, renewal: Renewal, snapshot: Snapshot, outcome: str) -> None:
+    """RemoteIntegrityError when ``snapshot`` (listed after ``renewal`` was read) holds
+    less than the renewal says its holder confirmed: objects were deleted."""
+    if renewal.journal_end > snapshot.journal_end or renewal.head_seq > snapshot.head_seq:
+        raise RemoteIntegrityError(
+            url,
+            f"run {snapshot.run_id}: its holder confirmed the journal up to byte "
+            f"{renewal.journal_end} and seq {renewal.head_seq}, but the remote holds "
+            f"{snapshot.journal_end} and {snapshot.head_seq}: objects were deleted or rolled "
+            f"back; {outcome}",
+        )
+
+
+def recheck_pins(bucket: Bucket, found: tuple[Renewal, int] | None, snapshot: Snapshot) -> None:
+    """Step 3: the old holder's renewal, read again between steps 2 and 3 (it may have
+    pinned an intent it uploaded after step 1), against the listing of step 3. Read
+    after our lease exists, a later pin belongs to an intent whose effect the holder's
+    check then refuses; read before the listing, every pin it holds must be listed."""
+    if found is not None:
+        check_pins(
+            bucket.url,
+            found[0],
+            snapshot,
+            "the take stops here and nothing was published locally; the old holder is "
+            "fenced (restore the deleted objects before taking the run again)",
+        )
 
 
 def warn_forced(head: Lease, check: OwnerCheck) -> None:
@@ -159,9 +180,11 @@ def create_take_lease(bucket: Bucket, lease: Lease, signer: Signer | None) -> No
 
 __all__ = [
     "OwnerCheck",
+    "check_pins",
     "create_take_lease",
     "holder_renewal",
     "lapse_ms",
+    "recheck_pins",
     "record_bases",
     "refuse_live_owner",
     "settled_snapshot",
