@@ -30,7 +30,11 @@ from afk_local.integrations.remote.layout import (  # noqa: E402
     lease_key,
     segment_key,
 )
-from afk_local.integrations.remote.lease import read_leases  # noqa: E402
+from afk_local.integrations.remote.lease import (  # noqa: E402
+    encode_lease,
+    new_lease,
+    read_leases,
+)
 
 ENV = {"PYTHONPATH": str(SUPPORT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
@@ -403,3 +407,23 @@ def test_a_completed_meta_without_its_terminal_checkpoint_is_refused_by_every_re
     (a.paths("r").dir / terminal).unlink()
     verified = afk_cli(a.root, "verify", "r", code=1)
     assert "says completed" in verified.stdout + verified.stderr
+
+
+# -- 10. a forged next epoch with stale bases (unkeyed) ---------------------------------------
+
+
+def test_a_forged_epoch_whose_bases_go_back_is_refused(tmp_path: Path) -> None:
+    url = remote.file_url(tmp_path / "bucket")
+    b = _taken_by_b(tmp_path, url)  # epoch 2 starts at seq 3, after 2 effects
+    with b.resume_writer("r") as run:
+        run.effects.record_intent("k9", name="f", input_hash="h", idempotency_key="9")
+        run.effects.record_outcome("k9", status="ok", result=9)
+        run.checkpoint("runtime_state", {"i": 9}, step=9)
+    remote.push_run(b, url, "r")
+    # Someone who can write the (unkeyed) bucket makes epoch 3 with the bases of a fresh
+    # run: a taker that believed it would run every effect again.
+    forged = new_lease("r", 3, "f" * 32, meta=b.paths("r").meta.read_bytes())
+    assert remote.Bucket(url).create(lease_key("r", 3), encode_lease(forged))
+    refused = afk_cli(tmp_path / "c", "pull", "r", "--from", url, "--take", "--force", code=1)
+    assert "goes back" in one_line(refused.stderr)
+    assert not remote.Bucket(url).exists(lease_key("r", 4)), "nothing moved"

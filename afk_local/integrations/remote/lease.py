@@ -230,6 +230,7 @@ def read_leases(bucket: Bucket, run_id: str, signer: Signer | None = None) -> di
     Raises:
         MirrorError: a lease or bases object is damaged or (keyed) unsigned, or the
             epochs are not 1..N without a gap.
+        RemoteIntegrityError: a taken epoch's bases lie before the previous epoch's.
     """
     epochs = []
     with_bases = set()
@@ -259,7 +260,29 @@ def read_leases(bucket: Bucket, run_id: str, signer: Signer | None = None) -> di
                 lease, base_seq=bases.base_seq, journal_base=bases.journal_base, meta=bases.meta
             )
         leases[epoch] = lease
+    _check_bases_grow(bucket.url, run_id, leases)
     return leases
+
+
+def _check_bases_grow(url: str, run_id: str, leases: dict[int, Lease]) -> None:
+    """Each taken epoch starts where the run stood when it was taken, which is never
+    before where the previous settled epoch started: bases that go back would drop that
+    epoch's work (a forged lease in an unkeyed store, say)."""
+    previous: Lease | None = None
+    for epoch in sorted(leases):
+        lease = leases[epoch]
+        if not lease.settled:
+            continue
+        if previous is not None and (
+            lease.base_seq < previous.base_seq or lease.journal_base < previous.journal_base
+        ):
+            raise RemoteIntegrityError(
+                url,
+                f"run {run_id}: epoch {epoch} starts at seq {lease.base_seq}, journal byte "
+                f"{lease.journal_base}, before epoch {previous.epoch} did ({previous.base_seq}, "
+                f"{previous.journal_base}): the lease chain goes back (a forged lease?): refused",
+            )
+        previous = lease
 
 
 def create_lease(bucket: Bucket, lease: Lease, signer: Signer | None = None) -> bool:
