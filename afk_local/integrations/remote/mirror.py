@@ -14,10 +14,11 @@ so an intent is on the remote and the lease still ours before its effect runs. O
 a newer lease exists the local copy is marked fenced and the run's writer refuses
 every further checkpoint and effect with LeaseLostError.
 
-While the run is open a second thread renews the lease (``<run>/lease/<epoch>.alive``)
-every sixth of ``lease_s``, on its own timer (an upload batch that takes long on a slow
-link delays no renewal), and after each renewal checks that its link of the lease chain
-still stands. The owner fences itself on its own monotonic clock: no effect starts
+While the run is open a :class:`~.renewer.LeaseRenewer` renews the lease
+(``<run>/lease/<epoch>.alive``) every sixth of ``lease_s`` on its own timer (an upload
+batch that takes long on a slow link delays no renewal), and after each renewal checks
+that its link of the lease chain still stands. The owner fences itself on its own
+monotonic clock: no effect starts
 (its journal append waits) while the last successful renewal is older than ``lease_s``
 minus the safety margin (``MARGIN_FRACTION``), since a taker may treat the lease as
 lapsed soon after; a pause of the whole process (SIGSTOP, a step holding the GIL) is
@@ -34,7 +35,6 @@ uploaded by the next writer of the run that has this mirror, or by ``afk-local p
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 import time
 from collections import deque
@@ -44,12 +44,8 @@ from afk_local.errors import LeaseLostError, MirrorError
 from afk_local.integrations.remote.bucket import Bucket, BucketRequestError
 from afk_local.integrations.remote.identity import store_id
 from afk_local.integrations.remote.layout import file_seq
-from afk_local.integrations.remote.lease import (
-    DEFAULT_LEASE_S,
-    MARGIN_FRACTION,
-    check_chain,
-    renew,
-)
+from afk_local.integrations.remote.lease import DEFAULT_LEASE_S
+from afk_local.integrations.remote.renewer import LeaseRenewer
 from afk_local.integrations.remote.upload import RunUploader, durable_journal_end, local_files
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import RunPaths
@@ -96,13 +92,6 @@ class RunMirrorThread:
     ) -> None:
         self.uploader = uploader
         self._lease_s = lease_s
-        self._fence_after_s = lease_s * (1 - MARGIN_FRACTION)
-        self._session = secrets.token_hex(8)
-        self._renewals = 0
-        self._renewed_at: float | None = None
-        """When the last successful renewal was sent (monotonic); None before the first."""
-        self._renewing = True
-        self._renew_lock = threading.Lock()
         self._uploaded_seq = 0
         self._attached = threading.Event()
         self.run_id = uploader.run_id
@@ -126,8 +115,15 @@ class RunMirrorThread:
         self._thread = threading.Thread(
             target=self._run, name=f"afk-mirror-{self.run_id}", daemon=True
         )
-        self._renewer = threading.Thread(
-            target=self._renew_loop, name=f"afk-lease-{self.run_id}", daemon=True
+        self._renewer = LeaseRenewer(
+            uploader,
+            lease_s=lease_s,
+            retry_for_s=retry_for_s,
+            sync_effects=sync_effects,
+            cond=self._cond,
+            failed=lambda: self._error is not None,
+            fail=self._fail,
+            uploaded_seq=lambda: self._uploaded_seq,
         )
 
     def start(self) -> None:
@@ -205,13 +201,9 @@ class RunMirrorThread:
             raise self._error
         self.check()
         with self._cond:
-            while self._error is None and not self._lease_fresh():
+            while self._error is None and not self._renewer.fresh():
                 self._cond.wait(0.5)  # the renewer notifies; the bound re-reads the clock
         self.check()
-
-    def _lease_fresh(self) -> bool:
-        renewed = self._renewed_at
-        return renewed is not None and time.monotonic() - renewed < self._fence_after_s
 
     def check(self) -> None:
         """Raise LeaseLostError once another store took the run, or once the mirror
@@ -262,24 +254,15 @@ class RunMirrorThread:
         try:
             if not (self._surfaced and self._error is not None):
                 self.flush(self._close_timeout_s)
-                self._stop_renewing()
+                self._renewer.stop(self._close_timeout_s)  # no renewal lands after the release
                 self._release()
         finally:
             with self._cond:
                 self._stopping = True
-                self._renewing = False
                 self._cond.notify_all()
-            for thread in (self._thread, self._renewer):
-                if thread.is_alive() and thread is not threading.current_thread():
-                    thread.join(1.0)
-
-    def _stop_renewing(self) -> None:
-        """Stop the renewer before the release, so no renewal lands after it."""
-        with self._cond:
-            self._renewing = False
-            self._cond.notify_all()
-        if self._renewer.is_alive() and self._renewer is not threading.current_thread():
-            self._renewer.join(self._close_timeout_s)
+            self._renewer.stop(1.0)
+            if self._thread.is_alive() and self._thread is not threading.current_thread():
+                self._thread.join(1.0)
 
     def _release(self) -> None:
         """Tell takers this holder stopped (best effort: a lapse says the same, later)."""
@@ -288,84 +271,9 @@ class RunMirrorThread:
             return
         try:
             uploader.check_lease()
-            renew(
-                uploader.bucket,
-                self.run_id,
-                uploader.epoch,
-                sync_effects=self._sync_effects,
-                lease_s=self._lease_s,
-                session=self._session,
-                counter=self._renewals,
-                released=True,
-                journal_end=uploader.journal_uploaded,
-                head_seq=self._uploaded_seq,
-                meta_version=uploader.meta_version,
-                signer=uploader.signer,
-            )
+            self._renewer.release()
         except (BucketRequestError, LeaseLostError, MirrorError) as exc:
             log.info("run %s: lease renewal not released: %s", self.run_id, exc)
-
-    # -- the renewer thread ------------------------------------------------------------
-
-    def _renew_loop(self) -> None:
-        every = self._lease_s / 6
-        failing_since: float | None = None
-        due = 0.0
-        while True:
-            with self._cond:
-                while self._renewing and self._error is None:
-                    wait = due - time.monotonic()
-                    if self.uploader.lease is not None and wait <= 0:
-                        break
-                    self._cond.wait(wait if self.uploader.lease is not None else 1.0)
-                if not self._renewing or self._error is not None:
-                    return
-            sent = time.monotonic()
-            try:
-                self._renew_once()
-            except BucketRequestError as exc:
-                failing_since = failing_since or sent
-                if exc.retryable and sent - failing_since < self._retry_for_s:
-                    log.info("run %s: lease renewal failed, retrying: %s", self.run_id, exc)
-                    due = sent + min(every, 1.0)
-                    continue
-                self._fail(exc)
-                return
-            except (LeaseLostError, MirrorError) as exc:
-                self._fail(exc)
-                return
-            failing_since, due = None, sent + every
-            with self._cond:
-                # Valid from when it was SENT: the server stamps it later, never earlier.
-                self._renewed_at = sent
-                self._cond.notify_all()
-
-    def _renew_once(self) -> None:
-        """Replace the renewal, then check the chain: a taker that read the renewal before
-        this one and made its lease after this check saw a lapsed lease, which this
-        writer had already fenced itself for."""
-        uploader = self.uploader
-        self._renew(uploader)
-        uploader.check_lease()
-        check_chain(uploader.bucket, self.run_id, uploader.epoch, uploader.owner, uploader.signer)
-
-    def _renew(self, uploader: RunUploader) -> None:
-        """Replace the renewal with the pins as they are now. Serialised, so that of two
-        threads' renewals the one written last never carries the older pins."""
-        with self._renew_lock:
-            renew(
-                uploader.bucket,
-                self.run_id,
-                uploader.epoch,
-                sync_effects=self._sync_effects,
-                lease_s=self._lease_s,
-                session=self._session,
-                counter=self._renewals,
-                journal_end=uploader.journal_uploaded,
-                head_seq=self._uploaded_seq,
-                signer=uploader.signer,
-            )
-            self._renewals += 1
 
     # -- the uploader thread --------------------------------------------------------
 
@@ -435,7 +343,7 @@ class RunMirrorThread:
         if self._sync_effects and uploader.journal_uploaded > pinned:
             # Pin the journal's new end before the check: a taker that lists after it
             # and misses the intent (a segment deleted) refuses the run, not re-runs it.
-            self._renew(uploader)
+            self._renewer.pin()
         # Checked again AFTER the journal: an intent is now on the remote, so a taker
         # that created its lease after this check lists it (and reports it in doubt).
         uploader.check_lease()
