@@ -95,12 +95,10 @@ class CheckpointNotFoundError(AfkLocalError, LookupError):
 class RunExistsError(AfkLocalError, FileExistsError):
     """``Store.create`` was asked for a run id that is already taken."""
 
-    def __init__(self, run_id: str, path: str) -> None:
+    def __init__(self, run_id: str, path: str, *, next_step: str | None = None) -> None:
         self.run_id = run_id
-        super().__init__(
-            f"run {run_id!r} already exists at {path}: resume it with "
-            "`store.resume_writer(run_id)` or choose another id"
-        )
+        step = next_step or "resume it with `store.resume_writer(run_id)` or choose another id"
+        super().__init__(f"run {run_id!r} already exists at {path}: {step}")
 
 
 class RunLockedError(AfkLocalError):
@@ -530,16 +528,19 @@ class LeaseLostError(AfkLocalError):
     """Another store holds the run's lease on its remote mirror: this store may not write it.
 
     Raised by a mirrored writer once its mirror sees a newer lease (``pull --take``
-    elsewhere), by ``push`` for such a run, and by opening a copy pulled without
-    ``--take`` for writing. The writer then refuses every checkpoint and effect.
+    elsewhere), or once its own clock says its lease may have lapsed (its last renewal
+    is older than the lease period minus a safety margin, or its mirror gave up): it
+    fenced itself. Also by ``push`` for a taken run, and by opening a copy pulled
+    without ``--take`` for writing. The writer then refuses every checkpoint and effect.
     """
 
-    def __init__(self, run_id: str, url: str, detail: str) -> None:
+    def __init__(self, run_id: str, url: str, detail: str, *, next_step: str | None = None) -> None:
         self.run_id = run_id
         self.url = url
+        step = next_step or f"Take it back with `afk-local pull {run_id} --from {url} --take`"
         super().__init__(
             f"run {run_id!r}: lease lost on {url}: {detail}; this store may not write the run. "
-            f"Take it back with `afk-local pull {run_id} --from {url} --take`"
+            f"{step}"
         )
 
 

@@ -1,6 +1,7 @@
 """Remote mirror benchmark: what ``Store(mirror=URL)`` costs a run, and push/pull throughput.
 
 Run: python benchmarks/bench_remote.py [--dir DIR] [--steps N] [--checkpoints N] [--quick]
+     python benchmarks/bench_remote.py --modes-only [--rounds N]   (section 3 only)
 
 Two remotes, side by side: moto's S3 server (started in its own process on 127.0.0.1,
 so it does not share this interpreter's GIL) and a local directory (``file://``).
@@ -16,6 +17,10 @@ not a network.
 2. Push and pull of one run of ``--checkpoints`` checkpoints (10,000 by default):
    checkpoints per second and MB/s, 16 requests in flight, once with one file per
    checkpoint and once after ``pack`` (a few pack files, uploaded by name).
+3. Background mirror vs ``sync_effects`` on the same ``sync`` job: each journaled call
+   waits for its intent and outcome to be on the remote (and the lease checked) with
+   ``sync_effects``. The two modes alternate within each round, so their ratio holds on
+   a machine other work keeps busy even when the absolute times do not.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import no_fsync, table, text
 
 import afk_local as afk
-from afk_local.integrations.remote import Bucket, pull_run, push_run
+from afk_local.integrations.remote import Bucket, RemoteMirror, pull_run, push_run
 
 MOTO = """
 import logging, sys, time
@@ -122,6 +127,45 @@ def mirror_overhead(base: Path, remotes: dict[str, str], steps: int, rounds: int
     )
 
 
+def mode_cost(base: Path, remotes: dict[str, str], steps: int, rounds: int) -> str:
+    """Background mirror vs ``sync_effects``: job body plus close(), interleaved."""
+    rows = []
+    for name, url in remotes.items():
+        times: dict[bool, list[float]] = {False: [], True: []}
+        ratios = []
+        for r in range(rounds):
+            pair = {}
+            for sync in (r % 2 == 1, r % 2 == 0):  # alternate which mode goes first
+                root = base / f"modes-{name[:4]}-{int(sync)}-{r}"
+                mirror = RemoteMirror(f"{url}/{int(sync)}-{r}", root=root, sync_effects=sync)
+                body, drain = job_run(
+                    afk.Store(root, mirror=mirror), "job", steps, random.Random(r)
+                )
+                pair[sync] = body + drain
+                times[sync].append(body + drain)
+            ratios.append(pair[True] / pair[False])
+        background, synced = (statistics.median(times[m]) for m in (False, True))
+        rows.append(
+            (
+                name,
+                f"{background / steps * 1e3:.2f}",
+                f"{synced / steps * 1e3:.2f}",
+                f"{statistics.median(ratios):.2f}x",
+                f"{min(ratios):.2f}x-{max(ratios):.2f}x",
+            )
+        )
+    return table(
+        (
+            "remote",
+            "background ms/step",
+            "sync_effects ms/step",
+            "sync / background (median of rounds)",
+            "range",
+        ),
+        rows,
+    )
+
+
 def make_big_run(store: afk.Store, run_id: str, n: int) -> int:
     rng = random.Random(7)
     with store.create(run_id) as run:
@@ -202,6 +246,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--checkpoints", type=int, default=10_000)
     parser.add_argument("--quick", action="store_true", help="100 steps, 1,000 checkpoints")
+    parser.add_argument("--modes-only", action="store_true", help="only background vs sync_effects")
     args = parser.parse_args()
     if args.quick:
         args.steps, args.checkpoints, args.rounds = 100, 1000, 2
@@ -210,6 +255,10 @@ def main() -> None:
     try:
         remotes = {"s3 (moto)": f"{s3}/m", "file://": (base / "bucket").absolute().as_uri()}
         Bucket(remotes["file://"])
+        if args.modes_only:
+            print(f"Background mirror vs sync_effects, {args.steps} steps, {args.rounds} rounds\n")
+            print(mode_cost(base, remotes, args.steps, args.rounds))
+            return
         print(f"Mirror overhead, sync job, {args.steps} steps, median of {args.rounds} rounds\n")
         print(mirror_overhead(base, remotes, args.steps, args.rounds))
         print("\nThe same without fsync (CPU and GIL cost of the mirror thread, no disk noise)\n")
@@ -219,6 +268,9 @@ def main() -> None:
         remotes = {"s3 (moto)": f"{s3}/t", "file://": (base / "bucket2").absolute().as_uri()}
         print("\nPush and pull of one run\n")
         print(throughput(base, remotes, args.checkpoints))
+        remotes = {"s3 (moto)": f"{s3}/s", "file://": (base / "bucket3").absolute().as_uri()}
+        print("\nBackground mirror vs sync_effects (interleaved)\n")
+        print(mode_cost(base, remotes, args.steps, args.rounds))
     finally:
         assert moto.stdin is not None
         moto.stdin.close()

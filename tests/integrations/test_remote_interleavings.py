@@ -18,6 +18,16 @@ effect runs on at most one machine (B runs it only if its copy has no intent for
 it), and a copy B finds completed holds the right result. Two mutants of the protocol
 are caught: B listing before it creates its lease, and A skipping its check after the
 intent upload.
+
+Tampered remotes (issue 40): A pins each journal upload in its lease renewal, as the
+mirror does with ``sync_effects``, and an adversary deletes the segment holding A's
+intent right after A uploaded it (before A's check). Whatever the interleaving, the
+effect still runs at most once: B either refuses the take (``RemoteIntegrityError``; it
+publishes nothing and never runs the effect) or lists the intent. Two more mutants are
+caught: A not pinning its upload, and B not reading A's renewal again between its lease
+and its listing. (An adversary that also puts back A's renewal from before the pin
+rolls the remote back as a whole to an earlier consistent state, which no reader can
+tell from that state: docs/remote.md states this limit.)
 """
 
 from __future__ import annotations
@@ -26,14 +36,17 @@ import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+import remote_helpers
 
 import afk_local as afk
 
 remote = pytest.importorskip("afk_local.integrations.remote")
 
 from afk_local.integrations.remote import pull as pull_module  # noqa: E402
+from afk_local.integrations.remote.lease import renew  # noqa: E402
 from afk_local.integrations.remote.upload import (  # noqa: E402
     RunUploader,
     durable_journal_end,
@@ -61,6 +74,9 @@ class World:
     ran: list[str] = field(default_factory=list)
     fenced: bool = False
     done: int = 0
+    tamper: str = ""
+    """"" (none) or "delete" (the intent's segment, right after its upload)."""
+    pin: bool = True
 
 
 class OwnerA:
@@ -76,6 +92,7 @@ class OwnerA:
         )
         self.uploader.acquire()
         self.uploader.scan_remote()
+        self._renew()  # the holder renewed before this interleaving began
 
     def step(self, name: str) -> None:
         if self.world.fenced:
@@ -95,7 +112,26 @@ class OwnerA:
 
     def _intent(self) -> None:
         self.writer.effects.record_intent("e1", name="charge", input_hash="h", idempotency_key="i")
+        before = self.uploader.journal_uploaded
         self.uploader.upload_journal(durable_journal_end(self.paths))
+        if self.world.pin:
+            self._renew()  # the mirror's pin with sync_effects
+        if self.world.tamper:
+            bucket = remote.Bucket(self.world.url)
+            segment = f"r/e000000000001/effects/{before:016d}.seg"
+            assert bucket.exists(segment)
+            remote_helpers.overwrite(self.world.url, segment, None)
+
+    def _renew(self) -> None:
+        renew(
+            remote.Bucket(self.world.url),
+            "r",
+            1,
+            sync_effects=True,
+            lease_s=30,
+            journal_end=self.uploader.journal_uploaded,
+            head_seq=0,
+        )
 
     def _check(self) -> None:
         if self.check_after_intent:
@@ -155,9 +191,17 @@ def setup(tmp_path: Path) -> World:
     return world
 
 
-def trial(tmp_path: Path, cut: tuple[int, ...], *, check_after_intent: bool = True) -> list[str]:
+def trial(
+    tmp_path: Path,
+    cut: tuple[int, ...],
+    *,
+    check_after_intent: bool = True,
+    tamper: str = "",
+    pin: bool = True,
+) -> list[str]:
     """Run one interleaving; returns the violations found (empty: it held)."""
     world = setup(tmp_path)
+    world.tamper, world.pin = tamper, pin
     owner = OwnerA(world, check_after_intent=check_after_intent)
 
     def run_a_until(count: int) -> None:
@@ -167,7 +211,15 @@ def trial(tmp_path: Path, cut: tuple[int, ...], *, check_after_intent: bool = Tr
 
     slots = dict(zip(B_STEPS, cut, strict=True))
     bucket = PausingBucket(world.url, lambda step: run_a_until(slots[step]))
-    pull_module.pull_run(world.b, bucket, "r", take=True)
+    try:
+        pull_module.pull_run(world.b, bucket, "r", take=True)
+    except remote.RemoteIntegrityError:
+        # Refused: B published nothing and runs nothing; A goes on (fenced or not).
+        run_a_until(len(A_STEPS))
+        problems = [] if not (world.b.runs_dir / "r").exists() else ["refused yet published"]
+        if world.ran.count("a") > 1:
+            problems.append(f"the effect ran twice: {world.ran}")
+        return [f"cut {cut}: {p}" for p in problems]
     run_a_until(slots["resume"])
     problems = []
     copy = world.b.open("r")
@@ -192,7 +244,7 @@ def trial(tmp_path: Path, cut: tuple[int, ...], *, check_after_intent: bool = Tr
 
 
 def explore(
-    tmp_path: Path, cuts: list[tuple[int, ...]], *, first: bool = False, **options: bool
+    tmp_path: Path, cuts: list[tuple[int, ...]], *, first: bool = False, **options: Any
 ) -> list[str]:
     """The violations over ``cuts`` (with ``first``, stop at the first interleaving
     that has one)."""
@@ -238,10 +290,35 @@ def test_mutant_taker_that_lists_before_its_lease_is_caught(
         "settled_snapshot",
         lambda *args: first[0].snapshot(),  # type: ignore[attr-defined]
     )
-    found = explore(tmp_path, list(interleavings())[::-1], first=True)
+    # Without A's pins: with them, B's second read of A's renewal refuses the stale
+    # listing (a second line of defence, explored above with tampered remotes).
+    found = explore(tmp_path, list(interleavings())[::-1], first=True, pin=False)
     assert any("both machines" in p for p in found), found
 
 
 def test_mutant_owner_without_a_check_after_the_intent_is_caught(tmp_path: Path) -> None:
     found = explore(tmp_path, list(interleavings())[::-1], first=True, check_after_intent=False)
+    assert any("both machines" in p for p in found), found
+
+
+# -- tampered remotes (issue 40) ------------------------------------------------------------
+
+
+def test_every_interleaving_with_the_intent_deleted_runs_the_effect_at_most_once(
+    tmp_path: Path, trials: Callable[[int, int], int]
+) -> None:
+    cuts = list(interleavings())
+    assert explore(tmp_path, cuts[:: trials(3, 1)], tamper="delete") == []
+
+
+def test_mutant_owner_that_does_not_pin_its_upload_is_caught(tmp_path: Path) -> None:
+    found = explore(tmp_path, list(interleavings())[::-1], first=True, tamper="delete", pin=False)
+    assert any("both machines" in p for p in found), found
+
+
+def test_mutant_taker_that_does_not_read_the_renewal_again_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pull_module, "recheck_pins", lambda *args: None)
+    found = explore(tmp_path, list(interleavings())[::-1], first=True, tamper="delete")
     assert any("both machines" in p for p in found), found

@@ -5,6 +5,9 @@ forwards each connection to the target, sleeping ``delay_s`` before passing on e
 chunk in either direction, so every request and every response of an HTTP exchange
 arrives at least ``delay_s`` late. It widens the windows between a remote request and
 its effect, which is what races between two machines need to show up.
+
+:meth:`LatencyProxy.down` takes the remote away (open connections are cut, new ones
+closed at once, as a network outage or a dead endpoint would) until :meth:`up`.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class LatencyProxy:
         self._server.listen(128)
         self._server.settimeout(0.1)
         self._stop = threading.Event()
+        self._down = threading.Event()
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._accept, daemon=True)
@@ -39,6 +43,21 @@ class LatencyProxy:
     def start(self) -> LatencyProxy:
         self._thread.start()
         return self
+
+    def down(self) -> None:
+        """Cut every open connection and refuse new ones until :meth:`up`."""
+        self._down.set()
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def up(self) -> None:
+        """Forward connections again."""
+        self._down.clear()
 
     def stop(self) -> None:
         self._stop.set()
@@ -54,6 +73,9 @@ class LatencyProxy:
             try:
                 client, _ = self._server.accept()
             except OSError:
+                continue
+            if self._down.is_set():
+                client.close()
                 continue
             try:
                 upstream = socket.create_connection(self.target, timeout=10)
@@ -71,7 +93,10 @@ class LatencyProxy:
                 data = src.recv(65536)
                 if not data:
                     break
-                time.sleep(self.delay_s)
+                if self.delay_s:
+                    time.sleep(self.delay_s)
+                if self._down.is_set():
+                    break
                 dst.sendall(data)
         except OSError:
             pass

@@ -11,7 +11,8 @@ server is started and nothing is created but objects under a fresh prefix per te
 
 tests/conftest.py loads this module as a pytest plugin: use ``remote_url`` in any test,
 or ``slow_remote_url`` for the same server behind a loopback proxy that delays every
-chunk by 20 ms each way (``latency_proxy.py``; moto only).
+chunk by 20 ms each way (``latency_proxy.py``; moto only), or ``outage_remote`` for a
+proxy the test takes down and brings back up.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -99,5 +101,24 @@ def slow_remote_url(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterat
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
     try:
         yield f"{s3_endpoint}/{uuid.uuid4().hex[:12]}"
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture
+def outage_remote(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Any]]:
+    """``(url, proxy)``: a fresh ``s3://`` location reached through a loopback proxy
+    (no delay) that ``proxy.down()`` / ``proxy.up()`` take away and bring back; the
+    proxied endpoint is exported for child processes too."""
+    if os.environ.get(TEST_URL_ENV):
+        pytest.skip(f"the outage proxy fronts the local moto server only ({TEST_URL_ENV} is set)")
+    from latency_proxy import LatencyProxy  # noqa: PLC0415 - tests/support is on sys.path
+
+    endpoint = urlsplit(os.environ["AWS_ENDPOINT_URL"])
+    assert endpoint.hostname is not None and endpoint.port is not None
+    proxy = LatencyProxy((endpoint.hostname, endpoint.port), 0.0).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    try:
+        yield f"{s3_endpoint}/{uuid.uuid4().hex[:12]}", proxy
     finally:
         proxy.stop()

@@ -48,6 +48,12 @@ LEASE_FORMAT = "afk-local-lease"
 BASES_FORMAT = "afk-local-bases"
 DEFAULT_LEASE_S = 30.0
 """A holder that has not renewed for this long has let its lease lapse."""
+MARGIN_FRACTION = 0.25
+"""The safety margin, as a fraction of the lease period: a holder fences itself once its
+last renewal is older than ``lease_s - margin`` by its own clock; a taker waits until it
+is older than ``lease_s + margin`` (plus :data:`TIMESTAMP_RESOLUTION_MS`) by the remote's."""
+TIMESTAMP_RESOLUTION_MS = 1000
+"""How coarse a remote's object timestamps may be (S3's ``Last-Modified``: whole seconds)."""
 MAX_ALIVE_BYTES = 4096
 MAX_LEASES = 100_000
 _MAX_SEQ = 10**12 - 1
@@ -103,6 +109,18 @@ class Renewal(msgspec.Struct, kw_only=True, frozen=True):
     lease_ms: int
     released: bool = False
     """True once the holder closed the run: nothing of it runs any more."""
+    session: str = ""
+    """A random id of the writer session that renews (a new one each time the run opens)."""
+    counter: int = 0
+    """How many renewals the session wrote before this one: a replay repeats an old one."""
+    journal_end: int = -1
+    """The journal length the holder had confirmed on the remote (-1: not said): a remote
+    journal shorter than that was rolled back."""
+    head_seq: int = -1
+    """The newest seq the holder had confirmed on the remote (-1: not said)."""
+    meta_version: int = -1
+    """(release) the newest run.meta version the session left (-1: not said): a release
+    whose pins no longer match the remote is an old one, replayed."""
 
 
 def new_lease(
@@ -212,6 +230,7 @@ def read_leases(bucket: Bucket, run_id: str, signer: Signer | None = None) -> di
     Raises:
         MirrorError: a lease or bases object is damaged or (keyed) unsigned, or the
             epochs are not 1..N without a gap.
+        RemoteIntegrityError: a taken epoch's bases lie before the previous epoch's.
     """
     epochs = []
     with_bases = set()
@@ -241,7 +260,29 @@ def read_leases(bucket: Bucket, run_id: str, signer: Signer | None = None) -> di
                 lease, base_seq=bases.base_seq, journal_base=bases.journal_base, meta=bases.meta
             )
         leases[epoch] = lease
+    _check_bases_grow(bucket.url, run_id, leases)
     return leases
+
+
+def _check_bases_grow(url: str, run_id: str, leases: dict[int, Lease]) -> None:
+    """Each taken epoch starts where the run stood when it was taken, which is never
+    before where the previous settled epoch started: bases that go back would drop that
+    epoch's work (a forged lease in an unkeyed store, say)."""
+    previous: Lease | None = None
+    for epoch in sorted(leases):
+        lease = leases[epoch]
+        if not lease.settled:
+            continue
+        if previous is not None and (
+            lease.base_seq < previous.base_seq or lease.journal_base < previous.journal_base
+        ):
+            raise RemoteIntegrityError(
+                url,
+                f"run {run_id}: epoch {epoch} starts at seq {lease.base_seq}, journal byte "
+                f"{lease.journal_base}, before epoch {previous.epoch} did ({previous.base_seq}, "
+                f"{previous.journal_base}): the lease chain goes back (a forged lease?): refused",
+            )
+        previous = lease
 
 
 def create_lease(bucket: Bucket, lease: Lease, signer: Signer | None = None) -> bool:
@@ -256,6 +297,11 @@ def create_bases(bucket: Bucket, bases: Bases, signer: Signer | None = None) -> 
     return bucket.create(bases_key(bases.run_id, bases.epoch), encode_bases(bases, signer))
 
 
+def safety_margin_ms(lease_ms: int) -> int:
+    """The safety margin of a lease period (both in ms): :data:`MARGIN_FRACTION` of it."""
+    return int(lease_ms * MARGIN_FRACTION)
+
+
 def renew(
     bucket: Bucket,
     run_id: str,
@@ -263,17 +309,29 @@ def renew(
     *,
     sync_effects: bool,
     lease_s: float,
+    session: str = "",
+    counter: int = 0,
     released: bool = False,
+    journal_end: int = -1,
+    head_seq: int = -1,
+    meta_version: int = -1,
     signer: Signer | None = None,
 ) -> None:
-    """Replace the holder's renewal object of ``epoch`` (the server stamps its time);
-    ``released`` when the holder closed the run. Signed in a keyed store."""
+    """Replace the holder's renewal object of ``epoch`` (the server stamps its time),
+    with what the holder has confirmed on the remote (``journal_end``, ``head_seq``;
+    ``meta_version`` too when ``released``, once the holder closed the run). Signed in a
+    keyed store."""
     body = Renewal(
         run_id=run_id,
         epoch=epoch,
         sync_effects=sync_effects,
         lease_ms=int(lease_s * 1000),
         released=released,
+        session=session,
+        counter=counter,
+        journal_end=journal_end,
+        head_seq=head_seq,
+        meta_version=meta_version,
     )
     bucket.replace(
         alive_key(run_id, epoch), _seal(msgspec.json.encode(body), RENEWAL_FORMAT, signer)
@@ -312,6 +370,33 @@ def last_renewal(
     return renewal, max(0, now_ms() - modified)
 
 
+def check_chain(bucket: Bucket, run_id: str, epoch: int, owner: str, signer: Signer | None) -> None:
+    """The holder's check that its own link of the lease chain still stands: its lease
+    object there and still naming it, its bases object there (epoch > 1). A newer epoch
+    is :func:`superseded`'s to see.
+
+    Raises:
+        RemoteIntegrityError: this epoch's lease or bases object is gone or names another
+            owner: the remote was damaged or tampered with; the run stops here as a taker
+            of it would refuse it.
+    """
+    key = lease_key(run_id, epoch)
+    data = bucket.get(key, MAX_LEASE_BYTES)
+    problem = None
+    if data is None:
+        problem = f"{key} (this store's lease) is gone"
+    elif decode_lease(data, run_id, epoch, bucket.url, signer).owner != owner:
+        problem = f"{key} now names another owner"
+    elif epoch > 1 and not bucket.exists(bases_key(run_id, epoch)):
+        problem = f"{bases_key(run_id, epoch)} (this epoch's bases) is gone"
+    if problem is not None:
+        raise RemoteIntegrityError(
+            bucket.url,
+            f"run {run_id}: {problem}: the lease chain is broken (the remote was damaged or "
+            "tampered with); the run stops here and takes of it are refused",
+        )
+
+
 def superseded(bucket: Bucket, run_id: str, epoch: int) -> bool:
     """True when a newer epoch than ``epoch`` exists: the lease has moved on.
 
@@ -335,10 +420,13 @@ __all__ = [
     "BASES_FORMAT",
     "DEFAULT_LEASE_S",
     "LEASE_FORMAT",
+    "MARGIN_FRACTION",
     "RENEWAL_FORMAT",
+    "TIMESTAMP_RESOLUTION_MS",
     "Bases",
     "Lease",
     "Renewal",
+    "check_chain",
     "create_bases",
     "create_lease",
     "decode_bases",
@@ -350,5 +438,6 @@ __all__ = [
     "new_lease",
     "read_leases",
     "renew",
+    "safety_margin_ms",
     "superseded",
 ]

@@ -11,7 +11,8 @@ from afk_local.integrations.remote.bucket import Bucket
 from afk_local.integrations.remote.layout import MAX_META_BYTES, MAX_RUNS
 from afk_local.integrations.remote.remote_run import read_remote_run
 from afk_local.storage.format.codec import RecordCodec, decode_meta
-from afk_local.storage.format.layout import validate_run_id
+from afk_local.storage.format.layout import parse_checkpoint_name, validate_run_id
+from afk_local.storage.format.records import Phase, RunStatus
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,23 @@ class RemoteRunInfo:
     seq: int
     updated_ms: int
     problem: str | None = None
+
+
+def terminal_problem(status: RunStatus, names: list[str]) -> str | None:
+    """Why a remote run whose meta says ``status`` lacks the files that say so: a
+    completed run's newest file is its ``run_terminal`` checkpoint (or a pack holding
+    it); None when it is there. ``names`` are the run's file names, by seq."""
+    if status is not RunStatus.COMPLETED:
+        return None
+    newest = parse_checkpoint_name(names[-1]) if names else None
+    if newest is None and names:
+        return None  # a pack: its members are checked when it is pulled
+    if newest is not None and newest.phase == Phase.RUN_TERMINAL.value:
+        return None
+    return (
+        "run.meta says completed but the run's terminal checkpoint is not on the remote "
+        "(objects missing): the remote is damaged"
+    )
 
 
 def remote_run_info(
@@ -60,6 +78,7 @@ def remote_run_info(
                 run_id=run_id,
             )
             status, updated = meta.status.value, max(updated, meta.updated_ms)
+            problem = terminal_problem(meta.status, [f.name for f in snapshot.files])
     except (AfkLocalError, msgspec.DecodeError) as exc:
         problem = str(exc)
     return RemoteRunInfo(run_id, head.epoch, head.owner, head.host, status, seq, updated, problem)
@@ -84,4 +103,4 @@ def remote_runs(url: str | Bucket, record_codec: RecordCodec | None = None) -> l
     return found
 
 
-__all__ = ["RemoteRunInfo", "remote_run_info", "remote_runs"]
+__all__ = ["RemoteRunInfo", "remote_run_info", "remote_runs", "terminal_problem"]

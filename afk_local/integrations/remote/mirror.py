@@ -12,12 +12,23 @@ files it describes). It checks that no newer lease exists before each batch and
 again after the journal upload: with ``sync_effects`` an append waits for that batch,
 so an intent is on the remote and the lease still ours before its effect runs. Once
 a newer lease exists the local copy is marked fenced and the run's writer refuses
-every further checkpoint and effect with LeaseLostError. While the run is open the
-thread renews the lease (``<run>/lease/<epoch>.alive``) every third of ``lease_s``.
+every further checkpoint and effect with LeaseLostError.
+
+While the run is open a :class:`~.renewer.LeaseRenewer` renews the lease
+(``<run>/lease/<epoch>.alive``) every sixth of ``lease_s`` on its own timer (an upload
+batch that takes long on a slow link delays no renewal), and after each renewal checks
+that its link of the lease chain still stands. The owner fences itself on its own
+monotonic clock: no effect starts
+(its journal append waits) while the last successful renewal is older than ``lease_s``
+minus the safety margin (``MARGIN_FRACTION``), since a taker may treat the lease as
+lapsed soon after; a pause of the whole process (SIGSTOP, a step holding the GIL) is
+seen at the next effect. A mirror that gave up stops the run: every later checkpoint
+and effect raises LeaseLostError.
 
 A request that fails is retried with backoff for ``retry_for_s`` seconds; then the
 mirror stops and its error is raised by the writer's next flush and by its close
-(logged when it happens). Offline, a run goes on locally; what was not uploaded is
+(logged when it happens), and as LeaseLostError by its next checkpoint or effect. A
+short outage only delays effects (until a renewal succeeds); what was not uploaded is
 uploaded by the next writer of the run that has this mirror, or by ``afk-local push``.
 """
 
@@ -33,7 +44,8 @@ from afk_local.errors import LeaseLostError, MirrorError
 from afk_local.integrations.remote.bucket import Bucket, BucketRequestError
 from afk_local.integrations.remote.identity import store_id
 from afk_local.integrations.remote.layout import file_seq
-from afk_local.integrations.remote.lease import DEFAULT_LEASE_S, renew
+from afk_local.integrations.remote.lease import DEFAULT_LEASE_S
+from afk_local.integrations.remote.renewer import LeaseRenewer
 from afk_local.integrations.remote.upload import RunUploader, durable_journal_end, local_files
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import RunPaths
@@ -62,8 +74,10 @@ class RunMirrorThread:
             before its result is used (a fan-out worker whose machine dies loses no
             effect); a mirror that cannot keep up within ``close_timeout_s`` fails the
             append with MirrorError.
-        lease_s: the lease period: the thread renews every third of it while the run is
-            open; a taker treats a background-mirrored holder silent that long as gone.
+        lease_s: the lease period: the lease is renewed every sixth of it while the run
+            is open; no effect starts once the last renewal is older than ``lease_s``
+            minus the safety margin; a taker treats a background-mirrored holder silent
+            for ``lease_s`` plus the margin as gone.
     """
 
     def __init__(
@@ -78,7 +92,6 @@ class RunMirrorThread:
     ) -> None:
         self.uploader = uploader
         self._lease_s = lease_s
-        self._renewed_at = 0.0
         self._uploaded_seq = 0
         self._attached = threading.Event()
         self.run_id = uploader.run_id
@@ -102,6 +115,16 @@ class RunMirrorThread:
         self._thread = threading.Thread(
             target=self._run, name=f"afk-mirror-{self.run_id}", daemon=True
         )
+        self._renewer = LeaseRenewer(
+            uploader,
+            lease_s=lease_s,
+            retry_for_s=retry_for_s,
+            sync_effects=sync_effects,
+            cond=self._cond,
+            failed=lambda: self._error is not None,
+            fail=self._fail,
+            uploaded_seq=lambda: self._uploaded_seq,
+        )
 
     def start(self) -> None:
         """Start the thread; wait (at most ``ATTACH_WAIT_S``) for its lease check and raise
@@ -115,6 +138,7 @@ class RunMirrorThread:
         self._acked_seq = files[-1][0] if files else 0
         self._journal_end = durable_journal_end(self.uploader.paths)
         self._thread.start()
+        self._renewer.start()
         if not self._attached.wait(ATTACH_WAIT_S):
             log.warning(
                 "run %s: mirror %s did not answer within %g s; going on locally, the lease "
@@ -169,19 +193,34 @@ class RunMirrorThread:
             self.flush(self._close_timeout_s)
 
     def before_append(self) -> None:
-        """Refuse an effect once the lease is lost (with ``sync_effects``: once the mirror
-        failed at all, since the record could not be made remote-durable)."""
+        """Refuse an effect once the lease is lost or the mirror stopped (with
+        ``sync_effects``, the mirror's own error: the record could not be made
+        remote-durable); wait while the lease may have lapsed by this machine's clock."""
         if self._sync_effects and self._error is not None:
             self._surfaced = True
             raise self._error
         self.check()
+        with self._cond:
+            while self._error is None and not self._renewer.fresh():
+                self._cond.wait(0.5)  # the renewer notifies; the bound re-reads the clock
+        self.check()
 
     def check(self) -> None:
-        """Raise LeaseLostError once another store took the run."""
+        """Raise LeaseLostError once another store took the run, or once the mirror
+        stopped (the lease is no longer renewed: the run fences itself)."""
         error = self._error
+        if error is None:
+            return
+        self._surfaced = True
         if isinstance(error, LeaseLostError):
-            self._surfaced = True
             raise error
+        raise LeaseLostError(
+            self.run_id,
+            self.url,
+            f"its mirror stopped ({error}), so its lease is no longer renewed and another "
+            "store may take the run: this writer fenced itself",
+            next_step=f"Resume it once the remote answers (`afk-local resume {self.run_id}`)",
+        ) from error
 
     # -- waiting ------------------------------------------------------------------
 
@@ -210,16 +249,18 @@ class RunMirrorThread:
                 raise self._error
 
     def close(self) -> None:
-        """Wait for pending uploads (bounded), release the lease's renewal, stop the thread,
-        raise the mirror's error."""
+        """Wait for pending uploads (bounded), release the lease's renewal, stop the
+        threads, raise the mirror's error."""
         try:
             if not (self._surfaced and self._error is not None):
                 self.flush(self._close_timeout_s)
+                self._renewer.stop(self._close_timeout_s)  # no renewal lands after the release
                 self._release()
         finally:
             with self._cond:
                 self._stopping = True
                 self._cond.notify_all()
+            self._renewer.stop(1.0)
             if self._thread.is_alive() and self._thread is not threading.current_thread():
                 self._thread.join(1.0)
 
@@ -230,15 +271,7 @@ class RunMirrorThread:
             return
         try:
             uploader.check_lease()
-            renew(
-                uploader.bucket,
-                self.run_id,
-                uploader.epoch,
-                sync_effects=self._sync_effects,
-                lease_s=self._lease_s,
-                released=True,
-                signer=uploader.signer,
-            )
+            self._renewer.release()
         except (BucketRequestError, LeaseLostError, MirrorError) as exc:
             log.info("run %s: lease renewal not released: %s", self.run_id, exc)
 
@@ -247,14 +280,10 @@ class RunMirrorThread:
     def _run(self) -> None:
         failing_since: float | None = None
         delay = 0.2
-        renew_every = self._lease_s / 3
         while True:
             with self._cond:
                 while self._completed >= self._requested and not self._stopping:
-                    due = self._renewed_at + renew_every - time.monotonic()
-                    if due <= 0:
-                        break
-                    self._cond.wait(due)
+                    self._cond.wait()
                 if self._stopping:
                     return
                 meta_seen = self._meta_changes
@@ -302,22 +331,19 @@ class RunMirrorThread:
         uploader = self.uploader
         if uploader.lease is None:
             uploader.acquire()
+            with self._cond:
+                self._cond.notify_all()  # the renewer waits for the lease
         else:
             uploader.check_lease()
         self._attached.set()
-        if time.monotonic() - self._renewed_at >= self._lease_s / 3:
-            renew(
-                uploader.bucket,
-                self.run_id,
-                uploader.epoch,
-                sync_effects=self._sync_effects,
-                lease_s=self._lease_s,
-                signer=uploader.signer,
-            )
-            self._renewed_at = time.monotonic()
         if catch_up:
             uploader.scan_remote()
+        pinned = uploader.journal_uploaded
         uploader.upload_journal(journal_end)
+        if self._sync_effects and uploader.journal_uploaded > pinned:
+            # Pin the journal's new end before the check: a taker that lists after it
+            # and misses the intent (a segment deleted) refuses the run, not re-runs it.
+            self._renewer.pin()
         # Checked again AFTER the journal: an intent is now on the remote, so a taker
         # that created its lease after this check lists it (and reports it in doubt).
         uploader.check_lease()

@@ -42,20 +42,25 @@ from afk_local.integrations.remote.layout import (
 )
 from afk_local.integrations.remote.lease import (
     Bases,
+    last_renewal,
     new_lease,
 )
 from afk_local.integrations.remote.remote_run import RemoteFile, Snapshot, read_remote_run
 from afk_local.integrations.remote.take import (
+    OwnerCheck,
     create_take_lease,
+    holder_renewal,
+    recheck_pins,
     record_bases,
     refuse_live_owner,
     settled_snapshot,
+    warn_forced,
 )
 from afk_local.integrations.remote.upload import durable_journal_end
 from afk_local.storage import fsio
 from afk_local.storage.format import codec
 from afk_local.storage.format.layout import RunPaths, scan_checkpoints, validate_run_id
-from afk_local.storage.format.records import now_ms
+from afk_local.storage.format.records import RunMeta, now_ms
 from afk_local.storage.ops.fork import JOURNAL_TRIMMED_KEY
 from afk_local.storage.rundir.mirror import FENCED_NAME, REMOTE_COPY_KEY
 from afk_local.storage.rundir.ownership import acquire_lock
@@ -123,6 +128,7 @@ def pull_run(
     bucket = url if isinstance(url, Bucket) else Bucket(url)
     owner = store_id(store.root)
     signer = store.codec.signer
+    renewed = holder_renewal(bucket, run_id, signer) if take else (0, None)
     remote = read_remote_run(bucket, run_id, signer)
     if remote is None:
         raise RunNotFoundError(run_id, bucket.url)
@@ -145,8 +151,10 @@ def pull_run(
             return PullReport(run_id, head.epoch, up_to_date=True)
         report = PullReport(run_id, head.epoch)
         taking = take and not ours
+        owner_check = OwnerCheck(None)
         if taking:
-            report.owner_renewed_ms = refuse_live_owner(bucket, head, force, signer)
+            owner_check = refuse_live_owner(remote, snapshot, renewed, force)
+            report.owner_renewed_ms = owner_check.renewed_ms
         tmp = RunPaths(run_id, fsio.temp_path(store.runs_dir, f"pull-{run_id}"))
         fsio.make_dir(tmp.dir)
         try:
@@ -154,27 +162,30 @@ def pull_run(
             remote_meta = _download(
                 bucket, store, snapshot, tmp, report, fetched=fetched, workers=concurrency
             )
-            _check(store, tmp, bucket.url)
+            # Every check that can refuse runs BEFORE the lease moves: a refused take
+            # publishes nothing, so it neither fences a live owner nor strands an epoch.
+            meta = _check(store, tmp, bucket.url, paths if lock is not None else None)
             if taking:  # the lease FIRST, then the old epoch again, then the bases
                 lease = new_lease(run_id, head.epoch + 1, owner)
                 create_take_lease(bucket, lease, signer)
                 report.took, report.epoch, finishing = True, lease.epoch, True
             if finishing:
+                pinned = last_renewal(bucket, run_id, head.epoch, signer) if taking else None
                 snapshot = settled_snapshot(bucket, run_id, signer, owner)
+                recheck_pins(bucket, pinned, snapshot)
                 remote_meta = _download(
                     bucket, store, snapshot, tmp, report, fetched=fetched, workers=concurrency
                 )
-                _check(store, tmp, bucket.url)
-            meta = read_meta(tmp, store.codec)
-            if meta.run_id != run_id:
-                raise RemoteIntegrityError(
-                    bucket.url, f"run {run_id}: its run.meta names run {meta.run_id!r}: refused"
-                )
+                meta = _check(store, tmp, bucket.url, paths if lock is not None else None)
             _describe(store, tmp, meta.updated_ms, report)
-            if not meta.extra.get(JOURNAL_TRIMMED_KEY):
-                _check_journal_continuity(store, tmp, bucket.url)
-            if lock is not None:
-                _check_same_run(store, paths, meta.created_ms, local_seq, snapshot.head_seq)
+            if lock is not None and local_seq > snapshot.head_seq:
+                log.warning(
+                    "run %s: the local copy's checkpoints %d..%d are not on the remote; they "
+                    "are dropped (written after the lease moved, or never pushed)",
+                    run_id,
+                    snapshot.head_seq + 1,
+                    local_seq,
+                )
             if finishing:
                 epoch = report.epoch if report.took else head.epoch
                 bases = Bases(
@@ -186,6 +197,7 @@ def pull_run(
                 )
                 record_bases(bucket, bases, signer)
                 report.epoch = epoch
+                warn_forced(head, owner_check)
             extra = {k: v for k, v in meta.extra.items() if k != REMOTE_COPY_KEY}
             if not ours and not taking:
                 extra[REMOTE_COPY_KEY] = {
@@ -326,7 +338,28 @@ def _download(
     return meta
 
 
-def _check(store: Store, tmp: RunPaths, url: str) -> None:
+def _check(store: Store, tmp: RunPaths, url: str, local: RunPaths | None) -> RunMeta:
+    """Verify the downloaded run as any reader would, and that it may replace ``local``
+    (the same run); returns its meta. Raises before anything is published."""
+    _verify(store, tmp, url)
+    meta = read_meta(tmp, store.codec)
+    if meta.run_id != tmp.run_id:
+        raise RemoteIntegrityError(
+            url, f"run {tmp.run_id}: its run.meta names run {meta.run_id!r}: refused"
+        )
+    if not meta.extra.get(JOURNAL_TRIMMED_KEY):
+        _check_journal_continuity(store, tmp, url)
+    if local is not None and read_meta(local, store.codec).created_ms != meta.created_ms:
+        raise RunExistsError(
+            tmp.run_id,
+            f"{local.dir} (a different run with the same id)",
+            next_step="nothing was pulled or taken; pull into another store, or remove "
+            f"this store's run first (`afk-local rm {tmp.run_id}`)",
+        )
+    return meta
+
+
+def _verify(store: Store, tmp: RunPaths, url: str) -> None:
     """Verify the downloaded run as any reader would; a torn journal tail is damage here."""
     reader = RunReader(tmp, record_codec=store.codec, max_record_bytes=store.max_record_bytes)
     report = reader.verify()
@@ -341,22 +374,6 @@ def _check(store: Store, tmp: RunPaths, url: str) -> None:
         raise RemoteIntegrityError(
             url,
             f"run {tmp.run_id}: refused, nothing was published: {'; '.join(problems[:3])}{more}",
-        )
-
-
-def _check_same_run(
-    store: Store, paths: RunPaths, created_ms: int, local_seq: int, remote_seq: int
-) -> None:
-    local = read_meta(paths, store.codec)
-    if local.created_ms != created_ms:
-        raise RunExistsError(paths.run_id, f"{paths.dir} (a different run with the same id)")
-    if local_seq > remote_seq:
-        log.warning(
-            "run %s: the local copy's checkpoints %d..%d are not on the remote; they are "
-            "dropped (written after the lease moved, or never pushed)",
-            paths.run_id,
-            remote_seq + 1,
-            local_seq,
         )
 
 

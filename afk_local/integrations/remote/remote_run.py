@@ -6,7 +6,9 @@ files whose seq lies between that epoch's base and the next epoch's base, and th
 journal segments from that epoch's journal base up to the next one's; ``run.meta``
 is the newest version of the newest epoch (or the one its lease took over). What
 an old owner uploaded after its lease moved lies past the next base and is left out.
-An epoch whose take has not finished (no bases yet) holds nothing and is skipped.
+An epoch whose take has not finished (no bases yet) holds nothing and is skipped; an
+epoch that holds objects (a renewal, data) but lacks its lease or bases object had one
+deleted, and the run is refused (:func:`read_remote_run`).
 
 The ``run.meta`` versions are listed BEFORE the files and segments: an owner uploads
 a meta only after the files it describes, so whatever meta the first listing saw,
@@ -166,6 +168,9 @@ def read_remote_run(bucket: Bucket, run_id: str, signer: Signer | None = None) -
 
     Objects under the run that are not ours (other names, bad epochs) are ignored.
     With ``signer`` (a keyed store), unsigned lease and bases objects are refused.
+
+    Raises:
+        RemoteIntegrityError: an epoch holds objects but its lease or bases object is gone.
     """
     leases = read_leases(bucket, run_id, signer)
     if not leases:
@@ -181,18 +186,40 @@ def read_remote_run(bucket: Bucket, run_id: str, signer: Signer | None = None) -
         parsed = parse_run_key(listed.key[prefix:])
         if parsed is not None and parsed.kind == "meta" and parsed.epoch == newest:
             metas[parsed.number] = listed.size
+    used: set[int] = set()  # epochs with a renewal or data: their takes finished
     for listed in bucket.list_objects(run_id, limit=MAX_RUN_OBJECTS):
         parsed = parse_run_key(listed.key[prefix:])
-        if parsed is None or parsed.kind in ("lease", "bases", "alive", "meta"):
+        if parsed is None or parsed.kind in ("lease", "bases"):
             continue
-        if parsed.epoch > last:
-            continue  # an epoch without a lease: a taker that died before creating it
+        used.add(parsed.epoch)
+        if parsed.kind in ("alive", "meta") or parsed.epoch > last:
+            continue
         objects = epochs.setdefault(parsed.epoch, EpochObjects())
         if parsed.kind == "file":
             objects.files[parsed.name] = (parsed.number, listed.size)
         elif parsed.kind == "segment" and listed.size > 0:
             objects.segments[parsed.number] = listed.size
+    _check_chain(bucket, run_id, leases, used)
     return RemoteRun(bucket, run_id, leases, epochs)
+
+
+def _check_chain(bucket: Bucket, run_id: str, leases: dict[int, Lease], used: set[int]) -> None:
+    """Lease history is append-only: an epoch that holds objects had its lease and, once
+    taken, its bases. A missing one was deleted, and skipping it would drop that epoch's
+    work (or hand its number to a second owner): refused, for takers and holders alike."""
+    for epoch in sorted(used):
+        lease = leases.get(epoch)
+        if lease is None:
+            missing = f"{epoch:012d}.lease"
+        elif not lease.settled:
+            missing = f"{epoch:012d}.bases"
+        else:
+            continue
+        raise RemoteIntegrityError(
+            bucket.url,
+            f"run {run_id}: epoch {epoch} holds objects but lease/{missing} is gone: the lease "
+            "chain is broken (the remote was damaged or tampered with): refused",
+        )
 
 
 __all__ = [

@@ -118,6 +118,11 @@ class RunUploader:
         self._meta_uploaded: bytes | None = None
 
     @property
+    def meta_version(self) -> int:
+        """The newest run.meta version of this epoch on the remote, as far as this knows."""
+        return self._meta_version
+
+    @property
     def epoch(self) -> int:
         """The epoch this store holds (0 before :meth:`acquire`)."""
         return self.lease.epoch if self.lease is not None else 0

@@ -26,7 +26,7 @@ from afk_local.storage import fsio
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.journal_format import read_journal
 from afk_local.storage.format.layout import CheckpointFile, RunPaths, parse_checkpoint_name
-from afk_local.storage.format.records import RunMeta, RunStatus
+from afk_local.storage.format.records import Phase, RunMeta, RunStatus
 from afk_local.storage.rundir.catalog import RunCatalog
 from afk_local.storage.rundir.chain import is_signed_file
 from afk_local.storage.rundir.heads import HeadStore
@@ -245,6 +245,7 @@ def verify_cold(run: ColdRun) -> VerifyReport:
             except SchemaVersionError as exc:
                 report.problems.append(VerifyProblem(own, _newer_schema(exc)))
     verify_latest(run.paths, valid, status, report, packed=lambda file: _is_packed(run, file))
+    _verify_terminal(run.paths, files, status, report)
     _verify_packs(run, report)
     lock_problem = fsio.regular_file_problem(run.paths.lock)
     if lock_problem is not None:
@@ -288,6 +289,26 @@ def verify_cold(run: ColdRun) -> VerifyReport:
             "key (set AFK_LOCAL_KEY or pass Store(key=...))"
         )
     return report
+
+
+def _verify_terminal(
+    paths: RunPaths, files: Sequence[CheckpointFile], status: RunStatus | None, report: VerifyReport
+) -> None:
+    """A completed run ends with its ``run_terminal`` checkpoint (written before the meta
+    says completed): a completed meta without it is ahead of the files it describes
+    (a copy missing its newest files), and its result would read as None."""
+    if status is not RunStatus.COMPLETED:
+        return
+    newest = files[-1] if files else None
+    if newest is None or newest.phase != Phase.RUN_TERMINAL.value:
+        where = f"checkpoint {newest.seq} ({newest.phase})" if newest is not None else "none"
+        report.problems.append(
+            VerifyProblem(
+                str(paths.meta),
+                f"says completed, but the run's newest checkpoint is {where}, not its "
+                "run_terminal checkpoint: the meta is ahead of the files (files missing)",
+            )
+        )
 
 
 def _verify_packs(run: ColdRun, report: VerifyReport) -> None:
