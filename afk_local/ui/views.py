@@ -430,6 +430,8 @@ class RunPage:
     """Cancel can work: not ended, and no live process holds the run."""
     metrics_cut: bool = False
     """Metrics were read from the newest :data:`METRIC_CHECKPOINTS` checkpoints only."""
+    needs: str = ""
+    """What the run waits for a person to do ("" when nothing)."""
 
 
 def innermost_frame(traceback: str) -> str | None:
@@ -572,7 +574,21 @@ def run_page(store: Store, run_id: str) -> RunPage:
         ),
         can_cancel=not live and not ended_status,
         metrics_cut=len(files) > METRIC_CHECKPOINTS,
+        needs=_needs(meta, info, sum(1 for e in effects if e["state"] == "in_doubt")),
     )
+
+
+def _needs(meta: RunMeta, info: RunInfo, in_doubt: int) -> str:
+    """What a run's page asks of a person, first thing."""
+    if in_doubt:
+        return f"{in_doubt} effect(s) in doubt: check what happened and settle them below"
+    if meta.status is RunStatus.PAUSED:
+        return "it waits for your answer below"
+    if meta.status is RunStatus.FAILED:
+        return "it failed: see where below, then resume, restart or cancel it"
+    if info.interrupted:
+        return "its process is gone: resume it (through the watcher) below"
+    return ""
 
 
 def runs_by_itself(page: RunPage) -> bool:

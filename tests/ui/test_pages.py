@@ -54,6 +54,7 @@ def test_a_failed_run_shows_the_innermost_frame_of_its_stored_traceback(world) -
     assert "ui_server.py" in innermost.group(1) and "in failing_job" in innermost.group(1)
     assert "raise RuntimeError(why)" in innermost.group(1)
     assert 'id="traceback"' in page and "Traceback (most recent call last)" in page
+    assert "<strong>Needs you:</strong> it failed" in page
 
 
 def test_a_completed_run_shows_its_result(world) -> None:

@@ -11,16 +11,13 @@ function tellAll(message) {
   for (const port of ports) port.postMessage(message);
 }
 
+// A tab may miss a change made between its page being rendered and it listening, and
+// every tab may miss those of a lost connection: once the stream is open (again), and
+// to a tab that connects to an open stream, "*" says "refresh once".
 function open() {
   source = new EventSource("/events");
-  let lost = false;
   source.addEventListener("changed", (event) => tellAll(JSON.parse(event.data)));
-  // After a lost connection, changes may have been missed: every tab refreshes.
-  source.addEventListener("error", () => { lost = true; });
-  source.addEventListener("open", () => {
-    if (lost) tellAll("*");
-    lost = false;
-  });
+  source.addEventListener("open", () => tellAll("*"));
 }
 
 onconnect = (event) => {
@@ -31,4 +28,5 @@ onconnect = (event) => {
   };
   port.start();
   if (source === null) open();
+  else if (source.readyState === EventSource.OPEN) port.postMessage("*");
 };

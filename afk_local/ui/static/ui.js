@@ -55,6 +55,7 @@ function listenForChanges(onChanged) {
   function open() {
     source = new EventSource("/events");
     source.addEventListener("changed", (event) => onChanged(JSON.parse(event.data)));
+    source.addEventListener("open", () => onChanged("*"));  // what changed before it listened
   }
   document.addEventListener("visibilitychange", () => {
     if (document.hidden && source) {
@@ -62,7 +63,6 @@ function listenForChanges(onChanged) {
       source = null;
     } else if (!document.hidden && !source) {
       open();
-      onChanged("*");
     }
   });
   if (!document.hidden) open();
