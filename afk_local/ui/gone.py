@@ -9,6 +9,7 @@ the server saw it disconnect: the work stops at its next read of the store.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -18,6 +19,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from afk_local.storage.store import Store
+
+log = logging.getLogger("afk_local")
 
 T = TypeVar("T")
 
@@ -42,6 +45,7 @@ class AbandonableStore:
 
         def checked(*args: Any, **kwargs: Any) -> Any:
             if gone.is_set():
+                log.info("ui: a page's client went: its work stops before store.%s", name)
                 raise ClientGone(name)
             return value(*args, **kwargs)
 
