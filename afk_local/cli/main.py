@@ -299,7 +299,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = add("submit", "watch:cmd_submit", "hand a job to the watcher", json_flag=False)
     arguments("submit", "watch:add_submit_arguments", p)
     p = add(
-        "ui", "ui:cmd_ui", "the store as a local web page on 127.0.0.1 (ui extra)", json_flag=False
+        "ui", "ui:cmd_ui", "the store as a local web page on loopback (ui extra)", json_flag=False
     )
     arguments("ui", "ui:add_ui_arguments", p)
     p = add(

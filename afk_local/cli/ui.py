@@ -16,7 +16,11 @@ from afk_local.cli.command import EXIT_OK, CliError, open_store, out
 def add_ui_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of ``ui``."""
     p.add_argument(
-        "--port", type=int, default=0, metavar="P", help="port on 127.0.0.1 (default: a free one)"
+        "--port",
+        type=int,
+        default=0,
+        metavar="P",
+        help="port (default: a free one) on the page's own loopback address, 127.x.y.z",
     )
     p.add_argument("--open", action="store_true", help="open the page in a web browser")
     p.add_argument(
@@ -27,7 +31,7 @@ def add_ui_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    """``ui [--port P] [--open] [--read-only]``: serve the store's page on 127.0.0.1."""
+    """``ui [--port P] [--open] [--read-only]``: serve the store's page on loopback."""
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port must be 0..65535, got {args.port}")
     try:
@@ -50,7 +54,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
     try:
         serve(store, port=args.port, read_only=args.read_only, on_ready=ready)
     except OSError as exc:
-        raise CliError(f"cannot serve on 127.0.0.1:{args.port}: {exc.strerror or exc}") from None
+        raise CliError(
+            f"cannot serve on port {args.port} of loopback: {exc.strerror or exc}"
+        ) from None
     return EXIT_OK
 
 

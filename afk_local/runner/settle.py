@@ -15,7 +15,9 @@ re-records the call's intent, so it is in doubt again and can be settled anew, a
 long as no resume has started since the settlement (a resume may have used it).
 
 Settling works on failed and interrupted runs alike; it takes the run's lock, so
-never while a process is running it. ``afk-local settle RUN KEY`` calls this.
+never while a process is running it. What it would refuse is refused from the run's
+files first, before the lock is taken, so a refused settlement writes nothing (not
+even ``run.meta``). ``afk-local settle RUN KEY`` calls this.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from afk_local.errors import SettleError
 from afk_local.journal.journal import EffectState, Journal, journal_of
 from afk_local.journal.replay import idempotency_key
 from afk_local.storage.format.records import Effect, ErrorInfo, now_ms
-from afk_local.storage.store import StoreLike, as_store
+from afk_local.storage.store import Store, StoreLike, as_store
 
 SETTLED_FAILED = "SettledAsFailed"
 """The error type recorded for an effect settled as ``failed``."""
@@ -73,26 +75,72 @@ def settle(
             "it returned nothing)",
         )
     the_store = as_store(store)
+    _refuse_settle(run_id, key, *_on_disk(the_store, run_id, key))
     with the_store.resume_writer(run_id, new_attempt=False) as run:
         journal = journal_of(run)
         state = _effect_state(journal, run_id, key)
-        if not state.in_doubt:
-            raise SettleError(
-                run_id,
-                key,
-                f"effect {key!r} is not in doubt: its outcome is recorded ({state.status}), "
-                "so there is nothing to settle"
-                + (
-                    f"; to take back that settlement, `afk-local settle {run_id} {key} --undo`"
-                    if _settlement(state.outcome) == max(run.meta.attempt, 1)
-                    else ""
-                ),
-            )
+        _refuse_settle(run_id, key, state.outcome if not state.in_doubt else None, run.meta.attempt)
         attempt = max(run.meta.attempt, 1)
         if done:
             return journal.record_outcome(key, status="ok", result=result, settled_attempt=attempt)
         error = ErrorInfo(type=SETTLED_FAILED, message=message or "settled as not done")
         return journal.record_outcome(key, status="error", error=error, settled_attempt=attempt)
+
+
+def _on_disk(store: Store, run_id: str, key: str) -> tuple[Effect | None, int]:
+    """Effect ``key``'s recorded outcome (None: in doubt) and the run's attempt, read from
+    its files without taking its lock; refused when the run has no effect ``key``."""
+    reader = store.open(run_id)
+    last: Effect | None = None
+    for record in reader.effects():
+        if record.key == key:
+            last = record
+    if last is None:
+        raise SettleError(
+            run_id,
+            key,
+            f"the run has no effect {key!r}: run `afk-local effects {run_id}` to list them",
+        )
+    return (last if last.kind == "outcome" else None), reader.meta.attempt
+
+
+def _refuse_settle(run_id: str, key: str, outcome: Effect | None, attempt: int) -> None:
+    """Refuse to settle an effect whose ``outcome`` is recorded (None: it is in doubt)."""
+    if outcome is None:
+        return
+    raise SettleError(
+        run_id,
+        key,
+        f"effect {key!r} is not in doubt: its outcome is recorded ({outcome.status}), "
+        "so there is nothing to settle"
+        + (
+            f"; to take back that settlement, `afk-local settle {run_id} {key} --undo`"
+            if _settlement(outcome) == max(attempt, 1)
+            else ""
+        ),
+    )
+
+
+def _refuse_unsettle(run_id: str, key: str, outcome: Effect | None, attempt: int) -> None:
+    """Refuse to take back what no person settled during the run's current ``attempt``."""
+    if outcome is None:
+        raise SettleError(run_id, key, f"effect {key!r} is in doubt already: settle it")
+    settled_at = _settlement(outcome)
+    if settled_at is None:
+        raise SettleError(
+            run_id,
+            key,
+            f"effect {key!r} was not settled by hand: its outcome was recorded by the "
+            "call itself, and only a settlement can be undone",
+        )
+    if max(attempt, 1) != settled_at:
+        raise SettleError(
+            run_id,
+            key,
+            f"a resume has started since effect {key!r} was settled and may have used its "
+            "outcome, so the settlement stands; fork the run from before it "
+            f"(`afk-local log {run_id}`, `afk-local fork {run_id} --at SEQ`) to try another",
+        )
 
 
 def _effect_state(journal: Journal, run_id: str, key: str) -> EffectState:
@@ -128,28 +176,11 @@ def unsettle(run_id: str, key: str, *, store: StoreLike = None) -> Effect:
             resume has started since.
     """
     the_store = as_store(store)
+    _refuse_unsettle(run_id, key, *_on_disk(the_store, run_id, key))
     with the_store.resume_writer(run_id, new_attempt=False) as run:
         journal = journal_of(run)
         state = _effect_state(journal, run_id, key)
-        if state.in_doubt:
-            raise SettleError(run_id, key, f"effect {key!r} is in doubt already: settle it")
-        outcome = state.outcome
-        settled_at = _settlement(outcome)
-        if settled_at is None:
-            raise SettleError(
-                run_id,
-                key,
-                f"effect {key!r} was not settled by hand: its outcome was recorded by the "
-                "call itself, and only a settlement can be undone",
-            )
-        if max(run.meta.attempt, 1) != settled_at:
-            raise SettleError(
-                run_id,
-                key,
-                f"a resume has started since effect {key!r} was settled and may have used its "
-                "outcome, so the settlement stands; fork the run from before it "
-                f"(`afk-local log {run_id}`, `afk-local fork {run_id} --at SEQ`) to try another",
-            )
+        _refuse_unsettle(run_id, key, None if state.in_doubt else state.outcome, run.meta.attempt)
         intent = state.intent
         reopened = Effect(
             kind="intent",

@@ -1,31 +1,37 @@
 """Who may use the page: the token, the Host header, and a CSRF check on every action.
 
 ``afk-local ui`` prints a URL holding a random token (as Jupyter does). A request
-carries it in the query (``?token=``) once; the answer then sets it as an HttpOnly,
-SameSite=Strict cookie so the page's links and forms need not repeat it. Any
-request without it gets 403. The ``Host`` header must name the loopback address and
-port the server listens on, so a web page whose DNS name is rebound to 127.0.0.1
+carries it in the query (``?token=``) once; the answer is a redirect to the same
+address without it (so it leaves the address bar and the history) that sets it as an
+HttpOnly, SameSite=Strict cookie. The server listens on a loopback address of its own
+(:mod:`~afk_local.ui.server`), so that cookie goes to no other local server. Any
+request without the token gets 403. The ``Host`` header must name the address and
+port the server listens on, so a web page whose DNS name is rebound to loopback
 cannot reach the server under its own name. Actions are POSTs and additionally need
 the CSRF value of the page's forms and, when the browser sends one, a same-origin
-``Origin``; under ``--read-only`` every POST is refused.
+``Origin``; under ``--read-only`` every POST is refused. Every answer, refusals and
+errors included, carries :data:`SECURITY_HEADERS`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, parse_qsl, quote, urlencode
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+log = logging.getLogger("afk_local")
 
 TOKEN_PARAM = "token"  # noqa: S105 - the name of a parameter, not a secret
 """The query parameter that carries the token."""
@@ -60,11 +66,13 @@ class Access:
         token: the secret of this server.
         port: the port it listens on (the Host header must name it).
         read_only: refuse every action.
+        host: the loopback address it listens on (the Host header must name it).
     """
 
     token: str
     port: int
     read_only: bool = False
+    host: str = "127.0.0.1"
 
     @property
     def cookie_name(self) -> str:
@@ -73,8 +81,11 @@ class Access:
 
     @property
     def hosts(self) -> frozenset[str]:
-        """The Host headers accepted: the loopback address or ``localhost``, with the port."""
-        return frozenset({f"127.0.0.1:{self.port}", f"localhost:{self.port}"})
+        """The Host headers accepted: the server's own address and port.
+
+        Not ``localhost``: a cookie set there would go to every server on ``localhost``.
+        """
+        return frozenset({f"{self.host}:{self.port}"})
 
     @property
     def origins(self) -> frozenset[str]:
@@ -141,11 +152,41 @@ def refusal(scope: Scope, access: Access) -> str | None:
     return None
 
 
-class AccessGuard:
-    """ASGI middleware: refuse with 403 what :func:`refusal` refuses; set the token cookie.
+async def _answer(
+    send: Send, status: int, text: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """A plain-text answer with :data:`SECURITY_HEADERS`."""
+    body = text.encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+                (b"cache-control", b"no-store"),
+                *SECURITY_HEADERS,
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
-    The cookie is set on every answer to a request that brought the token in its query;
-    every answer carries :data:`SECURITY_HEADERS`.
+
+def without_token(scope: Scope) -> str:
+    """The request's path and query, the token left out: where the first request goes next."""
+    pairs = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+    query = urlencode([(k, v) for k, v in pairs if k != TOKEN_PARAM])
+    path = quote(scope.get("path", "/"))
+    return f"{path}?{query}" if query else path
+
+
+class AccessGuard:
+    """ASGI middleware: refuse with 403 what :func:`refusal` refuses; trade the token for a cookie.
+
+    A GET that brings the token in its query is answered by a redirect to the same
+    address without it, setting the cookie. Every answer carries
+    :data:`SECURITY_HEADERS`, a refusal's and an unexpected error's (500) too.
     """
 
     def __init__(self, app: ASGIApp, access: Access) -> None:
@@ -161,32 +202,36 @@ class AccessGuard:
             return
         why = refusal(scope, self.access)
         if why is not None:
-            body = f"403 Forbidden: {why}\n".encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 403,
-                    "headers": [
-                        (b"content-type", b"text/plain; charset=utf-8"),
-                        (b"content-length", str(len(body)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await _answer(send, 403, f"403 Forbidden: {why}\n")
             return
-        extra = list(SECURITY_HEADERS)
-        if self.access.token_ok(_query_token(scope)):
+        if self.access.token_ok(_query_token(scope)) and scope.get("method") in ("GET", "HEAD"):
             cookie = (
                 f"{self.access.cookie_name}={self.access.token}; Path=/; HttpOnly; SameSite=Strict"
             )
-            extra.append((b"set-cookie", cookie.encode()))
+            location = without_token(scope)
+            await _answer(
+                send,
+                303,
+                f"See {location}\n",
+                [(b"location", location.encode()), (b"set-cookie", cookie.encode())],
+            )
+            return
+        started = False
 
-        async def send_with_cookie(message: Message) -> None:
+        async def send_with_headers(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *extra]
+                started = True
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
             await send(message)
 
-        await self.app(scope, receive, send_with_cookie)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception:
+            log.exception("ui: %s %s failed", scope.get("method"), scope.get("path"))
+            if started:
+                raise
+            await _answer(send, 500, "500: the server failed; its log says why\n")
 
 
 __all__ = [
@@ -197,4 +242,5 @@ __all__ = [
     "AccessGuard",
     "new_token",
     "refusal",
+    "without_token",
 ]

@@ -119,8 +119,13 @@ def resume_run(store: Store, run_id: str, form: Mapping[str, str]) -> Done:
 
 
 def cancel_run(store: Store, run_id: str, form: Mapping[str, str]) -> Done:
-    """``cancel RUN --reason TEXT``: the run becomes cancelled and is never resumed."""
+    """``cancel RUN --reason TEXT``: the run becomes cancelled and is never resumed.
+
+    It destroys the run's future, so the form must say so: ``confirm=yes`` (a checkbox).
+    """
     require_run(store, run_id)
+    if form.get("confirm") != "yes":
+        raise ValueError("tick 'for good' to cancel: a cancelled run is never resumed")
     reason = form.get("reason", "").strip()[:2000] or "cancelled from the web page"
     cancel(run_id, store=store, reason=reason)
     return Done("run cancelled; nothing resumes it", run_id)

@@ -1,19 +1,26 @@
 """The routes of ``afk-local ui``: pages rendered on the server, forms that POST.
 
 Pages (GET): ``/`` the runs, ``/runs/rows`` the runs table's rows alone (what a page
-without EventSource polls), ``/events`` server-sent events: the runs table's new rows
-(``/events?<the runs page's query>``) or that a run changed (``/events?run=RUN``),
-``/runs/RUN`` a run,
+without EventSource polls; ``?ids=A,B`` only those runs' rows, what a page fetches when
+they changed), ``/events`` server-sent events: the ids of the runs that changed (one
+stream a browser, its tabs share it through ``static/events.js``), ``/runs/RUN`` a run,
 ``/runs/RUN/checkpoints/SEQ`` one checkpoint, ``/runs/RUN/diff?a=SEQ&b=SEQ`` what
 changed between two, ``/store`` the store, ``/static/...``
-the stylesheet and the script. Actions (POST): ``/runs/RUN/settle``, ``unsettle``, ``answer``,
-``resume``, ``cancel``, ``restart``, ``fork`` (:mod:`~afk_local.ui.actions`). Everything is behind
+the stylesheet and the scripts. Actions (POST): ``/runs/RUN/settle``, ``unsettle``, ``answer``,
+``resume``, ``cancel``, ``restart``, ``fork`` (:mod:`~afk_local.ui.actions`); what an action
+said is kept on the server (:class:`Said`) and the page it redirects to names it by a
+random id, so no page shows text taken from its address. A refusal from the store (a
+symlinked run, a damaged file) is a 4xx page. Everything is behind
 :class:`~afk_local.ui.access.AccessGuard`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import secrets
+import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -28,24 +35,34 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from afk_local.errors import AfkLocalError, InvalidRunIdError, RunNotFoundError
+from afk_local.errors import (
+    AfkLocalError,
+    CheckpointNotFoundError,
+    InvalidRunIdError,
+    RunNotFoundError,
+    UntrustedStoreError,
+)
 from afk_local.storage.store import Store
 from afk_local.storage.views.notebook import format_ms
 from afk_local.ui.access import CSRF_FIELD, Access, AccessGuard
 from afk_local.ui.actions import ACTIONS, MAX_FIELD_CHARS
 from afk_local.ui.charts import line_chart
-from afk_local.ui.events import RunChanges
+from afk_local.ui.events import EVERYTHING, RunChanges
+from afk_local.ui.gone import ClientGone, while_client_waits
 from afk_local.ui.sse import HEARTBEAT, SSE_HEADERS, EventStream, sse_event
+from afk_local.ui.store_stats import StoreStats
 from afk_local.ui.views import (
+    METRIC_CHECKPOINTS,
     STATUSES,
     RunsQuery,
     checkpoint_page,
     diff_page,
+    needs_you,
+    rows_of,
     run_page,
     runs_by_itself,
     runs_page,
     shown_text,
-    store_page,
 )
 
 log = logging.getLogger("afk_local")
@@ -58,6 +75,49 @@ MAX_CHARTS = 30
 NOSCRIPT_RELOAD_S = 3
 """How often a run's page reloads itself in a browser without JavaScript, while the run
 runs (with JavaScript it follows the run's events instead)."""
+
+
+MAX_SAID = 200
+"""What the latest actions said, kept for the pages they redirect to (the oldest dropped)."""
+
+
+class Said:
+    """What the latest actions said, each under a random id the redirect names (``?said=ID``).
+
+    The page shows only what this server said, never text from its address: a link
+    from elsewhere cannot put words on the page.
+    """
+
+    def __init__(self) -> None:
+        self._said: OrderedDict[str, tuple[str, bool]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def keep(self, text: str, *, problem: bool = False) -> str:
+        """Keep ``text`` (a refusal when ``problem``); returns its id."""
+        key = secrets.token_urlsafe(9)
+        with self._lock:
+            self._said[key] = (text, problem)
+            while len(self._said) > MAX_SAID:
+                self._said.popitem(last=False)
+        return key
+
+    def get(self, key: str | None) -> tuple[str | None, str | None]:
+        """(notice, problem) kept under ``key``; (None, None) for an unknown one."""
+        with self._lock:
+            found = self._said.get(key or "")
+        if found is None:
+            return None, None
+        text, problem = found
+        return (None, text) if problem else (text, None)
+
+
+def _refused_status(exc: AfkLocalError) -> int:
+    """The 4xx a store's refusal answers with."""
+    if isinstance(exc, UntrustedStoreError):
+        return 403
+    if isinstance(exc, (RunNotFoundError, InvalidRunIdError, CheckpointNotFoundError)):
+        return 404
+    return 422
 
 
 def _templates() -> Environment:
@@ -80,6 +140,8 @@ def create_app(store: Store, access: Access) -> Starlette:
     """
     templates = _templates()
     changes = RunChanges(store.runs_dir)
+    said = Said()
+    stats = StoreStats(store)
 
     def render(name: str, nav: str = "", status: int = 200, **context: Any) -> HTMLResponse:
         html = templates.get_template(name).render(
@@ -97,14 +159,32 @@ def create_app(store: Store, access: Access) -> Starlette:
     def not_found(exc: Exception) -> HTMLResponse:
         return message("Not found", str(exc), 404)
 
-    def runs(request: Request) -> Response:
+    def refused(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, AfkLocalError)
+        status = _refused_status(exc)
+        log.info("ui: %s refused (%d): %s", request.url.path, status, exc)
+        heading = {403: "Refused", 404: "Not found"}.get(status, "Cannot read this")
+        return message(heading, str(exc), status)
+
+    async def runs(request: Request) -> Response:
         query = RunsQuery.from_params(request.query_params)
-        page = runs_page(store, query)
-        notice = request.query_params.get("notice")
+
+        def read(store: Store) -> tuple[Any, list[Any], int]:
+            page = runs_page(store, query)
+            needs, needs_total = ([], 0) if query.params() else needs_you(store)
+            return page, needs, needs_total
+
+        try:
+            page, needs, needs_total = await while_client_waits(request, store, read)
+        except ClientGone:
+            return Response(status_code=499)
+        notice, _ = said.get(request.query_params.get("said"))
         return render(
             "runs.html",
             nav="runs",
             page=page,
+            needs=needs,
+            needs_total=needs_total,
             statuses=STATUSES,
             notice=notice,
             query_string=urlencode(query.params()),
@@ -112,43 +192,40 @@ def create_app(store: Store, access: Access) -> Starlette:
             next_query=urlencode(query.params(page=query.page + 1)),
         )
 
-    def rows_html(query: RunsQuery) -> str:
-        return templates.get_template("runs_rows.html").render(page=runs_page(store, query))
+    async def rows(request: Request) -> Response:
+        ids = request.query_params.get("ids")
+        query = RunsQuery.from_params(request.query_params)
 
-    def rows(request: Request) -> Response:
-        html = rows_html(RunsQuery.from_params(request.query_params))
+        def read(store: Store) -> Any:
+            return rows_of(store, ids.split(",")) if ids is not None else runs_page(store, query)
+
+        try:
+            page = await while_client_waits(request, store, read)
+        except ClientGone:
+            return Response(status_code=499)
+        html = templates.get_template("runs_rows.html").render(page=page)
         return HTMLResponse(html, headers={"cache-control": "no-store"})
 
     async def events(request: Request) -> Response:
-        run_id = request.query_params.get("run")
-        if run_id is not None:
-            try:
-                store.paths(run_id, refuse_links=True)
-            except InvalidRunIdError as exc:
-                return not_found(exc)
-        query = RunsQuery.from_params(request.query_params)
+        del request
 
         async def stream() -> AsyncIterator[bytes]:
             yield HEARTBEAT  # the answer starts now: the page knows it listens
-            last = None
             async for changed in changes.listen():
                 if changed is None:
                     yield HEARTBEAT
-                elif run_id is not None:
-                    if not changed or run_id in changed:
-                        yield sse_event("run", run_id)
                 else:
-                    html = await run_in_threadpool(rows_html, query)
-                    if html != last:
-                        last = html
-                        yield sse_event("rows", html)
+                    named = "*" if changed is EVERYTHING or not changed else sorted(changed)
+                    yield sse_event("changed", json.dumps(named))
 
         return EventStream(stream(), headers=SSE_HEADERS)
 
-    def run(request: Request) -> Response:
+    async def run(request: Request) -> Response:
         run_id = request.path_params["run_id"]
         try:
-            p = run_page(store, run_id)
+            p = await while_client_waits(request, store, lambda store: run_page(store, run_id))
+        except ClientGone:
+            return Response(status_code=499)
         except (RunNotFoundError, InvalidRunIdError) as exc:
             return not_found(exc)
         names = p.metrics.names()
@@ -156,14 +233,16 @@ def create_app(store: Store, access: Access) -> Starlette:
             line_chart(shown_text(name), p.metrics.series(name)) for name in names[:MAX_CHARTS]
         ]
         follow = request.query_params.get("follow") != "0" and runs_by_itself(p)
+        notice, problem = said.get(request.query_params.get("said"))
         return render(
             "run.html",
             p=p,
             charts=charts,
             more_metrics=max(0, len(names) - MAX_CHARTS),
+            metrics_checkpoints=METRIC_CHECKPOINTS,
             reload_s=NOSCRIPT_RELOAD_S if follow else None,
-            notice=request.query_params.get("notice"),
-            problem=request.query_params.get("problem"),
+            notice=notice,
+            problem=problem,
         )
 
     def checkpoint(request: Request) -> Response:
@@ -175,14 +254,7 @@ def create_app(store: Store, access: Access) -> Starlette:
             return not_found(exc)
         except AfkLocalError as exc:
             return message("Cannot read this checkpoint", str(exc), 404, f"/runs/{quote(run_id)}")
-        before = [s for s in c.seqs if s < c.seq]
-        after = [s for s in c.seqs if s > c.seq]
-        return render(
-            "checkpoint.html",
-            c=c,
-            prev_seq=before[-1] if before else None,
-            next_seq=after[0] if after else None,
-        )
+        return render("checkpoint.html", c=c)
 
     def diff(request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -200,8 +272,14 @@ def create_app(store: Store, access: Access) -> Starlette:
         return render("diff.html", d=d)
 
     def store_view(request: Request) -> Response:
-        page = store_page(store, verify=request.query_params.get("verify") == "1")
-        return render("store.html", nav="store", s=page)
+        verify = request.query_params.get("verify") == "1"
+        refresh = request.query_params.get("refresh") == "1"
+        return render(
+            "store.html",
+            nav="store",
+            stats=stats.get(verify=verify, refresh=refresh),
+            verify=verify,
+        )
 
     async def act(request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -222,12 +300,14 @@ def create_app(store: Store, access: Access) -> Starlette:
             done = await run_in_threadpool(action, store, run_id, form)
         except (RunNotFoundError, InvalidRunIdError) as exc:
             return not_found(exc)
+        except UntrustedStoreError:
+            raise  # a 403 page, not a sentence on the run's page
         except (AfkLocalError, ValueError) as exc:
             log.info("ui: %s of run %s refused: %s", request.path_params["action"], run_id, exc)
-            return RedirectResponse(f"{back}?{urlencode({'problem': str(exc)})}", 303)
+            return RedirectResponse(f"{back}?said={said.keep(str(exc), problem=True)}", 303)
         log.info("ui: run %s: %s", run_id, done.said)
         where = f"/runs/{quote(done.run_id, safe='')}"
-        return RedirectResponse(f"{where}?{urlencode({'notice': done.said})}", 303)
+        return RedirectResponse(f"{where}?said={said.keep(done.said)}", 303)
 
     routes = [
         Route("/", runs),
@@ -240,8 +320,13 @@ def create_app(store: Store, access: Access) -> Starlette:
         Route("/store", store_view),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(AccessGuard, access=access)])
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(AccessGuard, access=access)],
+        exception_handlers={AfkLocalError: refused},
+    )
     app.state.run_changes = changes
+    app.state.store_stats = stats
     return app
 
 

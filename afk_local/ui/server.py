@@ -1,13 +1,21 @@
-"""Serving the page: a socket on 127.0.0.1 only, a fresh token, uvicorn.
+"""Serving the page: a socket on a loopback address of its own, a fresh token, uvicorn.
+
+Browsers scope cookies by host, not by port: a token cookie set by ``127.0.0.1:8000``
+is sent to every server on ``127.0.0.1``, whatever its port. So each launch picks a
+random address of its own in ``127.0.0.0/8`` (every one of them is loopback on Linux
+and Windows), and its cookie goes to no other server the user visits. Where the system
+has only ``127.0.0.1`` (macOS by default), the page falls back to it and says so.
 
 The socket is bound before anything is announced, so the URL handed to
-``on_ready`` names the real port (``port=0`` picks a free one) and connections
-made as soon as it is known wait in the listen queue.
+``on_ready`` names the real address and port (``port=0`` picks a free one) and
+connections made as soon as it is known wait in the listen queue.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import secrets
 import socket
 from collections.abc import Callable
 from types import FrameType
@@ -22,25 +30,48 @@ from afk_local.ui.events import RunChanges
 log = logging.getLogger("afk_local")
 
 LOOPBACK = "127.0.0.1"
-"""The only address the page is served on."""
+"""The loopback address every system has: the page's fallback address."""
 
 
-def bind_loopback(port: int) -> socket.socket:
-    """A listening TCP socket on 127.0.0.1:``port`` (0: any free port).
+def launch_address() -> str:
+    """A random loopback address for one launch: ``127.A.B.C`` (never ``127.0.0.x``)."""
+    a = 1 + secrets.randbelow(254)
+    return f"127.{a}.{secrets.randbelow(256)}.{1 + secrets.randbelow(254)}"
 
-    Raises:
-        OSError: the port is taken or not allowed.
-    """
+
+def _bind(address: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((LOOPBACK, port))
+        sock.bind((address, port))
         sock.listen(128)
     except OSError:
         sock.close()
         raise
     sock.set_inheritable(True)
     return sock
+
+
+def bind_loopback(port: int) -> socket.socket:
+    """A listening TCP socket on a fresh loopback address (:func:`launch_address`), ``port``.
+
+    ``port=0`` picks a free one. Where the system has no such address, the socket is on
+    ``127.0.0.1`` and a warning says that the page's cookie is then sent to the other
+    servers of ``127.0.0.1`` too.
+
+    Raises:
+        OSError: the port is taken or not allowed.
+    """
+    try:
+        return _bind(launch_address(), port)
+    except OSError as exc:
+        if exc.errno != errno.EADDRNOTAVAIL:
+            raise
+    log.warning(
+        "afk-local ui: this system has no loopback address but %s: the page's cookie is "
+        "sent to every other server on it (docs/ui.md, 'Who can use the page')",
+        LOOPBACK,
+    )
+    return _bind(LOOPBACK, port)
 
 
 SHUTDOWN_GRACE_S = 5
@@ -61,8 +92,8 @@ class _Server(uvicorn.Server):
 
 
 def page_url(access: Access) -> str:
-    """The URL to open: the loopback address, the port and the token."""
-    return f"http://{LOOPBACK}:{access.port}/?{TOKEN_PARAM}={access.token}"
+    """The URL to open: the server's loopback address, its port and the token."""
+    return f"http://{access.host}:{access.port}/?{TOKEN_PARAM}={access.token}"
 
 
 def serve(
@@ -75,12 +106,13 @@ def serve(
     """Serve ``store``'s page until the process is interrupted (Ctrl-C or SIGTERM).
 
     Args:
-        port: the port on 127.0.0.1 (0: a free one).
+        port: the port on the server's loopback address (0: a free one).
         read_only: refuse every action (settle, answer, resume, cancel, restart, fork).
         on_ready: called with the page's URL (it holds the token) once the socket listens.
     """
     sock = bind_loopback(port)
-    access = Access(token=new_token(), port=sock.getsockname()[1], read_only=read_only)
+    host, bound_port = sock.getsockname()[:2]
+    access = Access(token=new_token(), port=bound_port, host=host, read_only=read_only)
     app = create_app(store, access)
     config = uvicorn.Config(
         app,
@@ -92,7 +124,7 @@ def serve(
     server = _Server(config, app.state.run_changes)
     if on_ready is not None:
         on_ready(page_url(access))
-    log.info("afk-local ui: serving %s on %s:%d", store.root, LOOPBACK, access.port)
+    log.info("afk-local ui: serving %s on %s:%d", store.root, access.host, access.port)
     try:
         server.run(sockets=[sock])
     finally:
@@ -100,4 +132,4 @@ def serve(
         sock.close()
 
 
-__all__ = ["LOOPBACK", "bind_loopback", "page_url", "serve"]
+__all__ = ["LOOPBACK", "bind_loopback", "launch_address", "page_url", "serve"]

@@ -8,23 +8,25 @@ and ``afk-local metrics``. Nothing here writes.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from afk_local.errors import AfkLocalError, RunNotFoundError, run_failure
 from afk_local.runner.answers import waiting_at
+from afk_local.runner.origin import cannot_resume
 from afk_local.runner.run_context import PAUSE_NAME
 from afk_local.runner.sleeps import SLEEP_NAME
 from afk_local.storage.format.records import Phase, RunMeta, RunStatus, now_ms
 from afk_local.storage.listing import page_runs
 from afk_local.storage.ops.export import to_jsonable
 from afk_local.storage.ops.retention import RetentionPolicy
-from afk_local.storage.rundir.metrics import MetricLog
+from afk_local.storage.rundir.metrics import MetricLog, read_metrics
 from afk_local.storage.store import Store
 from afk_local.storage.views.effect_table import effect_rows
 from afk_local.storage.views.notebook import format_bytes, format_ms
@@ -57,6 +59,14 @@ MAX_EFFECT_ROWS = 500
 """Effects listed on a run's page (those in doubt first); ``afk-local effects`` lists all."""
 MAX_DIFF_ROWS = 1000
 """Paths listed on a diff page; ``afk-local diff`` lists all."""
+MAX_SHOWN_TRACEBACK = 8000
+"""Characters of a failure's stored traceback shown (its end: the innermost frames)."""
+MAX_NEEDS_YOU = 10
+"""Runs listed under "Needs you" on the runs page (newest first; a filter lists all)."""
+MAX_LIVENESS_CHECKS = 50
+"""Runs marked running whose process the "Needs you" list checks (newest first)."""
+METRIC_CHECKPOINTS = 2000
+"""The newest checkpoints a run's page reads metrics from (``afk-local metrics`` reads all)."""
 STATUSES = tuple(s.value for s in RunStatus) + LIVENESS
 """What the status filter offers."""
 
@@ -134,6 +144,8 @@ class RunRow:
     tags: str
     size: str
     damage: str | None
+    needs: str = ""
+    """Why the run waits for a person (the "Needs you" list), "" when it does not."""
 
 
 def run_row(info: RunInfo, now: int) -> RunRow:
@@ -159,6 +171,56 @@ def run_row(info: RunInfo, now: int) -> RunRow:
         size=format_bytes(info.bytes),
         damage=info.damage,
     )
+
+
+def _in_doubt(store: Store, run_id: str) -> int:
+    """How many effects of ``run_id`` are in doubt (0 when its journal cannot be read)."""
+    try:
+        return sum(1 for row in effect_rows(store.open(run_id)) if row["state"] == "in_doubt")
+    except AfkLocalError:
+        return 0
+
+
+def needs_you(store: Store) -> tuple[list[RunRow], int]:
+    """The runs that wait for a person, newest change first (at most :data:`MAX_NEEDS_YOU`),
+    and how many there are: paused (an answer), failed, and interrupted (a crash left
+    them; effects in doubt are named). Statuses come from the store's meta index (one
+    ``stat`` per run); only the runs shown, and at most :data:`MAX_LIVENESS_CHECKS` runs
+    marked running, are read."""
+    if not store.runs_dir.is_dir():
+        return [], 0
+    waiting: list[tuple[int, str]] = []
+    running: list[tuple[int, str]] = []
+    for run_id, summary in store.meta_index().summaries().items():
+        if summary.status in (RunStatus.PAUSED.value, RunStatus.FAILED.value):
+            waiting.append((summary.updated_ms, run_id))
+        elif summary.status == RunStatus.RUNNING.value:
+            running.append((summary.updated_ms, run_id))
+    running.sort(reverse=True)
+    for updated, run_id in running[:MAX_LIVENESS_CHECKS]:
+        try:
+            if store.info(run_id).interrupted:
+                waiting.append((updated, run_id))
+        except AfkLocalError:
+            continue
+    waiting.sort(reverse=True)
+    rows, now = [], now_ms()
+    for _, run_id in waiting[:MAX_NEEDS_YOU]:
+        try:
+            info = store.info(run_id)
+        except AfkLocalError:
+            continue
+        doubt = _in_doubt(store, run_id) if info.status is not RunStatus.PAUSED else 0
+        if doubt:
+            why = f"{doubt} effect(s) in doubt: settle them"
+        elif info.status is RunStatus.PAUSED:
+            why = "waits for an answer"
+        elif info.status is RunStatus.FAILED:
+            why = "failed"
+        else:
+            why = "interrupted: resume it"
+        rows.append(replace(run_row(info, now), needs=why))
+    return rows, len(waiting)
 
 
 @dataclass
@@ -191,43 +253,104 @@ def runs_page(store: Store, query: RunsQuery) -> RunsPage:
     return page
 
 
+def rows_of(store: Store, run_ids: list[str]) -> RunsPage:
+    """The rows of the runs ``run_ids`` (at most :data:`MAX_PAGE_SIZE`), as the runs page
+    shows them: what a page fetches when the runs it shows changed. A run that is gone,
+    refused or unreadable has no row."""
+    page = RunsPage(query=RunsQuery())
+    now = now_ms()
+    for run_id in dict.fromkeys(run_ids[:MAX_PAGE_SIZE]):
+        try:
+            require_run(store, run_id)
+            page.rows.append(run_row(store.info(run_id), now))
+        except AfkLocalError:
+            continue
+    return page
+
+
 @dataclass(frozen=True)
 class TimelineEvent:
-    """One thing that happened in a run: an attempt, a checkpoint, a step, a pause, a sleep."""
+    """One thing that happened in a run: an attempt, checkpoints, a step, a pause, a sleep."""
 
     at_ms: int
     kind: str
-    """``attempt`` (a process started the run), ``checkpoint``, ``pause`` (it waits for
-    a person), ``answer`` (a pause's answer), ``sleep`` (a durable ``ctx.sleep``),
-    ``step`` (a journaled call began), ``outcome`` (it ended) or ``end`` (the run did)."""
+    """``attempt`` (a process started the run), ``checkpoint`` (one or a run of alike
+    checkpoints), ``pause`` (it waits for a person), ``answer`` (a pause's answer),
+    ``sleep`` (a durable ``ctx.sleep``), ``step`` (a journaled call, from its intent to
+    its outcome) or ``end`` (the run did)."""
     what: str
     detail: str = ""
     seq: int | None = None
+    step: int | None = None
+    """The run's step then (a journaled call's own step), None when not known."""
+    count: int = 1
+    """Alike checkpoints in a row (same phase and step) shown as this one line."""
+    last_seq: int | None = None
+    """The newest of those checkpoints (None: one checkpoint)."""
+    took: str = ""
+    """How long it lasted: a step from intent to outcome, a run of checkpoints first to last."""
+
+
+def format_took(ms: int) -> str:
+    """A duration for the timeline: ``850 ms``, ``2.4 s``, ``3m05s``."""
+    if ms < 1000:
+        return f"{max(0, ms)} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    return format_duration(ms / 1000)
+
+
+def group_timeline(events: list[TimelineEvent]) -> list[TimelineEvent]:
+    """``events`` oldest first, each run of alike checkpoints (same phase, same step) made one
+    line that says how many and how long, so a loop's thousand ``runtime_state`` checkpoints
+    read as one line per step."""
+    grouped: list[TimelineEvent] = []
+    for event in sorted(events, key=lambda e: e.at_ms):
+        last = grouped[-1] if grouped else None
+        if (
+            last is not None
+            and event.kind == last.kind == "checkpoint"
+            and (event.what, event.step) == (last.what, last.step)
+        ):
+            first_detail = last.detail.split(" to ", 1)[0] if last.count > 1 else last.detail
+            detail = first_detail
+            if event.detail and event.detail != first_detail:
+                detail = f"{first_detail} to {event.detail}" if first_detail else event.detail
+            grouped[-1] = replace(
+                last,
+                count=last.count + 1,
+                last_seq=event.seq,
+                detail=detail,
+                took=format_took(event.at_ms - last.at_ms),
+            )
+            continue
+        grouped.append(event)
+    return grouped
 
 
 def _checkpoint_event(ckpt: Any) -> TimelineEvent:
     """A checkpoint as the timeline tells it: its phase says what happened, its detail
     where the run stood (:func:`~afk_local.storage.views.run_progress.format_position`)."""
     payload = ckpt.payload if isinstance(ckpt.payload, dict) else {}
-    at, seq = ckpt.timestamp_ms, ckpt.seq
+    at, seq, step = ckpt.timestamp_ms, ckpt.seq, ckpt.step
     where = format_position(ckpt.step, progress_of(payload))
     if ckpt.phase == Phase.RUN_STARTED.value:
         what = "attempt started (a resume)" if payload.get("resumed") else "attempt started"
-        return TimelineEvent(at, "attempt", what, where, seq)
+        return TimelineEvent(at, "attempt", what, where, seq, step)
     if ckpt.phase == Phase.PAUSED.value:
         kind = payload.get("kind")
         what = f"paused: waits for {kind}" if isinstance(kind, str) else "paused"
-        return TimelineEvent(at, "pause", shown_text(what), where, seq)
+        return TimelineEvent(at, "pause", shown_text(what), where, seq, step)
     if ckpt.phase == Phase.RUN_TERMINAL.value:
         state = payload.get("state")
         what = f"run {state}" if isinstance(state, str) else "run ended"
-        return TimelineEvent(at, "end", shown_text(what), where, seq)
-    return TimelineEvent(at, "checkpoint", ckpt.phase, where, seq)
+        return TimelineEvent(at, "end", shown_text(what), where, seq, step)
+    return TimelineEvent(at, "checkpoint", ckpt.phase, where, seq, step)
 
 
 def _effect_events(row: dict[str, Any]) -> list[TimelineEvent]:
-    """A journaled call as the timeline tells it: a step and its outcome, a pause's
-    answer (``@pause``) or a sleep's due time (``@sleep``)."""
+    """A journaled call as the timeline tells it: a step from its intent to its outcome, a
+    pause's answer (``@pause``) or a sleep's due time (``@sleep``)."""
     name = shown_text(row["name"] or row["key"])
     if row["name"] == PAUSE_NAME:
         if row["outcome_ms"] and row["state"] == "ok":
@@ -241,17 +364,21 @@ def _effect_events(row: dict[str, Any]) -> list[TimelineEvent]:
                 )
             ]
         return []
-    events = []
-    if row["intent_ms"]:
-        events.append(TimelineEvent(row["intent_ms"], "step", name))
-    if row["outcome_ms"]:
-        events.append(TimelineEvent(row["outcome_ms"], "outcome", name, row["state"]))
-    return events
+    began, ended = row["intent_ms"], row["outcome_ms"]
+    if not began and not ended:
+        return []
+    state = "IN DOUBT" if row["state"] == "in_doubt" else str(row["state"])
+    took = format_took(ended - began) if began and ended else ""
+    return [TimelineEvent(began or ended, "step", name, state, step=row["step"], took=took)]
 
 
-def _timeline(reader: Any, files: list[Any], effects: list[dict[str, Any]]) -> list[TimelineEvent]:
-    """The events of ``files`` (checkpoints) and ``effects`` (effect rows), unsorted."""
+def _timeline(
+    reader: Any, files: list[Any], effects: list[dict[str, Any]]
+) -> tuple[list[TimelineEvent], Any]:
+    """The events of ``files`` (checkpoints) and ``effects`` (effect rows), unsorted, and
+    the payload of the newest of ``files`` that ends the run (None: none does)."""
     timeline: list[TimelineEvent] = []
+    ended: Any = None
     for file in files:
         try:
             ckpt = reader.load(file)
@@ -259,9 +386,11 @@ def _timeline(reader: Any, files: list[Any], effects: list[dict[str, Any]]) -> l
             timeline.append(TimelineEvent(0, "checkpoint", file.phase, run_failure(exc), file.seq))
             continue
         timeline.append(_checkpoint_event(ckpt))
+        if ckpt.phase == Phase.RUN_TERMINAL.value:
+            ended = ckpt.payload
     for row in effects:
         timeline.extend(_effect_events(row))
-    return timeline
+    return timeline, ended
 
 
 @dataclass
@@ -289,6 +418,33 @@ class RunPage:
     """The watcher's newest attempt logs, newest first."""
     position: str = ""
     """Where the run stood at its newest checkpoint (``12 of 40 items done, step 3``)."""
+    traceback: str | None = None
+    """The failure's stored traceback (its end, when long)."""
+    innermost: str | None = None
+    """The innermost frame of that traceback: where the error was raised."""
+    result: str | None = None
+    """A completed run's result, as JSON."""
+    can_resume: bool = False
+    """A resume through the watcher can work: not live, not ended, resumable code."""
+    can_cancel: bool = False
+    """Cancel can work: not ended, and no live process holds the run."""
+    metrics_cut: bool = False
+    """Metrics were read from the newest :data:`METRIC_CHECKPOINTS` checkpoints only."""
+    needs: str = ""
+    """What the run waits for a person to do ("" when nothing)."""
+
+
+def innermost_frame(traceback: str) -> str | None:
+    """The last ``File "...", line N, in f`` of a Python traceback, with its source line."""
+    lines = traceback.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].lstrip().startswith('File "'):
+            source = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            frame = lines[i].strip()
+            if source and not source.startswith(("File ", "^", "~")):
+                return f"{frame}\n    {source}"
+            return frame
+    return None
 
 
 def undoable_settlements(effects: list[Any], attempt: int) -> frozenset[str]:
@@ -347,7 +503,7 @@ def run_page(store: Store, run_id: str) -> RunPage:
         effects_problem = str(exc)
     effects_total = len(effects)
     files = reader.checkpoint_files()
-    timeline = _timeline(reader, files[-TIMELINE_LIMIT:], effects)
+    timeline, ended = _timeline(reader, files[-TIMELINE_LIMIT:], effects)
     first = files[0] if files else None
     started = first is None or (first.seq == 1 and first.phase != Phase.RUN_STARTED.value)
     if started and meta.attempt >= 1:
@@ -363,14 +519,24 @@ def run_page(store: Store, run_id: str) -> RunPage:
                 "`afk-local watch` wakes it then",
             )
         )
-    timeline.sort(key=lambda e: e.at_ms, reverse=True)
+    timeline = group_timeline(timeline)[::-1]
     metrics = MetricLog()
     metrics_problem = None
     try:
-        metrics = reader.metrics()
+        metrics = read_metrics(reader, newest=METRIC_CHECKPOINTS)
     except AfkLocalError as exc:
         metrics_problem = str(exc)
     pause_seq = waiting_at(meta)
+    traceback = meta.error.traceback if meta.error is not None else None
+    result = None
+    if (
+        meta.status is RunStatus.COMPLETED
+        and isinstance(ended, dict)
+        and "terminal_result" in ended
+    ):
+        result = shown_json(ended["terminal_result"])
+    ended_status = meta.status in (RunStatus.COMPLETED, RunStatus.CANCELLED)
+    live = info.owner_alive
     return RunPage(
         info=info,
         meta=meta,
@@ -393,7 +559,36 @@ def run_page(store: Store, run_id: str) -> RunPage:
         undoable=undoable,
         logs=attempt_logs(reader.paths.dir),
         position=format_position(info.step, info.progress),
+        traceback=(
+            traceback
+            if not traceback or len(traceback) <= MAX_SHOWN_TRACEBACK
+            else "...\n" + traceback[-MAX_SHOWN_TRACEBACK:]
+        ),
+        innermost=innermost_frame(traceback) if traceback else None,
+        result=result,
+        can_resume=(
+            not live
+            and meta.status in (RunStatus.FAILED, RunStatus.RUNNING, RunStatus.CREATED)
+            and bool(meta.entrypoint)
+            and cannot_resume(meta) is None
+        ),
+        can_cancel=not live and not ended_status,
+        metrics_cut=len(files) > METRIC_CHECKPOINTS,
+        needs=_needs(meta, info, sum(1 for e in effects if e["state"] == "in_doubt")),
     )
+
+
+def _needs(meta: RunMeta, info: RunInfo, in_doubt: int) -> str:
+    """What a run's page asks of a person, first thing."""
+    if in_doubt:
+        return f"{in_doubt} effect(s) in doubt: check what happened and settle them below"
+    if meta.status is RunStatus.PAUSED:
+        return "it waits for your answer below"
+    if meta.status is RunStatus.FAILED:
+        return "it failed: see where below, then resume, restart or cancel it"
+    if info.interrupted:
+        return "its process is gone: resume it (through the watcher) below"
+    return ""
 
 
 def runs_by_itself(page: RunPage) -> bool:
@@ -418,7 +613,12 @@ class CheckpointPage:
     """Where the run stood (``12 of 40 items done, step 3``; ``""``: nothing known)."""
     at: str
     payload: str
-    seqs: list[int]
+    prev_seq: int | None = None
+    next_seq: int | None = None
+    first_seq: int = 0
+    last_seq: int = 0
+    kept: int = 0
+    """Checkpoints the run keeps (the diff form asks for a seq: no list of them all)."""
 
 
 def checkpoint_page(store: Store, run_id: str, seq: int) -> CheckpointPage:
@@ -426,6 +626,9 @@ def checkpoint_page(store: Store, run_id: str, seq: int) -> CheckpointPage:
     require_run(store, run_id)
     reader = store.open(run_id)
     ckpt = reader.get(seq)
+    seqs = [f.seq for f in reader.checkpoint_files()]
+    at = bisect.bisect_left(seqs, ckpt.seq)
+    after = at + 1 if at < len(seqs) and seqs[at] == ckpt.seq else at
     return CheckpointPage(
         run_id=run_id,
         seq=ckpt.seq,
@@ -434,7 +637,11 @@ def checkpoint_page(store: Store, run_id: str, seq: int) -> CheckpointPage:
         position=format_position(ckpt.step, progress_of(ckpt.payload)),
         at=format_ms(ckpt.timestamp_ms),
         payload=shown_json(ckpt.payload),
-        seqs=[f.seq for f in reader.checkpoint_files()],
+        prev_seq=seqs[at - 1] if at > 0 else None,
+        next_seq=seqs[after] if after < len(seqs) else None,
+        first_seq=seqs[0] if seqs else ckpt.seq,
+        last_seq=seqs[-1] if seqs else ckpt.seq,
+        kept=len(seqs),
     )
 
 
@@ -493,6 +700,10 @@ def _first_paths(changes: dict[str, Any], limit: int) -> dict[str, list[tuple[st
     return shown
 
 
+MAX_STORE_ROWS = 50
+"""Runs each list of the store page names (the biggest, those gc deletes or compacts)."""
+
+
 @dataclass
 class StorePage:
     """What the store page shows: disk use by run, what gc would remove, verify results."""
@@ -502,12 +713,21 @@ class StorePage:
     total_bytes: str = "0 B"
     by_size: list[tuple[str, str]] = field(default_factory=list)
     gc: dict[str, Any] = field(default_factory=dict)
+    """``afk-local gc --dry-run``'s report, its lists cut to :data:`MAX_STORE_ROWS`."""
+    gc_deleted: int = 0
+    """Runs gc would delete (``gc["deleted_runs"]`` names the first)."""
+    gc_compacted: int = 0
+    """Runs gc would compact (``gc["compacted"]`` holds the first)."""
     gc_freed: str = "0 B"
     verified: list[tuple[str, int, list[str]]] | None = None
+    """The runs verify found problems in (at most :data:`MAX_STORE_ROWS`)."""
+    verified_runs: int = 0
+    verified_bad: int = 0
 
 
-def store_page(store: Store, *, verify: bool = False, top: int = 50) -> StorePage:
-    """The store page; ``verify`` reads every file of every run (slow on large stores)."""
+def store_page(store: Store, *, verify: bool = False, top: int = MAX_STORE_ROWS) -> StorePage:
+    """The store page; reads every run (and with ``verify`` every file): computed off the
+    request (:mod:`~afk_local.ui.store_stats`), its lists cut to ``top`` runs."""
     page = StorePage(root=str(store.root))
     if not store.runs_dir.is_dir():
         return page
@@ -517,18 +737,33 @@ def store_page(store: Store, *, verify: bool = False, top: int = 50) -> StorePag
     biggest = sorted(infos, key=lambda i: i.bytes, reverse=True)[:top]
     page.by_size = [(i.run_id, format_bytes(i.bytes)) for i in biggest]
     report = store.gc(RetentionPolicy(), dry_run=True)
-    page.gc = report.to_dict()
+    gc = report.to_dict()
+    compacted = [
+        c
+        for c in gc.get("compacted", [])
+        if c.get("deleted_files") or c.get("rewritten_files") or c.get("effects_dropped")
+    ]
+    page.gc_deleted, page.gc_compacted = len(gc.get("deleted_runs", [])), len(compacted)
+    gc["deleted_runs"] = gc.get("deleted_runs", [])[:top]
+    gc["compacted"] = compacted[:top]
+    gc["errors"] = gc.get("errors", [])[:top]
+    page.gc = gc
     page.gc_freed = format_bytes(report.bytes_freed)
     if verify:
         page.verified = []
         for run_id in store.run_ids():
+            page.verified_runs += 1
             try:
                 result = store.open(run_id).verify()
             except AfkLocalError as exc:
-                page.verified.append((run_id, 0, [str(exc)]))
-                continue
-            problems = [f"{p.path}: {p.reason}" for p in result.problems]
-            page.verified.append((run_id, result.checked_files, problems))
+                problems, checked = [str(exc)], 0
+            else:
+                problems = [f"{p.path}: {p.reason}" for p in result.problems]
+                checked = result.checked_files
+            if problems:
+                page.verified_bad += 1
+                if len(page.verified) < top:
+                    page.verified.append((run_id, checked, problems[:top]))
     return page
 
 
@@ -538,6 +773,9 @@ __all__ = [
     "MAX_PAGE_SIZE",
     "MAX_SHOWN_ERROR",
     "MAX_SHOWN_TEXT",
+    "MAX_SHOWN_TRACEBACK",
+    "MAX_STORE_ROWS",
+    "METRIC_CHECKPOINTS",
     "PAGE_SIZE",
     "STATUSES",
     "CheckpointPage",
@@ -550,7 +788,12 @@ __all__ = [
     "TimelineEvent",
     "checkpoint_page",
     "diff_page",
+    "format_took",
+    "group_timeline",
+    "innermost_frame",
+    "needs_you",
     "require_run",
+    "rows_of",
     "run_page",
     "run_row",
     "runs_by_itself",

@@ -7,6 +7,7 @@ are importable as ``ui_server:...`` by the children that run them.
 
 from __future__ import annotations
 
+import html
 import os
 import queue
 import re
@@ -47,6 +48,13 @@ class Served:
     token: str
     port: int
     process: subprocess.Popen[str]
+    host: str = "127.0.0.1"
+    """The loopback address the server chose for this launch."""
+
+    @property
+    def cookie_name(self) -> str:
+        """The name of the cookie that carries the token."""
+        return f"afk_local_ui_{self.port}"
 
     def get(self, path: str, *, token: bool = True, headers: dict[str, str] | None = None):
         """GET ``path`` (with ``?token=`` unless not ``token``): (status, headers, body)."""
@@ -78,12 +86,17 @@ def request(
     token: bool = True,
     headers: dict[str, str] | None = None,
 ):
-    """One HTTP request to ``served``: (status, headers, body text); never raises on 4xx/5xx."""
+    """One HTTP request to ``served``: (status, headers, body text); never raises on 4xx/5xx.
+
+    With ``token`` the request carries the token as the page's cookie (what a browser
+    sends once the first URL traded it for one)."""
     url = served.base + path
+    headers = dict(headers or {})
     if token:
-        url += ("&" if "?" in path else "?") + "token=" + served.token
+        cookie = f"{served.cookie_name}={served.token}"
+        headers["Cookie"] = f"{headers['Cookie']}; {cookie}" if "Cookie" in headers else cookie
     data = urlencode(form).encode() if form is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     opener = urllib.request.build_opener(_NoRedirect)
     try:
         with opener.open(req, timeout=60) as answer:
@@ -103,8 +116,9 @@ def served(root: Path, *flags: str, env: dict[str, str] | None = None) -> Iterat
         url = _printed_url(process)
         parts = urlsplit(url)
         token = parts.query.removeprefix("token=")
-        assert parts.port is not None
-        yield Served(url, f"{parts.scheme}://{parts.netloc}", token, parts.port, process)
+        assert parts.port is not None and parts.hostname is not None
+        base = f"{parts.scheme}://{parts.netloc}"
+        yield Served(url, base, token, parts.port, process, parts.hostname)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -166,6 +180,21 @@ def wait_for_run(store: afk.Store, run_id: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"run {run_id} was not created in 60 s")
         time.sleep(0.05)
+
+
+def said(server: Served, headers) -> str:
+    """What an action's redirect shows: the notice or problem on the page it names.
+
+    The address names what was said by an id only (``?said=ID``): no page shows text
+    taken from its address."""
+    location = headers["location"]
+    assert "?said=" in location and "notice" not in location, location
+    status, _, page = server.get(location)
+    assert status == 200, (location, status)
+    shown = r'<p class="(?:notice|problem)" role="(?:status|alert)">(.*?)</p>'
+    found = re.search(shown, page, re.S)
+    assert found, f"{location} shows nothing said"
+    return html.unescape(found.group(1))
 
 
 def csrf_of(html: str) -> str:

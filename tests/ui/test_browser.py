@@ -9,11 +9,13 @@ the tests also save the screenshots docs/ui.md shows.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -79,6 +81,7 @@ def world(tmp_path_factory: pytest.TempPathFactory):
     with pytest.raises(RuntimeError):
         ui_server.failing_job.with_store(store).run("the API said 500", run_id="nightly")
     ui_server.metric_job.with_store(store).run(20, run_id="fit")
+    os.symlink(store.paths("train-small").dir, root / "runs" / "linked")  # refused: a 4xx
     crash = proc.run(
         CRASH_IN_STEP,
         str(root),
@@ -169,7 +172,8 @@ def _paths(page) -> list[str]:
 
 def test_a_run_that_progresses_updates_without_a_reload_or_polling(page, world) -> None:
     expect = sync_api.expect
-    asked = _paths(page)
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
     page.goto(world["server"].base + "/")  # the token is in the cookie now
     progress = _row(page, "gated").locator(".progress-text")
     expect(progress).not_to_contain_text("1/3")
@@ -179,9 +183,19 @@ def test_a_run_that_progresses_updates_without_a_reload_or_polling(page, world) 
     (world["gates"] / "go1").touch()
     expect(progress).to_contain_text("2/3")
     assert page.evaluate("window.sameDocument === true")  # no navigation happened
-    assert "/runs/rows" not in asked  # pushed by the server, never polled
-    assert asked.count("/events") >= 1
-    assert set(asked) <= {"/", "/static/ui.css", "/static/ui.js", "/events"}
+    rows = [urlsplit(url).query for url in asked if urlsplit(url).path == "/runs/rows"]
+    # Its row alone, when it changed; and the whole page's rows once per load of the page
+    # (the fixture's and this test's), when it starts listening: what changed before.
+    assert "ids=gated" in rows and rows.count("") <= 2
+    assert set(rows) <= {"ids=gated", ""}
+    assert {urlsplit(url).path for url in asked} <= {
+        "/",
+        "/static/ui.css",
+        "/static/ui.js",
+        "/static/events.js",
+        "/events",
+        "/runs/rows",
+    }
 
 
 def test_without_event_source_the_runs_page_polls(browser, world) -> None:
@@ -199,8 +213,8 @@ def test_without_event_source_the_runs_page_polls(browser, world) -> None:
 
 def test_a_run_page_follows_its_run_without_a_reload(page, world) -> None:
     expect = sync_api.expect
-    asked = _paths(page)
     page.goto(world["server"].base + "/runs/followed")
+    asked = _paths(page)  # from now on (the runs page before it had its own requests)
     facts = page.locator("#live-facts")
     expect(facts).not_to_contain_text("1/2")
     page.evaluate("window.sameDocument = true")
@@ -238,6 +252,7 @@ def test_settling_an_in_doubt_effect_from_the_page_is_replayed_by_the_resume(pag
     store: afk.Store = world["store"]
     page.click('#runs-body a.run-link:text-is("pay")')
     expect(page.locator("#effects .doubt")).to_have_text("IN DOUBT")
+    expect(page.locator("#needs")).to_contain_text("1 effect(s) in doubt")  # not just "running"
     _shot(page, "ui-in-doubt.png")
     form = page.locator("form.settle")
     form.get_by_label("It happened").check()
@@ -501,3 +516,110 @@ def test_a_run_page_is_usable_with_the_keyboard(page, world) -> None:
     forked = page.url.split("/runs/")[1].split("?")[0]
     state = world["store"].open(forked).latest().payload["state"]
     assert state["by_keyboard"] is True
+
+
+def test_a_page_on_another_port_of_127_0_0_1_receives_no_ui_credential(browser, world) -> None:
+    """Browsers send a host's cookies to all its ports: a server of the page's own
+    address keeps the token from a local web server the user visits next."""
+    seen: list[str] = []
+
+    class Record(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Cookie") or "")  # the page and its favicon
+            body = b"<!doctype html><title>another local server</title>"
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Record)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    context = browser.new_context()
+    try:
+        tab = context.new_page()
+        tab.goto(world["server"].url)  # the page's cookie is set
+        sync_api.expect(_row(tab, "nightly")).to_have_count(1)
+        tab.goto(f"http://127.0.0.1:{other.server_address[1]}/")
+        tab.goto(f"http://localhost:{other.server_address[1]}/")
+        assert len(seen) >= 2
+        assert all(world["server"].token not in cookie for cookie in seen), seen
+        assert all("afk_local_ui" not in cookie for cookie in seen), seen
+    finally:
+        context.close()
+        other.shutdown()
+        other.server_close()
+
+
+def test_the_token_leaves_the_address_bar_after_the_first_load(browser, world) -> None:
+    context = browser.new_context()
+    try:
+        tab = context.new_page()
+        tab.goto(world["server"].url + "&status=failed")
+        sync_api.expect(_row(tab, "nightly")).to_have_count(1)
+        assert "token" not in tab.url and world["server"].token not in tab.url
+        assert urlsplit(tab.url).query == "status=failed"  # the rest of the address kept
+        tab.go_back()
+        assert world["server"].token not in tab.url  # nor in the history
+    finally:
+        context.close()
+
+
+def test_a_symlinked_run_answers_4xx_in_the_browser(page, world) -> None:
+    answer = page.goto(world["server"].base + "/runs/linked")
+    assert answer is not None and 400 <= answer.status < 500
+    assert answer.headers["x-frame-options"] == "DENY"
+    sync_api.expect(page.locator("main")).to_contain_text("symlink")
+
+
+def test_a_failed_run_shows_its_innermost_frame_and_a_completed_run_its_result(page, world) -> None:
+    expect = sync_api.expect
+    page.goto(world["server"].base + "/runs/nightly")
+    innermost = page.locator("#innermost")
+    expect(innermost).to_be_visible()
+    expect(innermost).to_contain_text("in failing_job")
+    expect(innermost).to_contain_text("raise RuntimeError(why)")
+    _shot(page, "ui-failed.png")
+    page.emulate_media(color_scheme="dark")  # the system's dark mode: the page follows
+    assert page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(22, 24, 28)"
+    _shot(page, "ui-dark.png")
+    page.emulate_media(color_scheme="light")
+    page.goto(world["server"].base + "/runs/train-small")
+    expect(page.locator("#result pre")).to_have_text("5")  # 0 + 1 + 4
+    page.goto(world["server"].base + "/")
+    expect(page.locator("#needs-you")).to_contain_text("nightly")
+    expect(_row(page, "nightly").locator("td.nowrap").first).to_have_css("white-space", "nowrap")
+
+
+def test_eight_tabs_load_and_each_follows_its_run(browser, tmp_path: Path) -> None:
+    """Browsers open six connections to a host at most: one event stream per tab left
+    the seventh tab loading forever. The tabs share one stream."""
+    expect = sync_api.expect
+    store = afk.Store(tmp_path / "store")
+    runs = [f"tab{i}" for i in range(8)]
+    for run_id in runs:
+        with pytest.raises(afk.RunPaused):
+            cli_jobs.ask_job.with_store(store).run(run_id, run_id=run_id)
+    with served(store.root) as server:
+        context = browser.new_context()
+        try:
+            first = context.new_page()
+            first.goto(server.url)
+            tabs = []
+            for run_id in runs:
+                tab = context.new_page()
+                tab.set_default_timeout(WAIT_MS)
+                tab.goto(f"{server.base}/runs/{run_id}")
+                expect(tab.locator("#run-status")).to_have_text("paused")
+                tab.evaluate("window.sameDocument = true")
+                tabs.append(tab)
+            for run_id in runs:
+                afk.cancel(run_id, store=store, reason="from the test")
+            for tab in tabs:
+                expect(tab.locator("#run-status")).to_have_text("cancelled")
+                assert tab.evaluate("window.sameDocument === true")  # followed, not reloaded
+        finally:
+            context.close()

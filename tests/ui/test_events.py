@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import json
 import signal
 from pathlib import Path
 
@@ -74,10 +75,10 @@ def test_an_event_with_several_lines_keeps_them() -> None:
     assert sse_event("rows", "<tr>\n</tr>") == b"event: rows\ndata: <tr>\ndata: </tr>\n\n"
 
 
-def _open_stream(server, query: str, *, token: bool = True) -> http.client.HTTPResponse:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT_S)
-    path = "/events?" + query + (f"&token={server.token}" if token else "")
-    conn.request("GET", path)
+def _open_stream(server, query: str = "", *, token: bool = True) -> http.client.HTTPResponse:
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=WAIT_S)
+    headers = {"Cookie": f"{server.cookie_name}={server.token}"} if token else {}
+    conn.request("GET", "/events?" + query, headers=headers)
     return conn.getresponse()
 
 
@@ -99,32 +100,29 @@ def _read_event(answer: http.client.HTTPResponse, kind: str) -> str:
             current, data = "", []
 
 
-def test_the_stream_needs_the_token_and_pushes_rows_and_run_changes(tmp_path: Path) -> None:
+def test_the_stream_needs_the_token_and_names_the_runs_that_changed(tmp_path: Path) -> None:
+    """One stream serves every page of a browser: it says which runs changed, and each
+    page fetches only what it shows of them."""
     store = afk.Store(tmp_path / "store")
     cli_jobs.count_job.with_store(store).run(2, str(tmp_path / "out.txt"), run_id="done")
     with pytest.raises(RuntimeError):
         ui_server.failing_job.with_store(store).run("boom", run_id="broken")
     with served(store.root) as server:
-        refused = _open_stream(server, "status=cancelled", token=False)
+        refused = _open_stream(server, token=False)
         assert refused.status == 403
-        rows = _open_stream(server, "status=cancelled")
-        assert rows.status == 200
-        assert rows.headers["content-type"].startswith("text/event-stream")
-        assert rows.readline() == b": still here\n"  # the stream is open: it listens
-        run = _open_stream(server, "run=broken")
-        assert run.readline() == b": still here\n"
+        stream = _open_stream(server)
+        assert stream.status == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        assert stream.readline() == b": still here\n"  # the stream is open: it listens
         afk.cancel("broken", store=store, reason="from the test")
-        html = _read_event(rows, "rows")
-        assert 'data-run="broken"' in html and 'data-run="done"' not in html  # the filter
-        assert _read_event(run, "run") == "broken"
-        assert _open_stream(server, "run=..%2Fetc").status == 404
+        assert json.loads(_read_event(stream, "changed")) == ["broken"]
 
 
 def test_stopping_the_server_ends_an_open_stream_cleanly(tmp_path: Path) -> None:
     store = afk.Store(tmp_path / "store")
     cli_jobs.count_job.with_store(store).run(1, str(tmp_path / "out.txt"), run_id="done")
     with served(store.root) as server:
-        stream = _open_stream(server, "")
+        stream = _open_stream(server)
         assert stream.readline() == b": still here\n"
         server.process.send_signal(signal.SIGTERM)
         rest = stream.read()  # the chunked answer ends properly: IncompleteRead if cut

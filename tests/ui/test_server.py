@@ -13,14 +13,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import unquote_plus, urlsplit
+from urllib.parse import urlsplit
 
 import cli_jobs
 import proc
 import pytest
 import ui_server
 from proc import SUPPORT
-from ui_server import ENV, csrf_of, other_address, served
+from ui_server import ENV, csrf_of, other_address, said, served
 
 import afk_local as afk
 from afk_local.testing import skipping_clock
@@ -68,10 +68,14 @@ def test_a_request_without_the_token_gets_403(server) -> None:
     assert status == 403
 
 
-def test_the_token_once_then_an_http_only_strict_cookie(server) -> None:
-    status, headers, body = server.get("/")
-    assert status == 200
-    assert "count-0" in body
+def test_the_token_once_then_a_redirect_without_it_setting_an_http_only_strict_cookie(
+    server,
+) -> None:
+    """The first URL trades the token for a cookie and leaves the address bar at once."""
+    status, headers, _ = server.get(f"/?status=failed&token={server.token}", token=False)
+    assert status == 303
+    assert headers["location"] == "/?status=failed"  # the token gone, the rest kept
+    assert headers["cache-control"] == "no-store"
     cookie = headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
     assert headers["referrer-policy"] == "same-origin"
@@ -83,12 +87,28 @@ def test_the_token_once_then_an_http_only_strict_cookie(server) -> None:
     assert status == 403
 
 
+def test_the_server_has_a_loopback_address_of_its_own(server, store) -> None:
+    """Browsers send a cookie to every port of its host: a host of its own keeps the
+    token from every other local server (127.0.0.1's, another launch's)."""
+    assert server.host.startswith("127.") and server.host != "127.0.0.1"
+    with served(store.root) as other:
+        assert other.host != server.host
+
+
 def test_the_host_header_must_name_the_loopback_server(server) -> None:
-    """A DNS-rebound name reaching 127.0.0.1 is refused, token or not."""
-    for host in ("evil.example", f"evil.example:{server.port}", f"127.0.0.1:{server.port + 1}"):
-        status, _, _ = server.get("/", headers={"Host": host})
+    """A DNS-rebound name reaching loopback is refused, token or not, and so are the
+    names whose cookies other local servers share (localhost, 127.0.0.1)."""
+    for host in (
+        "evil.example",
+        f"evil.example:{server.port}",
+        f"{server.host}:{server.port + 1}",
+        f"localhost:{server.port}",
+        f"127.0.0.1:{server.port}",
+    ):
+        status, headers, _ = server.get("/", headers={"Host": host})
         assert status == 403, host
-    status, _, _ = server.get("/", headers={"Host": f"localhost:{server.port}"})
+        assert headers["x-frame-options"] == "DENY"  # a refusal has the security headers
+    status, _, _ = server.get("/", headers={"Host": f"{server.host}:{server.port}"})
     assert status == 200
 
 
@@ -98,7 +118,7 @@ def test_the_server_is_not_reachable_on_another_interface(server) -> None:
         pytest.skip("this machine has no address but loopback")
     with pytest.raises(OSError):
         socket.create_connection((address, server.port), timeout=5).close()
-    socket.create_connection(("127.0.0.1", server.port), timeout=5).close()
+    socket.create_connection((server.host, server.port), timeout=5).close()
 
 
 def test_filters_and_pages_list_what_the_store_listing_admits(server) -> None:
@@ -159,17 +179,32 @@ def test_read_only_refuses_every_action(store) -> None:
     assert not store.requests_dir.exists() or not list(store.requests_dir.iterdir())
 
 
-def test_a_port_in_use_is_one_line_and_exit_2(server, store) -> None:
-    port = str(server.port)
-    taken = subprocess.run(
-        [sys.executable, "-m", "afk_local", "--root", str(store.root), "ui", "--port", port],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=60,
-    )
+def test_a_port_in_use_is_one_line_and_exit_2(store) -> None:
+    taken_port = socket.socket()
+    try:
+        taken_port.bind(("", 0))  # every address of the machine: loopback's too
+        taken_port.listen(1)
+        port = taken_port.getsockname()[1]
+        taken = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "afk_local",
+                "--root",
+                str(store.root),
+                "ui",
+                "--port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            env=ENV,
+            timeout=60,
+        )
+    finally:
+        taken_port.close()
     assert taken.returncode == 2
-    assert taken.stderr.startswith(f"afk-local: cannot serve on 127.0.0.1:{server.port}: ")
+    assert taken.stderr.startswith(f"afk-local: cannot serve on port {port} of loopback: ")
 
 
 def test_answering_a_pause_from_the_page_resumes_the_run_through_the_watcher(
@@ -184,7 +219,7 @@ def test_answering_a_pause_from_the_page_resumes_the_run_through_the_watcher(
         pause_seq = store.read_meta("ask").pause.seq
         form = {"csrf": csrf_of(page), "answer": '{"ok": true}', "pause_seq": str(pause_seq)}
         status, headers, _ = s.post("/runs/ask/answer", form)
-        assert status == 303 and "notice=" in headers["location"]
+        assert status == 303 and "answer handed to the watcher" in said(s, headers)
         status, _, _ = s.post("/runs/ask/answer", {**form, "answer": "not json"})
         assert status == 303  # refused with the reason on the run page, nothing written
     assert len(list(store.requests_dir.glob("*.json"))) == 1
@@ -206,21 +241,39 @@ def test_cancel_from_the_page_cancels_the_run_on_disk(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         ui_server.failing_job.with_store(store).run("boom", run_id="broken")
     with served(store.root) as s:
-        csrf = csrf_of(s.get("/runs/broken")[2])
+        page = s.get("/runs/broken")[2]
+        csrf = csrf_of(page)
+        assert 'name="confirm" value="yes" required' in page  # it destroys: confirmed
+        meta_before = (store.root / "runs" / "broken" / "run.meta").read_bytes()
         status, headers, _ = s.post("/runs/broken/cancel", {"csrf": csrf, "reason": "enough"})
+        assert status == 303 and "tick 'for good'" in said(s, headers)
+        assert (store.root / "runs" / "broken" / "run.meta").read_bytes() == meta_before
+        form = {"csrf": csrf, "reason": "enough", "confirm": "yes"}
+        status, headers, _ = s.post("/runs/broken/cancel", form)
         assert status == 303, headers
         assert store.read_meta("broken").status is afk.RunStatus.CANCELLED
-        status, headers, _ = s.post("/runs/broken/cancel", {"csrf": csrf})
+        status, headers, _ = s.post("/runs/broken/cancel", form)
         assert status == 303  # already cancelled: nothing changes, said on the page
         _, _, page = s.get("/runs/broken")
         assert "cancelled" in page and 'action="/runs/broken/cancel"' not in page
 
 
+def store_figures(server, query: str = "") -> str:
+    """The store page once its figures are read (they are read off the request)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        status, _, page = server.get("/store" + query)
+        assert status == 200
+        if "Figures read" in page and ("verify=1" not in query or "verified:" in page):
+            return page
+        time.sleep(0.1)
+    raise AssertionError("the store's figures were not read in 120 s")
+
+
 def test_the_store_page_shows_disk_use_gc_and_verify(server) -> None:
-    status, _, page = server.get("/store?verify=1")
-    assert status == 200
+    page = store_figures(server, "?verify=1")
     assert "count-0" in page and "would free" in page
-    assert page.count(">ok<") == 5
+    assert "5 run(s) verified: every file ok" in page
 
 
 def test_the_run_page_draws_metrics_shows_and_diffs_checkpoints(tmp_path: Path) -> None:
@@ -262,12 +315,17 @@ def test_each_checkpoint_of_a_loop_says_how_many_items_were_done_not_step_0(
         checkpoint_pages = [s.get(f"/runs/loop/checkpoints/{seq}")[2] for seq, _ in phases]
     shown = dict(
         re.findall(
-            r'/checkpoints/(\d+)">[^<]*</a> <span class="muted">\(checkpoint \d+\)</span></td>'
-            r"\s*<td>([^<]*)</td>",
+            r'/checkpoints/(\d+)">[^<]*</a>[^<]*'
+            r'<span class="muted">\(checkpoints? [^<]*(?:<a [^>]*>\d+</a>)?\)</span></td>'
+            r'\s*<td class="num nowrap took">[^<]*</td>\s*<td>([^<]*)</td>',
             page,
         )
     )
-    assert [shown[str(seq)] for seq, _ in phases] == expected
+    # The three checkpoints of step 0 are one line of the timeline, from the first to the last.
+    first = phases[0][0]
+    assert shown[str(first)] == f"{expected[0]} to {expected[2]}"
+    assert "&times;3" in page and f"(checkpoints {first}&ndash;<a href" in page
+    assert [shown[str(seq)] for seq, _ in phases[3:]] == expected[3:]
     last = phases[-1][0]
     assert f'id="position">{last} (6 kept): 5 of 5 items done, step 2</dd>' in page
     wheres = [re.search(r'id="position">([^<]*)</dd>', c) for c in checkpoint_pages]
@@ -354,13 +412,13 @@ def test_a_settlement_can_be_undone_from_the_page_until_a_resume_starts(tmp_path
         page = s.get("/runs/pay")[2]
         assert "IN DOUBT" not in page and undo_form in page
         status, headers, _ = s.post("/runs/pay/unsettle", {"csrf": csrf, "key": key})
-        assert status == 303 and "undone" in unquote_plus(headers["location"])
+        assert status == 303 and "undone" in said(s, headers)
         last = store.open("pay").effects()[-1]
         assert (last.kind, last.reopened) == ("intent", True)  # what `settle --undo` writes
         page = s.get("/runs/pay")[2]
         assert "IN DOUBT" in page and undo_form not in page
         status, headers, _ = s.post("/runs/pay/unsettle", {"csrf": csrf, "key": key})
-        assert status == 303 and "in doubt already" in unquote_plus(headers["location"])
+        assert status == 303 and "in doubt already" in said(s, headers)
         assert s.post("/runs/pay/settle", settled)[0] == 303
         resumed = subprocess.run(
             [sys.executable, "-m", "afk_local", "--root", str(store.root), "resume", "pay"],
@@ -373,7 +431,7 @@ def test_a_settlement_can_be_undone_from_the_page_until_a_resume_starts(tmp_path
         page = s.get("/runs/pay")[2]
         assert undo_form not in page  # a resume used the settlement: it stands
         status, headers, _ = s.post("/runs/pay/unsettle", {"csrf": csrf, "key": key})
-        assert status == 303 and "a resume has started" in unquote_plus(headers["location"])
+        assert status == 303 and "a resume has started" in said(s, headers)
     assert store.open("pay").effects()[-1].kind == "outcome"
     assert outside.read_text().count("charged 5") == 1  # the crashed call; never again
 
@@ -404,13 +462,6 @@ def test_the_run_page_shows_the_end_of_each_attempt_log_escaped(tmp_path: Path) 
     assert order == sorted(order)  # newest first
 
 
-def _problem(headers) -> str:
-    """The problem a refused action's redirect carries to the run page."""
-    location = headers["location"]
-    assert "problem=" in location, location
-    return unquote_plus(location.split("problem=", 1)[1])
-
-
 def test_fork_from_the_page_sets_values_by_the_cli_rules(tmp_path: Path) -> None:
     """The fork form's PATH=JSON lines are read as `fork --set` reads them; whatever the
     CLI refuses the page refuses with its reason, and nothing is created."""
@@ -437,12 +488,12 @@ def test_fork_from_the_page_sets_values_by_the_cli_rules(tmp_path: Path) -> None
         ):
             status, headers, _ = s.post("/runs/count/fork", {**base, **form})
             assert status == 303, form
-            assert reason in _problem(headers), (form, _problem(headers))
+            assert reason in said(s, headers), (form, said(s, headers))
         assert store.run_ids() == ["count"]  # nothing was created by a refused fork
         form = {**base, "as": "what-if", "set": 'state.total = 1000\r\n\r\nstate.note="edited"\r\n'}
         status, headers, _ = s.post("/runs/count/fork", form)
-        assert status == 303 and headers["location"].startswith("/runs/what-if?notice=")
-        assert "state.note, state.total set" in unquote_plus(headers["location"])
+        assert status == 303 and headers["location"].startswith("/runs/what-if?said=")
+        assert "state.note, state.total set" in said(s, headers)
     edited = store.open("what-if").latest()
     assert edited is not None and edited.seq == at.seq + 1
     assert edited.payload["state"] == {"total": 1000, "note": "edited"}
@@ -480,7 +531,7 @@ def test_resume_from_the_page_hands_a_failed_run_to_the_watcher(tmp_path: Path) 
         page = s.get("/runs/f")[2]
         assert 'action="/runs/f/resume"' in page
         status, headers, _ = s.post("/runs/f/resume", {"csrf": csrf_of(page)})
-        assert status == 303 and "resume handed to the watcher" in unquote_plus(headers["location"])
+        assert status == 303 and "resume handed to the watcher" in said(s, headers)
     assert len(list(store.requests_dir.glob("*.json"))) == 1
     watch = subprocess.run(
         [sys.executable, "-m", "afk_local", "watch", "--root", str(store.root), "--once", *FAST],
@@ -527,7 +578,9 @@ def test_open_hands_the_url_with_its_token_to_the_web_browser(tmp_path: Path) ->
         while not opened.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert opened.read_text() == s.url
-        status, _, page = s.get(urlsplit(s.url).path + "?" + urlsplit(s.url).query, token=False)
+        status, headers, _ = s.get(urlsplit(s.url).path + "?" + urlsplit(s.url).query, token=False)
+        assert status == 303 and s.token in headers["set-cookie"]
+        status, _, page = s.get(headers["location"])
         assert status == 200 and 'data-run="one"' in page
 
 
@@ -541,16 +594,18 @@ def test_the_store_page_says_what_gc_would_remove_and_what_verify_finds(tmp_path
     damaged.write_bytes(bytes(data))
     files = sorted(store.paths("long").dir.iterdir())
     with served(store.root) as s:
-        _, _, page = s.get("/store")
-        _, _, checked = s.get("/store?verify=1")
+        page = store_figures(s)
+        checked = store_figures(s, "?verify=1")
     gc = store.gc(dry_run=True)
     deleted = next(c for c in gc.to_dict()["compacted"] if c["run_id"] == "long")["deleted_files"]
     assert deleted > 0
     assert f"long</a>: {deleted} file(s) deleted" in page
     assert 'id="verify"' not in page and "Verify every file" in page  # only on request
-    hurt = re.search(r'<tr class="problem"><td><a href="/runs/hurt">.*?</tr>', checked, re.S)
+    hurt = re.search(
+        r'<tr class="problem"><td class="id"><a href="/runs/hurt">.*?</tr>', checked, re.S
+    )
     assert hurt is not None and damaged.name in hurt.group(0)
-    ok = r'<a href="/runs/long">long</a></td><td class="num">\d+</td>\s*<td>ok'
-    assert re.search(ok, checked)
+    assert "2 run(s) verified: 1 with problems" in checked
+    assert 'href="/runs/long"' not in checked.split('id="verify"')[1]  # only runs with problems
     assert sorted(store.run_ids()) == ["hurt", "long"]
     assert sorted(store.paths("long").dir.iterdir()) == files  # the page's gc is a dry run

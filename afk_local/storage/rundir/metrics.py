@@ -216,13 +216,18 @@ def _points(seq: int, stamped: Stamped) -> Iterable[MetricPoint]:
                 yield MetricPoint(name, float(value), step, stamped.timestamp_ms, seq)
 
 
-def read_metrics(run: RunFiles) -> MetricLog:
+def read_metrics(run: RunFiles, *, newest: int | None = None) -> MetricLog:
     """Every metric point of ``run``: its archive, then the checkpoints the archive does not hold.
 
+    ``newest=N`` reads only the newest N checkpoints (and the archive): what a page that
+    draws a run's recent metrics can afford on a run of many checkpoints.
     Damaged checkpoints are skipped (``afk-local verify`` names them); their points are lost.
     """
     batches = dict(read_archive(run))
-    for file in run.checkpoint_files():
+    files = run.checkpoint_files()
+    if newest is not None:
+        files = files[-newest:] if newest > 0 else []
+    for file in files:
         if file.seq in batches or file.phase not in _CARRIERS:
             continue
         try:

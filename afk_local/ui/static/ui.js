@@ -1,8 +1,11 @@
 // afk-local ui: keeps the runs table and a run's page current and lets the keyboard move
 // through the runs. Plain JavaScript, no library, nothing fetched from anywhere but this
-// server. The server pushes changes (server-sent events, /events); a browser without
-// EventSource polls instead (the runs table's rows, a run's page). Without JavaScript a
-// run's page that runs reloads itself (a <noscript> refresh in run.html).
+// server. The server pushes the ids of the runs that changed (server-sent events,
+// /events), through one stream for all of a browser's tabs (a SharedWorker,
+// events.js; without one, each tab's own stream, closed while the tab is hidden); a page
+// then fetches only what it shows of those runs. A browser without EventSource polls
+// instead (the runs table's rows, a run's page). Without JavaScript a run's page that
+// runs reloads itself (a <noscript> refresh in run.html).
 "use strict";
 
 const POLL_MS = 1000;
@@ -33,10 +36,108 @@ function showRows(body, html) {
   refocus(runId);
 }
 
-// The runs page: each "rows" event carries the table's new rows for this page's filters.
+// Call onChanged with the ids of the runs that changed ("*": any of them may have).
+// Returns false when the browser cannot listen (no EventSource): the page polls then.
+function listenForChanges(onChanged) {
+  if (!window.EventSource) return false;
+  if (window.SharedWorker) {
+    try {
+      const worker = new SharedWorker("/static/events.js", {name: "afk-local-events"});
+      worker.port.onmessage = (message) => onChanged(message.data);
+      worker.port.start();
+      window.addEventListener("pagehide", () => worker.port.postMessage("bye"));
+      return true;
+    } catch (err) {
+      // no shared worker here: a stream of this tab's own
+    }
+  }
+  let source = null;
+  function open() {
+    source = new EventSource("/events");
+    source.addEventListener("changed", (event) => onChanged(JSON.parse(event.data)));
+    source.addEventListener("open", () => onChanged("*"));  // what changed before it listened
+  }
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden && source) {
+      source.close();
+      source = null;
+    } else if (!document.hidden && !source) {
+      open();
+    }
+  });
+  if (!document.hidden) open();
+  return true;
+}
+
+// Run one fetch at a time; a call while one runs asks for one more after it.
+function oneAtATime(work) {
+  let busy = false;
+  let again = false;
+  return async function run() {
+    if (busy) {
+      again = true;
+      return;
+    }
+    busy = true;
+    try {
+      await work();
+    } catch (err) {
+      // the server stopped: keep what is shown
+    }
+    busy = false;
+    if (again) {
+      again = false;
+      await run();
+    }
+  };
+}
+
+// Replace the rows of the runs in html (rows of /runs/rows?ids=...) where they are shown.
+function patchRows(body, html) {
+  const fresh = document.createElement("tbody");
+  fresh.innerHTML = html;
+  const runId = focusedRun();
+  for (const row of Array.from(fresh.querySelectorAll("tr[data-run]"))) {
+    for (const old of body.querySelectorAll("tr[data-run]")) {
+      if (old.dataset.run === row.dataset.run) old.replaceWith(row);
+    }
+  }
+  body.dataset.last = body.innerHTML;
+  refocus(runId);
+}
+
+// The runs page: a change to runs it shows fetches their rows alone; a change to another
+// run fetches the whole page only on the first page (a new run may top it).
 function followRuns(table, body) {
-  const source = new EventSource(table.dataset.eventsUrl);
-  source.addEventListener("rows", (event) => showRows(body, event.data));
+  let pending = new Set();
+  let everything = false;
+  window.afkRowFetches = 0;
+  const refresh = oneAtATime(async () => {
+    const ids = Array.from(pending);
+    const all = everything;
+    pending = new Set();
+    everything = false;
+    window.afkRowFetches += 1;
+    const url = all ? table.dataset.rowsUrl : "/runs/rows?ids=" + encodeURIComponent(ids.join(","));
+    const answer = await fetch(url, {credentials: "same-origin", cache: "no-store"});
+    if (answer.ok) {
+      const html = await answer.text();
+      if (all) showRows(body, html);
+      else patchRows(body, html);
+    }
+  });
+  return listenForChanges((changed) => {
+    const shown = new Set(Array.from(body.querySelectorAll("tr[data-run]"), (row) => row.dataset.run));
+    if (changed === "*") {
+      everything = true;
+    } else {
+      for (const runId of changed) {
+        if (shown.has(runId)) pending.add(runId);
+        else if (table.dataset.firstPage === "1") everything = true;
+      }
+    }
+    if (everything || pending.size) refresh();
+  });
 }
 
 // A run's page: a "run" event says the run changed; fetch the page once and swap the
@@ -44,49 +145,31 @@ function followRuns(table, body) {
 // without EventSource fetches the page every second instead (less often when a fetch
 // is slow, never in a hidden tab).
 function followRun(main) {
-  let busy = false;
-  let again = false;
   window.afkRunEvents = 0;
   window.afkRunFetches = 0;
-  async function refresh() {
-    if (busy) {
-      again = true;
-      return;
+  const refresh = oneAtATime(async () => {
+    window.afkRunFetches += 1;
+    const answer = await fetch(location.pathname, {credentials: "same-origin", cache: "no-store"});
+    if (!answer.ok) return;
+    const fresh = new DOMParser().parseFromString(await answer.text(), "text/html");
+    for (const old of document.querySelectorAll("[data-live]")) {
+      const next = fresh.getElementById(old.id);
+      const typing = old.contains(document.activeElement) || old.querySelector("form[data-dirty]");
+      if (next && !typing && next.innerHTML !== old.innerHTML) old.replaceWith(document.adoptNode(next));
     }
-    busy = true;
-    try {
-      window.afkRunFetches += 1;
-      const answer = await fetch(location.pathname, {credentials: "same-origin", cache: "no-store"});
-      if (answer.ok) {
-        const fresh = new DOMParser().parseFromString(await answer.text(), "text/html");
-        for (const old of document.querySelectorAll("[data-live]")) {
-          const next = fresh.getElementById(old.id);
-          const typing = old.contains(document.activeElement) || old.querySelector("form[data-dirty]");
-          if (next && !typing && next.innerHTML !== old.innerHTML) old.replaceWith(document.adoptNode(next));
-        }
-      }
-    } catch (err) {
-      // the server stopped: keep what is shown
-    }
-    busy = false;
-    if (again) {
-      again = false;
-      await refresh();
-    }
-  }
+  });
   document.addEventListener("input", (event) => {
     const form = event.target.closest("form");
     if (form) form.dataset.dirty = "1";
   });
-  if (window.EventSource) {
-    const source = new EventSource(main.dataset.runEvents);
-    source.addEventListener("run", () => {
+  const runId = main.dataset.run;
+  const listening = listenForChanges((changed) => {
+    if (changed === "*" || changed.includes(runId)) {
       window.afkRunEvents += 1;
       refresh();
-    });
-  } else {
-    setTimeout(() => pollRun(refresh), POLL_MS);
-  }
+    }
+  });
+  if (!listening) setTimeout(() => pollRun(refresh), POLL_MS);
 }
 
 async function pollRun(refresh) {
@@ -137,12 +220,8 @@ document.addEventListener("DOMContentLoaded", () => {
   if (table && body) {
     body.dataset.last = "";
     table.addEventListener("keydown", moveInRuns);
-    if (window.EventSource) {
-      followRuns(table, body);
-    } else {
-      setTimeout(() => refreshRuns(table, body), POLL_MS);
-    }
+    if (!followRuns(table, body)) setTimeout(() => refreshRuns(table, body), POLL_MS);
   }
-  const main = document.querySelector("main[data-run-events]");
+  const main = document.querySelector("main[data-run]");
   if (main) followRun(main);
 });
