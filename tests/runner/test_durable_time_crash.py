@@ -13,8 +13,8 @@ import signal
 import time
 from pathlib import Path
 
-import time_jobs
 import pytest
+import time_jobs
 from proc import REPO, SUPPORT, kill_after, spawn
 
 import afk_local as afk
