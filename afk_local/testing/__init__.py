@@ -22,12 +22,15 @@ once and moves the clock forward (docs/time.md).
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,14 @@ from afk_local.storage.format.layout import new_run_id
 from afk_local.storage.fsio import Env, IoCall
 from afk_local.storage.store import Store
 from afk_local.testing.clock import ScaledClock, SkippingClock, skipping_clock
+from afk_local.testing.sweep import (
+    RESUMES,
+    SWEEP_LOG_ENV,
+    SweepResult,
+    SweepTrial,
+    kill_sweep,
+    record_effect,
+)
 
 try:
     import pytest
@@ -231,7 +242,47 @@ def _child_main(spec_json: str) -> None:
         raise SystemExit(EXIT_SLEEPING) from None
 
 
+SWEEP_SAMPLE = 3
+"""Kill points a sampled sweep (the ``kill_sweep`` fixture without ``--torture``) tries."""
+
+
 if pytest is not None:
+
+    def pytest_addoption(parser: pytest.Parser) -> None:
+        """``--torture``: the ``kill_sweep`` fixture tries every kill point, and pairs."""
+        # a project with its own --torture keeps it (ValueError); the fixture reads it
+        with contextlib.suppress(ValueError):
+            parser.addoption(
+                "--torture",
+                action="store_true",
+                default=False,
+                help="long crash suites: every kill point of kill_sweep, and kills in resumes",
+            )
+
+    @pytest.fixture(name="kill_sweep")
+    def _kill_sweep_fixture(
+        request: pytest.FixtureRequest, tmp_path: Path
+    ) -> Callable[..., SweepResult]:
+        """:func:`kill_sweep` for a test: sampled, or every point and pairs under ``--torture``.
+
+        The sample is drawn from ``$AFK_KILL_SEED`` (default: today's date) and the test's
+        id, so each day tries other points; stores go under the test's ``tmp_path``.
+        Keyword options given to the call win.
+        """
+        torture = bool(request.config.getoption("--torture", default=False))
+        seed = os.environ.get("AFK_KILL_SEED") or datetime.date.today().isoformat()
+        count = itertools.count()
+
+        def sweep(job: Any, *args: Any, **kwargs: Any) -> SweepResult:
+            options: dict[str, Any] = {
+                "sample": None if torture else SWEEP_SAMPLE,
+                "pairs": torture,
+                "seed": f"{seed}:{request.node.nodeid}",
+                "workdir": tmp_path / f"sweep-{next(count)}",
+            }
+            return kill_sweep(job, *args, **{**options, **kwargs})
+
+        return sweep
 
     @pytest.fixture
     def afk_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
@@ -254,15 +305,22 @@ __all__ = [
     "EXIT_PAUSED",
     "EXIT_SLEEPING",
     "KILL_POINTS",
+    "RESUMES",
+    "SWEEP_LOG_ENV",
+    "SWEEP_SAMPLE",
     "Env",
     "IoCall",
     "IoKillSwitch",
     "KillResult",
     "ScaledClock",
     "SkippingClock",
+    "SweepResult",
+    "SweepTrial",
     "afk_clock",
     "afk_store",
     "kill_at_io_call",
+    "kill_sweep",
+    "record_effect",
     "run_and_kill",
     "skipping_clock",
 ]

@@ -1,0 +1,147 @@
+"""Jobs swept by ``afk_local.testing.kill_sweep`` in tests/testing/test_kill_sweep.py.
+
+Each side effect writes a line to the sweep's effect log (``record_effect``), so a
+repeated effect is seen; children import these by entrypoint (``sweep_jobs:NAME``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import afk_local as afk
+from afk_local.testing import record_effect
+
+
+def charge(order: int) -> str:
+    """A payment without an idempotency key: a kill during it leaves it in doubt."""
+    record_effect(f"charge {order}")
+    return f"receipt {order}"
+
+
+def _charges(ctx: afk.RunContext, n: int) -> list[str]:
+    receipts: list[str] = ctx.state.setdefault("receipts", [])
+    for order in ctx.iterate(range(n), progress=False):
+        receipts.append(ctx.step("charge", charge, order))
+    return list(receipts)
+
+
+def _make(mode: str) -> afk.DurableFunction[list[str]]:
+    def job(ctx: afk.RunContext, n: int) -> list[str]:
+        return _charges(ctx, n)
+
+    job.__name__ = job.__qualname__ = f"charges_{mode}"
+    return afk.durable(durability=mode)(job)
+
+
+charges_sync = _make("sync")
+charges_async = _make("async")
+charges_exit = _make("exit")
+
+
+@afk.durable
+async def charges_coroutine(ctx: afk.RunContext, n: int) -> list[str]:
+    """The async-def twin of the charges jobs (``ctx.astep``)."""
+    receipts: list[str] = ctx.state.setdefault("receipts", [])
+    for order in ctx.iterate(range(n), progress=False):
+        receipts.append(await ctx.astep("charge", charge, order))
+    return list(receipts)
+
+
+def state_loop(n: int, *, run_id: str) -> int:
+    """A plain loop made resumable by a StateCheckpoint in ``$AFK_LOCAL_ROOT``."""
+    ckpt = afk.StateCheckpoint(os.environ["AFK_LOCAL_ROOT"])
+    if ckpt.is_complete:
+        return int(ckpt.get_result())
+    state = ckpt.load() or {"i": 0, "total": 0}
+    for i in range(state["i"], n):
+        state["total"] += i * i
+        state["i"] = i + 1
+        ckpt.save(state)
+    ckpt.mark_complete(state["total"])
+    return int(state["total"])
+
+
+def flaky_charge(order: int, failures: int) -> str:
+    """Fails its first ``failures`` calls (counted in the effect log), then charges."""
+    path = os.environ.get("AFK_SWEEP_LOG", "")
+    tried = sum(1 for line in _lines(path) if line.startswith(f"try {order}"))
+    record_effect(f"try {order} #{tried + 1}")
+    if tried < failures:
+        raise ConnectionError(f"try {tried + 1} of order {order} failed")
+    return f"receipt {order}"
+
+
+def _lines(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+@afk.durable
+def retried_charge(ctx: afk.RunContext, failures: int) -> str:
+    """One step failing ``failures`` times, under Retry(attempts=3) with short backoffs."""
+    policy = afk.Retry(attempts=3, initial=0.01, on=(ConnectionError,))
+    receipt: str = ctx.step("charge", flaky_charge, 1, failures, retry=policy)
+    return receipt
+
+
+@afk.durable
+def sleepy_charges(ctx: afk.RunContext, seconds: float) -> list[str]:
+    """A charge, a durable sleep that parks the run, another charge."""
+    first = ctx.step("charge", charge, 1)
+    ctx.sleep(seconds, park_after=1.0)
+    return [first, ctx.step("charge", charge, 2)]
+
+
+@afk.durable
+def limited_charges(ctx: afk.RunContext, n: int) -> list[str]:
+    """Charges under a shared ``Limit`` (its slots are files in the store)."""
+    api = afk.Limit("payments", concurrent=1, per_minute=600)
+    return [ctx.step("charge", charge, order, limit=api) for order in range(n)]
+
+
+@afk.durable
+def forgetful(ctx: afk.RunContext, n: int) -> int:
+    """WRONG on purpose: charges outside any step, so a resume charges again."""
+    for order in ctx.iterate(range(n), progress=False):
+        charge(order)
+    return n
+
+
+def _scripted_model(steps: int) -> Any:
+    """Asks for one ``charge`` per step, then answers; each question is an effect line."""
+
+    def model(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> afk.LLMResponse:
+        step = sum(m["role"] == "assistant" for m in messages) + 1
+        record_effect(f"model asked {step}")
+        if step > steps:
+            return afk.LLMResponse(text=f"charged {steps} orders", finish_reason="stop")
+        call = afk.ToolCall(id=f"c{step}", name="charge", arguments={"order": step})
+        return afk.LLMResponse(text=None, tool_calls=[call], finish_reason="tool_calls")
+
+    return model
+
+
+@afk.agent_factory
+def build_agent(context: dict[str, Any]) -> afk.Agent:
+    """The swept agent (also how ``afk-local resume`` rebuilds it)."""
+    return afk.Agent(
+        "cashier",
+        "Charge the orders.",
+        _scripted_model(int(context["steps"])),
+        {"charge": charge},
+        model="scripted",
+        max_steps=int(context["steps"]) + 1,
+        llm_retries=0,
+        entrypoint="sweep_jobs:build_agent",
+    )
+
+
+def agent_run(steps: int, *, run_id: str) -> str | None:
+    """An AgentRunner run in ``$AFK_LOCAL_ROOT``: what a user's script would call."""
+    context = {"steps": steps}
+    result = afk.AgentRunner().run(build_agent(context), "go", run_id=run_id, context=context)
+    return result.final_text
