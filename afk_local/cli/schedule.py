@@ -131,7 +131,7 @@ def _when(schedule: Schedule) -> str:
 
 def _facts(store: Any, schedule: Schedule) -> dict[str, Any]:
     try:
-        newest = last_started_slot(store, schedule.name)
+        newest = last_started_slot(store, schedule.name, schedule.created_ms)
     except ValueError:
         newest = None
     now = current_clock().time()

@@ -6,7 +6,9 @@ watcher reads them and, for each due slot (:mod:`afk_local.watcher.slots`), crea
 the run ``<name>--<slot as YYYYmmddTHHMMSSZ>`` with the schedule's job and arguments.
 Watchers take a schedule's slots one at a time, under ``<name>.lock``, and move
 ``<name>.mark`` (the newest slot started) forward after each run they make: a slot
-at or before the mark never starts again, even once its run was removed. The run
+at or before the mark never starts again, even once its run was removed (a mark past
+the clock's time, left while the clock was ahead, is moved back to now; a mark belongs
+to the schedule it was made for, by its ``created_ms``, and goes with it). The run
 id is a function of the slot and the run is created create-only (the run
 directory's ``mkdir``), a second guard: two watchers, a restarted watcher or one
 after a reboot all compute the same id and only one of them creates it.
@@ -184,25 +186,32 @@ def list_schedules(store: Store) -> list[tuple[Path, Schedule | str]]:
 
 
 def remove_schedule(store: Store, name: str) -> bool:
-    """Delete schedule ``name`` (its runs stay); False when there was none."""
+    """Delete schedule ``name`` and its mark (its runs stay); False when there was none."""
     path = schedule_path(store, name)
     try:
         fsio.unlink(path, missing_ok=False)
     except FileNotFoundError:
         return False
+    # a schedule added again under this name starts afresh (a mark left by a crash
+    # here is ignored too: it names the removed schedule's created_ms)
+    fsio.unlink(schedules_dir(store) / f"{name}.mark", missing_ok=True)
     fsio.fsync_dir(path.parent)  # a watcher after a crash must not find it again
     return True
 
 
 class _Mark(msgspec.Struct, forbid_unknown_fields=True):
     last_slot: float
+    schedule_ms: int = 0
+    """The ``created_ms`` of the schedule it was written for (0: written before it was kept)."""
 
 
-def last_started_slot(store: Store, name: str) -> float | None:
+def last_started_slot(store: Store, name: str, schedule_ms: int | None = None) -> float | None:
     """The newest slot of schedule ``name`` a watcher started a run for (None: none yet).
 
     Kept in ``<name>.mark`` next to the schedule, so a slot whose run was removed
-    since (``afk-local rm``, gc) is never started again.
+    since (``afk-local rm``, gc) is never started again. With ``schedule_ms`` (the
+    schedule's ``created_ms``), a mark written for an earlier schedule of the same
+    name counts as none.
     """
     path = schedules_dir(store) / f"{name}.mark"
     try:
@@ -212,14 +221,17 @@ def last_started_slot(store: Store, name: str) -> float | None:
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path.name} unreadable: {exc}") from None
     try:
-        return msgspec.json.decode(data, type=_Mark).last_slot
+        mark = msgspec.json.decode(data, type=_Mark)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ValueError(f"{path.name} damaged: {exc}; remove it to start over") from None
+    if schedule_ms is not None and mark.schedule_ms not in (0, schedule_ms):
+        return None
+    return mark.last_slot
 
 
-def _mark(store: Store, name: str, slot: float) -> None:
-    path = schedules_dir(store) / f"{name}.mark"
-    fsio.atomic_write(path, msgspec.json.encode(_Mark(slot)))
+def _mark(store: Store, schedule: Schedule, slot: float) -> None:
+    path = schedules_dir(store) / f"{schedule.name}.mark"
+    fsio.atomic_write(path, msgspec.json.encode(_Mark(slot, schedule.created_ms)))
 
 
 class ScheduleHost(Protocol):
@@ -276,7 +288,9 @@ class Scheduler:
         store = self.host.store
         created: list[str] = []
         with file_lock(schedules_dir(store) / f"{schedule.name}.lock", -1):
-            mark = last_started_slot(store, schedule.name)
+            mark = last_started_slot(store, schedule.name, schedule.created_ms)
+            if mark is not None and mark > now:
+                mark = self._repair_future_mark(schedule, mark, now)
             slots = due_slots(
                 schedule.timing,
                 now,
@@ -290,9 +304,23 @@ class Scheduler:
                 run_id = self._start(schedule, slot)
                 if run_id is not None:
                     created.append(run_id)
-                _mark(store, schedule.name, slot)
+                _mark(store, schedule, slot)
                 mark = slot
         return created
+
+    def _repair_future_mark(self, schedule: Schedule, mark: float, now: float) -> float:
+        """A mark past ``now`` was written while the clock was ahead: kept, it would hold
+        every slot back until the clock reached it. The slots up to the one before the
+        newest due now count as started, so the newest starts (once) and the rest go on.
+        """
+        latest = schedule.timing.latest(now)
+        self.host.emit(
+            "repaired",
+            None,
+            f"schedule {schedule.name}: its mark {_iso(mark)} is in the future (the clock "
+            f"was ahead); going on from {_iso(latest)}",
+        )
+        return latest - 1e-3
 
     def _problem(self, path: Path, problem: str) -> None:
         if self._said.get(path.name) != problem:
