@@ -13,7 +13,8 @@ id is a function of the slot and the run is created create-only (the run
 directory's ``mkdir``), a second guard: two watchers, a restarted watcher or one
 after a reboot all compute the same id and only one of them creates it.
 The run is then an ordinary ``created`` run, resumed like any interrupted one (its
-child goes through the trust gate and refuses anything but an ``@afk.durable`` job).
+child goes through the trust gate and refuses anything but an ``@afk.durable`` job);
+its tags name the schedule and the slot (``ctx.scheduled_slot`` in the job).
 
 Format (fields with their default value are left out)::
 
@@ -38,9 +39,11 @@ from afk_local.errors import AfkLocalError, RunExistsError
 from afk_local.runner.entrypoints import is_entrypoint
 from afk_local.runner.limits import file_lock
 from afk_local.runner.origin import ORIGIN_KEY
+from afk_local.runner.tags import SCHEDULE_TAG_KEY, SLOT_TAG_KEY
 from afk_local.storage import fsio
 from afk_local.storage.store import Store
 from afk_local.storage.trust import path_problem
+from afk_local.storage.views.run_info import TAGS_KEY
 from afk_local.watcher.documents import open_document
 from afk_local.watcher.slots import CATCHUP, Timing, check_cron, due_slots, zone
 
@@ -338,7 +341,7 @@ class Scheduler:
                 run_id,
                 entrypoint=schedule.entrypoint,
                 params={"args": list(schedule.args), "kwargs": dict(schedule.kwargs)},
-                extra={ORIGIN_KEY: schedule.origin} if schedule.origin else None,
+                extra=_slot_extra(schedule, slot),
             )
         except RunExistsError:
             return None  # another watcher made it just now: it runs there
@@ -348,6 +351,14 @@ class Scheduler:
         writer.close()  # status "created", lock free: the sweep resumes it
         self.host.emit("scheduled", run_id, f"schedule {schedule.name}, slot {_iso(slot)}")
         return run_id
+
+
+def _slot_extra(schedule: Schedule, slot: float) -> dict[str, Any]:
+    """The run's ``extra``: where it starts from, and tags naming its schedule and slot."""
+    extra: dict[str, Any] = {TAGS_KEY: {SCHEDULE_TAG_KEY: schedule.name, SLOT_TAG_KEY: _iso(slot)}}
+    if schedule.origin:
+        extra[ORIGIN_KEY] = schedule.origin
+    return extra
 
 
 def _iso(slot: float) -> str:

@@ -94,3 +94,10 @@ def retried_idempotent(ctx: afk.RunContext, counter: str, die_on: int) -> str:
     policy = afk.Retry(attempts=3, initial=0.0, on=(ConnectionError,))
     result: str = ctx.step("flaky", flaky_dies_on, counter, die_on, retry=policy, idempotent=True)
     return result
+
+
+@afk.durable
+def slot_job(ctx: afk.RunContext) -> str | None:
+    """Returns the slot its schedule started it for (ISO 8601), or None."""
+    slot = ctx.scheduled_slot
+    return None if slot is None else slot.isoformat()

@@ -59,7 +59,7 @@ def test_an_agent_runner_run_ends_as_uninterrupted(kill_sweep) -> None:
 
 def test_the_sweep_finds_an_effect_outside_any_step(tmp_path) -> None:
     # the bug a sweep is for: the charge is not journaled, so a resume repeats it
-    swept = kill_sweep(sweep_jobs.forgetful, 3, workdir=tmp_path / "w")
+    swept = kill_sweep(sweep_jobs.forgetful, 3, sample=5, seed=1, workdir=tmp_path / "w")
     repeated = [t for t in swept.wrong if "more often" in t.ending]
     assert repeated, swept.trials
     with pytest.raises(AssertionError, match="ended wrong"):

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+import time_jobs
 
 import afk_local as afk
 from afk_local.testing import SkippingClock
@@ -19,8 +20,6 @@ from afk_local.watcher.schedules import (
     write_schedule,
 )
 from afk_local.watcher.slots import Timing
-
-NEW_YORK = dt.timezone.utc  # for reading slots back; the zone itself comes from $TZ
 
 
 class Host:
@@ -134,3 +133,19 @@ def test_a_mark_left_by_an_earlier_schedule_of_the_same_name_is_ignored(
     write_schedule(afk_store, Schedule(name="r", entrypoint="time_jobs:stamp", every_s=60))
     afk_clock.advance(61)
     assert len(Scheduler(Host(afk_store)).start_due_runs()) == 1
+
+
+def test_a_scheduled_run_knows_its_slot_also_when_started_late(
+    afk_store: afk.Store, afk_clock: SkippingClock
+) -> None:
+    start = 1000 * 3600.0
+    afk_clock.set(start + 5)
+    write_schedule(afk_store, Schedule(name="r", entrypoint="time_jobs:slot_job", every_s=3600))
+    afk_clock.advance(3600 + 1500)  # 25 minutes late
+    (run_id,) = Scheduler(Host(afk_store)).start_due_runs()
+    assert afk.resume(run_id, store=afk_store) == "1970-02-11T17:00:00+00:00"  # 1001 h after epoch
+    assert afk_store.read_meta(run_id).extra["tags"] == {
+        "schedule": "r",
+        "schedule.slot": "1970-02-11T17:00:00+00:00",
+    }
+    assert time_jobs.slot_job.with_store(afk_store).run(run_id="by-hand") is None
