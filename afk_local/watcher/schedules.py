@@ -20,7 +20,8 @@ Format (fields with their default value are left out)::
 
     {"name": "nightly", "entrypoint": "jobs:report", "args": [], "kwargs": {},
      "every_s": 0, "cron": "0 3 * * *", "timezone": "Europe/Berlin",
-     "catchup": "latest", "created_ms": 1795716000000, "origin": {...}}
+     "catchup": "latest", "overlap": "allow", "created_ms": 1795716000000,
+     "origin": {...}}
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from afk_local.storage.store import Store
 from afk_local.storage.trust import path_problem
 from afk_local.storage.views.run_info import TAGS_KEY
 from afk_local.watcher.documents import open_document
-from afk_local.watcher.slots import CATCHUP, Timing, check_cron, due_slots, zone
+from afk_local.watcher.slots import CATCHUP, OVERLAP, Timing, check_cron, due_slots, zone
 
 log = logging.getLogger("afk_local")
 
@@ -70,6 +71,9 @@ class Schedule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_de
     timezone: str = ""
     """IANA zone the cron expression is read in; ``""``: the watcher's local zone."""
     catchup: str = "latest"
+    overlap: str = "allow"
+    """While its previous run is unfinished, a due slot starts anyway (``allow``), is
+    skipped (``skip``), or waits until it finished (``queue``)."""
     created_ms: int = 0
     origin: dict[str, Any] = {}
     """Where it was added from (working directory, interpreter): each run starts from there."""
@@ -111,6 +115,8 @@ def validate(schedule: Schedule) -> Schedule:
         raise ValueError(f"every_s must be >= 1 second, not {schedule.every_s}")
     if schedule.catchup not in CATCHUP:
         raise ValueError(f"catchup must be one of {', '.join(CATCHUP)}, not {schedule.catchup!r}")
+    if schedule.overlap not in OVERLAP:
+        raise ValueError(f"overlap must be one of {', '.join(OVERLAP)}, not {schedule.overlap!r}")
     zone(schedule.timezone)
     if schedule.cron:
         check_cron(schedule.cron, schedule.timezone)
@@ -301,8 +307,22 @@ class Scheduler:
                 catchup=schedule.catchup,
                 newest_run=mark,
             )
+            slots = [s for s in slots if mark is None or s > mark]
+            busy = mark is not None and self._unfinished(schedule, mark)
+            if slots and busy and schedule.overlap == "queue":
+                return []  # the mark stays: the slots are due again once the run ends
+            if schedule.overlap == "queue":
+                slots = slots[:1]  # one at a time, oldest first
             for slot in slots:
-                if mark is not None and slot <= mark:
+                if busy and schedule.overlap == "skip":
+                    self.host.emit(
+                        "skipped",
+                        schedule.run_id(slot),
+                        f"schedule {schedule.name}: its run {schedule.run_id(mark or 0)} "
+                        "has not finished (--overlap skip)",
+                    )
+                    _mark(store, schedule, slot)
+                    mark = slot
                     continue
                 run_id = self._start(schedule, slot)
                 if run_id is not None:
@@ -310,6 +330,18 @@ class Scheduler:
                 _mark(store, schedule, slot)
                 mark = slot
         return created
+
+    def _unfinished(self, schedule: Schedule, slot: float) -> bool:
+        """True when the run of ``slot`` exists and has not ended (created, running,
+        sleeping or paused)."""
+        run_id = schedule.run_id(slot)
+        store = self.host.store
+        if not store.exists(run_id):
+            return False
+        try:
+            return not store.read_meta(run_id).status.is_terminal
+        except (AfkLocalError, OSError, ValueError):
+            return False  # unreadable: the watcher reports it; it holds no slot back
 
     def _repair_future_mark(self, schedule: Schedule, mark: float, now: float) -> float:
         """A mark past ``now`` was written while the clock was ahead: kept, it would hold

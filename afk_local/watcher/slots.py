@@ -31,6 +31,9 @@ from typing import Any
 from afk_local.clock import current_clock, wall_ns
 
 CATCHUP = ("latest", "all", "skip")
+OVERLAP = ("allow", "skip", "queue")
+"""What a due slot does while the schedule's previous run is unfinished (Temporal's overlap
+policy): start anyway (``allow``), be skipped (``skip``), or wait for it (``queue``)."""
 MAX_CATCHUP = 100
 """``--catchup all`` starts at most this many missed slots (the newest) in one sweep."""
 SKIP_GRACE_S = 60.0
@@ -171,6 +174,7 @@ def due_slots(
 __all__ = [
     "CATCHUP",
     "MAX_CATCHUP",
+    "OVERLAP",
     "SKIP_GRACE_S",
     "Timing",
     "check_cron",

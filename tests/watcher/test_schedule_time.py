@@ -149,3 +149,51 @@ def test_a_scheduled_run_knows_its_slot_also_when_started_late(
         "schedule.slot": "1970-02-11T17:00:00+00:00",
     }
     assert time_jobs.slot_job.with_store(afk_store).run(run_id="by-hand") is None
+
+
+def _overlapping(store: afk.Store, clock: SkippingClock, overlap: str) -> tuple[Scheduler, str]:
+    """A 60 s schedule whose first run is made and then left running (unfinished)."""
+    start = 1000 * 3600.0
+    clock.set(start + 5)
+    write_schedule(
+        store,
+        Schedule(name="o", entrypoint="time_jobs:slot_job", every_s=60, overlap=overlap),
+    )
+    scheduler = Scheduler(Host(store))
+    clock.advance(60)
+    (first,) = scheduler.start_due_runs()
+    return scheduler, first
+
+
+def _finish(store: afk.Store, run_id: str) -> None:
+    afk.resume(run_id, store=store)
+    assert store.read_meta(run_id).status is afk.RunStatus.COMPLETED
+
+
+def test_overlap_skip_skips_slots_while_the_previous_run_is_unfinished(
+    afk_store: afk.Store, afk_clock: SkippingClock, tmp_path: Path
+) -> None:
+    scheduler, first = _overlapping(afk_store, afk_clock, "skip")
+    afk_clock.advance(60)
+    assert scheduler.start_due_runs() == []  # the first run is still 'created'
+    assert ("skipped", "o--19700211T160200Z") in [e[:2] for e in scheduler.host.events]
+    _finish(afk_store, first)
+    afk_clock.advance(60)
+    assert scheduler.start_due_runs() == ["o--19700211T160300Z"]  # the skipped one is gone
+
+
+def test_overlap_queue_starts_the_waiting_slot_once_the_previous_run_ended(
+    afk_store: afk.Store, afk_clock: SkippingClock, tmp_path: Path
+) -> None:
+    scheduler, first = _overlapping(afk_store, afk_clock, "queue")
+    afk_clock.advance(30)
+    afk_clock.advance(30)
+    assert scheduler.start_due_runs() == []  # waits: the first run is unfinished
+    _finish(afk_store, first)
+    assert scheduler.start_due_runs() == ["o--19700211T160200Z"]  # its slot, late
+
+
+def test_overlap_allow_starts_every_slot(afk_store: afk.Store, afk_clock: SkippingClock) -> None:
+    scheduler, _ = _overlapping(afk_store, afk_clock, "allow")
+    afk_clock.advance(60)
+    assert scheduler.start_due_runs() == ["o--19700211T160200Z"]
