@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,6 +141,7 @@ def kill_sweep(
     env: Mapping[str, str] | None = None,
     workdir: str | os.PathLike[str] | None = None,
     run_id: str = "swept",
+    compare: Callable[[Any], Any] | None = None,
     **kwargs: Any,
 ) -> SweepResult:
     """Kill ``job(*args, **kwargs)`` at each durable I/O call, resume it, compare the ending.
@@ -163,6 +164,8 @@ def kill_sweep(
         workdir: where each trial's store and effect log go (default: a new temp dir).
         run_id: the run id each trial uses (the one the swept code runs under, when it
             picks its own, e.g. a ``StateCheckpoint``'s ``"state"``).
+        compare: applied to each stored result before they are compared: keep what must
+            not depend on crashes (an agent run's ``replayed_effect_count`` does).
         **kwargs: the job's keyword arguments.
 
     Returns:
@@ -176,7 +179,7 @@ def kill_sweep(
     if not resumes or unknown:
         raise ValueError(f"resumes must be among {', '.join(RESUMES)}, not {unknown or resumes}")
     base = Path(workdir if workdir is not None else tempfile.mkdtemp(prefix="afk-sweep-"))
-    sweep = _Sweep(target, args, kwargs, base, timeout, dict(env or {}), run_id)
+    sweep = _Sweep(target, args, kwargs, base, timeout, dict(env or {}), run_id, compare)
 
     expected = sweep.trial("uninterrupted")
     first = sweep.start(expected, at=None)
@@ -275,9 +278,11 @@ class _Sweep:
         timeout: float,
         env: dict[str, str],
         run_id: str,
+        compare: Callable[[Any], Any] | None,
     ) -> None:
         self.target = target
         self.run_id = run_id
+        self.compare_by = compare
         self.params = msgspec.msgpack.encode({"args": list(args), "kwargs": kwargs}).hex()
         self.base = base
         self.timeout = timeout
@@ -324,7 +329,8 @@ class _Sweep:
         if meta is None:
             return "missing", None
         if meta.status is RunStatus.COMPLETED:
-            return str(meta.status), Store(trial.root).open(trial.run_id).resume_state().result
+            result = Store(trial.root).open(trial.run_id).resume_state().result
+            return str(meta.status), result if self.compare_by is None else self.compare_by(result)
         error = meta.error.type if meta.error is not None else None
         return str(meta.status), error
 
