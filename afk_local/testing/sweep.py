@@ -261,6 +261,11 @@ class _Trial:
             return []
         return self.log.read_text(encoding="utf-8").splitlines()
 
+    @property
+    def returned(self) -> Path:
+        """What the last call that returned normally returned (msgpack)."""
+        return self.root.parent / "returned"
+
     def meta(self) -> RunMeta | None:
         store = Store(self.root)
         return store.read_meta(self.run_id) if store.exists(self.run_id) else None
@@ -308,6 +313,8 @@ class _Sweep:
         """Resume until the run ends (a parked run again when due); '' or why it did not."""
         for _ in range(_PARKED_ROUNDS):
             meta = trial.meta()
+            if trial.returned.exists():  # a call that returned: code with no run of its own
+                return ""
             if meta is None:
                 how = "call"  # killed before the run existed: only the call itself starts it
             elif meta.status.is_terminal or meta.status is RunStatus.PAUSED:
@@ -325,14 +332,19 @@ class _Sweep:
         return f"the run was still {trial.meta()} after {_PARKED_ROUNDS} resumes"
 
     def ending(self, trial: _Trial) -> tuple[str, Any]:
+        """The run's status and result (or error type); for code whose run is not
+        ``run_id`` (a LangGraph thread), ``"returned"`` and what the last call returned."""
         meta = trial.meta()
-        if meta is None:
-            return "missing", None
-        if meta.status is RunStatus.COMPLETED:
+        if meta is not None and meta.status is RunStatus.COMPLETED:
             result = Store(trial.root).open(trial.run_id).resume_state().result
-            return str(meta.status), result if self.compare_by is None else self.compare_by(result)
-        error = meta.error.type if meta.error is not None else None
-        return str(meta.status), error
+        elif meta is not None and (meta.status.is_terminal or not trial.returned.exists()):
+            return str(meta.status), meta.error.type if meta.error is not None else None
+        elif trial.returned.exists():
+            result = msgspec.msgpack.decode(trial.returned.read_bytes())
+            return "returned", result if self.compare_by is None else self.compare_by(result)
+        else:
+            return "missing", None
+        return str(meta.status), result if self.compare_by is None else self.compare_by(result)
 
     def compare(self, trial: _Trial, status: str, result: Any, effects: list[str]) -> str:
         got_status, got = self.ending(trial)
@@ -358,12 +370,14 @@ class _Sweep:
             "run_id": trial.run_id,
             "params": self.params,
             "count": str(counted),
+            "returned": str(trial.returned),
         }
         env = {**os.environ, **self.env}
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         env["AFK_LOCAL_ROOT"] = str(trial.root)
         env[SWEEP_LOG_ENV] = str(trial.log)
         counted.unlink(missing_ok=True)
+        trial.returned.unlink(missing_ok=True)
         try:
             proc = subprocess.run(
                 [sys.executable, "-c", _CHILD, json.dumps(spec)],
@@ -421,11 +435,12 @@ def _call(spec: dict[str, Any], exit_paused: int, exit_sleeping: int) -> int:
     if isinstance(target, DurableFunction):
         target = target.with_store(Store(spec["root"])).run
     try:
-        target(*params["args"], run_id=spec["run_id"], **params["kwargs"])
+        value = target(*params["args"], run_id=spec["run_id"], **params["kwargs"])
     except RunPaused:
         return exit_paused
     except RunSleeping:
         return exit_sleeping
+    Path(spec["returned"]).write_bytes(msgspec.msgpack.encode(value))
     return 0
 
 

@@ -6,8 +6,9 @@ repeated effect is seen; children import these by entrypoint (``sweep_jobs:NAME`
 
 from __future__ import annotations
 
+import operator
 import os
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import afk_local as afk
 from afk_local.testing import record_effect
@@ -145,3 +146,72 @@ def agent_run(steps: int, *, run_id: str) -> str | None:
     context = {"steps": steps}
     result = afk.AgentRunner().run(build_agent(context), "go", run_id=run_id, context=context)
     return result.final_text
+
+
+def service_effect(line: str) -> None:
+    """An outside service that drops a repeated request (same line): recorded once."""
+    if line not in _lines(os.environ.get("AFK_SWEEP_LOG", "")):
+        record_effect(line)
+
+
+class GraphState(TypedDict):
+    """The swept graph's state: a counter and a log its reducer appends to."""
+
+    count: int
+    log: Annotated[list[str], operator.add]
+
+
+def graph_run(steps: int, *, run_id: str) -> dict[str, Any]:
+    """A LangGraph graph of ``steps`` effect nodes on AfkLocalSaver; thread ``run_id``.
+
+    LangGraph repeats a node whose writes were not saved at the kill, so the node's
+    effect goes to a service that drops repeats (:func:`service_effect`).
+    """
+    from langgraph.graph import END, START, StateGraph  # noqa: PLC0415
+
+    from afk_local.integrations.langgraph import AfkLocalSaver  # noqa: PLC0415
+
+    def effect(state: GraphState) -> dict[str, Any]:
+        n = state["count"] + 1
+        service_effect(f"node {n}")
+        return {"count": n, "log": [f"effect {n}"]}
+
+    builder = StateGraph(GraphState)
+    builder.add_node("effect", effect)
+    builder.add_edge(START, "effect")
+    builder.add_conditional_edges("effect", lambda s: END if s["count"] >= steps else "effect")
+    with AfkLocalSaver.from_path(os.environ["AFK_LOCAL_ROOT"]) as saver:
+        graph = builder.compile(checkpointer=saver)
+        config: Any = {"configurable": {"thread_id": run_id}}
+        start = None if graph.get_state(config).values else {"count": 0, "log": []}
+        graph.invoke(start, config, durability="sync")
+        return dict(graph.get_state(config).values)
+
+
+@afk.durable
+def charge_item(ctx: afk.RunContext, item: int) -> str:
+    """One fan-out item: a journaled charge."""
+    receipt: str = ctx.step("charge", charge, item)
+    return receipt
+
+
+def fan_out(n: int, *, run_id: str) -> list[str]:
+    """``map_durable`` over ``n`` items on an in-process Dask cluster (threads)."""
+    from distributed import Client, LocalCluster  # noqa: PLC0415
+
+    from afk_local.integrations.dask import map_durable  # noqa: PLC0415
+
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        return map_durable(
+            charge_item,
+            range(n),
+            store=os.environ["AFK_LOCAL_ROOT"],
+            client=client,
+            run_id=lambda item: f"{run_id}-{item}",
+            progress=False,
+        )

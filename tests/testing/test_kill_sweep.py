@@ -76,3 +76,19 @@ def test_an_effect_in_doubt_is_a_right_ending_and_a_pair_of_kills_is_swept(tmp_p
     ).check()
     assert {t.ending for t in swept.trials} <= {"same", "in doubt"}
     assert any(t.then is not None for t in swept.trials)
+
+
+def test_a_langgraph_thread_on_the_saver_ends_as_uninterrupted(kill_sweep) -> None:
+    pytest.importorskip(
+        "langgraph", reason="LangGraph not installed: pip install 'afk_local[test]'"
+    )
+    swept = kill_sweep("sweep_jobs:graph_run", 3, resumes=("call",)).check()
+    assert swept.status == "returned"
+    assert swept.result == {"count": 3, "log": ["effect 1", "effect 2", "effect 3"]}
+    assert swept.effects == ("node 1", "node 2", "node 3")
+
+
+def test_a_dask_fan_out_ends_as_uninterrupted(kill_sweep) -> None:
+    pytest.importorskip("distributed", reason="Dask not installed: pip install 'afk_local[dask]'")
+    swept = kill_sweep("sweep_jobs:fan_out", 2, resumes=("call",), timeout=120).check()
+    assert swept.result == ["receipt 0", "receipt 1"]
