@@ -41,11 +41,11 @@ from afk_local.errors import RunPaused, RunSleeping
 from afk_local.runner import run_context
 from afk_local.runner.durable_function import DurableFunction
 from afk_local.runner.resume import load_entrypoint
-from afk_local.storage import fsio
 from afk_local.storage.format.layout import new_run_id
 from afk_local.storage.fsio import Env, IoCall
 from afk_local.storage.store import Store
 from afk_local.testing.clock import ScaledClock, SkippingClock, skipping_clock
+from afk_local.testing.kills import EXIT_PAUSED, EXIT_SLEEPING, IoKillSwitch, kill_at_io_call
 from afk_local.testing.sweep import (
     RESUMES,
     SWEEP_LOG_ENV,
@@ -77,10 +77,6 @@ KILL_POINTS = (
 steps (``"step"``), or one kind of I/O call."""
 
 _CHILD = "import sys; from afk_local.testing import _child_main; _child_main(sys.argv[1])"
-EXIT_PAUSED = 3
-"""The child's exit code when the job paused."""
-EXIT_SLEEPING = 4
-"""The child's exit code when the job parked in a long ``ctx.sleep``."""
 
 
 @dataclass(frozen=True)
@@ -170,47 +166,6 @@ def run_and_kill(
         stdout=proc.stdout,
         stderr=proc.stderr,
     )
-
-
-class IoKillSwitch:
-    """Counts durable I/O calls and SIGKILLs this process at the chosen one.
-
-    Installed by :func:`kill_at_io_call`; :attr:`calls` tells a script that ran to
-    the end how many calls there were (the range of kill points worth sweeping).
-    """
-
-    def __init__(self, at: int | None, operation: str = "io") -> None:
-        self.at = at
-        self.operation = operation
-        self.calls = 0
-
-    def __call__(self, operation: str, path: str) -> None:
-        if self.operation not in ("io", operation):
-            return
-        self.calls += 1
-        if self.calls == self.at:
-            sys.stderr.write(f"afk-testing: killing at {operation} #{self.calls} ({path})\n")
-            sys.stderr.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
-def kill_at_io_call(at: int | None, operation: str = "io") -> IoKillSwitch:
-    """SIGKILL this process at its ``at``-th durable I/O call (``None``/0: only count).
-
-    For crash tests run in a child process: every write-side call of afk_local
-    (open, write, fsync, rename, symlink, link, unlink, truncate, mkdir) goes through
-    :mod:`afk_local.storage.fsio`, so sweeping ``at`` over 1..N crashes a scripted run at
-    every durable step it takes. ``operation`` counts only one kind of call.
-
-    Example:
-        >>> switch = kill_at_io_call(None)   # count only
-        >>> switch.calls
-        0
-        >>> _ = fsio.set_io_hook(None)
-    """
-    switch = IoKillSwitch(at or None, operation)
-    fsio.set_io_hook(switch)
-    return switch
 
 
 def _child_main(spec_json: str) -> None:

@@ -31,6 +31,7 @@ import msgspec
 from afk_local.clock import CLOCK_ENV, Clock, ScaledClock, SystemClock
 from afk_local.storage.format.records import RunMeta, RunStatus
 from afk_local.storage.store import Store
+from afk_local.testing.kills import EXIT_PAUSED, EXIT_SLEEPING, kill_at_io_call
 
 SWEEP_LOG_ENV = "AFK_SWEEP_LOG"
 """The environment variable naming the effect log of the current sweep trial."""
@@ -408,8 +409,6 @@ def _children_clock(env: Mapping[str, str]) -> Clock:
 
 def _child_main(spec_json: str) -> None:
     """Entry point of a sweep's child: count (and maybe kill at) durable I/O, run, report."""
-    from afk_local.testing import EXIT_PAUSED, EXIT_SLEEPING, kill_at_io_call  # noqa: PLC0415
-
     spec = json.loads(spec_json)
     switch = kill_at_io_call(spec["at"])
     try:
@@ -417,13 +416,13 @@ def _child_main(spec_json: str) -> None:
             cli = importlib.import_module("afk_local.cli.main")
             code = cli.main(spec["argv"])
         else:
-            code = _call(spec, EXIT_PAUSED, EXIT_SLEEPING)
+            code = _call(spec)
     finally:
         Path(spec["count"]).write_text(str(switch.calls), encoding="utf-8")
     raise SystemExit(code)
 
 
-def _call(spec: dict[str, Any], exit_paused: int, exit_sleeping: int) -> int:
+def _call(spec: dict[str, Any]) -> int:
     from afk_local.errors import RunPaused, RunSleeping  # noqa: PLC0415
     from afk_local.runner.durable_function import DurableFunction  # noqa: PLC0415
 
@@ -437,9 +436,9 @@ def _call(spec: dict[str, Any], exit_paused: int, exit_sleeping: int) -> int:
     try:
         value = target(*params["args"], run_id=spec["run_id"], **params["kwargs"])
     except RunPaused:
-        return exit_paused
+        return EXIT_PAUSED
     except RunSleeping:
-        return exit_sleeping
+        return EXIT_SLEEPING
     Path(spec["returned"]).write_bytes(msgspec.msgpack.encode(value))
     return 0
 

@@ -215,3 +215,47 @@ def fan_out(n: int, *, run_id: str) -> list[str]:
             run_id=lambda item: f"{run_id}-{item}",
             progress=False,
         )
+
+
+HOUR_1001 = 1001 * 3600.0
+"""The slot :func:`scheduled_tick` starts (1970-02-11T17:00:00Z)."""
+
+
+@afk.durable
+def slot_charge(ctx: afk.RunContext) -> str:
+    """A scheduled job: one charge for its slot."""
+    slot = ctx.scheduled_slot
+    receipt: str = ctx.step("charge", charge, 0 if slot is None else int(slot.timestamp()))
+    return receipt
+
+
+class _Host:
+    def __init__(self, store: afk.Store) -> None:
+        self.store = store
+
+    def emit(self, kind: str, run_id: str | None = None, message: str = "", /) -> None:
+        pass
+
+
+def scheduled_tick(*, run_id: str) -> str:
+    """Add an hourly schedule, sweep it once at 17:00:20 on 1970-02-11 and run its slot.
+
+    ``run_id`` is the slot's run (``tick--19700211T170000Z``): what a watcher makes and
+    resumes, here in one process so a kill can land anywhere in between.
+    """
+    from afk_local.watcher.schedules import (  # noqa: PLC0415
+        Schedule,
+        Scheduler,
+        list_schedules,
+        write_schedule,
+    )
+
+    store = afk.Store(os.environ["AFK_LOCAL_ROOT"])
+    if not list_schedules(store):
+        tick = Schedule(
+            name="tick", entrypoint="sweep_jobs:slot_charge", every_s=3600, created_ms=3600_000
+        )
+        write_schedule(store, tick)
+    Scheduler(_Host(store)).start_due_runs(now=HOUR_1001 + 20)
+    result: str = afk.resume(run_id, store=store)
+    return result

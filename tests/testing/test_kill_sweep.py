@@ -92,3 +92,12 @@ def test_a_dask_fan_out_ends_as_uninterrupted(kill_sweep) -> None:
     pytest.importorskip("distributed", reason="Dask not installed: pip install 'afk_local[dask]'")
     swept = kill_sweep("sweep_jobs:fan_out", 2, resumes=("call",), timeout=120).check()
     assert swept.result == ["receipt 0", "receipt 1"]
+
+
+def test_a_scheduled_slot_runs_once_whatever_the_kill(kill_sweep) -> None:
+    # the schedule written, the slot's run made, the mark moved, the run run: killed
+    # anywhere, the slot's one run ends as uninterrupted and charges once
+    run_id = "tick--19700211T170000Z"
+    swept = kill_sweep("sweep_jobs:scheduled_tick", run_id=run_id, resumes=("call", "resume"))
+    assert swept.check().result == f"receipt {int(sweep_jobs.HOUR_1001)}"
+    assert swept.effects == (f"charge {int(sweep_jobs.HOUR_1001)}",)
