@@ -207,7 +207,10 @@ def kill_sweep(
         ending = "hang: the killed run's child did not end" if killed.hung else ""
         if not ending and pairs and killed.killed:
             then = rng.randint(1, max(calls, 1))
-            interrupted = sweep.resume(trial, "call" if resume == "watch" else resume, at=then)
+            # a watcher's kill would land in the watcher, not in the run it starts; and
+            # a run killed before it existed is started only by the call itself
+            how = "call" if resume == "watch" or trial.meta() is None else resume
+            interrupted = sweep.resume(trial, how, at=then)
             if interrupted.hung:
                 ending = f"hang: the resume killed at {then} did not end"
             elif not interrupted.killed:

@@ -308,7 +308,7 @@ class Scheduler:
                 newest_run=mark,
             )
             slots = [s for s in slots if mark is None or s > mark]
-            busy = mark is not None and self._unfinished(schedule, mark)
+            busy = bool(slots) and schedule.overlap != "allow" and self._unfinished(schedule)
             if slots and busy and schedule.overlap == "queue":
                 return []  # the mark stays: the slots are due again once the run ends
             if schedule.overlap == "queue":
@@ -318,8 +318,8 @@ class Scheduler:
                     self.host.emit(
                         "skipped",
                         schedule.run_id(slot),
-                        f"schedule {schedule.name}: its run {schedule.run_id(mark or 0)} "
-                        "has not finished (--overlap skip)",
+                        f"schedule {schedule.name}: its previous run has not finished "
+                        "(--overlap skip)",
                     )
                     _mark(store, schedule, slot)
                     mark = slot
@@ -331,15 +331,16 @@ class Scheduler:
                 mark = slot
         return created
 
-    def _unfinished(self, schedule: Schedule, slot: float) -> bool:
-        """True when the run of ``slot`` exists and has not ended (created, running,
-        sleeping or paused)."""
-        run_id = schedule.run_id(slot)
+    def _unfinished(self, schedule: Schedule) -> bool:
+        """True when the schedule's newest run has not ended (created, running, sleeping or
+        paused). Run ids sort by slot, so the newest is the greatest of its runs."""
         store = self.host.store
-        if not store.exists(run_id):
+        prefix = f"{schedule.name}--"
+        runs = [r for r in store.run_ids() if r.startswith(prefix) and schedule.slot_of(r)]
+        if not runs:
             return False
         try:
-            return not store.read_meta(run_id).status.is_terminal
+            return not store.read_meta(max(runs)).status.is_terminal
         except (AfkLocalError, OSError, ValueError):
             return False  # unreadable: the watcher reports it; it holds no slot back
 

@@ -63,7 +63,7 @@ def test_an_agent_runner_run_ends_as_uninterrupted(kill_sweep) -> None:
 
 def test_the_sweep_finds_an_effect_outside_any_step(tmp_path) -> None:
     # the bug a sweep is for: the charge is not journaled, so a resume repeats it
-    swept = kill_sweep(sweep_jobs.forgetful, 3, sample=5, seed=1, workdir=tmp_path / "w")
+    swept = kill_sweep(sweep_jobs.forgetful, 3, sample=3, seed=1, workdir=tmp_path / "w")
     repeated = [t for t in swept.wrong if "more often" in t.ending]
     assert repeated, swept.trials
     with pytest.raises(AssertionError, match="ended wrong"):
@@ -72,7 +72,7 @@ def test_the_sweep_finds_an_effect_outside_any_step(tmp_path) -> None:
 
 def test_an_effect_in_doubt_is_a_right_ending_and_a_pair_of_kills_is_swept(tmp_path) -> None:
     swept = kill_sweep(
-        sweep_jobs.charges_sync, 2, pairs=True, sample=4, seed=3, workdir=tmp_path / "w"
+        sweep_jobs.charges_sync, 2, pairs=True, sample=2, seed=3, workdir=tmp_path / "w"
     ).check()
     assert {t.ending for t in swept.trials} <= {"same", "in doubt"}
     assert any(t.then is not None for t in swept.trials)
