@@ -15,6 +15,10 @@ OOM kill: no ``finally`` blocks, no atexit, no flushed buffers. The job must be
 importable (``module:qualname``) by the child; the child gets this process's
 ``sys.path``.
 
+:func:`kill_sweep` (also the ``kill_sweep`` fixture) kills a job at each of its durable
+I/O calls in turn, resumes it as a user would and compares every ending with an
+uninterrupted run's (docs/testing.md).
+
 Tests of sleeps, retries, limits and schedules use :class:`SkippingClock` (the
 ``afk_clock`` fixture, or ``with skipping_clock():``): every durable wait returns at
 once and moves the clock forward (docs/time.md).
