@@ -187,7 +187,11 @@ def kill_sweep(
     if first.hung:
         raise AssertionError(f"kill sweep of {target}: the uninterrupted run hung ({timeout} s)")
     calls = first.calls
-    sweep.finish(expected, "call")
+    problem = sweep.finish(expected, "call")
+    if problem:
+        raise AssertionError(
+            f"kill sweep of {target}: the uninterrupted run did not end: {problem}"
+        )
     status, result = sweep.ending(expected)
     if status == "missing":
         raise AssertionError(
