@@ -1,4 +1,5 @@
-"""Shared pytest options: ``--torture`` turns on the long randomized crash suites.
+"""Shared fixtures; ``--torture`` (declared by the ``afk_local.testing`` plugin) turns on the
+long randomized crash suites.
 
 Tests mirror the package: ``tests/storage/`` for ``afk_local/storage/`` and so on.
 Everything they share lives in ``tests/support/`` (put on ``sys.path`` here, and on
@@ -26,15 +27,6 @@ pytest_plugins = ["afk_local.testing", "remote_s3"]  # remote_s3: the S3 endpoin
 # (some environments set PYTHONDONTWRITEBYTECODE, which makes every child
 # recompile afk_local from source: ~70 ms each).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--torture",
-        action="store_true",
-        default=False,
-        help="run the long crash-torture trial counts (hundreds of SIGKILLs)",
-    )
 
 
 KILL_SEED = os.environ.get("AFK_KILL_SEED") or datetime.date.today().isoformat()

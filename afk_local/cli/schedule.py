@@ -29,7 +29,7 @@ from afk_local.watcher.schedules import (
     schedule_path,
     write_schedule,
 )
-from afk_local.watcher.slots import CATCHUP
+from afk_local.watcher.slots import CATCHUP, OVERLAP
 
 
 def add_schedule_arguments(p: argparse.ArgumentParser, reading: argparse.ArgumentParser) -> None:
@@ -54,6 +54,13 @@ def add_schedule_arguments(p: argparse.ArgumentParser, reading: argparse.Argumen
         default="latest",
         help="slots missed while no watcher ran: the newest one (latest, default), "
         "all of them, or none (skip)",
+    )
+    add.add_argument(
+        "--overlap",
+        choices=OVERLAP,
+        default="allow",
+        help="a slot due while the previous run is unfinished: start it anyway (allow, "
+        "default), skip it, or queue it until that run ended",
     )
     add.add_argument(
         "--timezone", metavar="TZ", default="", help="IANA zone for --cron (default: local)"
@@ -109,6 +116,7 @@ def cmd_schedule_add(args: argparse.Namespace) -> int:
         cron=args.cron or "",
         timezone=args.timezone,
         catchup=args.catchup,
+        overlap=args.overlap,
         origin=origin_here(job.fn),
     )
     try:
@@ -123,15 +131,16 @@ def cmd_schedule_add(args: argparse.Namespace) -> int:
 
 
 def _when(schedule: Schedule) -> str:
+    overlap = f", overlap {schedule.overlap}" if schedule.overlap != "allow" else ""
     if schedule.every_s:
-        return f"every {schedule.every_s}s, catchup {schedule.catchup}"
+        return f"every {schedule.every_s}s, catchup {schedule.catchup}{overlap}"
     zone = f" ({schedule.timezone})" if schedule.timezone else ""
-    return f"cron '{schedule.cron}'{zone}, catchup {schedule.catchup}"
+    return f"cron '{schedule.cron}'{zone}, catchup {schedule.catchup}{overlap}"
 
 
 def _facts(store: Any, schedule: Schedule) -> dict[str, Any]:
     try:
-        newest = last_started_slot(store, schedule.name)
+        newest = last_started_slot(store, schedule.name, schedule.created_ms)
     except ValueError:
         newest = None
     now = current_clock().time()
@@ -146,6 +155,7 @@ def _facts(store: Any, schedule: Schedule) -> dict[str, Any]:
         "cron": schedule.cron or None,
         "timezone": schedule.timezone or None,
         "catchup": schedule.catchup,
+        "overlap": schedule.overlap,
         "last_run": None if newest is None else schedule.run_id(newest),
         "next_slot": _iso(upcoming),
     }

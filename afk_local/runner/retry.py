@@ -17,7 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from afk_local.errors import EffectInDoubtError
 from afk_local.journal.journal import Journal
+from afk_local.journal.replay import idempotency_key
 
 R = TypeVar("R")
 
@@ -95,31 +97,38 @@ def call_with_retry(
 ) -> R:
     """Run ``attempt()`` (one journaled try of step ``key``) until it succeeds or gives up.
 
-    The tries already in the journal count: a resume continues the same round,
-    first waiting the rest of the backoff owed. A round that ran out (the run
-    failed with its last error) starts over when the run is restarted.
+    Every started try counts against ``retry.attempts``, a try left in doubt by a kill
+    included: a resume continues the same round, first waiting the rest of the backoff
+    owed, and a round whose last try is in doubt raises :class:`EffectInDoubtError`
+    rather than starting more tries. A round that ran out (the run failed with its last
+    error) starts over when the run is restarted.
     """
     error: BaseException | None = None
     while True:
-        tries = _failed_tries(journal, key)
+        tries, in_doubt = _started_tries(journal, key)
+        if in_doubt and tries % retry.attempts == 0:
+            raise EffectInDoubtError(
+                journal.run_id, key, idempotency_key(journal.run_id, key), str(journal.path)
+            )
         if tries % retry.attempts:  # a backoff is owed before the next try of this round
             wait(f"{key}@retry{tries}", retry.delay(tries % retry.attempts, error))
         try:
             return attempt()
         except Exception as exc:
-            now_failed = _failed_tries(journal, key)
-            if now_failed == tries:  # not a try that failed (in doubt, mismatch): no retry
+            now_tries, _ = _started_tries(journal, key)
+            if now_tries == tries:  # no try was started (in doubt, mismatch): no retry
                 raise
-            if not retry.retries(exc) or now_failed % retry.attempts == 0:
+            if not retry.retries(exc) or now_tries % retry.attempts == 0:
                 raise
             error = exc
 
 
-def _failed_tries(journal: Journal, key: str) -> int:
+def _started_tries(journal: Journal, key: str) -> tuple[int, bool]:
+    """How many tries of ``key`` were started (0 once one succeeded), and is the newest in doubt."""
     state = journal.lookup(key)
-    if state is None or state.status != "error":
-        return 0
-    return state.attempts
+    if state is None or state.status == "ok":
+        return 0, False
+    return state.attempts, state.in_doubt
 
 
 __all__ = ["Retry", "Wait", "call_with_retry"]

@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import datetime as dt
 import functools
 import inspect
 from collections.abc import (
@@ -39,10 +40,11 @@ from afk_local.runner.progress import Progress
 from afk_local.runner.retry import Retry, call_with_retry
 from afk_local.runner.run_report import Reporting, RunReport
 from afk_local.runner.stopping import defer_stop, raise_deferred_stop
-from afk_local.runner.tags import RunTags
+from afk_local.runner.tags import SLOT_TAG_KEY, RunTags
 from afk_local.runner.writer import DurableWriter
 from afk_local.storage.format.records import Phase
 from afk_local.storage.store import Store
+from afk_local.storage.views.run_info import tags_of
 from afk_local.storage.views.run_progress import PROGRESS_KEY
 
 T = TypeVar("T")
@@ -151,6 +153,22 @@ class RunContext(Reporting, DurableTime):
         if self._tags is None:
             self._tags = RunTags(self._writer)
         return self._tags
+
+    @property
+    def scheduled_slot(self) -> dt.datetime | None:
+        """The slot (UTC) a schedule started this run for; None for a run no schedule made.
+
+        Read from the run's ``schedule.slot`` tag, which the watcher sets when it creates
+        the run, so a run started late (machine off, catch-up) still knows which slot it
+        is for.
+        """
+        slot = tags_of(self._writer.run.meta.extra).get(SLOT_TAG_KEY)
+        if slot is None:
+            return None
+        try:
+            return dt.datetime.fromisoformat(slot)
+        except ValueError:
+            return None
 
     def failed_step(self, error: BaseException) -> str | None:
         """The key of the ``ctx.step`` whose exception ``error`` is (or was raised from)."""

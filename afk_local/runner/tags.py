@@ -15,6 +15,10 @@ from afk_local.runner.writer import DurableWriter
 from afk_local.storage.views.run_info import TAGS_KEY, tags_of
 
 MAX_TAG_CHARS = 256
+SCHEDULE_TAG_KEY = "schedule"
+"""The tag naming the schedule whose watcher made the run (``afk-local schedule add``)."""
+SLOT_TAG_KEY = "schedule.slot"
+"""The tag holding the slot a scheduled run is for (UTC, ISO 8601): ``ctx.scheduled_slot``."""
 
 
 def checked_tags(tags: Mapping[Any, Any] | None) -> dict[str, str]:
@@ -76,4 +80,4 @@ class RunTags(MutableMapping[str, str]):
         self._tags = tags
 
 
-__all__ = ["RunTags", "checked_tags"]
+__all__ = ["SCHEDULE_TAG_KEY", "SLOT_TAG_KEY", "RunTags", "checked_tags"]

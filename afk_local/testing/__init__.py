@@ -15,6 +15,10 @@ OOM kill: no ``finally`` blocks, no atexit, no flushed buffers. The job must be
 importable (``module:qualname``) by the child; the child gets this process's
 ``sys.path``.
 
+:func:`kill_sweep` (also the ``kill_sweep`` fixture) kills a job at each of its durable
+I/O calls in turn, resumes it as a user would and compares every ending with an
+uninterrupted run's (docs/testing.md).
+
 Tests of sleeps, retries, limits and schedules use :class:`SkippingClock` (the
 ``afk_clock`` fixture, or ``with skipping_clock():``): every durable wait returns at
 once and moves the clock forward (docs/time.md).
@@ -22,12 +26,15 @@ once and moves the clock forward (docs/time.md).
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,11 +45,19 @@ from afk_local.errors import RunPaused, RunSleeping
 from afk_local.runner import run_context
 from afk_local.runner.durable_function import DurableFunction
 from afk_local.runner.resume import load_entrypoint
-from afk_local.storage import fsio
 from afk_local.storage.format.layout import new_run_id
 from afk_local.storage.fsio import Env, IoCall
 from afk_local.storage.store import Store
 from afk_local.testing.clock import ScaledClock, SkippingClock, skipping_clock
+from afk_local.testing.kills import EXIT_PAUSED, EXIT_SLEEPING, IoKillSwitch, kill_at_io_call
+from afk_local.testing.sweep import (
+    RESUMES,
+    SWEEP_LOG_ENV,
+    SweepResult,
+    SweepTrial,
+    kill_sweep,
+    record_effect,
+)
 
 try:
     import pytest
@@ -66,10 +81,6 @@ KILL_POINTS = (
 steps (``"step"``), or one kind of I/O call."""
 
 _CHILD = "import sys; from afk_local.testing import _child_main; _child_main(sys.argv[1])"
-EXIT_PAUSED = 3
-"""The child's exit code when the job paused."""
-EXIT_SLEEPING = 4
-"""The child's exit code when the job parked in a long ``ctx.sleep``."""
 
 
 @dataclass(frozen=True)
@@ -161,47 +172,6 @@ def run_and_kill(
     )
 
 
-class IoKillSwitch:
-    """Counts durable I/O calls and SIGKILLs this process at the chosen one.
-
-    Installed by :func:`kill_at_io_call`; :attr:`calls` tells a script that ran to
-    the end how many calls there were (the range of kill points worth sweeping).
-    """
-
-    def __init__(self, at: int | None, operation: str = "io") -> None:
-        self.at = at
-        self.operation = operation
-        self.calls = 0
-
-    def __call__(self, operation: str, path: str) -> None:
-        if self.operation not in ("io", operation):
-            return
-        self.calls += 1
-        if self.calls == self.at:
-            sys.stderr.write(f"afk-testing: killing at {operation} #{self.calls} ({path})\n")
-            sys.stderr.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
-def kill_at_io_call(at: int | None, operation: str = "io") -> IoKillSwitch:
-    """SIGKILL this process at its ``at``-th durable I/O call (``None``/0: only count).
-
-    For crash tests run in a child process: every write-side call of afk_local
-    (open, write, fsync, rename, symlink, link, unlink, truncate, mkdir) goes through
-    :mod:`afk_local.storage.fsio`, so sweeping ``at`` over 1..N crashes a scripted run at
-    every durable step it takes. ``operation`` counts only one kind of call.
-
-    Example:
-        >>> switch = kill_at_io_call(None)   # count only
-        >>> switch.calls
-        0
-        >>> _ = fsio.set_io_hook(None)
-    """
-    switch = IoKillSwitch(at or None, operation)
-    fsio.set_io_hook(switch)
-    return switch
-
-
 def _child_main(spec_json: str) -> None:
     """Entry point of the child process of :func:`run_and_kill`."""
     spec = json.loads(spec_json)
@@ -231,7 +201,47 @@ def _child_main(spec_json: str) -> None:
         raise SystemExit(EXIT_SLEEPING) from None
 
 
+SWEEP_SAMPLE = 3
+"""Kill points a sampled sweep (the ``kill_sweep`` fixture without ``--torture``) tries."""
+
+
 if pytest is not None:
+
+    def pytest_addoption(parser: pytest.Parser) -> None:
+        """``--torture``: the ``kill_sweep`` fixture tries every kill point, and pairs."""
+        # a project with its own --torture keeps it (ValueError); the fixture reads it
+        with contextlib.suppress(ValueError):
+            parser.addoption(
+                "--torture",
+                action="store_true",
+                default=False,
+                help="long crash suites: every kill point of kill_sweep, and kills in resumes",
+            )
+
+    @pytest.fixture(name="kill_sweep")
+    def _kill_sweep_fixture(
+        request: pytest.FixtureRequest, tmp_path: Path
+    ) -> Callable[..., SweepResult]:
+        """:func:`kill_sweep` for a test: sampled, or every point and pairs under ``--torture``.
+
+        The sample is drawn from ``$AFK_KILL_SEED`` (default: today's date) and the test's
+        id, so each day tries other points; stores go under the test's ``tmp_path``.
+        Keyword options given to the call win.
+        """
+        torture = bool(request.config.getoption("--torture", default=False))
+        seed = os.environ.get("AFK_KILL_SEED") or datetime.date.today().isoformat()
+        count = itertools.count()
+
+        def sweep(job: Any, *args: Any, **kwargs: Any) -> SweepResult:
+            options: dict[str, Any] = {
+                "sample": None if torture else SWEEP_SAMPLE,
+                "pairs": torture,
+                "seed": f"{seed}:{request.node.nodeid}",
+                "workdir": tmp_path / f"sweep-{next(count)}",
+            }
+            return kill_sweep(job, *args, **{**options, **kwargs})
+
+        return sweep
 
     @pytest.fixture
     def afk_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
@@ -254,15 +264,22 @@ __all__ = [
     "EXIT_PAUSED",
     "EXIT_SLEEPING",
     "KILL_POINTS",
+    "RESUMES",
+    "SWEEP_LOG_ENV",
+    "SWEEP_SAMPLE",
     "Env",
     "IoCall",
     "IoKillSwitch",
     "KillResult",
     "ScaledClock",
     "SkippingClock",
+    "SweepResult",
+    "SweepTrial",
     "afk_clock",
     "afk_store",
     "kill_at_io_call",
+    "kill_sweep",
+    "record_effect",
     "run_and_kill",
     "skipping_clock",
 ]

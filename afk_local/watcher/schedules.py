@@ -6,18 +6,22 @@ watcher reads them and, for each due slot (:mod:`afk_local.watcher.slots`), crea
 the run ``<name>--<slot as YYYYmmddTHHMMSSZ>`` with the schedule's job and arguments.
 Watchers take a schedule's slots one at a time, under ``<name>.lock``, and move
 ``<name>.mark`` (the newest slot started) forward after each run they make: a slot
-at or before the mark never starts again, even once its run was removed. The run
+at or before the mark never starts again, even once its run was removed (a mark past
+the clock's time, left while the clock was ahead, is moved back to now; a mark belongs
+to the schedule it was made for, by its ``created_ms``, and goes with it). The run
 id is a function of the slot and the run is created create-only (the run
 directory's ``mkdir``), a second guard: two watchers, a restarted watcher or one
 after a reboot all compute the same id and only one of them creates it.
 The run is then an ordinary ``created`` run, resumed like any interrupted one (its
-child goes through the trust gate and refuses anything but an ``@afk.durable`` job).
+child goes through the trust gate and refuses anything but an ``@afk.durable`` job);
+its tags name the schedule and the slot (``ctx.scheduled_slot`` in the job).
 
 Format (fields with their default value are left out)::
 
     {"name": "nightly", "entrypoint": "jobs:report", "args": [], "kwargs": {},
      "every_s": 0, "cron": "0 3 * * *", "timezone": "Europe/Berlin",
-     "catchup": "latest", "created_ms": 1795716000000, "origin": {...}}
+     "catchup": "latest", "overlap": "allow", "created_ms": 1795716000000,
+     "origin": {...}}
 """
 
 from __future__ import annotations
@@ -36,11 +40,13 @@ from afk_local.errors import AfkLocalError, RunExistsError
 from afk_local.runner.entrypoints import is_entrypoint
 from afk_local.runner.limits import file_lock
 from afk_local.runner.origin import ORIGIN_KEY
+from afk_local.runner.tags import SCHEDULE_TAG_KEY, SLOT_TAG_KEY
 from afk_local.storage import fsio
 from afk_local.storage.store import Store
 from afk_local.storage.trust import path_problem
+from afk_local.storage.views.run_info import TAGS_KEY
 from afk_local.watcher.documents import open_document
-from afk_local.watcher.slots import CATCHUP, Timing, check_cron, due_slots, zone
+from afk_local.watcher.slots import CATCHUP, OVERLAP, Timing, check_cron, due_slots, zone
 
 log = logging.getLogger("afk_local")
 
@@ -65,6 +71,9 @@ class Schedule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_de
     timezone: str = ""
     """IANA zone the cron expression is read in; ``""``: the watcher's local zone."""
     catchup: str = "latest"
+    overlap: str = "allow"
+    """While its previous run is unfinished, a due slot starts anyway (``allow``), is
+    skipped (``skip``), or waits until it finished (``queue``)."""
     created_ms: int = 0
     origin: dict[str, Any] = {}
     """Where it was added from (working directory, interpreter): each run starts from there."""
@@ -106,6 +115,8 @@ def validate(schedule: Schedule) -> Schedule:
         raise ValueError(f"every_s must be >= 1 second, not {schedule.every_s}")
     if schedule.catchup not in CATCHUP:
         raise ValueError(f"catchup must be one of {', '.join(CATCHUP)}, not {schedule.catchup!r}")
+    if schedule.overlap not in OVERLAP:
+        raise ValueError(f"overlap must be one of {', '.join(OVERLAP)}, not {schedule.overlap!r}")
     zone(schedule.timezone)
     if schedule.cron:
         check_cron(schedule.cron, schedule.timezone)
@@ -184,25 +195,32 @@ def list_schedules(store: Store) -> list[tuple[Path, Schedule | str]]:
 
 
 def remove_schedule(store: Store, name: str) -> bool:
-    """Delete schedule ``name`` (its runs stay); False when there was none."""
+    """Delete schedule ``name`` and its mark (its runs stay); False when there was none."""
     path = schedule_path(store, name)
     try:
         fsio.unlink(path, missing_ok=False)
     except FileNotFoundError:
         return False
+    # a schedule added again under this name starts afresh (a mark left by a crash
+    # here is ignored too: it names the removed schedule's created_ms)
+    fsio.unlink(schedules_dir(store) / f"{name}.mark", missing_ok=True)
     fsio.fsync_dir(path.parent)  # a watcher after a crash must not find it again
     return True
 
 
 class _Mark(msgspec.Struct, forbid_unknown_fields=True):
     last_slot: float
+    schedule_ms: int = 0
+    """The ``created_ms`` of the schedule it was written for (0: written before it was kept)."""
 
 
-def last_started_slot(store: Store, name: str) -> float | None:
+def last_started_slot(store: Store, name: str, schedule_ms: int | None = None) -> float | None:
     """The newest slot of schedule ``name`` a watcher started a run for (None: none yet).
 
     Kept in ``<name>.mark`` next to the schedule, so a slot whose run was removed
-    since (``afk-local rm``, gc) is never started again.
+    since (``afk-local rm``, gc) is never started again. With ``schedule_ms`` (the
+    schedule's ``created_ms``), a mark written for an earlier schedule of the same
+    name counts as none.
     """
     path = schedules_dir(store) / f"{name}.mark"
     try:
@@ -212,14 +230,17 @@ def last_started_slot(store: Store, name: str) -> float | None:
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path.name} unreadable: {exc}") from None
     try:
-        return msgspec.json.decode(data, type=_Mark).last_slot
+        mark = msgspec.json.decode(data, type=_Mark)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ValueError(f"{path.name} damaged: {exc}; remove it to start over") from None
+    if schedule_ms is not None and mark.schedule_ms not in (0, schedule_ms):
+        return None
+    return mark.last_slot
 
 
-def _mark(store: Store, name: str, slot: float) -> None:
-    path = schedules_dir(store) / f"{name}.mark"
-    fsio.atomic_write(path, msgspec.json.encode(_Mark(slot)))
+def _mark(store: Store, schedule: Schedule, slot: float) -> None:
+    path = schedules_dir(store) / f"{schedule.name}.mark"
+    fsio.atomic_write(path, msgspec.json.encode(_Mark(slot, schedule.created_ms)))
 
 
 class ScheduleHost(Protocol):
@@ -276,7 +297,9 @@ class Scheduler:
         store = self.host.store
         created: list[str] = []
         with file_lock(schedules_dir(store) / f"{schedule.name}.lock", -1):
-            mark = last_started_slot(store, schedule.name)
+            mark = last_started_slot(store, schedule.name, schedule.created_ms)
+            if mark is not None and mark > now:
+                mark = self._repair_future_mark(schedule, mark, now)
             slots = due_slots(
                 schedule.timing,
                 now,
@@ -284,15 +307,56 @@ class Scheduler:
                 catchup=schedule.catchup,
                 newest_run=mark,
             )
+            slots = [s for s in slots if mark is None or s > mark]
+            busy = bool(slots) and schedule.overlap != "allow" and self._unfinished(schedule)
+            if slots and busy and schedule.overlap == "queue":
+                return []  # the mark stays: the slots are due again once the run ends
+            if schedule.overlap == "queue":
+                slots = slots[:1]  # one at a time, oldest first
             for slot in slots:
-                if mark is not None and slot <= mark:
+                if busy and schedule.overlap == "skip":
+                    self.host.emit(
+                        "skipped",
+                        schedule.run_id(slot),
+                        f"schedule {schedule.name}: its previous run has not finished "
+                        "(--overlap skip)",
+                    )
+                    _mark(store, schedule, slot)
+                    mark = slot
                     continue
                 run_id = self._start(schedule, slot)
                 if run_id is not None:
                     created.append(run_id)
-                _mark(store, schedule.name, slot)
+                _mark(store, schedule, slot)
                 mark = slot
         return created
+
+    def _unfinished(self, schedule: Schedule) -> bool:
+        """True when the schedule's newest run has not ended (created, running, sleeping or
+        paused). Run ids sort by slot, so the newest is the greatest of its runs."""
+        store = self.host.store
+        prefix = f"{schedule.name}--"
+        runs = [r for r in store.run_ids() if r.startswith(prefix) and schedule.slot_of(r)]
+        if not runs:
+            return False
+        try:
+            return not store.read_meta(max(runs)).status.is_terminal
+        except (AfkLocalError, OSError, ValueError):
+            return False  # unreadable: the watcher reports it; it holds no slot back
+
+    def _repair_future_mark(self, schedule: Schedule, mark: float, now: float) -> float:
+        """A mark past ``now`` was written while the clock was ahead: kept, it would hold
+        every slot back until the clock reached it. The slots up to the one before the
+        newest due now count as started, so the newest starts (once) and the rest go on.
+        """
+        latest = schedule.timing.latest(now)
+        self.host.emit(
+            "repaired",
+            None,
+            f"schedule {schedule.name}: its mark {_iso(mark)} is in the future (the clock "
+            f"was ahead); going on from {_iso(latest)}",
+        )
+        return latest - 1e-3
 
     def _problem(self, path: Path, problem: str) -> None:
         if self._said.get(path.name) != problem:
@@ -310,7 +374,7 @@ class Scheduler:
                 run_id,
                 entrypoint=schedule.entrypoint,
                 params={"args": list(schedule.args), "kwargs": dict(schedule.kwargs)},
-                extra={ORIGIN_KEY: schedule.origin} if schedule.origin else None,
+                extra=_slot_extra(schedule, slot),
             )
         except RunExistsError:
             return None  # another watcher made it just now: it runs there
@@ -320,6 +384,14 @@ class Scheduler:
         writer.close()  # status "created", lock free: the sweep resumes it
         self.host.emit("scheduled", run_id, f"schedule {schedule.name}, slot {_iso(slot)}")
         return run_id
+
+
+def _slot_extra(schedule: Schedule, slot: float) -> dict[str, Any]:
+    """The run's ``extra``: where it starts from, and tags naming its schedule and slot."""
+    extra: dict[str, Any] = {TAGS_KEY: {SCHEDULE_TAG_KEY: schedule.name, SLOT_TAG_KEY: _iso(slot)}}
+    if schedule.origin:
+        extra[ORIGIN_KEY] = schedule.origin
+    return extra
 
 
 def _iso(slot: float) -> str:

@@ -3,8 +3,9 @@
 A *slot* is one instant the schedule names, in seconds since the epoch. ``--every D``
 slots are the multiples of ``D`` since the epoch (every 3600 s fires on the hour,
 UTC); ``--cron EXPR`` slots are the instants the cron expression matches in the
-schedule's time zone (parsed by cronsim, the ``schedule`` extra; a day that
-daylight saving time skips or repeats is resolved as cronsim does). Only slots at or
+schedule's time zone, the machine's own by its IANA name when the schedule names none
+(parsed by cronsim, the ``schedule`` extra; an hour that daylight saving time skips or
+repeats is resolved as cronsim does: a daily slot in the repeated hour fires once). Only slots at or
 after the schedule's creation count.
 
 What is due at ``now`` depends on ``catchup``, for slots missed while no watcher ran
@@ -21,14 +22,18 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
 import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from afk_local.clock import wall_ns
+from afk_local.clock import current_clock, wall_ns
 
 CATCHUP = ("latest", "all", "skip")
+OVERLAP = ("allow", "skip", "queue")
+"""What a due slot does while the schedule's previous run is unfinished (Temporal's overlap
+policy): start anyway (``allow``), be skipped (``skip``), or wait for it (``queue``)."""
 MAX_CATCHUP = 100
 """``--catchup all`` starts at most this many missed slots (the newest) in one sweep."""
 SKIP_GRACE_S = 60.0
@@ -45,10 +50,42 @@ def _cronsim() -> Any:
     return cronsim
 
 
+def local_zone_name() -> str:
+    """The IANA name of this machine's time zone (``$TZ``, else ``/etc/localtime``'s target).
+
+    ``""`` when neither names a zone ``zoneinfo`` knows.
+    """
+    candidates = [os.environ.get("TZ", "").lstrip(":")]
+    try:
+        target = os.path.realpath("/etc/localtime")
+    except OSError:  # pragma: no cover - realpath does not raise on Linux or macOS
+        target = ""
+    if "zoneinfo/" in target:
+        candidates.append(target.rsplit("zoneinfo/", 1)[1])
+    for name in candidates:
+        if name and not name.startswith("/"):
+            try:
+                zoneinfo.ZoneInfo(name)
+            except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+                continue
+            return name
+    return ""
+
+
 def zone(name: str) -> dt.tzinfo:
-    """The time zone ``name`` (IANA, e.g. ``Europe/Berlin``); ``""`` is the local one."""
+    """The time zone ``name`` (IANA, e.g. ``Europe/Berlin``); ``""`` is the local one.
+
+    The local zone is taken by its name (:func:`local_zone_name`), so its daylight
+    saving rules apply at every instant: a fixed offset read once would move a
+    ``--cron`` schedule by an hour across a change, and repeat the fall-back night's
+    slots. Only a machine whose zone has no name gets the offset in force now (on the
+    clock durable time uses).
+    """
     if not name:
-        local = dt.datetime.fromtimestamp(wall_ns() / 1e9).astimezone().tzinfo
+        local_name = local_zone_name()
+        if local_name:
+            return zoneinfo.ZoneInfo(local_name)
+        local = dt.datetime.fromtimestamp(current_clock().time()).astimezone().tzinfo
         assert local is not None
         return local
     try:
@@ -137,9 +174,11 @@ def due_slots(
 __all__ = [
     "CATCHUP",
     "MAX_CATCHUP",
+    "OVERLAP",
     "SKIP_GRACE_S",
     "Timing",
     "check_cron",
     "due_slots",
+    "local_zone_name",
     "zone",
 ]

@@ -23,6 +23,7 @@ EXAMPLES: dict[str, tuple[list[list[str]], str]] = {
     "fanout_dask.py": ([["--images", "6", "--workers", "1"]], "uploads: 6"),
     "pydantic_ai_agent.py": ([[], []], "Done: invoice sent to ada for 42 EUR"),
     "openai_agents_agent.py": ([[], []], "Done: invoice sent to ada for 42 EUR"),
+    "kill_sweep_check.py": ([["--sample", "3"]], "kill points tried: 0 wrong endings"),
 }
 # script -> the module an optional extra brings (the example is skipped without it)
 NEEDS = {

@@ -13,11 +13,13 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 import time_jobs
 from proc import REPO, SUPPORT, kill_after, spawn
 
 import afk_local as afk
 from afk_local.storage.format.records import Effect
+from afk_local.testing import run_and_kill
 
 ENV = {
     "PYTHONPATH": os.pathsep.join(
@@ -95,3 +97,31 @@ def test_step_failing_twice_killed_during_its_backoff_resumes_with_the_rest(
     assert backoff_due <= intents[1].timestamp_ms <= backoff_due + 500
     second_due = outcome(store, "flaky", "flaky#1@retry2").result
     assert second_due <= intents[2].timestamp_ms <= second_due + 500
+
+
+def test_a_retried_step_killed_during_its_last_try_runs_no_more_tries(tmp_path: Path) -> None:
+    """Every started try counts against ``attempts``, the one in doubt included."""
+    root, counter = tmp_path / "store", tmp_path / "calls"
+    store = afk.Store(root)
+    job = time_jobs.retried_idempotent.with_store(store)
+
+    killed = run_and_kill(job, str(counter), 3, at=None, store=store, run_id="r")
+    assert killed.returncode == -signal.SIGKILL and counter.read_text() == "3"
+
+    with pytest.raises(afk.EffectInDoubtError) as in_doubt:
+        job.run(run_id="r")
+    assert in_doubt.value.key == "flaky#1"
+    assert counter.read_text() == "3"  # not 6: the round of 3 tries was used up
+
+
+def test_a_retried_step_killed_during_an_earlier_try_finishes_its_round(tmp_path: Path) -> None:
+    root, counter = tmp_path / "store", tmp_path / "calls"
+    store = afk.Store(root)
+    job = time_jobs.retried_idempotent.with_store(store)
+
+    killed = run_and_kill(job, str(counter), 2, at=None, store=store, run_id="r")
+    assert killed.returncode == -signal.SIGKILL and counter.read_text() == "2"
+
+    with pytest.raises(ConnectionError, match="flaky call 3"):
+        job.run(run_id="r")
+    assert counter.read_text() == "3"  # the in-doubt try 2 counted; one more try, not two

@@ -73,3 +73,31 @@ def stamp(ctx: afk.RunContext, out: str) -> str:
     with open(out, "a", encoding="utf-8") as fh:
         fh.write(f"{ctx.run_id} {ctx.attempt}\n")
     return ctx.run_id
+
+
+def flaky_dies_on(counter: str, die_on: int) -> str:
+    """Always fails (counted in a file); SIGKILLs its own process on call ``die_on``."""
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    path = Path(counter)
+    calls = int(path.read_text()) + 1 if path.exists() else 1
+    path.write_text(str(calls))
+    if calls == die_on:
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise ConnectionError(f"flaky call {calls}")
+
+
+@afk.durable
+def retried_idempotent(ctx: afk.RunContext, counter: str, die_on: int) -> str:
+    """An idempotent step retried 3 times that always fails and dies during try ``die_on``."""
+    policy = afk.Retry(attempts=3, initial=0.0, on=(ConnectionError,))
+    result: str = ctx.step("flaky", flaky_dies_on, counter, die_on, retry=policy, idempotent=True)
+    return result
+
+
+@afk.durable
+def slot_job(ctx: afk.RunContext) -> str | None:
+    """Returns the slot its schedule started it for (ISO 8601), or None."""
+    slot = ctx.scheduled_slot
+    return None if slot is None else slot.isoformat()

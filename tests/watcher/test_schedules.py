@@ -274,6 +274,11 @@ def test_schedule_add_list_rm_on_the_command_line(tmp_path: Path) -> None:
     added = cli("add", "tick", "time_jobs:stamp", '["out"]', "--every", "15m", "--json")
     assert added.returncode == 0, added.stderr
     assert json.loads(added.stdout)["every_s"] == 900
+    assert json.loads(added.stdout)["overlap"] == "allow"
+    queued = cli("add", "q", "time_jobs:stamp", "--every", "1h", "--overlap", "queue", "--json")
+    assert json.loads(queued.stdout)["overlap"] == "queue", queued.stderr
+    assert cli("add", "q2", "time_jobs:stamp", "--every", "1h", "--overlap", "no").returncode == 2
+    assert cli("rm", "q").returncode == 0
     assert cli("add", "typo", "time_jobs:nope", "--every", "1h").returncode == 2
     assert cli("add", "t2", "time_jobs:stamp", "--every", "1.5s").returncode == 2
     pytest.importorskip("cronsim", reason="--cron needs the schedule extra (cronsim)")
