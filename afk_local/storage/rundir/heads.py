@@ -137,8 +137,7 @@ class HeadStore:
 
     def write(self, head: Head) -> None:
         """Publish ``head`` (temp file and rename; no fsync: a lost head only lags)."""
-        if not self.dir.is_dir():
-            self.dir.mkdir(mode=fsio.DIR_MODE, parents=True, exist_ok=True)
+        fsio.make_dirs_unsynced(self.dir)
         fsio.replace_unsynced(self.path(head.run_id), self.document(head))
 
     def document(self, head: Head) -> bytes:
@@ -349,10 +348,9 @@ class HeadKeeper:
         if self._fd is None:
             return
         try:
-            data = self._heads.document(head)
-            written = os.pwrite(self._fd, data, 0)
-            if written != len(data):
-                raise OSError(f"short write ({written} of {len(data)} bytes)")
+            fsio.overwrite_unsynced(
+                self._fd, self._heads.document(head), self._heads.path(head.run_id)
+            )
         except OSError as exc:
             self._warn(exc)
 

@@ -47,6 +47,9 @@ from afk_local.testing.crashsim.jobs import (
 )
 from afk_local.testing.crashsim.trace import Session
 
+HEADS_DIR = "heads"
+"""Where a workload's keyed store keeps its head records: beside the store, recorded."""
+
 
 class ResumeFailed(AssertionError):
     """A run could be reopened but did not continue as it should."""
@@ -79,12 +82,12 @@ class Workload:
     def store(self, root: Path) -> Store:
         """The workload's store at ``root``.
 
-        A keyed store's head records (kept outside the store, never fsynced, so not part
-        of the recorded I/O) go next to the directory that holds it, outside what is
-        recorded: each crash state is checked with its own, empty, head directory, as a
-        store restored without them would be.
+        A keyed store's head records (kept outside the store, never fsynced) go next to
+        it, in ``heads/`` of the directory that holds it: their writes are recorded too,
+        so each crash state holds the head records a crash may leave there (behind the
+        run or cut short, never ahead of it, which is what the check holds them to).
         """
-        return Store(root, key=self.key, head_dir=f"{root.parent}-heads")
+        return Store(root, key=self.key, head_dir=root.parent / HEADS_DIR)
 
 
 def _job_workload(
@@ -390,6 +393,7 @@ BASIC_WORKLOADS: tuple[Workload, ...] = (
 
 __all__ = [
     "BASIC_WORKLOADS",
+    "HEADS_DIR",
     "InDoubt",
     "ResumeFailed",
     "Workload",

@@ -1,0 +1,133 @@
+"""Workloads of the operations that write besides checkpoints: status changes, removal, time.
+
+Each is one thing a user or the watcher does to a run (cancel it, pause it and answer,
+settle an effect, tag it, remove it, adopt it, park it asleep, take a schedule slot, a
+shared limit), or a condition the run meets (a keyed store with head records, a wall
+clock that steps back): the explorer holds every crash state to what the operation
+acknowledged, as for the job workloads (:mod:`.workloads`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from afk_local.clock import using_clock, wall_ns
+from afk_local.errors import EffectInDoubtError
+from afk_local.testing.clock import SkippingClock
+from afk_local.testing.crashsim.jobs import count_job, one_step_job
+from afk_local.testing.crashsim.trace import Session
+from afk_local.testing.crashsim.workloads import InDoubt, ResumeFailed, Workload
+
+_KEY = "crashsim key"
+
+
+class SteppingClock:
+    """The wall clock, stepped back ``by`` seconds once it was read ``after`` times (an NTP
+    correction, a user setting the time): stamps taken later are earlier than some taken
+    before."""
+
+    def __init__(self, *, after: int, by: float) -> None:
+        self._after = after
+        self._by = by
+        self._reads = 0
+        self._lock = threading.Lock()
+
+    def time(self) -> float:
+        """Seconds since the epoch, stepped back once ``after`` readings were taken."""
+        with self._lock:
+            self._reads += 1
+            stepped = self._reads > self._after
+        return wall_ns() / 1e9 - (self._by if stepped else 0.0)
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` of real time."""
+        time.sleep(seconds)
+
+
+def _clock_step_record(session: Session, _prepared: Any) -> None:
+    with using_clock(SteppingClock(after=2, by=3.0)):
+        done = count_job.with_store(session.store).run(3, run_id="stepped")
+    session.checkpoints_acked("stepped")
+    session.status_acked("stepped")  # completed: a resume must not run it again
+    if done != {"count": 3}:
+        raise ResumeFailed(f"the recorded run returned {done!r}")
+
+
+def _clock_step_resume(store: Any) -> dict[str, Any]:
+    try:
+        return {"stepped": count_job.with_store(store).run(3, run_id="stepped")}
+    except EffectInDoubtError as exc:
+        return {"stepped": InDoubt(exc.key)}
+
+
+def _keyed_job_record(session: Session, _prepared: Any) -> None:
+    # A clock that stands still (a coarse one, or a fast run): every later_ms stamp of
+    # run.meta is then ahead of the checkpoints' own stamps.
+    with using_clock(SkippingClock()):
+        done = count_job.with_store(session.store).run(3, run_id="keyed")
+    session.checkpoints_acked("keyed")
+    session.status_acked("keyed")
+    if done != {"count": 3}:
+        raise ResumeFailed(f"the recorded run returned {done!r}")
+
+
+def _keyed_job_resume(store: Any) -> dict[str, Any]:
+    return {"keyed": count_job.with_store(store).run(3, run_id="keyed")}
+
+
+def _rm_record(session: Session, _prepared: Any) -> None:
+    store = session.store
+    done = one_step_job.with_store(store).run(7, run_id="gone")
+    if done != {"sent": 7}:
+        raise ResumeFailed(f"the recorded run returned {done!r}")
+    session.run_removed("gone")
+    kept = store.delete("gone", keep_effects=True)  # afk-local rm, right after it finished
+    if kept is None:
+        raise ResumeFailed("rm kept no journal")
+    session.files_kept(kept)  # its effects.log and run.meta, whatever comes next
+    session.rewrite_done("gone", "rm")  # and the run stays deleted
+
+
+def _rm_resume(store: Any) -> dict[str, Any]:
+    if not store.exists("gone"):
+        return {}
+    try:
+        return {"gone": one_step_job.with_store(store).run(7, run_id="gone")}
+    except EffectInDoubtError as exc:
+        return {"gone": InDoubt(exc.key)}
+
+
+OPERATION_WORKLOADS: tuple[Workload, ...] = (
+    Workload(
+        "rm",
+        "afk-local rm of a run right after it completed (its run.meta never fsynced): the "
+        "journal and meta kept under removed/, then the run directory deleted",
+        _rm_record,
+        _rm_resume,
+        {"gone": {"sent": 7}},
+    ),
+    Workload(
+        "sync-keyed",
+        "a sync job in a keyed store: its head record moves with every durable write, and "
+        "a crash must never leave it ahead of the run (a rollback reported, a retry refused)",
+        _keyed_job_record,
+        _keyed_job_resume,
+        {"keyed": {"count": 3}},
+        key=_KEY,
+    ),
+    Workload(
+        "clock-step-keyed",
+        "a sync job in a keyed store (head records) whose wall clock steps back 3 s after "
+        "the run began: its terminal checkpoint is stamped before the meta it replaces",
+        _clock_step_record,
+        _clock_step_resume,
+        {"stepped": {"count": 3}},
+        key=_KEY,
+    ),
+)
+"""The operation workloads, in the order the explorer runs them."""
+
+
+__all__ = ["OPERATION_WORKLOADS", "SteppingClock"]
