@@ -166,6 +166,18 @@ class HeadStore:
         self.write(head)
         return head
 
+    def loosen(self, run_id: str, meta_updated_ms: int) -> None:
+        """Before a rewrite that may change what the head names (gc trims the journal,
+        rewrites kept deltas, deletes checkpoints): keep only the ``run.meta`` mark, which
+        the rewrite leaves as it is. A crash before the rewrite's :meth:`anchor` then
+        leaves the head behind the run (less to compare), never ahead of it: so this
+        head's rename is made durable (an fsync of its directory) before the rewrite
+        starts; an unsynced one could be lost while the rewrite's files stay. Its bytes
+        need no fsync: a head cut short does not verify and counts as absent."""
+        fsio.make_dirs_unsynced(self.dir)
+        head = Head(run_id=run_id, meta_updated_ms=meta_updated_ms)
+        fsio.atomic_write(self.path(run_id), self.document(head), sync_file=False)
+
     def update_meta(self, run_id: str, meta_updated_ms: int) -> None:
         """Move the head's ``run.meta`` mark forward (another process wrote the meta)."""
         try:

@@ -23,6 +23,7 @@ from afk_local.storage.format.journal_format import JournalContents, read_journa
 from afk_local.storage.ops.removal import REMOVED_DIR
 from afk_local.storage.rundir.reader import CheckpointNotFoundError, RunReader
 from afk_local.storage.store import Store
+from afk_local.storage.store_identity import read_identity
 from afk_local.testing.crashsim.jobs import EffectLedger, use_probe
 from afk_local.testing.crashsim.trace import (
     Ack,
@@ -57,6 +58,10 @@ def check_state(
         if isinstance(ack, RemovedAck):
             acked.pop(ack.run_id, None)
     problems: list[str] = []
+    try:  # a crash never damages the store's own files (resumes from the CLI read it)
+        read_identity(store.root, store.codec.signer)
+    except AfkLocalError as exc:
+        problems.append(f"the store's identity: {exc}")
     journals: dict[str, JournalContents] = {}
     for run_id in store.run_ids():
         if not store.paths(run_id).meta.exists():

@@ -11,14 +11,26 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from afk_local.clock import using_clock, wall_ns
 from afk_local.errors import EffectInDoubtError
+from afk_local.runner.cancel import cancel
+from afk_local.storage import fsio
+from afk_local.storage.format.records import RunStatus
+from afk_local.storage.store import Store
 from afk_local.testing.clock import SkippingClock
 from afk_local.testing.crashsim.jobs import count_job, one_step_job
 from afk_local.testing.crashsim.trace import Session
-from afk_local.testing.crashsim.workloads import InDoubt, ResumeFailed, Workload
+from afk_local.testing.crashsim.workloads import (
+    InDoubt,
+    ResumeFailed,
+    Workload,
+    continue_runs,
+    state_payload,
+    write_run,
+)
 
 _KEY = "crashsim key"
 
@@ -55,7 +67,7 @@ def _clock_step_record(session: Session, _prepared: Any) -> None:
         raise ResumeFailed(f"the recorded run returned {done!r}")
 
 
-def _clock_step_resume(store: Any) -> dict[str, Any]:
+def _clock_step_resume(store: Store) -> dict[str, Any]:
     try:
         return {"stepped": count_job.with_store(store).run(3, run_id="stepped")}
     except EffectInDoubtError as exc:
@@ -73,7 +85,7 @@ def _keyed_job_record(session: Session, _prepared: Any) -> None:
         raise ResumeFailed(f"the recorded run returned {done!r}")
 
 
-def _keyed_job_resume(store: Any) -> dict[str, Any]:
+def _keyed_job_resume(store: Store) -> dict[str, Any]:
     return {"keyed": count_job.with_store(store).run(3, run_id="keyed")}
 
 
@@ -90,7 +102,7 @@ def _rm_record(session: Session, _prepared: Any) -> None:
     session.rewrite_done("gone", "rm")  # and the run stays deleted
 
 
-def _rm_resume(store: Any) -> dict[str, Any]:
+def _rm_resume(store: Store) -> dict[str, Any]:
     if not store.exists("gone"):
         return {}
     try:
@@ -99,7 +111,87 @@ def _rm_resume(store: Any) -> dict[str, Any]:
         return {"gone": InDoubt(exc.key)}
 
 
+def _interrupted_setup(store: Store, _scratch: Path) -> None:
+    write_run(store, "run", 3)  # running, nobody owns it: interrupted
+
+
+def _cancel_record(session: Session, _prepared: Any) -> None:
+    cancel("run", store=session.store)
+    session.checkpoints_acked("run")
+    session.status_acked("run")  # cancelled: nothing may resume it from here on
+
+
+def _cancel_resume(store: Store) -> dict[str, Any]:
+    if store.read_meta("run").status is not RunStatus.CANCELLED:
+        cancel("run", store=store)  # the user runs the command again
+    return {"run": store.read_meta("run").status.value}
+
+
+def _pause_record(session: Session, _prepared: Any) -> None:
+    with session.store.resume_writer("run") as run:
+        run.pause("input", "go on?")
+    session.checkpoints_acked("run")
+    session.status_acked("run")  # paused, waiting for input
+
+
+def _pause_resume(store: Store) -> dict[str, Any]:
+    if store.read_meta("run").status is not RunStatus.PAUSED:
+        with store.resume_writer("run") as run:
+            run.pause("input", "go on?")
+    return {"run": store.read_meta("run").status.value}
+
+
+def _lagging_setup(store: Store, _scratch: Path) -> None:
+    write_run(store, "run", 5)
+    files = store.open("run").checkpoint_files()
+    # A kill between the newest checkpoint's rename and the swap of latest left latest
+    # one behind; a second such kill in the next attempt must not leave it two behind.
+    fsio.atomic_symlink(files[-2].name, store.paths("run").latest)
+
+
+def _lagging_record(session: Session, _prepared: Any) -> None:
+    session.checkpoints_acked("run", upto=4, since=0)  # 5 never was: latest did not move
+    with session.store.resume_writer("run") as run:  # the next attempt: latest repaired
+        run.checkpoint("runtime_state", state_payload(5), step=5)
+    session.checkpoints_acked("run")
+
+
 OPERATION_WORKLOADS: tuple[Workload, ...] = (
+    Workload(
+        "cancel",
+        "afk-local cancel of an interrupted run: a cancelled terminal checkpoint, then "
+        "run.meta says cancelled (and why)",
+        _cancel_record,
+        _cancel_resume,
+        {"run": "cancelled"},
+        setup=_interrupted_setup,
+    ),
+    Workload(
+        "cancel-keyed",
+        "the cancel workload in a keyed store (its head record moves with each meta)",
+        _cancel_record,
+        _cancel_resume,
+        {"run": "cancelled"},
+        setup=_interrupted_setup,
+        key=_KEY,
+    ),
+    Workload(
+        "pause",
+        "a run paused for input: its paused checkpoint, then run.meta says paused",
+        _pause_record,
+        _pause_resume,
+        {"run": "paused"},
+        setup=_interrupted_setup,
+    ),
+    Workload(
+        "latest-behind",
+        "the attempt after a kill that left latest one behind: latest repaired first, "
+        "then a checkpoint (a second kill must not leave it two behind)",
+        _lagging_record,
+        continue_runs("run"),
+        {"run": "resumed"},
+        setup=_lagging_setup,
+    ),
     Workload(
         "rm",
         "afk-local rm of a run right after it completed (its run.meta never fsynced): the "
