@@ -10,11 +10,15 @@ MAC of its last record, and the ``updated_ms`` of the newest ``run.meta``. Every
 acknowledged write moves it forward; :meth:`HeadStore.behind` compares a run with
 its head, and a run behind its head has been rolled back.
 
-The head is written after the write it describes is durable, with no fsync of its
-own (anchored by temp file and rename when a writer opens the run, then rewritten
-in place as one fixed-size ``pwrite``): a crash, or a power loss, can only leave it
-*behind* the run, which is never reported, or cut short, when it no longer verifies
-and counts as absent until the next writer anchors it again; it is never ahead.
+The head is written after the write it describes is durable (a checkpoint that
+carries a meta counts for that meta), with no fsync of its own (anchored by temp file
+and rename when a writer opens the run, then rewritten in place as one fixed-size
+``pwrite``): a crash, or a power loss, can only leave it *behind* the run, which is
+never reported, or cut short, when it no longer verifies and counts as absent until the
+next writer anchors it again; it is never ahead. The one exception runs the other way:
+before gc rewrites a run (trims its journal, rewrites or deletes checkpoints), the head
+is narrowed to what the rewrite keeps, durably (:meth:`HeadStore.loosen`), since the
+rewrite would otherwise leave the old head ahead of it.
 
 Layout: ``<head dir>/<store id>/<run_id>.head``, where ``<head dir>`` is
 ``$AFK_LOCAL_HEAD_DIR``, else ``$XDG_STATE_HOME/afk_local/heads``, else
