@@ -15,13 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from afk_local.clock import using_clock, wall_ns
-from afk_local.errors import EffectInDoubtError
+from afk_local.errors import EffectInDoubtError, RunSleeping
+from afk_local.journal.journal import journal_of
 from afk_local.runner.cancel import cancel
+from afk_local.runner.settle import settle
 from afk_local.storage import fsio
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.store import Store
 from afk_local.testing.clock import SkippingClock
-from afk_local.testing.crashsim.jobs import count_job, one_step_job
+from afk_local.testing.crashsim.jobs import count_job, one_step_job, sleepy_job
 from afk_local.testing.crashsim.trace import Session
 from afk_local.testing.crashsim.workloads import (
     InDoubt,
@@ -156,7 +158,58 @@ def _lagging_record(session: Session, _prepared: Any) -> None:
     session.checkpoints_acked("run")
 
 
+def _in_doubt_setup(store: Store, _scratch: Path) -> None:
+    write_run(store, "run", 2, effects=1)
+    with store.resume_writer("run") as run:  # an intent whose call was killed midway
+        journal_of(run).record_intent(
+            "charge", name="charge", input_hash="0" * 16, idempotency_key="run:charge"
+        )
+
+
+def _settle_record(session: Session, _prepared: Any) -> None:
+    settle("run", "charge", store=session.store, done=True, result={"charged": 1})
+    session.outcomes_acked("run", ["charge"])  # settled: the resume replays it
+    session.checkpoints_acked("run")
+
+
+def _park_record(session: Session, _prepared: Any) -> None:
+    try:
+        sleepy_job.with_store(session.store).run(5, run_id="sleeper")
+    except RunSleeping:
+        pass
+    else:
+        raise ResumeFailed("the recorded run did not park")
+    session.status_acked("sleeper")  # sleeping until its wake time: not interrupted
+
+
+def _park_resume(store: Store) -> dict[str, Any]:
+    if store.exists("sleeper") and store.read_meta("sleeper").status is RunStatus.SLEEPING:
+        return {"sleeper": "sleeping"}
+    try:  # interrupted before it parked: the job runs again, and parks
+        sleepy_job.with_store(store).run(5, run_id="sleeper")
+    except RunSleeping:
+        return {"sleeper": store.read_meta("sleeper").status.value}
+    return {"sleeper": "did not park"}
+
+
 OPERATION_WORKLOADS: tuple[Workload, ...] = (
+    Workload(
+        "park",
+        "a job that sleeps 5 hours: its checkpoint, the journaled due time, then the run "
+        "parked (run.meta sleeping with wake_at) and the attempt ended",
+        _park_record,
+        _park_resume,
+        {"sleeper": "sleeping"},
+    ),
+    Workload(
+        "settle",
+        "afk-local settle of an effect in doubt (done, with its result): the outcome "
+        "appended to the run's journal under its lock",
+        _settle_record,
+        continue_runs("run"),
+        {"run": "resumed"},
+        setup=_in_doubt_setup,
+    ),
     Workload(
         "cancel",
         "afk-local cancel of an interrupted run: a cancelled terminal checkpoint, then "
