@@ -432,6 +432,8 @@ def _crash_again(
         base = work / "again"
         shutil.rmtree(base, ignore_errors=True)
         write_tree(first_tree, base)
+        workload.store(base / "store")  # a keyed store takes the recorded head records
+        first_tree = read_tree(base)  # as filed under this store's path
         acks = _rebased(trace.acks_at(frontier.at))
         calls = trace.calls_at(frontier.at)
         try:
