@@ -25,7 +25,7 @@ from afk_local.testing.crashsim.report import hunt_line
 HUNT_STATES = 60
 """Default suite: crash states per workload while hunting a mutant."""
 
-DAILY_SAMPLE = 4
+DAILY_SAMPLE = 2
 """Default suite: operation site mutants hunted per run (a different few each day)."""
 
 
