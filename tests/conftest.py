@@ -34,9 +34,33 @@ KILL_SEED = os.environ.get("AFK_KILL_SEED") or datetime.date.today().isoformat()
 sampled loops cover every point over time; set ``AFK_KILL_SEED`` to repeat a run."""
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    """Print the kill-point seed, so a failing sampled loop can be run again."""
-    return f"kill points: AFK_KILL_SEED={KILL_SEED}"
+EXPLORER_SEED = int(
+    os.environ.get("AFK_EXPLORER_SEED")
+    or datetime.date.today().strftime("%Y%m%d")  # one a day, as the kill points
+)
+"""Seeds the crash explorer's randomized runs (the states drawn, the first crash states
+crashed again): it changes every day; set ``AFK_EXPLORER_SEED`` to repeat a run
+(``python -m afk_local.testing.crashsim --seed N`` replays one workload)."""
+
+TORTURE_SEEDS = 25
+"""``--torture``: explorer seeds swept per randomized explorer test (from EXPLORER_SEED on)."""
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Print the kill-point and explorer seeds, so a failing sampled run can be repeated."""
+    return [
+        f"kill points: AFK_KILL_SEED={KILL_SEED}",
+        f"crash explorer: AFK_EXPLORER_SEED={EXPLORER_SEED}",
+    ]
+
+
+@pytest.fixture
+def explorer_seeds(request: pytest.FixtureRequest) -> list[int]:
+    """The explorer seeds a randomized explorer test runs with: today's
+    (``AFK_EXPLORER_SEED``), or under ``--torture`` :data:`TORTURE_SEEDS` of them."""
+    if request.config.getoption("--torture"):
+        return [EXPLORER_SEED + i for i in range(TORTURE_SEEDS)]
+    return [EXPLORER_SEED]
 
 
 @pytest.fixture

@@ -304,9 +304,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
         require_run(store, run_id)
     results = [verify_run(store, run_id, repair=not args.no_repair) for run_id in run_ids]
     bad = [r for r in results if r["problems"]]
+    index_notes: list[str] = []
+    index_problems: list[str] = []
+    if not args.runs:  # the whole store: its listing index too
+        index_notes, index_problems = store.meta_index().disagreements()
     if args.json:
-        emit_json({"ok": not bad, "runs": results})
-        return EXIT_PROBLEMS if bad else EXIT_OK
+        emit_json(
+            {
+                "ok": not bad and not index_problems,
+                "runs": results,
+                "index": {"problems": index_problems, "notes": index_notes},
+            }
+        )
+        return EXIT_PROBLEMS if bad or index_problems else EXIT_OK
+    for line in index_problems:
+        out(f"DAMAGED {line}")
+    for line in index_notes:
+        out(f"note: {line}")
     for r in results:
         label = "ok" if not r["problems"] else f"{len(r['problems'])} PROBLEM(S)"
         out(f"{r['run_id']}: {label} ({r['checked_files']} files checked)")
@@ -323,9 +337,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             f"{len(bad)} of {len(results)} run(s) damaged: restore the named files from a "
             "backup, or fork a damaged run before the damage (`afk-local fork RUN --at SEQ`)"
         )
-    else:
+    elif not index_problems:
         out(f"all {len(results)} run(s) ok")
-    return EXIT_PROBLEMS if bad else EXIT_OK
+    return EXIT_PROBLEMS if bad or index_problems else EXIT_OK
 
 
 def cmd_export(args: argparse.Namespace) -> int:

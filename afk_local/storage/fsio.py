@@ -280,9 +280,10 @@ def regular_file_problem(path: str | os.PathLike[str]) -> str | None:
 def replace_unsynced(path: str | os.PathLike[str], data: bytes) -> None:
     """Replace ``path`` by ``data`` all at once (temp file + rename), with no fsync.
 
-    Only for small records kept *outside* a store that may lag behind a crash but
-    never lead (a keyed store's head records): not a durable write, so neither the
-    I/O hook nor the recorder sees it.
+    Only for small records that may lag behind a crash but never lead (a keyed store's
+    head records, the listing cache): not a durable write, so the I/O hook does not see
+    it. The recorder of :data:`DEFAULT_ENV` does (an open, a write and a rename with no
+    fsync), so the crash-state explorer models what a crash leaves of such a record.
     """
     target = os.fspath(path)
     tmp = _temp_sibling(target)
@@ -291,9 +292,11 @@ def replace_unsynced(path: str | os.PathLike[str], data: bytes) -> None:
             tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE
         )
         try:
+            DEFAULT_ENV._record(IoCall("open", tmp))
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
+            DEFAULT_ENV._record(IoCall("write", tmp, data=bytes(data)))
         finally:
             os.close(fd)
         os.replace(tmp, target)
@@ -301,16 +304,51 @@ def replace_unsynced(path: str | os.PathLike[str], data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    DEFAULT_ENV._record(IoCall("rename", target, source=tmp))
+
+
+def overwrite_unsynced(fd: int, data: bytes, path: str | os.PathLike[str]) -> None:
+    """Write ``data`` at offset 0 of the file behind ``fd`` (one ``pwrite``), with no fsync.
+
+    The in-place counterpart of :func:`replace_unsynced` (a head record moved forward),
+    seen by the recorder of :data:`DEFAULT_ENV` as a write, not by the I/O hook.
+
+    Raises:
+        OSError: the write failed or was short.
+    """
+    written = os.pwrite(fd, data, 0)
+    if written != len(data):
+        raise OSError(f"short write ({written} of {len(data)} bytes)")
+    DEFAULT_ENV._record(IoCall("write", os.fspath(path), data=bytes(data)))
+
+
+def make_dirs_unsynced(path: str | os.PathLike[str]) -> None:
+    """Create ``path`` and missing parents (0700) with no fsync, for records that may lag
+    (:func:`replace_unsynced`); each new directory is seen by the recorder of
+    :data:`DEFAULT_ENV`."""
+    target = Path(path)
+    if target.is_dir():
+        return
+    if not target.parent.is_dir():
+        make_dirs_unsynced(target.parent)
+    try:
+        os.mkdir(target, DIR_MODE)
+    except FileExistsError:
+        return
+    DEFAULT_ENV._record(IoCall("mkdir", os.fspath(target)))
 
 
 def remove_unsynced(path: str | os.PathLike[str]) -> None:
-    """Remove a file kept *outside* a store (a head record), if it is there; no fsync.
+    """Remove a record written by :func:`replace_unsynced`, if it is there; no fsync.
 
-    The counterpart of :func:`replace_unsynced`: not a durable write of any store, so
-    neither the I/O hook nor the recorder sees it.
+    Not a durable write of any store, so the I/O hook does not see it; the recorder of
+    :data:`DEFAULT_ENV` does.
     """
-    with contextlib.suppress(FileNotFoundError):
+    try:
         os.unlink(path)
+    except FileNotFoundError:
+        return
+    DEFAULT_ENV._record(IoCall("unlink", os.fspath(path)))
 
 
 class Env:

@@ -155,6 +155,8 @@ def gc(store: MaintainedStore, policy: RetentionPolicy | None, *, dry_run: bool)
                 # Never plan a rewrite around checkpoints that cannot be read.
                 path = str(reader.paths.dir / name)
                 raise CheckpointCorruptionError(path, reason, reader.run_id)
+            if store.heads is not None and not dry_run:
+                store.heads.loosen(reader.run_id, reader.meta.updated_ms)
             report.compacted.append(compact_run(reader, policy, dry_run=dry_run))
             if store.heads is not None and not dry_run:
                 reader.refresh()  # compaction may have rewritten the meta and the journal

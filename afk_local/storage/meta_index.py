@@ -381,7 +381,7 @@ class MetaIndex:
             log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
             return
         try:
-            index = decode_index(data)
+            index = decode_index(data, self._codec.signer)
         except ValueError as exc:
             log.info("%s: not used (%s); rebuilt from the runs", self.path, exc)
             return
@@ -398,11 +398,58 @@ class MetaIndex:
         self._stamp, self._unlisted, self._saved, self._deleted = None, [], False, None
         self._loaded = True
 
+    def disagreements(self) -> tuple[list[str], list[str]]:
+        """What ``runs.index`` on disk says that its runs do not (for ``afk-local verify``):
+        ``(notes, problems)``.
+
+        A file that is not used (damaged, of another version, its digest wrong) is a note:
+        listings rebuild it. A summary the file vouches for (the stat it names is the one
+        ``run.meta`` has now) that differs from the run is a problem: a sweep would have
+        trusted it. Reads the file afresh; changes nothing.
+        """
+        try:
+            data = fsio.read_bounded(self.path, MAX_INDEX_BYTES)
+        except FileNotFoundError:
+            return [], []
+        except (OSError, ValueError) as exc:
+            return [f"{self.path}: not used ({exc}); rebuilt from the runs"], []
+        try:
+            runs = decode_summaries(decode_index(data, self._codec.signer).runs)
+        except ValueError as exc:
+            return [f"{self.path}: not used ({exc}); rebuilt from the runs"], []
+        problems = []
+        for name, summary in sorted(runs.items()):
+            if not _is_run_id(name):
+                problems.append(f"{self.path}: names {name!r}, which is not a run id")
+                continue
+            try:
+                st = os.stat(f"{self._runs_dir}/{name}/{META_NAME}", follow_symlinks=False)
+                dir_ino = os.stat(f"{self._runs_dir}/{name}", follow_symlinks=False).st_ino
+            except OSError:
+                continue  # gone since: the next listing drops it
+            if (summary.ino, summary.mtime_ns, summary.size) != (
+                st.st_ino,
+                st.st_mtime_ns,
+                st.st_size,
+            ):
+                continue  # changed since: the next listing reads it again
+            actual = self._read(name, st, dir_ino)
+            if actual is not None and actual != summary:
+                problems.append(
+                    f"{self.path}: says run {name} is {summary.status or 'unreadable'!r} "
+                    f"(updated_ms {summary.updated_ms}), its run.meta says "
+                    f"{actual.status or 'unreadable'!r} (updated_ms {actual.updated_ms}); "
+                    "delete the file (a cache) and look for what wrote it"
+                )
+        return [], problems
+
     def _save(self) -> None:
         """Write what the index holds now (a failure is logged: the file is a cache)."""
         runs = self._known()
         order = self._order_or_empty()
-        data = encode_index(self._stamp, self._unlisted, order, runs, self._deleted)
+        data = encode_index(
+            self._stamp, self._unlisted, order, runs, self._deleted, signer=self._codec.signer
+        )
         try:
             fsio.replace_unsynced(self.path, data)
         except OSError as exc:  # a read-only store lists all the same

@@ -5,6 +5,7 @@ damaged or planted ``runs.index`` is rebuilt or ignored, never followed."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -17,9 +18,11 @@ import pytest
 from proc import run, spawn
 
 import afk_local as afk
+from afk_local.cli.main import main as cli_main
 from afk_local.storage import dir_stamp, meta_index
 from afk_local.storage.format import codec, meta_index_file
 from afk_local.storage.format.codec import RecordCodec
+from afk_local.storage.format.integrity import signer_for
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.meta_index import INDEX_MIN_RUNS, INDEX_NAME
 from afk_local.storage.rundir.creation import new_run_meta
@@ -240,16 +243,10 @@ def _lines(stream: object) -> Iterator[str]:
 
 
 def _forged(store: afk.Store, ids: list[str], stamp: object) -> bytes:
-    """A well-formed ``runs.index`` listing ``ids`` as the whole order, with ``stamp``."""
-    chunk = meta_index_file.Chunk(ids, [0] * len(ids), list(range(len(ids), 0, -1)))
-    index = meta_index_file.IndexFile(
-        2,
-        stamp,  # type: ignore[arg-type]
-        [],
-        [msgspec.msgpack.encode(chunk)],
-        msgspec.msgpack.encode({}),
-    )
-    return msgspec.msgpack.encode(index)
+    """A well-formed ``runs.index`` listing ``ids`` as the whole order, with ``stamp`` (its
+    digest right: what someone who can write an unkeyed store can plant)."""
+    order = [(len(ids) - i, run_id, 0) for i, run_id in enumerate(ids)]
+    return meta_index_file.encode_index(stamp, [], order, {}, None)  # type: ignore[arg-type]
 
 
 def test_a_damaged_or_planted_index_is_rebuilt_or_ignored_never_followed(
@@ -270,12 +267,15 @@ def test_a_damaged_or_planted_index_is_rebuilt_or_ignored_never_followed(
     unsorted_chunk = meta_index_file.Chunk(["r-00001", "r-00002"], [0, 0], [1, 2])
     reversed_order = msgspec.msgpack.decode(unsorted)
     reversed_order["order"] = [msgspec.msgpack.encode(unsorted_chunk)]
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 0x10
     damages: dict[str, Callable[[], None]] = {
         "garbage": lambda: index.write_bytes(b"garbage"),
         "torn": lambda: index.write_bytes(good[: len(good) // 2]),
         "empty": lambda: index.write_bytes(b""),
         "zeros": lambda: index.write_bytes(bytes(len(good))),
         "not newest first": lambda: index.write_bytes(msgspec.msgpack.encode(reversed_order)),
+        "a flipped bit": lambda: index.write_bytes(bytes(flipped)),
         "symlink": lambda: (index.unlink(), index.symlink_to(elsewhere)),
         "group-writable": lambda: (index.write_bytes(good), index.chmod(0o660)),
         "over the bound": lambda: (
@@ -292,7 +292,8 @@ def test_a_damaged_or_planted_index_is_rebuilt_or_ignored_never_followed(
         assert afk.Store(tmp_path).interrupted() == [], name
         monkeypatch.setattr(meta_index, "MAX_INDEX_BYTES", 256 << 20)
         if name not in ("symlink", "group-writable"):
-            assert msgspec.msgpack.decode(index.read_bytes())["version"] == 2, name  # rebuilt
+            data = index.read_bytes()
+            assert meta_index_file.decode_index(data).version == meta_index_file.VERSION, name
     # Planted names: never a path, never twice, never a run that is not there.
     for stamped in (stamp, None):
         index.unlink()
@@ -314,3 +315,67 @@ def test_a_small_store_writes_no_index(tmp_path: Path) -> None:
     assert [i.run_id for i in store.runs(limit=5)] == ["a"]
     assert store.interrupted() == ["a"]  # created, no owner
     assert not (tmp_path / INDEX_NAME).exists()
+
+
+def _status_index(root: Path, *, key: str | None = None) -> afk.Store:
+    """A store of :data:`RUNS` runs, one of them (r-00007) running with no owner, and its
+    ``runs.index`` on disk."""
+    store = _build(root)
+    paths = store.paths("r-00007")
+    record_codec = RecordCodec(signer=signer_for(key)) if key else RecordCodec()
+    meta = msgspec.structs.replace(
+        new_run_meta("r-00007", entrypoint="jobs:job"), status=RunStatus.RUNNING, created_ms=7
+    )
+    paths.meta.write_bytes(codec.encode_meta(record_codec, meta))
+    keyed = afk.Store(root, key=key) if key else afk.Store(root)
+    assert keyed.interrupted() == ["r-00007"]  # the index is written
+    assert (root / INDEX_NAME).is_file()
+    return keyed
+
+
+def test_a_flipped_bit_in_the_index_never_hides_an_interrupted_run(tmp_path: Path) -> None:
+    """Issue 38 item 6: a status of ``runfing`` (one bit) was trusted while its run.meta
+    kept its stat; the run left Store.interrupted(), the watcher and ``runs --status``."""
+    _status_index(tmp_path)
+    index = tmp_path / INDEX_NAME
+    data = index.read_bytes()
+    assert data.count(b"running") == 1
+    index.write_bytes(data.replace(b"running", b"runfing"))
+    store = afk.Store(tmp_path)
+    assert store.interrupted() == ["r-00007"]
+    assert [i.run_id for i in store.runs(status="running")] == ["r-00007"]
+
+
+def test_an_index_planted_without_the_key_never_hides_a_running_run(tmp_path: Path) -> None:
+    """Issue 38 item 6: an index saying ``completed`` for a running run, written by someone
+    without the store's key, hid it from the watcher and ``runs --status running``."""
+    store = _status_index(tmp_path, key="the key")
+    true = store.meta_index().summaries()
+    planted = {
+        name: msgspec.structs.replace(s, status="completed") if name == "r-00007" else s
+        for name, s in true.items()
+    }
+    order = meta_index_file.listing_order(planted)  # the best a forger without the key does
+    (tmp_path / INDEX_NAME).write_bytes(
+        meta_index_file.encode_index(None, [], order, planted, None)
+    )
+    keyed = afk.Store(tmp_path, key="the key")
+    assert keyed.interrupted() == ["r-00007"]
+    assert [i.run_id for i in keyed.runs(status="running")] == ["r-00007"]
+
+
+def test_verify_reports_an_index_that_disagrees_with_its_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = _status_index(tmp_path)
+    true = store.meta_index().summaries()
+    lying = {
+        name: msgspec.structs.replace(s, status="completed") if name == "r-00007" else s
+        for name, s in true.items()
+    }
+    order = meta_index_file.listing_order(lying)
+    (tmp_path / INDEX_NAME).write_bytes(meta_index_file.encode_index(None, [], order, lying, None))
+    assert cli_main(["--root", str(tmp_path), "verify", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    (problem,) = report["index"]["problems"]
+    assert "r-00007" in problem and "'completed'" in problem and "'running'" in problem

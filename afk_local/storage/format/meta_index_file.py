@@ -8,7 +8,11 @@ or chunk that cannot be used; nothing in it is ever a path.
 
 from __future__ import annotations
 
+import hashlib
+
 import msgspec
+
+from afk_local.storage.format.integrity import Signer
 
 UNREADABLE = ""
 """The status of a run whose ``run.meta`` could not be read (damaged, newer schema...)."""
@@ -16,8 +20,10 @@ UNREADABLE = ""
 CHUNK = 1024
 """Runs per chunk of the listing order."""
 
-VERSION = 2
+VERSION = 3
 """The file's version; a file of another is not used (and is rewritten)."""
+
+_TAG = "afk-local/runs-index"
 
 Entry = tuple[int, str, int]
 """One run in the listing order: (created_ms, run id, directory inode), newest first."""
@@ -74,6 +80,10 @@ class IndexFile(msgspec.Struct):
     deleted: tuple[int, int] | None = None
     """The (inode, mtime_ns) of the store's ``runs.deleted`` marker when every summary was
     last checked against its run (None: there was no marker)."""
+    check: bytes = b""
+    """A digest of every field above (:func:`_check`): BLAKE2b, or in a keyed store an
+    HMAC with the store's key, so a flipped bit, or an index planted without the key,
+    is never used."""
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -82,32 +92,48 @@ _CHUNK_DECODER = msgspec.msgpack.Decoder(Chunk)
 _RUNS_DECODER = msgspec.msgpack.Decoder(dict[str, MetaSummary])
 
 
+def _check(index: IndexFile, signer: Signer | None) -> bytes:
+    """The digest of every field of ``index`` but ``check`` itself."""
+    fields = _ENCODER.encode(
+        [index.version, index.stamp, index.unlisted, index.order, index.runs, index.deleted]
+    )
+    if signer is not None:
+        return signer.document_mac(_TAG, fields)
+    return hashlib.blake2b(fields, digest_size=32).digest()
+
+
 def encode_index(
     stamp: Stamp | None,
     unlisted: list[str],
     order: list[Entry],
     runs: dict[str, MetaSummary],
     deleted: tuple[int, int] | None,
+    *,
+    signer: Signer | None = None,
 ) -> bytes:
-    """The file's bytes (``order``: newest first, as :func:`listing_order` makes it)."""
+    """The file's bytes (``order``: newest first, as :func:`listing_order` makes it);
+    ``signer``: the store's key, in a keyed store."""
     chunks = []
     for start in range(0, len(order), CHUNK):
         part = order[start : start + CHUNK]
         chunk = Chunk([e[1] for e in part], [e[2] for e in part], [e[0] for e in part])
         chunks.append(_ENCODER.encode(chunk))
     index = IndexFile(VERSION, stamp, unlisted, chunks, _ENCODER.encode(runs), deleted)
-    return _ENCODER.encode(index)
+    return _ENCODER.encode(msgspec.structs.replace(index, check=_check(index, signer)))
 
 
-def decode_index(data: bytes) -> IndexFile:
-    """The file, with its order and summaries still undecoded.
+def decode_index(data: bytes, signer: Signer | None = None) -> IndexFile:
+    """The file, with its order and summaries still undecoded, its digest checked.
 
     Raises:
-        ValueError: not an index file of :data:`VERSION`.
+        ValueError: not an index file of :data:`VERSION`, or its digest does not match
+            (a flipped bit; in a keyed store, one written without ``signer``'s key).
     """
     index = _DECODER.decode(data)
     if index.version != VERSION:
         raise ValueError(f"version {index.version}, not {VERSION}")
+    if not Signer.matches(_check(index, signer), index.check):
+        raise ValueError("its digest does not match (damaged, or written without the key)")
     return index
 
 

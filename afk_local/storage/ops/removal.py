@@ -11,6 +11,7 @@ run directory goes (docs/format.md, "Removed runs").
 from __future__ import annotations
 
 import errno
+import os
 import time
 from pathlib import Path
 
@@ -40,21 +41,37 @@ def keep_journal(paths: RunPaths, root: Path, env: fsio.Env = fsio.DEFAULT_ENV) 
     while not env.make_dir(target, exist_ok=True):  # durable in removed/ once made
         suffix += 1
         target = removed / f"{paths.run_id}.{stamp}.{suffix}"
-    for source in (paths.journal, paths.meta):
+    # effects.log's bytes are durable already (every record is fsynced before it is
+    # acknowledged); run.meta's may not be (a completed run's, see _link_or_copy).
+    for source, durable in ((paths.journal, True), (paths.meta, False)):
         if source.is_file():
-            _link_or_copy(source, target / source.name, env)
+            _link_or_copy(source, target / source.name, env, durable=durable)
     env.fsync_dir(target)
     return target
 
 
-def _link_or_copy(src: Path, dst: Path, env: fsio.Env) -> None:
+def _link_or_copy(src: Path, dst: Path, env: fsio.Env, *, durable: bool) -> None:
+    """Keep ``src`` as ``dst``, its bytes durable before its source can go.
+
+    A hard link shares bytes that may never have been fsynced (a completed run's
+    ``run.meta`` is not: its terminal checkpoint carries a copy, and that checkpoint goes
+    with the run), so the kept file is fsynced too, unless ``durable`` says its bytes
+    are durable already: a kept file is a promise of its own.
+    """
     try:
         env.hard_link(src, dst)
-        return
     except OSError as exc:
         if exc.errno not in _LINK_REFUSED:
             raise
-    env.write_new_file(dst, fsio.read_bounded(src, _MAX_COPY_BYTES))
+        env.write_new_file(dst, fsio.read_bounded(src, _MAX_COPY_BYTES))
+        return
+    if durable:
+        return
+    fd = fsio.open_regular(dst)
+    try:
+        env.fsync_fd(fd, dst)
+    finally:
+        os.close(fd)
 
 
 __all__ = ["REMOVED_DIR", "keep_journal"]

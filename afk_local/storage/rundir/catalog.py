@@ -138,17 +138,20 @@ class RunCatalog:
         return manifest
 
     def view_token(self) -> tuple[object, ...]:
-        """Something that changes whenever a rewrite publishes: compare two to see one ran."""
+        """Something that changes whenever a rewrite changes the run: compare two to see
+        one ran. It names the manifest, the packs and the loose files, since gc deletes
+        loose checkpoints (and rewrites kept deltas) without touching a pack or the
+        manifest: a file that vanished while the token stayed was lost, not moved."""
         try:
             st = os.lstat(self.paths.manifest)
             manifest_id: object = (st.st_ino, st.st_mtime_ns, st.st_size)
         except OSError:
             manifest_id = None
         try:
-            packs = tuple(p.name for p in scan_run_files(self.paths.dir)[1])
+            loose, packs = scan_run_files(self.paths.dir)
         except OSError:
-            packs = ()
-        return (manifest_id, packs)
+            loose, packs = [], []
+        return (manifest_id, tuple(p.name for p in packs), tuple(f.name for f in loose))
 
     def live(self) -> tuple[list[CheckpointFile], list[PackFile], Manifest | None]:
         """The live loose files and live packs, through the manifest, and the manifest.

@@ -10,11 +10,15 @@ MAC of its last record, and the ``updated_ms`` of the newest ``run.meta``. Every
 acknowledged write moves it forward; :meth:`HeadStore.behind` compares a run with
 its head, and a run behind its head has been rolled back.
 
-The head is written after the write it describes is durable, with no fsync of its
-own (anchored by temp file and rename when a writer opens the run, then rewritten
-in place as one fixed-size ``pwrite``): a crash, or a power loss, can only leave it
-*behind* the run, which is never reported, or cut short, when it no longer verifies
-and counts as absent until the next writer anchors it again; it is never ahead.
+The head is written after the write it describes is durable (a checkpoint that
+carries a meta counts for that meta), with no fsync of its own (anchored by temp file
+and rename when a writer opens the run, then rewritten in place as one fixed-size
+``pwrite``): a crash, or a power loss, can only leave it *behind* the run, which is
+never reported, or cut short, when it no longer verifies and counts as absent until the
+next writer anchors it again; it is never ahead. The one exception runs the other way:
+before gc rewrites a run (trims its journal, rewrites or deletes checkpoints), the head
+is narrowed to what the rewrite keeps, durably (:meth:`HeadStore.loosen`), since the
+rewrite would otherwise leave the old head ahead of it.
 
 Layout: ``<head dir>/<store id>/<run_id>.head``, where ``<head dir>`` is
 ``$AFK_LOCAL_HEAD_DIR``, else ``$XDG_STATE_HOME/afk_local/heads``, else
@@ -137,8 +141,7 @@ class HeadStore:
 
     def write(self, head: Head) -> None:
         """Publish ``head`` (temp file and rename; no fsync: a lost head only lags)."""
-        if not self.dir.is_dir():
-            self.dir.mkdir(mode=fsio.DIR_MODE, parents=True, exist_ok=True)
+        fsio.make_dirs_unsynced(self.dir)
         fsio.replace_unsynced(self.path(head.run_id), self.document(head))
 
     def document(self, head: Head) -> bytes:
@@ -166,6 +169,18 @@ class HeadStore:
         head = with_disk_journal(head, paths)
         self.write(head)
         return head
+
+    def loosen(self, run_id: str, meta_updated_ms: int) -> None:
+        """Before a rewrite that may change what the head names (gc trims the journal,
+        rewrites kept deltas, deletes checkpoints): keep only the ``run.meta`` mark, which
+        the rewrite leaves as it is. A crash before the rewrite's :meth:`anchor` then
+        leaves the head behind the run (less to compare), never ahead of it: so this
+        head's rename is made durable (an fsync of its directory) before the rewrite
+        starts; an unsynced one could be lost while the rewrite's files stay. Its bytes
+        need no fsync: a head cut short does not verify and counts as absent."""
+        fsio.make_dirs_unsynced(self.dir)
+        head = Head(run_id=run_id, meta_updated_ms=meta_updated_ms)
+        fsio.atomic_write(self.path(run_id), self.document(head), sync_file=False)
 
     def update_meta(self, run_id: str, meta_updated_ms: int) -> None:
         """Move the head's ``run.meta`` mark forward (another process wrote the meta)."""
@@ -349,10 +364,9 @@ class HeadKeeper:
         if self._fd is None:
             return
         try:
-            data = self._heads.document(head)
-            written = os.pwrite(self._fd, data, 0)
-            if written != len(data):
-                raise OSError(f"short write ({written} of {len(data)} bytes)")
+            fsio.overwrite_unsynced(
+                self._fd, self._heads.document(head), self._heads.path(head.run_id)
+            )
         except OSError as exc:
             self._warn(exc)
 

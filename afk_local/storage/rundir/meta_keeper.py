@@ -114,15 +114,14 @@ class MetaKeeper:
         self._mirror = mirror
         self._on_failure = on_failure
 
-    def replace(self, *, sync_dir: bool = True, **changes: Any) -> RunMeta:
-        """Replace ``run.meta`` atomically with ``changes`` applied (``updated_ms`` bumped).
+    def replace(self, **changes: Any) -> RunMeta:
+        """Replace ``run.meta`` durably with ``changes`` applied (``updated_ms`` bumped).
 
         A value that cannot be encoded fails before any I/O; a failed write is handed
-        to ``on_failure`` and raised. ``sync_dir=False`` leaves the rename to the next
-        fsync of the run directory.
+        to ``on_failure`` and raised.
         """
         meta, data = self.next(**changes)
-        self.put(meta, data, sync_dir=sync_dir)
+        self.put(meta, data)
         return meta
 
     def next(self, **changes: Any) -> tuple[RunMeta, bytes]:
@@ -133,27 +132,27 @@ class MetaKeeper:
         )
         return meta, codec.encode_meta(self._codec, meta)
 
-    @property
-    def may_skip_sync(self) -> bool:
-        """True when a ``run.meta`` whose copy a durable checkpoint carries may be written
-        without any fsync: no head record and no mirror reads it as written."""
-        return self._head is None and self._mirror is None
+    def put(self, meta: RunMeta, data: bytes) -> None:
+        """Write ``meta`` (encoded as ``data`` by :meth:`next`) as ``run.meta``, durably:
+        the head record and the mirror are told once it is."""
+        self._write(meta, data, sync=True)
 
-    def put(
-        self, meta: RunMeta, data: bytes, *, sync_dir: bool = True, sync_file: bool = True
-    ) -> None:
-        """Write ``meta`` (encoded as ``data`` by :meth:`next`) as ``run.meta``.
+    def put_carried(self, meta: RunMeta, data: bytes) -> None:
+        """Write ``meta`` as ``run.meta`` whose bytes a durable terminal checkpoint already
+        carries (:data:`~afk_local.storage.format.records.META_COPY_KEY`): its rename is
+        not made durable (nor its bytes, where no head record or mirror reads them), since
+        a power cut that loses or tears it loses nothing (:func:`~.reader.read_meta` takes
+        the copy). The head record may move at once: what it names is durable, in the
+        checkpoint."""
+        self._write(meta, data, sync=False)
 
-        ``sync_file=False`` (with ``sync_dir=False``) makes nothing durable: only for a
-        meta whose bytes a durable terminal checkpoint already carries
-        (:data:`~afk_local.storage.format.records.META_COPY_KEY`), so a power cut that
-        tears it loses nothing (:func:`~.reader.read_meta` takes the copy).
-        """
+    def _write(self, meta: RunMeta, data: bytes, *, sync: bool) -> None:
         if not self.on_disk:
             self.meta = meta
             return
+        keep_bytes = sync or self._head is not None or self._mirror is not None
         try:
-            self._env.atomic_write(self.paths.meta, data, sync_dir=sync_dir, sync_file=sync_file)
+            self._env.atomic_write(self.paths.meta, data, sync_dir=sync, sync_file=keep_bytes)
         except BaseException as exc:
             self._on_failure(exc)
             raise

@@ -103,6 +103,12 @@ class Publisher:
                 with contextlib.suppress(OSError):
                     self._env.unlink(self.paths.latest)
 
+    def repoint_latest(self, name: str) -> None:
+        """Point ``latest`` at checkpoint file ``name`` durably (an attempt repairing a
+        ``latest`` that a kill left behind)."""
+        self._env.atomic_symlink(name, self.paths.latest)
+        log.info("run %s: latest moved on to %s", self.paths.run_id, name)
+
     def remove_temp_files(self) -> int:
         """Remove what a crashed publish left in the run directory; returns how many.
 

@@ -64,7 +64,7 @@ log = logging.getLogger("afk_local")
 
 MAX_META_BYTES = 64 << 20
 _MOVED_RETRIES = 4  # fresh views a read tries while rewrites keep moving its files
-_NO_REWRITES = (None, ())  # view token of a run without packs or manifest
+_NO_REWRITES = (None, ())  # view token of a run without packs or manifest (loose files aside)
 
 
 class Skipped(msgspec.Struct, frozen=True):
@@ -218,7 +218,7 @@ class RunReader:
             # as a file or a base gone missing; anything else is damage. (Raised from
             # here: a kept exception would keep its frames, and their blocks, alive.)
             token = self._catalog.view_token()
-            if token == _NO_REWRITES or not exc.moved:
+            if token[:2] == _NO_REWRITES or not exc.moved:
                 raise
         return self._reload(file, names, macs, token)
 

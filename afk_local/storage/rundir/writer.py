@@ -26,15 +26,19 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from afk_local.errors import (
+    AfkLocalError,
     KeyRequiredError,
     UnstorableValueError,
 )
+from afk_local.storage import fsio
 from afk_local.storage.format import codec
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.integrity import NO_MAC, record_digest
 from afk_local.storage.format.layout import (
     RunPaths,
     checkpoint_name,
+    parse_checkpoint_name,
+    scan_checkpoints,
     scan_run_files,
     validate_phase,
 )
@@ -140,6 +144,7 @@ class RunWriter:
         if new_run is None:
             self._publisher.remove_temp_files()
             self._seq, loose, self._prev_mac = _resume_point(paths, record_codec)
+            _repair_latest(paths, record_codec, self._publisher)
         else:
             self._seq, loose, self._prev_mac = 0, 0, NO_MAC
         self._signer = record_codec.signer  # keyed: each MAC chains on the one before it
@@ -356,21 +361,19 @@ class RunWriter:
     def _terminal(self, payload: dict[str, Any], step: int | None, **changes: Any) -> Checkpoint:
         """Write the ``run_terminal`` checkpoint, then the status it carries into ``run.meta``.
 
-        In a store without a head record or a mirror that ``run.meta`` costs no fsync: the
-        checkpoint carries a copy of its bytes
-        (:data:`~afk_local.storage.format.records.META_COPY_KEY`), and readers take the
-        checkpoint's status or that copy when a power cut lost the meta's rename or its
-        bytes (:func:`.reader.read_meta`; docs/guarantees.md, "What a new run costs").
-        Elsewhere the meta's bytes are fsynced and only its rename is left to the next
-        fsync of the run directory.
+        The checkpoint carries a copy of the new meta's bytes
+        (:data:`~afk_local.storage.format.records.META_COPY_KEY`), so the meta's rename is
+        left to the next fsync of the run directory, or to none: readers take the copy
+        when its ``updated_ms`` is newer than the meta on disk (:func:`.reader.read_meta`),
+        one clock (the meta's own stamps), never the checkpoint's stamp against the
+        meta's. In a store without a head record or a mirror the meta's bytes are not
+        fsynced either (docs/guarantees.md, "What a new run costs").
         """
         with self._life, self._serial:  # one write: the lock outlives the meta's too
             meta, data = self._metas.next(**changes)
-            unsynced = self._metas.may_skip_sync
-            if unsynced:
-                payload = {**payload, META_COPY_KEY: data}
+            payload = {**payload, META_COPY_KEY: data}
             record = self._write(Phase.RUN_TERMINAL.value, payload, self._step(step))
-            self._metas.put(meta, data, sync_dir=False, sync_file=not unsynced)
+            self._metas.put_carried(meta, data)
             return record
 
     def anchor_head(self) -> None:
@@ -494,6 +497,29 @@ def _resume_point(paths: RunPaths, record_codec: RecordCodec) -> tuple[int, int,
         else:
             prev_mac = catalog.link_value(newest)
     return (newest.seq if newest else 0), len(loose), prev_mac
+
+
+def _repair_latest(paths: RunPaths, record_codec: RecordCodec, publisher: Publisher) -> None:
+    """Point ``latest`` at the run's newest checkpoint file when it lags behind it.
+
+    A kill between a checkpoint's rename and the swap of ``latest`` leaves ``latest`` one
+    behind; a second such kill in the next attempt would leave it two behind, which is
+    what a second writer rolling the run back looks like. So each attempt starts with
+    ``latest`` at the newest checkpoint that decodes (made durable before anything is
+    written), and ``latest`` never lags by more than the one checkpoint in flight.
+    """
+    files = scan_checkpoints(paths.dir)
+    if not files:
+        return
+    target = fsio.read_link(paths.latest)
+    parsed = parse_checkpoint_name(target) if target is not None else None
+    if parsed is None or parsed.seq >= files[-1].seq:
+        return  # none (readers scan), or at the newest
+    try:
+        RunReader(paths, record_codec=record_codec).load(files[-1])
+    except AfkLocalError:
+        return  # the newest file is damaged: readers skip it, latest stays
+    publisher.repoint_latest(files[-1].name)
 
 
 def open_writer(

@@ -11,23 +11,28 @@ recovers.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
-import shutil
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from afk_local.errors import AfkLocalError, CheckpointCorruptionError, EffectLogCorruptionError
 from afk_local.storage.format.journal_format import JournalContents, read_journal
+from afk_local.storage.ops.removal import REMOVED_DIR
 from afk_local.storage.rundir.reader import CheckpointNotFoundError, RunReader
 from afk_local.storage.store import Store
+from afk_local.storage.store_identity import read_identity
 from afk_local.testing.crashsim.jobs import EffectLedger, use_probe
 from afk_local.testing.crashsim.trace import (
     Ack,
     CheckpointAck,
     DoneAck,
     EffectCall,
+    KeptAck,
     OutcomeAck,
+    RemovedAck,
     run_listing,
 )
 from afk_local.testing.crashsim.workloads import InDoubt, Workload
@@ -41,14 +46,22 @@ def check_state(
     ``acks`` and ``calls`` are the promises and side effects that bind this state
     (those made before the crash).
     """
-    store = workload.store(root / "store")
-    if store.heads is not None:  # a state may reuse the last one's directory: its own heads
-        shutil.rmtree(store.heads.dir.parent, ignore_errors=True)
+    store = workload.store(root / "store")  # its head records are the crash state's
     acked: dict[str, int] = {}
     for ack in sorted(acks, key=lambda a: a.at):
-        if not (isinstance(ack, DoneAck) and ack.names is None):  # deleted, and stays so
-            acked.setdefault(ack.run_id, ack.at)
+        if isinstance(ack, (KeptAck, RemovedAck)):
+            continue  # a kept file names no run; a removed one may be gone
+        if isinstance(ack, DoneAck) and ack.names is None:
+            continue  # deleted, and stays so
+        acked.setdefault(ack.run_id, ack.at)
+    for ack in acks:
+        if isinstance(ack, RemovedAck):
+            acked.pop(ack.run_id, None)
     problems: list[str] = []
+    try:  # a crash never damages the store's own files (resumes from the CLI read it)
+        read_identity(store.root, store.codec.signer)
+    except AfkLocalError as exc:
+        problems.append(f"the store's identity: {exc}")
     journals: dict[str, JournalContents] = {}
     for run_id in store.run_ids():
         if not store.paths(run_id).meta.exists():
@@ -58,6 +71,7 @@ def check_state(
         problems += _check_run(store, run_id, "")
         with contextlib.suppress(EffectLogCorruptionError, OSError):  # verify reported it
             journals[run_id] = read_journal(store.paths(run_id).journal, run_id, store.codec)
+    journals.update(_kept_journals(store))
     present = set(store.run_ids())
     for run_id, at in acked.items():
         if run_id not in present:
@@ -105,6 +119,11 @@ def _check_acks(
         if isinstance(ack, DoneAck):
             problems += _check_done(store, ack)
             continue
+        if isinstance(ack, KeptAck):
+            problems += _check_kept(store, ack)
+            continue
+        if isinstance(ack, RemovedAck):
+            continue
         if not store.exists(ack.run_id):
             continue  # reported as a missing run
         if isinstance(ack, CheckpointAck):
@@ -146,6 +165,37 @@ def _check_acks(
                 f"(acknowledged after call #{ack.at})"
             )
     return problems
+
+
+_KEPT_NAME = re.compile(r"^(?P<run>.+)\.\d{8}T\d{6}Z(?:\.\d+)?$")
+
+
+def _kept_journals(store: Store) -> dict[str, JournalContents]:
+    """The journals ``afk-local rm`` kept under ``removed/``, by directory (an effect whose
+    run was removed has its intent there)."""
+    found: dict[str, JournalContents] = {}
+    removed = store.root / REMOVED_DIR
+    for directory in sorted(removed.iterdir()) if removed.is_dir() else []:
+        match = _KEPT_NAME.match(directory.name)
+        journal = directory / "effects.log"
+        if match is None or not journal.is_file():
+            continue
+        with contextlib.suppress(EffectLogCorruptionError, OSError):
+            found[f"{REMOVED_DIR}/{directory.name}"] = read_journal(
+                journal, match["run"], store.codec
+            )
+    return found
+
+
+def _check_kept(store: Store, ack: KeptAck) -> list[str]:
+    path = store.root / ack.path
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return [f"{ack.path} (kept after call #{ack.at}) is missing: {exc.strerror}"]
+    if hashlib.sha256(data).hexdigest() != ack.sha256:
+        return [f"{ack.path} (kept after call #{ack.at}) holds other bytes ({len(data)} now)"]
+    return []
 
 
 def _check_done(store: Store, ack: DoneAck) -> list[str]:

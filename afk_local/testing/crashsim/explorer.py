@@ -58,9 +58,11 @@ from afk_local.testing.crashsim.registry import WORKLOADS
 from afk_local.testing.crashsim.trace import (
     Ack,
     CheckpointAck,
+    KeptAck,
     OutcomeAck,
     Recorder,
     RecordingError,
+    RemovedAck,
     Session,
     StatusAck,
     Trace,
@@ -206,6 +208,10 @@ def _rebased(acks: tuple[Ack, ...]) -> tuple[Ack, ...]:
             out.append(OutcomeAck(0, a.run_id, a.key, a.status, a.result))
         elif isinstance(a, StatusAck):
             out.append(StatusAck(0, a.run_id, a.status))
+        elif isinstance(a, KeptAck):
+            out.append(KeptAck(0, a.path, a.sha256))
+        elif isinstance(a, RemovedAck):
+            out.append(RemovedAck(0, a.run_id))
         # a DoneAck does not carry over: the rerun rewrites the run again
     return tuple(out)
 
@@ -425,8 +431,9 @@ def _crash_again(
         )
         base = work / "again"
         shutil.rmtree(base, ignore_errors=True)
-        shutil.rmtree(f"{base}-heads", ignore_errors=True)  # a keyed store's fresh heads
         write_tree(first_tree, base)
+        workload.store(base / "store")  # a keyed store takes the recorded head records
+        first_tree = read_tree(base)  # as filed under this store's path
         acks = _rebased(trace.acks_at(frontier.at))
         calls = trace.calls_at(frontier.at)
         try:

@@ -8,10 +8,12 @@ until one that recovers without the mutant finds a counterexample
 
 from __future__ import annotations
 
+import ast
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import afk_local
 from afk_local.testing.crashsim.explorer import (
     DEFAULT_MAX_STATES,
     Exploration,
@@ -20,7 +22,7 @@ from afk_local.testing.crashsim.explorer import (
     scratch_root,
 )
 from afk_local.testing.crashsim.model import DiskModel
-from afk_local.testing.crashsim.mutants import SITE_MUTANTS
+from afk_local.testing.crashsim.mutants import SEAM_FSYNC_METHODS, SITE_MUTANTS
 from afk_local.testing.crashsim.registry import WORKLOADS
 from afk_local.testing.crashsim.workloads import Workload
 
@@ -39,6 +41,57 @@ def fsync_sites(workload: str | Workload) -> dict[tuple[str, str], int]:
     found: dict[tuple[str, str], int] = {}
     for op, kind in model.fsyncs:
         found[(op.site, kind)] = found.get((op.site, kind), 0) + 1
+    return found
+
+
+def _makes_no_fsync(call: ast.Call) -> bool:
+    """The call passes ``sync=False``, ``sync_dir=False`` or ``sync_parent=False``."""
+    return any(
+        kw.arg in ("sync", "sync_dir", "sync_parent")
+        and isinstance(kw.value, ast.Constant)
+        and kw.value.value is False
+        for kw in call.keywords
+    )
+
+
+def seam_call_sites() -> dict[str, str]:
+    """Every function of afk_local's source that calls an fsyncing method of the I/O seam
+    (:data:`~.mutants.SEAM_FSYNC_METHODS`), named as the explorer names a site
+    (``module.function``), with the file it is in. The seam itself and
+    ``afk_local.testing`` are left out."""
+    package = Path(afk_local.__file__).parent
+    found: dict[str, str] = {}
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        if relative == "storage/fsio.py" or relative.startswith("testing/"):
+            continue
+        _scan(ast.parse(path.read_text(encoding="utf-8")), None, path.stem, relative, found)
+    return found
+
+
+def _scan(node: ast.AST, function: str | None, module: str, file: str, out: dict[str, str]) -> None:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            _scan(child, child.name, module, file, out)
+            continue
+        if (
+            function is not None
+            and isinstance(child, ast.Call)
+            and isinstance(child.func, ast.Attribute)
+            and child.func.attr in SEAM_FSYNC_METHODS
+            and not _makes_no_fsync(child)
+        ):
+            out.setdefault(f"{module}.{function}", file)
+        _scan(child, function, module, file, out)
+
+
+def recorded_sites() -> dict[tuple[str, str], list[str]]:
+    """``(site, kind) -> workloads`` of every fsync that one recording of each workload
+    makes."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for name, workload in WORKLOADS.items():
+        for site in fsync_sites(workload):
+            found.setdefault(site, []).append(name)
     return found
 
 
@@ -94,4 +147,4 @@ def hunt_mutant(
     return MutantHunt(mutant, None, tuple(tried), tuple(skipped))
 
 
-__all__ = ["MutantHunt", "fsync_sites", "hunt_mutant"]
+__all__ = ["MutantHunt", "fsync_sites", "hunt_mutant", "recorded_sites", "seam_call_sites"]

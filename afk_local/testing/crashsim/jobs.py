@@ -137,6 +137,16 @@ def one_step_job(ctx: RunContext, n: int) -> dict[str, Any]:
     return {"sent": sent["n"]}
 
 
+@durable(durability="sync")
+def sleepy_job(ctx: RunContext, hours: int) -> str:
+    """A checkpoint, then a durable sleep long enough to park the run (status
+    ``sleeping`` until its wake time: the attempt ends with ``RunSleeping``)."""
+    ctx.state["before"] = True
+    _checkpoint(ctx)
+    ctx.sleep(hours * 3600, park_after=0)
+    return "woke"
+
+
 def _journal_in_threads(
     ctx: RunContext, keys: list[str]
 ) -> tuple[list[threading.Thread], dict[str, Any], list[BaseException]]:
@@ -194,5 +204,6 @@ __all__ = [
     "one_step_job",
     "perform",
     "probe",
+    "sleepy_job",
     "use_probe",
 ]

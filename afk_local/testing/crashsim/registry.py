@@ -1,11 +1,15 @@
-"""Every workload the explorer knows, by name: the single operations, then the composed rewrites."""
+"""Every workload the explorer knows, by name: the single operations, the composed rewrites,
+then the operations that write besides checkpoints (:mod:`.operations`)."""
 
 from __future__ import annotations
 
+from afk_local.testing.crashsim.operations import OPERATION_WORKLOADS
 from afk_local.testing.crashsim.rewrites import REWRITE_WORKLOADS
 from afk_local.testing.crashsim.workloads import BASIC_WORKLOADS, Workload
 
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (*BASIC_WORKLOADS, *REWRITE_WORKLOADS)}
+WORKLOADS: dict[str, Workload] = {
+    w.name: w for w in (*BASIC_WORKLOADS, *REWRITE_WORKLOADS, *OPERATION_WORKLOADS)
+}
 """Every workload by name, in the order the explorer runs them."""
 
 __all__ = ["WORKLOADS"]

@@ -136,7 +136,27 @@ class DoneAck:
     what: str
 
 
-Ack = CheckpointAck | OutcomeAck | StatusAck | DoneAck
+@dataclass(frozen=True)
+class KeptAck:
+    """A file kept when its run was removed (``removed/<run>.<time>/run.meta``) is there
+    with these bytes from now on, whatever happened to the run."""
+
+    at: int
+    path: str
+    """Relative to the store's root, ``/``-separated."""
+    sha256: str
+
+
+@dataclass(frozen=True)
+class RemovedAck:
+    """``run_id`` is being removed on purpose from call ``at`` on: a crash after that may
+    leave it gone, and its other promises bind only while it is there."""
+
+    at: int
+    run_id: str
+
+
+Ack = CheckpointAck | OutcomeAck | StatusAck | DoneAck | KeptAck | RemovedAck
 
 
 _IO_MODULES = frozenset({"afk_local.storage.fsio", __name__})
@@ -278,6 +298,19 @@ class Session:
         :class:`DoneAck`). Only for a run nothing later in the recording touches."""
         self.acks.append(DoneAck(self.position, run_id, run_listing(self.store, run_id), what))
 
+    def run_removed(self, run_id: str) -> None:
+        """``run_id`` is about to be removed on purpose (a :class:`RemovedAck` from now)."""
+        self.acks.append(RemovedAck(self.position, run_id))
+
+    def files_kept(self, directory: Path) -> None:
+        """Every file in ``directory`` (under the store's root) is kept as it is now: a
+        :class:`KeptAck` for each."""
+        root = self.store.root
+        for path in sorted(directory.iterdir()):
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            relative = path.relative_to(root).as_posix()
+            self.acks.append(KeptAck(self.position, relative, digest))
+
     def effect_called(self, idempotency_key: str, label: str) -> None:
         """A side-effecting function of the workload ran (noted at the current position)."""
         self.calls.append(EffectCall(self.position, idempotency_key, label))
@@ -310,10 +343,12 @@ __all__ = [
     "CheckpointAck",
     "DoneAck",
     "EffectCall",
+    "KeptAck",
     "Op",
     "OutcomeAck",
     "Recorder",
     "RecordingError",
+    "RemovedAck",
     "Session",
     "StatusAck",
     "Trace",

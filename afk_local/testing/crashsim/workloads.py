@@ -47,6 +47,9 @@ from afk_local.testing.crashsim.jobs import (
 )
 from afk_local.testing.crashsim.trace import Session
 
+HEADS_DIR = "heads"
+"""Where a workload's keyed store keeps its head records: beside the store, recorded."""
+
 
 class ResumeFailed(AssertionError):
     """A run could be reopened but did not continue as it should."""
@@ -79,12 +82,26 @@ class Workload:
     def store(self, root: Path) -> Store:
         """The workload's store at ``root``.
 
-        A keyed store's head records (kept outside the store, never fsynced, so not part
-        of the recorded I/O) go next to the directory that holds it, outside what is
-        recorded: each crash state is checked with its own, empty, head directory, as a
-        store restored without them would be.
+        A keyed store's head records (kept outside the store, never fsynced) go next to
+        it, in ``heads/`` of the directory that holds it: their writes are recorded too,
+        so each crash state holds the head records a crash may leave there (behind the
+        run or cut short, never ahead of it, which is what the check holds them to).
         """
-        return Store(root, key=self.key, head_dir=f"{root.parent}-heads")
+        store = Store(root, key=self.key, head_dir=root.parent / HEADS_DIR)
+        if store.heads is not None:
+            _take_heads(root.parent / HEADS_DIR, store.heads.dir)
+        return store
+
+
+def _take_heads(heads: Path, own: Path) -> None:
+    """Give the head records recorded for this store at another path (a crash state is
+    built elsewhere than the store was recorded in, and a head directory is named after
+    its store's real path) to the store at ``own``."""
+    if own.is_dir() or not heads.is_dir():
+        return
+    recorded = [p for p in heads.iterdir() if p.is_dir() and not p.is_symlink()]
+    if len(recorded) == 1:
+        recorded[0].rename(own)
 
 
 def _job_workload(
@@ -126,7 +143,9 @@ def continue_run(store: Store, run_id: str) -> Any:
     return "resumed"
 
 
-def _continue_runs(*run_ids: str) -> Callable[[Store], dict[str, Any]]:
+def continue_runs(*run_ids: str) -> Callable[[Store], dict[str, Any]]:
+    """A ``resume`` that continues each of ``run_ids`` that exists (:func:`continue_run`)."""
+
     def resume(store: Store) -> dict[str, Any]:
         return {r: continue_run(store, r) for r in run_ids if store.exists(r)}
 
@@ -336,7 +355,7 @@ BASIC_WORKLOADS: tuple[Workload, ...] = (
         "gc of three runs: one deleted (max_runs), a finished one compacted and its "
         "journal trimmed, an interrupted one compacted (deltas rewritten as keyframes)",
         _gc_record,
-        _continue_runs("done", "live"),
+        continue_runs("done", "live"),
         {"done": {"completed": "done result"}, "live": "resumed"},
         setup=_gc_setup,
     ),
@@ -344,7 +363,7 @@ BASIC_WORKLOADS: tuple[Workload, ...] = (
         "gc-keyed",
         "the gc workload in a keyed store (signature chains, chain links in run.meta)",
         _gc_record,
-        _continue_runs("done", "live"),
+        continue_runs("done", "live"),
         {"done": {"completed": "done result"}, "live": "resumed"},
         setup=_gc_setup,
         key="crashsim key",
@@ -354,7 +373,7 @@ BASIC_WORKLOADS: tuple[Workload, ...] = (
         "afk-local pack of an idle run (an older pack merged, every file but the newest "
         "folded in), then a live writer packing by itself past 3 loose files",
         _pack_record,
-        _continue_runs("idle", "live"),
+        continue_runs("idle", "live"),
         {"idle": "resumed", "live": "resumed"},
         setup=_pack_setup,
     ),
@@ -362,7 +381,7 @@ BASIC_WORKLOADS: tuple[Workload, ...] = (
         "pack-keyed",
         "the pack workload in a keyed store (signed packs, signature chains across them)",
         _pack_record,
-        _continue_runs("idle", "live"),
+        continue_runs("idle", "live"),
         {"idle": "resumed", "live": "resumed"},
         setup=_pack_setup,
         key="crashsim key",
@@ -371,7 +390,7 @@ BASIC_WORKLOADS: tuple[Workload, ...] = (
         "fork",
         "fork of a 5-checkpoint run with 4 effects at checkpoint 3",
         _fork_record,
-        _continue_runs("source", "forked"),
+        continue_runs("source", "forked"),
         {"source": "resumed", "forked": "resumed"},
         setup=_fork_setup,
     ),
@@ -379,7 +398,7 @@ BASIC_WORKLOADS: tuple[Workload, ...] = (
         "import",
         "import of an exported 5-checkpoint run with 3 effects",
         _import_record,
-        _continue_runs("imported"),
+        continue_runs("imported"),
         {"imported": "resumed"},
         setup=_import_setup,
     ),
@@ -390,10 +409,12 @@ BASIC_WORKLOADS: tuple[Workload, ...] = (
 
 __all__ = [
     "BASIC_WORKLOADS",
+    "HEADS_DIR",
     "InDoubt",
     "ResumeFailed",
     "Workload",
     "continue_run",
+    "continue_runs",
     "state_payload",
     "write_run",
 ]

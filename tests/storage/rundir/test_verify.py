@@ -1,12 +1,16 @@
 """verify (afk_local/storage/rundir/verify.py): a ``latest`` pointing below the newest
-checkpoint."""
+checkpoint, and files a concurrent rewrite moved."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import afk_local as afk
 from afk_local.storage import fsio
+from afk_local.storage.ops.retention import RetentionPolicy
+from afk_local.storage.rundir.reader import RunReader
 
 
 def _run(store: afk.Store, *, finish: bool) -> None:
@@ -48,3 +52,48 @@ def test_latest_one_below_in_a_running_run_is_what_a_crash_leaves(tmp_path: Path
     report = store.open("r").verify()
     assert report.ok, report.problems
     assert any("latest" in note for note in report.notes), report.notes
+
+
+def test_a_new_attempt_repairs_a_latest_two_kills_left_behind(tmp_path: Path) -> None:
+    """Issue 38 item 5: two kills between a checkpoint's rename and the swap of latest
+    leave it two behind; the next attempt moves it on instead of leaving a rollback."""
+    store = afk.Store(tmp_path)
+    _run(store, finish=False)
+    _point_latest_at(store, 3)
+    assert not store.open("r").verify().ok  # as two kills leave it
+    store.resume_writer("r").close()
+    assert store.open("r").verify().ok
+    assert store.open("r").latest().seq == 5  # type: ignore[union-attr]
+
+
+def test_verify_during_gc_does_not_call_the_files_gc_removed_damaged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38 item 4: gc deletes loose checkpoints (no pack, no MANIFEST changes): verify
+    must tell a file a rewrite removed while it read from a lost one."""
+    store = afk.Store(tmp_path)
+    with store.create("r") as run:
+        for i in range(1, 12):
+            run.checkpoint("runtime_state", {"i": i, "pad": "x" * 200}, step=i)
+        run.finish("done")
+    loads = RunReader.load_chained
+    ran: list[object] = []
+
+    def gc_in_between(self: RunReader, *args: object, **kwargs: object) -> bytes | None:
+        if not ran:  # verify has listed the files: gc now removes most of them
+            ran.append(store.gc(RetentionPolicy(keep_runtime_states=1)))
+        return loads(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RunReader, "load_chained", gc_in_between)
+    report = store.open("r").verify()
+    assert ran and report.ok, report.problems
+
+
+def test_verify_still_reports_a_checkpoint_lost_outside_any_rewrite(tmp_path: Path) -> None:
+    store = afk.Store(tmp_path)
+    _run(store, finish=False)
+    (file,) = [f for f in store.open("r").checkpoint_files() if f.seq == 2]
+    reader = store.open("r")
+    listed = reader.checkpoint_files()
+    (store.paths("r").dir / file.name).unlink()  # gone, no rewrite ran: a delta base is lost
+    assert listed and not store.open("r").verify().ok
