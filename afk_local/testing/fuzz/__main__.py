@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from afk_local.testing.crashsim.mutants import MUTANTS
 from afk_local.testing.fuzz.fuzzer import FuzzReport, fuzz
 
 TORTURE_PROGRAMS = 10_000
@@ -36,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="share of programs that SIGKILL child processes (default 0.1; 0.3 with --torture)",
+    )
+    parser.add_argument(
+        "--mutant",
+        choices=list(MUTANTS),
+        help="power cuts lose what this kind of fsync keeps: the fuzzer must then diverge",
     )
     parser.add_argument("--keep-going", action="store_true", help="do not stop at the first failure")
     return parser
@@ -69,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         size=args.size,
         kill_share=kill_share,
         stop_at_first=not args.keep_going,
+        mutant=args.mutant,
         progress=progress,
     )
     faults = ", ".join(f"{n} {kind}" for kind, n in sorted(report.faults.items()))

@@ -46,6 +46,7 @@ from afk_local.storage.store import Store
 from afk_local.testing import run_and_kill
 from afk_local.testing.crashsim.disk import read_tree, write_tree
 from afk_local.testing.crashsim.model import DiskModel
+from afk_local.testing.crashsim.mutants import MUTANTS
 from afk_local.testing.crashsim.trace import Recorder
 from afk_local.testing.fuzz.jobs import JOBS, answer_for, read_ledger, set_position
 from afk_local.testing.fuzz.program import (
@@ -94,6 +95,9 @@ class Execution:
 
     program: Program
     work: Path
+    mutant: str | None = None
+    """A crash explorer kind mutant (``no-journal-fsync``...): power cuts lose what that
+    kind of fsync would have kept, as in a library without it; the fuzzer must notice."""
     problems: list[str] = field(default_factory=list)
     runs: dict[str, RunModel] = field(default_factory=dict)
     removed: set[str] = field(default_factory=set)
@@ -308,7 +312,9 @@ class Execution:
             set_position(previous_position)
         ops = recorder.ops
         at = rng.randint(0, len(ops))
-        model = DiskModel(initial)
+        model = DiskModel(
+            initial, ignored_fsyncs=frozenset({MUTANTS[self.mutant]} if self.mutant else ())
+        )
         for op in ops[:at]:
             model.apply(op)
         frontier = model.frontier(at, ops[at - 1] if at else None)
@@ -408,12 +414,22 @@ class Execution:
                     self._diverge(f"run {run_id}: effect {name} never ran, yet the run completed")
 
 
-def run_program(program: Program, scratch: str | None = None) -> list[str]:
-    """Play ``program`` in a fresh temporary directory; returns its divergences (none: [])."""
+def run_program(
+    program: Program, *, mutant: str | None = None, scratch: str | None = None
+) -> list[str]:
+    """Play ``program`` in a fresh temporary directory; returns its divergences (none: []).
+
+    Args:
+        mutant: a kind mutant of the crash explorer (:data:`~.crashsim.MUTANTS`) for the
+            power cuts, to show the fuzzer notices a library without that fsync.
+        scratch: where the temporary directory goes (default: memory-backed if any).
+    """
+    if mutant is not None and mutant not in MUTANTS:
+        raise ValueError(f"unknown mutant {mutant!r}: choose one of {', '.join(MUTANTS)}")
     work = Path(_tempdir(scratch))
     try:
         try:
-            return Execution(program, work).play()
+            return Execution(program, work, mutant).play()
         except Exception as exc:  # anything the public API raised that the model did not expect
             logger.debug("fuzz program %s raised", program.seed, exc_info=True)
             return [f"raised {type(exc).__name__}: {exc}"]

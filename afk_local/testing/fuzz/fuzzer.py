@@ -66,6 +66,7 @@ def fuzz(
     size: int = 5,
     kill_share: float = 0.1,
     stop_at_first: bool = True,
+    mutant: str | None = None,
     progress: Callable[[int, FuzzReport], None] | None = None,
 ) -> FuzzReport:
     """Play programs ``first .. first + programs - 1`` of ``seed``; shrink each failure.
@@ -75,6 +76,7 @@ def fuzz(
         kill_share: share of programs that SIGKILL child processes (each attempt there
             costs a fresh interpreter); the rest cut power in this process.
         stop_at_first: stop at the first failing program.
+        mutant: a crash explorer kind mutant for the power cuts (the fuzzer must fail).
         progress: called after each program with its index and the report so far.
     """
     report = FuzzReport(seed)
@@ -83,10 +85,10 @@ def fuzz(
         program = generate(program_seed(seed, index), size=size, kill_share=kill_share)
         for segment in program.segments:
             report.faults[segment.fault] = report.faults.get(segment.fault, 0) + 1
-        problems = run_program(program)
+        problems = run_program(program, mutant=mutant)
         report.programs += 1
         if problems:
-            small, small_problems = shrink(program, problems)
+            small, small_problems = shrink(program, problems, mutant=mutant)
             report.failures.append(
                 Failure(program.seed, index, tuple(small_problems), tuple(small.describe()))
             )
@@ -98,7 +100,9 @@ def fuzz(
     return report
 
 
-def shrink(program: Program, problems: list[str]) -> tuple[Program, list[str]]:
+def shrink(
+    program: Program, problems: list[str], *, mutant: str | None = None
+) -> tuple[Program, list[str]]:
     """A smaller program that still diverges: leave out one action or instruction at a
     time while the program still fails (at most :data:`SHRINK_TRIES` plays)."""
     tries = 0
@@ -107,7 +111,7 @@ def shrink(program: Program, problems: list[str]) -> tuple[Program, list[str]]:
         improved = False
         for candidate in _smaller(program):
             tries += 1
-            found = run_program(candidate)
+            found = run_program(candidate, mutant=mutant)
             if found:
                 program, problems, improved = candidate, found, True
                 break
