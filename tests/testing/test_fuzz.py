@@ -24,7 +24,7 @@ def test_random_programs_agree_with_the_model(request: pytest.FixtureRequest, tr
         f"test-{KILL_SEED}",
         trials(200, 10_000),
         size=5 if torture else 3,
-        kill_share=0.3 if torture else 0.03,
+        kill_every=3 if torture else 50,  # each SIGKILLed attempt is a fresh interpreter
     )
     assert report.ok, report.failures[0].text()
     assert report.faults.get("cut", 0) >= 100  # faults really struck
@@ -33,15 +33,15 @@ def test_random_programs_agree_with_the_model(request: pytest.FixtureRequest, tr
 
 @pytest.mark.parametrize("mutant", list(MUTANTS))
 def test_the_fuzzer_notices_a_library_without_an_fsync(mutant: str) -> None:
-    report = fuzz("mutants", 60, size=3, kill_share=0, mutant=mutant)
+    report = fuzz("mutants", 60, size=3, kill_every=0, mutant=mutant)
     assert not report.ok, f"{mutant}: 60 programs and no divergence"
     failure = report.failures[0]
-    assert "replay: python -m afk_local.testing.fuzz --seed mutants --program" in failure.text()
+    assert f"--seed mutants --program {failure.index} " in failure.text()
 
 
 def test_a_failing_program_shrinks_and_still_fails() -> None:
-    index = fuzz("mutants", 60, size=3, kill_share=0, mutant="no-journal-fsync").failures[0].index
-    program = generate(f"mutants:{index}", size=3, kill_share=0)
+    index = fuzz("mutants", 60, size=3, kill_every=0, mutant="no-journal-fsync").failures[0].index
+    program = generate(f"mutants:{index}", size=3)
     problems = run_program(program, mutant="no-journal-fsync")
     assert problems
     small, still = shrink(program, problems, mutant="no-journal-fsync")
@@ -87,15 +87,17 @@ def test_the_model_result_of_a_program() -> None:
 
 
 def test_the_command_prints_its_seed_and_replays_one_program(capsys) -> None:
-    assert main(["--seed", "cli", "--programs", "2", "--size", "2", "--kill-share", "0"]) == 0
+    assert main(["--seed", "cli", "--programs", "2", "--size", "2", "--kill-every", "0"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("fuzz seed cli: 2 programs from 0")
     assert "0 diverged" in out
-    assert main(["--seed", "cli", "--program", "1", "--kill-share", "0"]) == 0
+    assert main(["--seed", "cli", "--program", "1", "--kill-every", "0"]) == 0
     assert "1 programs from 1" in capsys.readouterr().out
-    code = main(["--seed", "mutants", "--programs", "40", "--size", "3", "--kill-share", "0",
+    code = main(["--seed", "mutants", "--programs", "40", "--size", "3", "--kill-every", "0",
                  "--mutant", "no-journal-fsync"])  # fmt: skip
     assert code == 1
-    assert "replay: python -m afk_local.testing.fuzz --seed mutants --program" in (
-        capsys.readouterr().out
-    )
+    out = capsys.readouterr().out
+    replay = out.split("replay: python -m afk_local.testing.fuzz ")[1].splitlines()[0]
+    assert replay.startswith("--seed mutants --program ")
+    assert main(replay.split()) == 1  # the printed command plays the failure again
+    assert "1 diverged" in capsys.readouterr().out

@@ -33,17 +33,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--size", type=int, default=5, help="most instructions per run (default 5)")
     parser.add_argument(
-        "--kill-share",
-        type=float,
+        "--kill-every",
+        type=int,
         default=None,
-        help="share of programs that SIGKILL child processes (default 0.1; 0.3 with --torture)",
+        metavar="N",
+        help="every N-th program SIGKILLs child processes, the others cut power "
+        "(default 10; 3 with --torture; 0: no kills)",
     )
     parser.add_argument(
         "--mutant",
         choices=list(MUTANTS),
         help="power cuts lose what this kind of fsync keeps: the fuzzer must then diverge",
     )
-    parser.add_argument("--keep-going", action="store_true", help="do not stop at the first failure")
+    parser.add_argument(
+        "--keep-going", action="store_true", help="do not stop at the first failure"
+    )
     return parser
 
 
@@ -52,12 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     seed = args.seed or datetime.date.today().isoformat()
     programs = TORTURE_PROGRAMS if args.torture else args.programs
-    kill_share = args.kill_share if args.kill_share is not None else (0.3 if args.torture else 0.1)
+    kill_every = args.kill_every if args.kill_every is not None else (3 if args.torture else 10)
     first = 0
     if args.program is not None:
         first, programs = args.program, 1
-    if programs < 1 or not 0 <= kill_share <= 1:
-        _parser().error("--programs must be >= 1 and --kill-share within 0..1")
+    if programs < 1 or kill_every < 0 or args.size < 1:
+        _parser().error("--programs and --size must be >= 1, --kill-every >= 0")
     # Faults make the library warn (torn tails, skipped files): expected here.
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     sys.stdout.write(f"fuzz seed {seed}: {programs} programs from {first}\n")
@@ -73,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         programs,
         first=first,
         size=args.size,
-        kill_share=kill_share,
+        kill_every=kill_every,
         stop_at_first=not args.keep_going,
         mutant=args.mutant,
         progress=progress,

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import shutil
 import time
@@ -142,7 +141,9 @@ class Execution:
             return self._attempt(run_id, kill_at=action.kill_at if in_child else None)
         if action.kind == "gc":
             effects = (None, None, 1, 3)[action.arg % 4]
-            policy = RetentionPolicy(keep_runtime_states=action.arg % 3, max_effects_per_run=effects)
+            policy = RetentionPolicy(
+                keep_runtime_states=action.arg % 3, max_effects_per_run=effects
+            )
             self.store.gc(policy)
         elif action.kind == "pack":
             self.store.pack()
@@ -176,11 +177,15 @@ class Execution:
             if killed.killed:
                 return _Pending()
             if killed.returncode not in (0, 3, 4, 1):
-                self._diverge(f"run {run_id}: the child exited {killed.returncode}: {killed.stderr[-800:]}")
+                self._diverge(
+                    f"run {run_id}: the child exited {killed.returncode}: {killed.stderr[-800:]}"
+                )
             return self._acknowledged(run_id, completed=killed.completed, result=None)
         try:
             if meta is None:
-                result = job.with_store(self.store).run(model.spec.program(), self.ledger, run_id=run_id)
+                result = job.with_store(self.store).run(
+                    model.spec.program(), self.ledger, run_id=run_id
+                )
             elif meta.status is RunStatus.PAUSED and meta.pause is not None:
                 result = resume(
                     run_id,
@@ -217,7 +222,9 @@ class Execution:
     def _settle(self, run_id: str, exc: EffectInDoubtError) -> None:
         """Decide an effect in doubt as a careful person would: look at the world."""
         ran = [
-            e for e in read_ledger(self.ledger) if e["key"] == exc.idempotency_key and e["status"] == "ok"
+            e
+            for e in read_ledger(self.ledger)
+            if e["key"] == exc.idempotency_key and e["status"] == "ok"
         ]
         if ran:
             settle(run_id, exc.key, store=self.store, done=True, result=ran[0]["value"])
@@ -227,7 +234,9 @@ class Execution:
     # -- store operations --------------------------------------------------------
 
     def _completed_on_disk(self, run_id: str) -> bool:
-        return self.store.exists(run_id) and self.store.read_meta(run_id).status is RunStatus.COMPLETED
+        return (
+            self.store.exists(run_id) and self.store.read_meta(run_id).status is RunStatus.COMPLETED
+        )
 
     def _fork(self, run_id: str, pick: int) -> _Pending:
         if run_id not in self.runs or not self._completed_on_disk(run_id):
@@ -330,13 +339,17 @@ class Execution:
                 pending.in_flight()
             else:
                 pending.undone()
-        where = f"power cut after call {at} of {len(ops)} ({ops[at - 1].describe() if at else 'none'})"
+        where = (
+            f"power cut after call {at} of {len(ops)} ({ops[at - 1].describe() if at else 'none'})"
+        )
         self._check_acknowledged(where)
 
     def _keep_ledger_until(self, at: int) -> None:
         """Effects made after the cut point never happened in the world of the cut."""
         kept = [
-            {**e, "pos": None} for e in read_ledger(self.ledger) if e["pos"] is None or e["pos"] <= at
+            {**e, "pos": None}
+            for e in read_ledger(self.ledger)
+            if e["pos"] is None or e["pos"] <= at
         ]
         text = "".join(json.dumps(e) + "\n" for e in kept)
         Path(self.ledger).write_text(text, encoding="utf-8")

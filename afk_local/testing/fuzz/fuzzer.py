@@ -22,16 +22,17 @@ class Failure:
     problems: tuple[str, ...]
     program: tuple[str, ...]
     """The (shrunk) program, as lines."""
+    replay: str = ""
+    """The arguments of ``python -m afk_local.testing.fuzz`` that play it again."""
 
     def text(self) -> str:
         """The failure as a person reads it, with the command that replays it."""
-        base = self.seed.rpartition(":")[0]
         lines = [
-            f"program {self.index} of seed {base!r} diverged from the model:",
+            f"program {self.seed} diverged from the model:",
             *(f"  - {p}" for p in self.problems),
             "shrunk program:",
             *self.program,
-            f"replay: python -m afk_local.testing.fuzz --seed {base} --program {self.index}",
+            f"replay: python -m afk_local.testing.fuzz {self.replay}",
         ]
         return "\n".join(lines)
 
@@ -64,7 +65,7 @@ def fuzz(
     *,
     first: int = 0,
     size: int = 5,
-    kill_share: float = 0.1,
+    kill_every: int = 10,
     stop_at_first: bool = True,
     mutant: str | None = None,
     progress: Callable[[int, FuzzReport], None] | None = None,
@@ -73,8 +74,9 @@ def fuzz(
 
     Args:
         size: most instructions per run.
-        kill_share: share of programs that SIGKILL child processes (each attempt there
-            costs a fresh interpreter); the rest cut power in this process.
+        kill_every: every this-many-th program (0, N, 2N...) SIGKILLs child processes
+            (each attempt there costs a fresh interpreter); the rest cut power in this
+            process. 0: none does.
         stop_at_first: stop at the first failing program.
         mutant: a crash explorer kind mutant for the power cuts (the fuzzer must fail).
         progress: called after each program with its index and the report so far.
@@ -82,15 +84,19 @@ def fuzz(
     report = FuzzReport(seed)
     started = time.perf_counter()
     for index in range(first, first + programs):
-        program = generate(program_seed(seed, index), size=size, kill_share=kill_share)
+        kills = kill_every > 0 and index % kill_every == 0
+        program = generate(program_seed(seed, index), size=size, kills=kills)
         for segment in program.segments:
             report.faults[segment.fault] = report.faults.get(segment.fault, 0) + 1
         problems = run_program(program, mutant=mutant)
         report.programs += 1
         if problems:
             small, small_problems = shrink(program, problems, mutant=mutant)
+            replay = f"--seed {seed} --program {index} --size {size} --kill-every {kill_every}"
+            if mutant is not None:
+                replay += f" --mutant {mutant}"
             report.failures.append(
-                Failure(program.seed, index, tuple(small_problems), tuple(small.describe()))
+                Failure(program.seed, index, tuple(small_problems), tuple(small.describe()), replay)
             )
         if progress is not None:
             progress(index, report)

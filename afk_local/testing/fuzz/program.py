@@ -33,7 +33,15 @@ _INSTRUCTIONS = (
     ("park", 1),
     ("pause", 1),
 )
-_ACTIONS = (("attempt", 6), ("gc", 1), ("pack", 1), ("fork", 1), ("export", 1), ("verify", 1), ("rm", 1))
+_ACTIONS = (
+    ("attempt", 6),
+    ("gc", 1),
+    ("pack", 1),
+    ("fork", 1),
+    ("export", 1),
+    ("verify", 1),
+    ("rm", 1),
+)
 KILL_AT_MAX = 80
 """A killed attempt dies before one of its first this-many durable I/O calls."""
 
@@ -129,14 +137,14 @@ def _instructions(rng: random.Random, size: int) -> tuple[tuple[Any, ...], ...]:
     return tuple(out)
 
 
-def generate(seed: str, *, size: int = 5, kill_share: float = 0.1) -> Program:
+def generate(seed: str, *, size: int = 5, kills: bool = False) -> Program:
     """The program of ``seed`` (``"<seed>:<index>"``).
 
     Args:
         size: most instructions a run has (and, plus one, most actions after each
             run's first attempt); above 3, up to three runs.
-        kill_share: the share of programs whose segments may SIGKILL child processes
-            (each costs a fresh interpreter per attempt); the others cut power only.
+        kills: some segments (the first always) SIGKILL child processes (each attempt
+            there costs a fresh interpreter); without, segments cut power or have no fault.
     """
     rng = random.Random(seed)
     runs = tuple(
@@ -153,12 +161,11 @@ def generate(seed: str, *, size: int = 5, kill_share: float = 0.1) -> Program:
         actions.append(
             Action(_weighted(rng, _ACTIONS), rng.randrange(len(runs)), rng.randrange(1000))
         )
-    kills = rng.random() < kill_share
     cuts = sorted(rng.sample(range(1, len(actions)), min(rng.randint(0, 2), len(actions) - 1)))
     segments = []
     for start, end in zip([0, *cuts], [*cuts, len(actions)], strict=True):
         fault = "cut" if rng.random() < 0.7 else "none"
-        if kills and rng.random() < 0.6:
+        if kills and (not segments or rng.random() < 0.6):
             fault = "kill"
         chosen = actions[start:end]
         if fault == "kill":
