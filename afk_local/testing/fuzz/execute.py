@@ -47,6 +47,7 @@ from afk_local.testing.crashsim.disk import read_tree, write_tree
 from afk_local.testing.crashsim.model import DiskModel
 from afk_local.testing.crashsim.mutants import MUTANTS
 from afk_local.testing.crashsim.trace import Recorder
+from afk_local.testing.fuzz.command import afk_local_command
 from afk_local.testing.fuzz.jobs import JOBS, answer_for, read_ledger, set_position
 from afk_local.testing.fuzz.program import (
     Action,
@@ -139,6 +140,8 @@ class Execution:
         self.counter += 1
         if action.kind == "attempt":
             return self._attempt(run_id, kill_at=action.kill_at if in_child else None)
+        if in_child:
+            return self._command(action, self._source(run_id))
         if action.kind == "gc":
             effects = (None, None, 1, 3)[action.arg % 4]
             policy = RetentionPolicy(
@@ -156,6 +159,53 @@ class Execution:
         elif action.kind == "rm":
             return self._remove(run_id)
         return _Pending()
+
+    def _command(self, action: Action, run_id: str) -> _Pending:
+        """A store operation as ``afk-local`` in a child, SIGKILLed at a random I/O call."""
+        kill_at = random.Random(f"{self.program.seed}:{self.counter}").randint(1, 20)
+        completed = run_id in self.runs and self._completed_on_disk(run_id)
+        new_id = f"{run_id}-{action.kind[0]}{self.counter}"
+        pending = _Pending()
+        if action.kind == "gc":
+            args = ["gc", "--keep-runtime-states", str(1 + action.arg % 3)]
+            args += ["--max-effects-per-run", "1"] if action.arg % 4 == 2 else []
+        elif action.kind == "pack":
+            args = ["pack"]
+        elif action.kind == "verify" and completed:
+            args = ["verify", run_id]
+        elif action.kind == "rm" and completed:
+            args, pending = ["rm", run_id], self._removal(run_id)
+        elif action.kind == "fork" and completed:
+            history = self.store.open(run_id).history()
+            seq = history[action.arg % len(history)].seq
+            args = ["fork", run_id, "--at", str(seq), "--as", new_id]
+            pending = self._made(new_id, self.runs[run_id], "fork")
+        elif action.kind == "export" and completed:
+            exported = self.work / f"{new_id}.json"
+            export = afk_local_command(
+                self.root, ["export", run_id, "-o", str(exported)], kill_at=None
+            )
+            if export.returncode != 0:
+                self._diverge(
+                    f"afk-local export {run_id}: exit {export.returncode}: {export.stderr[-500:]}"
+                )
+                return _Pending()
+            args = ["import", str(exported), "--as", new_id]
+            pending = self._made(new_id, self.runs[run_id], "import")
+        else:
+            return _Pending()
+        if action.kind == "rm":
+            self.gone.add(run_id)
+        done = afk_local_command(self.root, args, kill_at=kill_at)
+        if done.killed:
+            pending.in_flight()
+            return _Pending()
+        refused = "gc trimmed its effect journal" in done.stderr  # fork: documented refusal
+        if done.returncode != 0 and not refused:
+            self._diverge(
+                f"afk-local {' '.join(args)}: exit {done.returncode}: {done.stderr[-500:]}"
+            )
+        return _Pending() if refused else pending
 
     def _source(self, run_id: str) -> str:
         """A run of the model to fork or export: ``run_id`` or the newest run made from it."""
@@ -278,7 +328,9 @@ class Execution:
             return _Pending()
         self.store.delete(run_id)
         self.gone.add(run_id)
+        return self._removal(run_id)
 
+    def _removal(self, run_id: str) -> _Pending:
         def commit() -> None:
             self.runs.pop(run_id, None)
             self.removed.add(run_id)
