@@ -162,7 +162,7 @@ def generate(seed: str, *, size: int = 5, kills: bool = False) -> Program:
             Action(_weighted(rng, _ACTIONS), rng.randrange(len(runs)), rng.randrange(1000))
         )
     cuts = sorted(rng.sample(range(1, len(actions)), min(rng.randint(0, 2), len(actions) - 1)))
-    segments = []
+    segments: list[Segment] = []
     for start, end in zip([0, *cuts], [*cuts, len(actions)], strict=True):
         fault = "cut" if rng.random() < 0.7 else "none"
         if kills and (not segments or rng.random() < 0.6):
