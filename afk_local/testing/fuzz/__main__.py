@@ -41,6 +41,13 @@ def _parser() -> argparse.ArgumentParser:
         "(default 10; 3 with --torture; 0: no kills)",
     )
     parser.add_argument(
+        "--keyed-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="every N-th program has a keyed store (signed files, head records); default 0",
+    )
+    parser.add_argument(
         "--mutant",
         choices=list(MUTANTS),
         help="power cuts lose what this kind of fsync keeps: the fuzzer must then diverge",
@@ -60,8 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     first = 0
     if args.program is not None:
         first, programs = args.program, 1
-    if programs < 1 or kill_every < 0 or args.size < 1:
-        _parser().error("--programs and --size must be >= 1, --kill-every >= 0")
+    if programs < 1 or kill_every < 0 or args.keyed_every < 0 or args.size < 1:
+        _parser().error("--programs and --size must be >= 1, --kill-every and --keyed-every >= 0")
     # Faults make the library warn (torn tails, skipped files): expected here.
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     sys.stdout.write(f"fuzz seed {seed}: {programs} programs from {first}\n")
@@ -78,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         first=first,
         size=args.size,
         kill_every=kill_every,
+        keyed_every=args.keyed_every,
         stop_at_first=not args.keep_going,
         mutant=args.mutant,
         progress=progress,

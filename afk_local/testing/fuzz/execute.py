@@ -24,12 +24,14 @@ What the model holds the store to:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import random
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,9 @@ from afk_local.testing.fuzz.program import (
 )
 
 logger = logging.getLogger("afk_local")
+
+FUZZ_KEY = "afk-fuzz-store-key-0123456789abcdef"
+"""The key of a keyed program's store (a test key: the store lives for one program)."""
 
 LIVENESS_ATTEMPTS = 40
 """Attempts the liveness phase gives one run before it reports that it never finished."""
@@ -110,9 +115,22 @@ class Execution:
         self.base.mkdir()
         self.root = self.base / "store"
         self.ledger = str(self.work / "ledger")
-        self.store = Store(self.root)
+        self.heads = self.work / "heads"
+        self.store = self._open_store()
         for spec in self.program.runs:
             self.runs[spec.run_id] = RunModel(spec, "job", expected_result(spec.instructions))
+
+    def _open_store(self) -> Store:
+        """The program's store as a new process opens it."""
+        if not self.program.keyed:
+            return Store(self.root)
+        return Store(self.root, key=FUZZ_KEY, head_dir=self.heads)
+
+    def _child_env(self) -> contextlib.AbstractContextManager[None]:
+        """The environment child processes open the store with (a keyed store's key)."""
+        if not self.program.keyed:
+            return contextlib.nullcontext()
+        return _environ({"AFK_LOCAL_KEY": FUZZ_KEY, "AFK_LOCAL_HEAD_DIR": str(self.heads)})
 
     # -- the program ------------------------------------------------------------
 
@@ -182,9 +200,10 @@ class Execution:
             pending = self._made(new_id, self.runs[run_id], "fork")
         elif action.kind == "export" and completed:
             exported = self.work / f"{new_id}.json"
-            export = afk_local_command(
-                self.root, ["export", run_id, "-o", str(exported)], kill_at=None
-            )
+            with self._child_env():
+                export = afk_local_command(
+                    self.root, ["export", run_id, "-o", str(exported)], kill_at=None
+                )
             if export.returncode != 0:
                 self._diverge(
                     f"afk-local export {run_id}: exit {export.returncode}: {export.stderr[-500:]}"
@@ -196,7 +215,8 @@ class Execution:
             return _Pending()
         if action.kind == "rm":
             self.gone.add(run_id)
-        done = afk_local_command(self.root, args, kill_at=kill_at)
+        with self._child_env():
+            done = afk_local_command(self.root, args, kill_at=kill_at)
         if done.killed:
             pending.in_flight()
             return _Pending()
@@ -221,9 +241,15 @@ class Execution:
         job = JOBS[model.spec.mode]
         meta = self.store.read_meta(run_id) if self.store.exists(run_id) else None
         if kill_at is not None and (meta is None or meta.status is not RunStatus.PAUSED):
-            killed = run_and_kill(
-                job, model.spec.program(), self.ledger, at=kill_at, store=self.store, run_id=run_id
-            )
+            with self._child_env():
+                killed = run_and_kill(
+                    job,
+                    model.spec.program(),
+                    self.ledger,
+                    at=kill_at,
+                    store=self.store,
+                    run_id=run_id,
+                )
             if killed.killed:
                 return _Pending()
             if killed.returncode not in (0, 3, 4, 1):
@@ -383,7 +409,8 @@ class Execution:
         shutil.rmtree(self.base)
         write_tree(tree, self.base)
         self._keep_ledger_until(at)
-        self.store = Store(self.root)  # a new process after the power cut
+        shutil.rmtree(self.heads, ignore_errors=True)  # never fsynced, kept outside: lost
+        self.store = self._open_store()  # a new process after the power cut
         for start, end, pending in done:
             if end <= at:
                 pending.commit()
@@ -500,6 +527,22 @@ def run_program(
             return [f"raised {type(exc).__name__}: {exc}"]
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the children started inside (run_and_kill passes
+    this process's environment on), and restore them after."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
 
 
 def _tempdir(scratch: str | None) -> str:

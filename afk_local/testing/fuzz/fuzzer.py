@@ -66,6 +66,7 @@ def fuzz(
     first: int = 0,
     size: int = 5,
     kill_every: int = 10,
+    keyed_every: int = 0,
     stop_at_first: bool = True,
     mutant: str | None = None,
     progress: Callable[[int, FuzzReport], None] | None = None,
@@ -77,6 +78,7 @@ def fuzz(
         kill_every: every this-many-th program (0, N, 2N...) SIGKILLs child processes
             (each attempt there costs a fresh interpreter); the rest cut power in this
             process. 0: none does.
+        keyed_every: every this-many-th program (1, N + 1...) has a keyed store. 0: none.
         stop_at_first: stop at the first failing program.
         mutant: a crash explorer kind mutant for the power cuts (the fuzzer must fail).
         progress: called after each program with its index and the report so far.
@@ -85,7 +87,8 @@ def fuzz(
     started = time.perf_counter()
     for index in range(first, first + programs):
         kills = kill_every > 0 and index % kill_every == 0
-        program = generate(program_seed(seed, index), size=size, kills=kills)
+        keyed = keyed_every > 0 and index % keyed_every == 1 % keyed_every
+        program = generate(program_seed(seed, index), size=size, kills=kills, keyed=keyed)
         for segment in program.segments:
             report.faults[segment.fault] = report.faults.get(segment.fault, 0) + 1
         problems = run_program(program, mutant=mutant)
@@ -93,6 +96,7 @@ def fuzz(
         if problems:
             small, small_problems = shrink(program, problems, mutant=mutant)
             replay = f"--seed {seed} --program {index} --size {size} --kill-every {kill_every}"
+            replay += f" --keyed-every {keyed_every}" if keyed_every else ""
             if mutant is not None:
                 replay += f" --mutant {mutant}"
             report.failures.append(

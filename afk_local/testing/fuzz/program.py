@@ -90,10 +90,13 @@ class Program:
     seed: str
     runs: tuple[RunSpec, ...]
     segments: tuple[Segment, ...]
+    keyed: bool = False
+    """The store is keyed: signed files and head records (lost at a power cut, as they are
+    kept outside the store and never fsynced)."""
 
     def describe(self) -> list[str]:
         """The program as lines a person reads."""
-        lines = [f"program {self.seed}"]
+        lines = [f"program {self.seed}{' (keyed store)' if self.keyed else ''}"]
         for spec in self.runs:
             body = ", ".join(":".join(str(p) for p in i) for i in spec.instructions)
             lines.append(f"  run {spec.run_id} ({spec.mode}): {body}")
@@ -137,7 +140,7 @@ def _instructions(rng: random.Random, size: int) -> tuple[tuple[Any, ...], ...]:
     return tuple(out)
 
 
-def generate(seed: str, *, size: int = 5, kills: bool = False) -> Program:
+def generate(seed: str, *, size: int = 5, kills: bool = False, keyed: bool = False) -> Program:
     """The program of ``seed`` (``"<seed>:<index>"``).
 
     Args:
@@ -145,6 +148,7 @@ def generate(seed: str, *, size: int = 5, kills: bool = False) -> Program:
             run's first attempt); above 3, up to three runs.
         kills: some segments (the first always) SIGKILL child processes (each attempt
             there costs a fresh interpreter); without, segments cut power or have no fault.
+        keyed: the program's store is keyed.
     """
     rng = random.Random(seed)
     runs = tuple(
@@ -174,7 +178,7 @@ def generate(seed: str, *, size: int = 5, kills: bool = False) -> Program:
                 for a in chosen
             ]
         segments.append(Segment(fault, tuple(chosen)))
-    return Program(seed, runs, tuple(segments))
+    return Program(seed, runs, tuple(segments), keyed)
 
 
 def expected_result(instructions: tuple[tuple[Any, ...], ...]) -> dict[str, Any]:
