@@ -1,8 +1,9 @@
 """The whole-program fuzzer: random programs under SIGKILLs and power cuts agree with the model.
 
 The default run plays 200 small programs drawn from the day's seed (``AFK_KILL_SEED``,
-printed in the header: set it to replay), a few of them with SIGKILLed children, the
-rest with power cuts; ``--torture`` plays 10,000 larger ones with more kills. Each
+printed in the header: set it to replay), every 50th with SIGKILLed children (job
+attempts, and ``afk-local`` store commands), the rest with power cuts, every 5th in a
+keyed store; ``--torture`` plays 10,000 larger ones, every third with kills. Each
 kind mutant of the crash explorer, applied to the power cuts, must make the fuzzer
 diverge: it would notice a library without that fsync.
 """
@@ -25,6 +26,7 @@ def test_random_programs_agree_with_the_model(request: pytest.FixtureRequest, tr
         trials(200, 10_000),
         size=5 if torture else 3,
         kill_every=3 if torture else 50,  # each SIGKILLed attempt is a fresh interpreter
+        keyed_every=5,
     )
     assert report.ok, report.failures[0].text()
     assert report.faults.get("cut", 0) >= 100  # faults really struck

@@ -43,9 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--keyed-every",
         type=int,
-        default=0,
+        default=5,
         metavar="N",
-        help="every N-th program has a keyed store (signed files, head records); default 0",
+        help="every N-th program has a keyed store (signed files, head records); default 5, "
+        "0: none",
     )
     parser.add_argument(
         "--mutant",

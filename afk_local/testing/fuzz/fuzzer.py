@@ -66,7 +66,7 @@ def fuzz(
     first: int = 0,
     size: int = 5,
     kill_every: int = 10,
-    keyed_every: int = 0,
+    keyed_every: int = 5,
     stop_at_first: bool = True,
     mutant: str | None = None,
     progress: Callable[[int, FuzzReport], None] | None = None,
@@ -95,8 +95,10 @@ def fuzz(
         report.programs += 1
         if problems:
             small, small_problems = shrink(program, problems, mutant=mutant)
-            replay = f"--seed {seed} --program {index} --size {size} --kill-every {kill_every}"
-            replay += f" --keyed-every {keyed_every}" if keyed_every else ""
+            replay = (
+                f"--seed {seed} --program {index} --size {size} --kill-every {kill_every} "
+                f"--keyed-every {keyed_every}"
+            )
             if mutant is not None:
                 replay += f" --mutant {mutant}"
             report.failures.append(
