@@ -8,10 +8,12 @@ before the command line's ``main`` runs, so ``gc``, ``pack``, ``rm``, ``fork``,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,4 +54,20 @@ def afk_local_command(
     return CommandResult(killed, proc.returncode, proc.stdout, proc.stderr)
 
 
-__all__ = ["CommandResult", "afk_local_command"]
+@contextlib.contextmanager
+def child_environ(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the children started inside (run_and_kill passes
+    this process's environment on), and restore them after."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
+__all__ = ["CommandResult", "afk_local_command", "child_environ"]

@@ -27,11 +27,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import random
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,24 +38,21 @@ from typing import Any
 from afk_local.agent.resume import resume
 from afk_local.errors import AfkLocalError, EffectInDoubtError, RunPaused, RunSleeping
 from afk_local.runner.settle import settle
-from afk_local.storage import fsio
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.ops.export import export_records, import_run, to_jsonable
 from afk_local.storage.ops.retention import RetentionPolicy
 from afk_local.storage.store import Store
 from afk_local.testing import run_and_kill
-from afk_local.testing.crashsim.disk import read_tree, write_tree
-from afk_local.testing.crashsim.model import DiskModel
+from afk_local.testing.crashsim.disk import read_tree
 from afk_local.testing.crashsim.mutants import MUTANTS
-from afk_local.testing.crashsim.trace import Recorder
-from afk_local.testing.fuzz.command import afk_local_command
-from afk_local.testing.fuzz.jobs import JOBS, answer_for, read_ledger, set_position
+from afk_local.testing.fuzz.command import afk_local_command, child_environ
+from afk_local.testing.fuzz.jobs import JOBS, answer_for, read_ledger
+from afk_local.testing.fuzz.model import RunModel, acknowledged_problems, final_problems
+from afk_local.testing.fuzz.power import cut_power, recording
 from afk_local.testing.fuzz.program import (
     Action,
     Program,
-    RunSpec,
     Segment,
-    effect_names,
     expected_result,
 )
 
@@ -67,20 +63,6 @@ FUZZ_KEY = "afk-fuzz-store-key-0123456789abcdef"
 
 LIVENESS_ATTEMPTS = 40
 """Attempts the liveness phase gives one run before it reports that it never finished."""
-
-
-@dataclass
-class RunModel:
-    """What the model knows of one run of the store."""
-
-    spec: RunSpec
-    kind: str
-    """``job`` (started by the program), ``fork`` or ``import``."""
-    expected: dict[str, Any]
-    exists: bool = False
-    """Acknowledged to exist (an attempt returned, or the fork/import that made it)."""
-    completed: bool = False
-    """Acknowledged completed: an attempt returned its result."""
 
 
 @dataclass
@@ -130,7 +112,7 @@ class Execution:
         """The environment child processes open the store with (a keyed store's key)."""
         if not self.program.keyed:
             return contextlib.nullcontext()
-        return _environ({"AFK_LOCAL_KEY": FUZZ_KEY, "AFK_LOCAL_HEAD_DIR": str(self.heads)})
+        return child_environ({"AFK_LOCAL_KEY": FUZZ_KEY, "AFK_LOCAL_HEAD_DIR": str(self.heads)})
 
     # -- the program ------------------------------------------------------------
 
@@ -383,31 +365,16 @@ class Execution:
         it leaves (crash explorer model) and go on from there as a new process."""
         rng = random.Random(f"{self.program.seed}:cut{number}")
         initial = read_tree(self.base)
-        recorder = Recorder(self.base)
         done: list[tuple[int, int, _Pending]] = []
-        previous = fsio.set_io_recorder(recorder)
-        previous_position = set_position(lambda: len(recorder))
-        try:
+        with recording(self.base) as recorder:
             for action in segment.actions:
                 start = len(recorder)
                 pending = self._act(action)
                 done.append((start, len(recorder), pending))
                 if self.problems:
                     return
-        finally:
-            fsio.set_io_recorder(previous)
-            set_position(previous_position)
         ops = recorder.ops
-        at = rng.randint(0, len(ops))
-        model = DiskModel(
-            initial, ignored_fsyncs=frozenset({MUTANTS[self.mutant]} if self.mutant else ())
-        )
-        for op in ops[:at]:
-            model.apply(op)
-        frontier = model.frontier(at, ops[at - 1] if at else None)
-        tree = frontier.tree(frontier.random_choice(rng))
-        shutil.rmtree(self.base)
-        write_tree(tree, self.base)
+        at = cut_power(self.base, initial, ops, rng, self.mutant)
         self._keep_ledger_until(at)
         shutil.rmtree(self.heads, ignore_errors=True)  # never fsynced, kept outside: lost
         self.store = self._open_store()  # a new process after the power cut
@@ -434,20 +401,7 @@ class Execution:
         Path(self.ledger).write_text(text, encoding="utf-8")
 
     def _check_acknowledged(self, where: str) -> None:
-        on_disk = set(self.store.run_ids())
-        for run_id, model in self.runs.items():
-            if model.exists and run_id not in on_disk:
-                self._diverge(f"{where}: run {run_id} was acknowledged and is gone")
-            if model.completed and run_id in on_disk:
-                state = self.store.open(run_id).resume_state()
-                if not state.terminal or state.result != model.expected:
-                    self._diverge(
-                        f"{where}: run {run_id} had completed; now status {state.status}, "
-                        f"result {state.result!r}"
-                    )
-        for run_id in on_disk - set(self.runs):
-            why = "was removed" if run_id in self.removed else "was never made"
-            self._diverge(f"{where}: run {run_id} {why} and is listed")
+        self.problems += acknowledged_problems(self.store, self.runs, self.removed, where)
 
     # -- after the faults ------------------------------------------------------------
 
@@ -469,41 +423,7 @@ class Execution:
                 )
 
     def _final_checks(self) -> None:
-        listed = {info.run_id: info.status for info in self.store.runs()}
-        if set(listed) != set(self.runs):
-            self._diverge(f"listing shows {sorted(listed)}, the model has {sorted(self.runs)}")
-        if self.store.interrupted():
-            self._diverge(f"interrupted after every run finished: {self.store.interrupted()}")
-        for run_id, model in self.runs.items():
-            if listed.get(run_id) not in (None, RunStatus.COMPLETED):
-                self._diverge(f"run {run_id}: listed {listed[run_id]}, not completed")
-            reader = self.store.open(run_id)
-            state = reader.resume_state()
-            if not state.terminal or state.result != model.expected:
-                self._diverge(f"run {run_id}: reads {state.status} {state.result!r}")
-            report = self.store.open(run_id, lazy=True).verify()
-            if not report.ok:
-                self._diverge(f"run {run_id}: verify: {report.problems}")
-        self._check_ledger()
-
-    def _check_ledger(self) -> None:
-        ok: dict[str, int] = {}
-        by_run: dict[tuple[str, str], int] = {}
-        for entry in read_ledger(self.ledger):
-            if entry["status"] != "ok":
-                continue
-            by_run[entry["run"], entry["name"]] = by_run.get((entry["run"], entry["name"]), 0) + 1
-            if not entry["name"].startswith("istep"):
-                ok[entry["key"]] = ok.get(entry["key"], 0) + 1
-        for key, count in ok.items():
-            if count > 1:
-                self._diverge(f"effect {key} (not idempotent) ran {count} times")
-        for run_id, model in self.runs.items():
-            if model.kind != "job":
-                continue
-            for name in effect_names(model.spec.instructions):
-                if not by_run.get((run_id, name)):
-                    self._diverge(f"run {run_id}: effect {name} never ran, yet the run completed")
+        self.problems += final_problems(self.store, self.runs, self.ledger)
 
 
 def run_program(
@@ -529,22 +449,6 @@ def run_program(
         shutil.rmtree(work, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
-    """Set environment variables for the children started inside (run_and_kill passes
-    this process's environment on), and restore them after."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, old in saved.items():
-            if old is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = old
-
-
 def _tempdir(scratch: str | None) -> str:
     import tempfile  # noqa: PLC0415
 
@@ -553,4 +457,4 @@ def _tempdir(scratch: str | None) -> str:
     return tempfile.mkdtemp(prefix="afk-fuzz-", dir=scratch or scratch_root())
 
 
-__all__ = ["LIVENESS_ATTEMPTS", "Execution", "RunModel", "run_program"]
+__all__ = ["FUZZ_KEY", "LIVENESS_ATTEMPTS", "Execution", "run_program"]
