@@ -49,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
         "0: none",
     )
     parser.add_argument(
+        "--clock-steps",
+        action="store_true",
+        help="programs may step the wall clock back 3 s (in this process)",
+    )
+    parser.add_argument(
         "--mutant",
         choices=list(MUTANTS),
         help="power cuts lose what this kind of fsync keeps: the fuzzer must then diverge",
@@ -87,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         size=args.size,
         kill_every=kill_every,
         keyed_every=args.keyed_every,
+        clock_steps=args.clock_steps,
         stop_at_first=not args.keep_going,
         mutant=args.mutant,
         progress=progress,

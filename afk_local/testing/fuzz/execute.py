@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from afk_local.agent.resume import resume
+from afk_local.clock import using_clock, wall_ns
 from afk_local.errors import AfkLocalError, EffectInDoubtError, RunPaused, RunSleeping
 from afk_local.runner.settle import settle
 from afk_local.storage.format.records import RunStatus
@@ -98,6 +99,7 @@ class Execution:
         self.root = self.base / "store"
         self.ledger = str(self.work / "ledger")
         self.heads = self.work / "heads"
+        self.clock = SteppedClock()
         self.store = self._open_store()
         for spec in self.program.runs:
             self.runs[spec.run_id] = RunModel(spec, "job", expected_result(spec.instructions))
@@ -118,6 +120,10 @@ class Execution:
 
     def play(self) -> list[str]:
         """Every segment, the liveness phase, the final checks; returns the divergences."""
+        with using_clock(self.clock):
+            return self._play()
+
+    def _play(self) -> list[str]:
         for number, segment in enumerate(self.program.segments):
             if segment.fault == "cut":
                 self._cut_segment(number, segment)
@@ -140,6 +146,9 @@ class Execution:
         self.counter += 1
         if action.kind == "attempt":
             return self._attempt(run_id, kill_at=action.kill_at if in_child else None)
+        if action.kind == "clock":
+            self.clock.offset -= 3.0  # NTP or a person steps the clock back
+            return _Pending()
         if in_child:
             return self._command(action, self._source(run_id))
         if action.kind == "gc":
@@ -253,7 +262,7 @@ class Execution:
                 )
             else:
                 if meta.status is RunStatus.SLEEPING and meta.wake_at_ms:
-                    time.sleep(max(0.0, meta.wake_at_ms / 1000 - time.time()) + 0.001)
+                    time.sleep(max(0.0, meta.wake_at_ms / 1000 - self.clock.time()) + 0.001)
                 result = resume(run_id, store=self.store)
         except (RunPaused, RunSleeping):
             return self._acknowledged(run_id, completed=False, result=None)
@@ -424,6 +433,21 @@ class Execution:
 
     def _final_checks(self) -> None:
         self.problems += final_problems(self.store, self.runs, self.ledger)
+
+
+class SteppedClock:
+    """The wall clock plus an offset that ``clock`` actions step back."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def time(self) -> float:
+        """Now, stepped."""
+        return wall_ns() / 1e9 + self.offset
+
+    def sleep(self, seconds: float) -> None:
+        """Really wait (the fuzzer's sleeps are milliseconds)."""
+        time.sleep(max(0.0, seconds))
 
 
 def run_program(

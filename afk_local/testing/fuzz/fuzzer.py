@@ -67,6 +67,7 @@ def fuzz(
     size: int = 5,
     kill_every: int = 10,
     keyed_every: int = 5,
+    clock_steps: bool = False,
     stop_at_first: bool = True,
     mutant: str | None = None,
     progress: Callable[[int, FuzzReport], None] | None = None,
@@ -79,6 +80,7 @@ def fuzz(
             (each attempt there costs a fresh interpreter); the rest cut power in this
             process. 0: none does.
         keyed_every: every this-many-th program (1, N + 1...) has a keyed store. 0: none.
+        clock_steps: programs may step the wall clock back (3 s a step).
         stop_at_first: stop at the first failing program.
         mutant: a crash explorer kind mutant for the power cuts (the fuzzer must fail).
         progress: called after each program with its index and the report so far.
@@ -88,7 +90,9 @@ def fuzz(
     for index in range(first, first + programs):
         kills = kill_every > 0 and index % kill_every == 0
         keyed = keyed_every > 0 and index % keyed_every == 1 % keyed_every
-        program = generate(program_seed(seed, index), size=size, kills=kills, keyed=keyed)
+        program = generate(
+            program_seed(seed, index), size=size, kills=kills, keyed=keyed, clock_steps=clock_steps
+        )
         for segment in program.segments:
             report.faults[segment.fault] = report.faults.get(segment.fault, 0) + 1
         problems = run_program(program, mutant=mutant)
@@ -97,7 +101,7 @@ def fuzz(
             small, small_problems = shrink(program, problems, mutant=mutant)
             replay = (
                 f"--seed {seed} --program {index} --size {size} --kill-every {kill_every} "
-                f"--keyed-every {keyed_every}"
+                f"--keyed-every {keyed_every}{' --clock-steps' if clock_steps else ''}"
             )
             if mutant is not None:
                 replay += f" --mutant {mutant}"

@@ -93,6 +93,8 @@ class Program:
     keyed: bool = False
     """The store is keyed: signed files and head records (lost at a power cut, as they are
     kept outside the store and never fsynced)."""
+    clock_steps: bool = False
+    """Actions may step this process's wall clock back 3 s (``clock``)."""
 
     def describe(self) -> list[str]:
         """The program as lines a person reads."""
@@ -140,7 +142,9 @@ def _instructions(rng: random.Random, size: int) -> tuple[tuple[Any, ...], ...]:
     return tuple(out)
 
 
-def generate(seed: str, *, size: int = 5, kills: bool = False, keyed: bool = False) -> Program:
+def generate(
+    seed: str, *, size: int = 5, kills: bool = False, keyed: bool = False, clock_steps: bool = False
+) -> Program:
     """The program of ``seed`` (``"<seed>:<index>"``).
 
     Args:
@@ -149,6 +153,7 @@ def generate(seed: str, *, size: int = 5, kills: bool = False, keyed: bool = Fal
         kills: some segments (the first always) SIGKILL child processes (each attempt
             there costs a fresh interpreter); without, segments cut power or have no fault.
         keyed: the program's store is keyed.
+        clock_steps: some actions step the wall clock back (``clock``).
     """
     rng = random.Random(seed)
     runs = tuple(
@@ -161,10 +166,9 @@ def generate(seed: str, *, size: int = 5, kills: bool = False, keyed: bool = Fal
     )
     actions = [Action("attempt", i) for i in range(len(runs))]
     rng.shuffle(actions)
+    table = (*_ACTIONS, ("clock", 2)) if clock_steps else _ACTIONS
     for _ in range(rng.randint(1, size + 1)):
-        actions.append(
-            Action(_weighted(rng, _ACTIONS), rng.randrange(len(runs)), rng.randrange(1000))
-        )
+        actions.append(Action(_weighted(rng, table), rng.randrange(len(runs)), rng.randrange(1000)))
     cuts = sorted(rng.sample(range(1, len(actions)), min(rng.randint(0, 2), len(actions) - 1)))
     segments: list[Segment] = []
     for start, end in zip([0, *cuts], [*cuts, len(actions)], strict=True):
@@ -178,7 +182,7 @@ def generate(seed: str, *, size: int = 5, kills: bool = False, keyed: bool = Fal
                 for a in chosen
             ]
         segments.append(Segment(fault, tuple(chosen)))
-    return Program(seed, runs, tuple(segments), keyed)
+    return Program(seed, runs, tuple(segments), keyed, clock_steps)
 
 
 def expected_result(instructions: tuple[tuple[Any, ...], ...]) -> dict[str, Any]:
