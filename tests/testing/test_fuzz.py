@@ -41,6 +41,11 @@ def test_the_fuzzer_notices_a_library_without_an_fsync(mutant: str) -> None:
     assert f"--seed mutants --program {failure.index} " in failure.text()
 
 
+def test_programs_whose_clock_steps_back_in_keyed_stores_agree_with_the_model() -> None:
+    report = fuzz(f"clock-{KILL_SEED}", 20, size=4, kill_every=0, keyed_every=1, clock_steps=True)
+    assert report.ok, report.failures[0].text()
+
+
 def test_a_failing_program_shrinks_and_still_fails() -> None:
     index = fuzz("mutants", 60, size=3, kill_every=0, mutant="no-journal-fsync").failures[0].index
     program = generate(f"mutants:{index}", size=3)
