@@ -1,0 +1,110 @@
+"""The whole-program fuzzer: random programs under SIGKILLs and power cuts agree with the model.
+
+The default run plays 200 small programs drawn from the day's seed (``AFK_KILL_SEED``,
+printed in the header: set it to replay), every 50th with SIGKILLed children (job
+attempts, and ``afk-local`` store commands), the rest with power cuts, every 5th in a
+keyed store; ``--torture`` plays 10,000 larger ones, every third with kills. Each
+kind mutant of the crash explorer, applied to the power cuts, must make the fuzzer
+diverge: it would notice a library without that fsync.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import KILL_SEED
+
+from afk_local.testing.crashsim import MUTANTS
+from afk_local.testing.fuzz import fuzz, generate, run_program, shrink
+from afk_local.testing.fuzz.__main__ import main
+from afk_local.testing.fuzz.program import Action, Program, RunSpec, Segment, expected_result
+
+
+def test_random_programs_agree_with_the_model(request: pytest.FixtureRequest, trials) -> None:
+    torture = bool(request.config.getoption("--torture"))
+    report = fuzz(
+        f"test-{KILL_SEED}",
+        trials(200, 10_000),
+        size=5 if torture else 3,
+        kill_every=3 if torture else 50,  # each SIGKILLed attempt is a fresh interpreter
+        keyed_every=5,
+    )
+    assert report.ok, report.failures[0].text()
+    assert report.faults.get("cut", 0) >= 100  # faults really struck
+    assert report.faults.get("kill", 0) >= 1
+
+
+@pytest.mark.parametrize("mutant", list(MUTANTS))
+def test_the_fuzzer_notices_a_library_without_an_fsync(mutant: str) -> None:
+    report = fuzz("mutants", 60, size=3, kill_every=0, mutant=mutant)
+    assert not report.ok, f"{mutant}: 60 programs and no divergence"
+    failure = report.failures[0]
+    assert f"--seed mutants --program {failure.index} " in failure.text()
+
+
+def test_programs_whose_clock_steps_back_in_keyed_stores_agree_with_the_model() -> None:
+    report = fuzz(f"clock-{KILL_SEED}", 20, size=4, kill_every=0, keyed_every=1, clock_steps=True)
+    assert report.ok, report.failures[0].text()
+
+
+def test_a_failing_program_shrinks_and_still_fails() -> None:
+    index = fuzz("mutants", 60, size=3, kill_every=0, mutant="no-journal-fsync").failures[0].index
+    program = generate(f"mutants:{index}", size=3)
+    problems = run_program(program, mutant="no-journal-fsync")
+    assert problems
+    small, still = shrink(program, problems, mutant="no-journal-fsync")
+    assert still
+    assert sum(len(s.actions) for s in small.segments) <= sum(
+        len(s.actions) for s in program.segments
+    )
+
+
+def test_a_program_is_named_by_its_seed() -> None:
+    assert generate("s:7") == generate("s:7")
+    assert generate("s:7") != generate("s:8")
+
+
+def test_a_power_cut_in_the_middle_of_a_run_with_every_instruction_recovers() -> None:
+    every = (
+        ("step", "step0", 3),
+        ("istep", "istep1", 4),
+        ("flaky", "flaky2", 5),
+        ("iterate", "iterate3", 3),
+        ("checkpoint", "checkpoint4"),
+        ("sleep", "sleep5"),
+        ("park", "park6"),
+        ("pause", "pause7"),
+    )
+    for mode in ("sync", "async", "exit"):
+        for cut in range(8):  # each seed puts the cut somewhere else
+            program = Program(
+                f"every-{mode}-{cut}",
+                (RunSpec("r0", mode, every),),
+                (
+                    Segment("cut", (Action("attempt"), Action("attempt"), Action("fork"))),
+                    Segment("cut", (Action("attempt"), Action("gc"), Action("export"))),
+                ),
+            )
+            assert run_program(program) == [], program.describe()
+
+
+def test_the_model_result_of_a_program() -> None:
+    assert expected_result(
+        (("step", "a", 1), ("iterate", "b", 2), ("pause", "c"), ("checkpoint", "d"))
+    ) == {"top": ["a=8", "answer:c"], "acc": ["b.0=1", "b.1=8"]}
+
+
+def test_the_command_prints_its_seed_and_replays_one_program(capsys) -> None:
+    assert main(["--seed", "cli", "--programs", "2", "--size", "2", "--kill-every", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("fuzz seed cli: 2 programs from 0")
+    assert "0 diverged" in out
+    assert main(["--seed", "cli", "--program", "1", "--kill-every", "0"]) == 0
+    assert "1 programs from 1" in capsys.readouterr().out
+    code = main(["--seed", "mutants", "--programs", "40", "--size", "3", "--kill-every", "0",
+                 "--mutant", "no-journal-fsync"])  # fmt: skip
+    assert code == 1
+    out = capsys.readouterr().out
+    replay = out.split("replay: python -m afk_local.testing.fuzz ")[1].splitlines()[0]
+    assert replay.startswith("--seed mutants --program ")
+    assert main(replay.split()) == 1  # the printed command plays the failure again
+    assert "1 diverged" in capsys.readouterr().out
