@@ -237,7 +237,7 @@ class ReplayDivergence(AfkLocalError):
 def replay_advice(run_id: str) -> str:
     """What to do about a run whose journal the current code does not reproduce."""
     return (
-        "Either put the change behind `if ctx.patched(\"<id>\"):` so that runs which "
+        'Either put the change behind `if ctx.patched("<id>"):` so that runs which '
         "passed this point keep the old path; or fork the run before this call "
         f"(`afk-local fork {run_id} --at SEQ`, SEQ from `afk-local log {run_id}`) and "
         f"resume the fork; or restart it from the beginning (`afk-local restart {run_id}`)"

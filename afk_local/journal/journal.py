@@ -164,6 +164,9 @@ class Journal:
         env: the I/O seam its writes go through (the store's; default: the process-wide).
     """
 
+    replaying = False
+    """True for a :class:`~afk_local.journal.replaying.ReplayJournal` (nothing is called)."""
+
     def __init__(
         self,
         path: str | os.PathLike[str],

@@ -15,6 +15,10 @@ OOM kill: no ``finally`` blocks, no atexit, no flushed buffers. The job must be
 importable (``module:qualname``) by the child; the child gets this process's
 ``sys.path``.
 
+:func:`replay` runs a job's current code against a run's journal (calling nothing,
+writing nothing) and raises :class:`~afk_local.ReplayDivergence` where it departs from
+it; :func:`keep_run` and :func:`replay_recorded` keep real runs as regression tests.
+
 Tests of sleeps, retries, limits and schedules use :class:`SkippingClock` (the
 ``afk_clock`` fixture, or ``with skipping_clock():``): every durable wait returns at
 once and moves the clock forward (docs/time.md).
@@ -43,6 +47,7 @@ from afk_local.storage.format.layout import new_run_id
 from afk_local.storage.fsio import Env, IoCall
 from afk_local.storage.store import Store
 from afk_local.testing.clock import ScaledClock, SkippingClock, skipping_clock
+from afk_local.testing.recorded import keep_run, recorded_run, replay, replay_recorded
 
 try:
     import pytest
@@ -262,7 +267,11 @@ __all__ = [
     "SkippingClock",
     "afk_clock",
     "afk_store",
+    "keep_run",
     "kill_at_io_call",
+    "recorded_run",
+    "replay",
+    "replay_recorded",
     "run_and_kill",
     "skipping_clock",
 ]
