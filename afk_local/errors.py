@@ -183,8 +183,11 @@ class EffectMismatchError(AfkLocalError):
         )
 
 
-class ReplayDivergence(AfkLocalError):
+class ReplayDivergence(EffectMismatchError):
     """The job's current code does not reproduce a run's journal (``afk-local replay``).
+
+    An :class:`EffectMismatchError` found before anything runs: code that catches
+    that error around a resume catches this one too.
 
     Attributes:
         run_id: the run.
@@ -223,6 +226,7 @@ class ReplayDivergence(AfkLocalError):
         self.kind = kind
         self.advice = advice or replay_advice(run_id)
         self.refused = refused
+        self.current = asked
         where = f"at call {position} ({key}) the run recorded {recorded}, the code now asks {asked}"
         if refused:
             message = (
@@ -231,7 +235,7 @@ class ReplayDivergence(AfkLocalError):
             )
         else:
             message = f"run {run_id!r}: the code diverges from the journal: {where}. {self.advice}"
-        super().__init__(message)
+        AfkLocalError.__init__(self, message)
 
 
 def replay_advice(run_id: str) -> str:

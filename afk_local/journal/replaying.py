@@ -8,7 +8,8 @@ with the same input hash gets its recorded result; anything else ends the replay
   (``"arguments"``);
 - the code asks a call the run never recorded while a recorded one is still
   waiting to be asked: a divergence (``"step"``: renamed, inserted or reordered
-  past a recorded call);
+  past a recorded call). A call whose recorded outcome is an error need not be
+  asked again (the fix of the bug that failed the run may drop it);
 - the code asks a call the run never recorded once every recorded call was asked,
   or one the run left in doubt or failed (a resume would call it again): the
   *frontier*, where a live attempt would take over (:class:`ReplayFrontier`).
@@ -106,6 +107,8 @@ class ReplayJournal(Journal):
             intent = state.intent if state is not None else None
             if intent is None or is_patch_key(key):
                 continue  # outcome-only records (a limit's start, a patch decision)
+            if state is not None and state.status == "error":
+                continue  # a call that failed: a resume calls it again, or a fix drops it
             calls.append(RecordedCall(key, intent.name, intent.args_text, intent.input_hash))
         return calls
 
