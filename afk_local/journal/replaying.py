@@ -59,7 +59,7 @@ class ReplayFrontier(BaseException):
     def __init__(self, key: str, why: str) -> None:
         self.key = key
         self.why = why
-        super().__init__(f"{key}: {why}")
+        super().__init__(f"{key} ({why})")
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ class ReplayJournal(Journal):
         assert state is not None
         self.lookup(key)  # reached
         if state.in_doubt:
-            raise self.frontier_at(key, "in doubt in the run: a resume decides it")
+            raise self.frontier_at(key, "in doubt in the run")
         outcome = state.outcome
         assert outcome is not None
         if outcome.status == "ok":
@@ -163,7 +163,7 @@ class ReplayJournal(Journal):
                 return msgspec.convert(values.as_data(outcome.result), result_type)
             return outcome.result
         if retry_errors:
-            raise self.frontier_at(key, "failed in the run: a resume calls it again")
+            raise self.frontier_at(key, "failed in the run")
         self.replayed_count += 1
         info = outcome.error or ErrorInfo(type="ReplayedError", message="recorded error")
         raise replayed_error(info, key)
@@ -173,7 +173,7 @@ class ReplayJournal(Journal):
         pending = self.first_unreached()
         if pending is not None:
             raise self._diverged(pending.key, pending.words(), asked, "step")
-        raise self.frontier_at(key, "past the run's journal: a resume runs it")
+        raise self.frontier_at(key, "past the run's journal")
 
     def first_unreached(self) -> RecordedCall | None:
         """The first recorded call the code has not asked yet, or None."""

@@ -18,6 +18,7 @@ import concurrent.futures
 import contextlib
 import inspect
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -309,11 +310,16 @@ def check_before_resume(
 ) -> dict[str, bool]:
     """The replay check a resume runs first; returns the ``ctx.patched`` decisions it made.
 
+    The job's body runs once more, from the top, with its output (``sys.stdout``) dropped;
+    a run that journaled no call is not replayed.
+
     Raises:
         ReplayDivergence: (``refused=True``, one line) the code diverges from the journal;
             nothing was run or written.
     """
-    report, decisions = replay_job(fn, store, meta, version=version, skip_empty=True)
+    # What the body prints while it is only replayed would read as work done twice.
+    with open(os.devnull, "w", encoding="utf-8") as quiet, contextlib.redirect_stdout(quiet):
+        report, decisions = replay_job(fn, store, meta, version=version, skip_empty=True)
     d = report.divergence
     if d is not None:
         raise ReplayDivergence(
