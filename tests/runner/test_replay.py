@@ -3,6 +3,7 @@ and ``job.run`` refusing to resume a run its code no longer reproduces (issue 41
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 from pathlib import Path
 
@@ -177,3 +178,31 @@ def test_patch_ids_are_checked(afk_store: afk.Store) -> None:
 
     with pytest.raises(ValueError, match="patch id"):
         bad.run(run_id="bad")
+
+
+def test_an_async_job_is_checked_before_it_resumes(afk_store: afk.Store) -> None:
+    """The check of an ``async def`` job runs from inside the caller's event loop."""
+    calls: list[str] = []
+    code = {"greeting": "hello", "fail": True}
+
+    async def send(text: str) -> str:
+        calls.append(text)
+        return text.upper()
+
+    @afk.durable(store=afk_store)
+    async def mail(ctx: afk.RunContext) -> list[str]:
+        first = await ctx.astep("send", send, code["greeting"])
+        if code["fail"]:
+            raise RuntimeError("down")
+        return [first, await ctx.astep("send", send, "bye")]
+
+    with pytest.raises(RuntimeError, match="down"):
+        asyncio.run(mail.arun(run_id="am"))
+    code.update(greeting="hi", fail=False)
+    with pytest.raises(ReplayDivergence) as caught:
+        asyncio.run(mail.arun(run_id="am"))
+    assert caught.value.kind == "arguments" and caught.value.asked == "send('hi')"
+    assert calls == ["hello"]
+    code["greeting"] = "hello"
+    assert asyncio.run(mail.arun(run_id="am")) == ["HELLO", "BYE"]
+    assert calls == ["hello", "bye"]
