@@ -16,6 +16,7 @@ import subprocess
 import sys
 from typing import Any
 
+from afk_local.agent.rebuild import is_agent_run
 from afk_local.cli.command import (
     EXIT_OK,
     EXIT_PROBLEMS,
@@ -49,7 +50,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
             raise CliError("give a RUN, or --all (with --status/--name to choose runs)")
         return _replay_many(args, store)
     require_run(store, args.run)
-    plan = reentry_plan(store.read_meta(args.run))
+    meta = store.read_meta(args.run)
+    if is_agent_run(meta):
+        raise CliError(
+            f"run {args.run!r} is an AgentRunner run: replay checks the runs of durable jobs "
+            "(@afk.durable, and the pydantic-ai and Agents SDK integrations)"
+        )
+    plan = reentry_plan(meta)
     if plan.other_interpreter and not os.environ.get(REENTERED_ENV):
         report = _replay_in_child(store, args.run, plan.python, plan.env)
     else:
@@ -72,14 +79,14 @@ def _replay_here(store: Store, run_id: str) -> dict[str, Any]:
 
 
 def _replay_many(args: argparse.Namespace, store: Store) -> int:
-    chosen = [
-        info
-        for info in list_runs(store, args)
-        if info.status is not RunStatus.CANCELLED and info.entrypoint
-    ]
     reports = []
-    for info in chosen:
-        plan = reentry_plan(store.read_meta(info.run_id))
+    for info in list_runs(store, args):
+        if info.status is RunStatus.CANCELLED or not info.entrypoint:
+            continue  # never resumes, or no job to run
+        meta = store.read_meta(info.run_id)
+        if is_agent_run(meta):
+            continue
+        plan = reentry_plan(meta)
         python = plan.python if plan.other_interpreter else sys.executable
         reports.append(_replay_in_child(store, info.run_id, python, plan.env))
     ok = all(r.get("ok") for r in reports)
