@@ -33,6 +33,7 @@ from afk_local.runner.origin import REENTERED_ENV, reentry_plan
 from afk_local.runner.replay import ReplayReport
 from afk_local.runner.replay_run import replay_run
 from afk_local.storage.format.records import RunStatus
+from afk_local.storage.ops.fork import JOURNAL_TRIMMED_KEY
 from afk_local.storage.store import Store
 
 _CHILD_TIMEOUT_S = 600.0
@@ -55,6 +56,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise CliError(
             f"run {args.run!r} is an AgentRunner run: replay checks the runs of durable jobs "
             "(@afk.durable, and the pydantic-ai and Agents SDK integrations)"
+        )
+    if meta.extra.get(JOURNAL_TRIMMED_KEY):
+        raise CliError(
+            f"run {args.run!r} cannot be replayed: gc trimmed its journal (max_effects_per_run), "
+            "so the calls it made first are gone"
         )
     plan = reentry_plan(meta)
     if plan.other_interpreter and not os.environ.get(REENTERED_ENV):
@@ -84,8 +90,8 @@ def _replay_many(args: argparse.Namespace, store: Store) -> int:
         if info.status is RunStatus.CANCELLED or not info.entrypoint:
             continue  # never resumes, or no job to run
         meta = store.read_meta(info.run_id)
-        if is_agent_run(meta):
-            continue
+        if is_agent_run(meta) or meta.extra.get(JOURNAL_TRIMMED_KEY):
+            continue  # rebuilt, not re-run; or its first calls are gone (finished runs only)
         plan = reentry_plan(meta)
         python = plan.python if plan.other_interpreter else sys.executable
         reports.append(_replay_in_child(store, info.run_id, python, plan.env))
