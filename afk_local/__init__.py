@@ -44,6 +44,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "MirrorError",
         "PauseMismatchError",
         "RecordTooDeepError",
+        "ReplayDivergence",
         "RunCancelledError",
         "RunExistsError",
         "RunLockedError",
@@ -130,6 +131,7 @@ if _typing.TYPE_CHECKING:  # the same names for type checkers, which do not run 
     from afk_local.errors import MirrorError as MirrorError
     from afk_local.errors import PauseMismatchError as PauseMismatchError
     from afk_local.errors import RecordTooDeepError as RecordTooDeepError
+    from afk_local.errors import ReplayDivergence as ReplayDivergence
     from afk_local.errors import RunCancelledError as RunCancelledError
     from afk_local.errors import RunExistsError as RunExistsError
     from afk_local.errors import RunLockedError as RunLockedError

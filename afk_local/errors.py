@@ -159,19 +159,91 @@ class EffectLogCorruptionError(AfkLocalError):
 
 
 class EffectMismatchError(AfkLocalError):
-    """A journaled call is replayed with different inputs than were recorded."""
+    """A journaled call is replayed with different inputs than were recorded.
+
+    ``recorded`` and ``current`` are the two calls in words (``charge('a', 10)``).
+    """
 
     def __init__(
         self, run_id: str, key: str, recorded: str, current: str, path: str | None = None
     ) -> None:
         self.run_id = run_id
         self.key = key
+        self.recorded = recorded
+        self.current = current
         where = f" ({path})" if path else ""
         super().__init__(
-            f"run {run_id!r}: effect {key!r}{where} was recorded as {recorded} but is now called "
-            f"as {current}; the code or its inputs changed since the run started. Restore the "
-            "old inputs, or fork the run before this step to redo it"
+            f"run {run_id!r}: step {key!r}{where} was recorded as {recorded} but the code now "
+            f"calls {current}: the code or its inputs changed since the run started. "
+            f"`afk-local replay {run_id}` shows the first divergence; to continue, put the "
+            "change behind `if ctx.patched(...)`, restore the old inputs, fork the run before "
+            "this step or restart it"
         )
+
+
+class ReplayDivergence(EffectMismatchError):
+    """The job's current code does not reproduce a run's journal (``afk-local replay``).
+
+    An :class:`EffectMismatchError` found before anything runs: code that catches
+    that error around a resume catches this one too.
+
+    Attributes:
+        run_id: the run.
+        position: the 1-based position, among the run's journaled calls, where the
+            code first departs from the journal.
+        key: the journal key there (``charge#2``, ``iterate#1[3]/fetch#1``).
+        recorded: what the run recorded there, in words (``charge('b', 20)``, or
+            ``nothing`` when the code asks a call past the run's journal).
+        asked: what the code asks there now, in words (``fee('b')``, or ``nothing``
+            when the code ends without the recorded call).
+        kind: ``"step"`` (another call than recorded), ``"arguments"`` (the same call
+            with other arguments), ``"missing"`` (the code no longer makes a recorded
+            call), ``"result"`` (a finished run, another result) or ``"raised"``.
+        advice: what to do about it.
+        refused: raised by a resume that refused to start (the message is one line
+            naming ``afk-local replay RUN``).
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        position: int,
+        key: str,
+        recorded: str,
+        asked: str,
+        *,
+        kind: str = "step",
+        advice: str = "",
+        refused: bool = False,
+    ) -> None:
+        self.run_id = run_id
+        self.position = position
+        self.key = key
+        self.recorded = recorded
+        self.asked = asked
+        self.kind = kind
+        self.advice = advice or replay_advice(run_id)
+        self.refused = refused
+        self.current = asked
+        where = f"at call {position} ({key}) the run recorded {recorded}, the code now asks {asked}"
+        if refused:
+            message = (
+                f"run {run_id!r}: resume refused before any effect: the code diverges from the "
+                f"journal: {where}; run `afk-local replay {run_id}` for what to do"
+            )
+        else:
+            message = f"run {run_id!r}: the code diverges from the journal: {where}. {self.advice}"
+        AfkLocalError.__init__(self, message)
+
+
+def replay_advice(run_id: str) -> str:
+    """What to do about a run whose journal the current code does not reproduce."""
+    return (
+        'Either put the change behind `if ctx.patched("<id>"):` so that runs which '
+        "passed this point keep the old path; or fork the run before this call "
+        f"(`afk-local fork {run_id} --at SEQ`, SEQ from `afk-local log {run_id}`) and "
+        f"resume the fork; or restart it from the beginning (`afk-local restart {run_id}`)"
+    )
 
 
 IN_DOUBT_CAUSES = (

@@ -28,7 +28,13 @@ from afk_local.cli.command import (
     CliError,
     out,
 )
-from afk_local.errors import AfkLocalError, DiskFullError, RunLockedError, StoreUnusableError
+from afk_local.errors import (
+    AfkLocalError,
+    DiskFullError,
+    ReplayDivergence,
+    RunLockedError,
+    StoreUnusableError,
+)
 from afk_local.storage.rundir.options import ROOT_ENV, default_root
 
 
@@ -209,6 +215,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "back from a backup (docs/security.md)",
     )
 
+    p = add(
+        "replay",
+        "replay:cmd_replay",
+        "run the job's current code against RUN's journal, calling nothing (exit 1: it diverges)",
+    )
+    p.add_argument("run", metavar="RUN", nargs="?")
+    p.add_argument(
+        "--all", action="store_true", help="every run of a durable job (narrow with the filters)"
+    )
+    arguments("replay", "listing:add_filter_arguments", p)
+
     p = add("settle", "repair:cmd_settle", "record what happened to an effect left in doubt")
     arguments("settle", "repair:add_settle_arguments", p)
 
@@ -349,6 +366,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunLockedError as exc:
         sys.stderr.write(f"afk-local: {exc}\n")
         return EXIT_USAGE
+    except ReplayDivergence as exc:  # a resume refused: the code no longer fits the run
+        sys.stderr.write(f"afk-local: {exc}\n")
+        return EXIT_PROBLEMS
     except DiskFullError as exc:  # not a usage error: the same command works once there is room
         sys.stderr.write(f"afk-local: {exc}\n")
         return EXIT_PROBLEMS

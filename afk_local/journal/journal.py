@@ -33,6 +33,8 @@ from afk_local.journal.replay import (
     accepts_idempotency_key,
     idempotency_key,
     input_hash,
+    render_args,
+    render_call,
     replayed_error,
     result_hash,
 )
@@ -161,6 +163,9 @@ class Journal:
             a keyed store's head record follows the journal this way.
         env: the I/O seam its writes go through (the store's; default: the process-wide).
     """
+
+    replaying = False
+    """True for a :class:`~afk_local.journal.replaying.ReplayJournal` (nothing is called)."""
 
     def __init__(
         self,
@@ -311,6 +316,13 @@ class Journal:
             return
         yield from self._frames.records(self._synced_end)
 
+    def recorded_call(self, state: EffectState) -> str:
+        """The call ``state``'s newest intent recorded, in words (``charge('a', 10)``)."""
+        intent = state.intent
+        if intent is None:
+            return f"{state.key} (an outcome without a recorded call)"
+        return render_call(intent.name, intent.args_text, intent.input_hash)
+
     # -- writing ------------------------------------------------------------------
 
     def append(self, effect: Effect, *, enc_hook: EncHook | None = None) -> None:
@@ -442,8 +454,12 @@ class Journal:
         idempotency_key: str,
         step: int = 0,
         call_id: str | None = None,
+        args_text: str = "",
     ) -> Effect:
-        """Durably record that the call ``key`` is about to run; returns the record."""
+        """Durably record that the call ``key`` is about to run; returns the record.
+
+        ``args_text``: its arguments in words (:func:`~afk_local.journal.replay.render_args`).
+        """
         effect = Effect(
             kind="intent",
             key=key,
@@ -453,6 +469,7 @@ class Journal:
             name=name,
             input_hash=input_hash,
             idempotency_key=idempotency_key,
+            args_text=args_text,
         )
         self.append(effect)
         return effect
@@ -590,15 +607,11 @@ class Journal:
     ) -> Any:
         state = self.lookup(key)
         if state is not None and state.input_hash and state.input_hash != digest:
-            recorded = state.intent
-            recorded_name = recorded.name if recorded is not None else "?"
-            shown = repr((args, kwargs))
-            shown = shown if len(shown) <= 200 else shown[:197] + "..."
             raise EffectMismatchError(
                 self.run_id,
                 key,
-                f"{recorded_name}(input hash {state.input_hash})",
-                f"{call_name}{shown} (input hash {digest})",
+                self.recorded_call(state),
+                render_call(call_name, render_args(args, kwargs)),
                 str(self.path),
             )
         if state is not None and state.status is not None:
@@ -644,7 +657,14 @@ class Journal:
         enc_hook: EncHook | None,
     ) -> Any:
         idem = idempotency_key(self.run_id, key)
-        self.record_intent(key, name=call_name, input_hash=digest, idempotency_key=idem, step=step)
+        self.record_intent(
+            key,
+            name=call_name,
+            input_hash=digest,
+            idempotency_key=idem,
+            step=step,
+            args_text=render_args(args, kwargs),
+        )
         call_kwargs = kwargs
         if "idempotency_key" not in kwargs and accepts_idempotency_key(fn):
             call_kwargs = {**kwargs, "idempotency_key": idem}

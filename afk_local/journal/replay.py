@@ -13,6 +13,7 @@ import builtins
 import functools
 import hashlib
 import inspect
+import reprlib
 from collections.abc import Callable
 from typing import Any
 
@@ -55,6 +56,47 @@ def result_hash(result: Any, *, enc_hook: EncHook | None = None) -> str:
     except UnstorableValueError as exc:
         raise exc.under("the result") from None
     return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+ARGS_TEXT_LIMIT = 200
+"""The longest argument rendering an intent record keeps (``Effect.args_text``)."""
+
+_ARGS_REPR = reprlib.Repr()
+for _limit, _value in (
+    ("maxlevel", 3), ("maxtuple", 6), ("maxlist", 6), ("maxarray", 6), ("maxdict", 6),
+    ("maxset", 6), ("maxfrozenset", 6), ("maxdeque", 6), ("maxstring", 60), ("maxlong", 40),
+    ("maxother", 60),
+):  # fmt: skip
+    setattr(_ARGS_REPR, _limit, _value)  # Repr(maxlevel=...) needs Python 3.12
+
+
+def render_args(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> str:
+    """A call's arguments in words, bounded: ``'a', 10, currency='eur'``.
+
+    For people (messages, ``afk-local replay``), never compared: the input hash is
+    what identifies a call. Long values are cut with ``...``.
+
+    >>> render_args(("a", 10), {"currency": "eur"})
+    "'a', 10, currency='eur'"
+    """
+    try:
+        parts = [_ARGS_REPR.repr(arg) for arg in args]
+        parts += [f"{name}={_ARGS_REPR.repr(value)}" for name, value in kwargs.items()]
+    except Exception as exc:  # a user __repr__ that fails: say so rather than fail the call
+        return f"<arguments not shown: {type(exc).__name__}>"
+    text = ", ".join(parts)
+    return text if len(text) <= ARGS_TEXT_LIMIT else text[: ARGS_TEXT_LIMIT - 3] + "..."
+
+
+def render_call(name: str, args_text: str, input_digest: str = "") -> str:
+    """A journaled call in words: ``charge('a', 10)``.
+
+    ``args_text`` empty (a journal written before arguments were recorded): the
+    input hash stands in for them.
+    """
+    if args_text or not input_digest:
+        return f"{name}({args_text})"
+    return f"{name}(arguments not recorded; input hash {input_digest[:12]})"
 
 
 def idempotency_key(run_id: str, key: str) -> str:

@@ -40,6 +40,7 @@ from afk_local.runner.attempt import (
 from afk_local.runner.current import running
 from afk_local.runner.observe import AttemptObservation
 from afk_local.runner.origin import ORIGIN_KEY, origin_here
+from afk_local.runner.replay import check_before_resume
 from afk_local.runner.run_context import NO_INPUT, RunContext
 from afk_local.runner.stopping import loop_stops, sigterm_exits, stopped_line
 from afk_local.runner.tags import checked_tags
@@ -393,6 +394,9 @@ class DurableFunction(Generic[R]):
             fingerprint=self.fingerprint,
             on_code_change=self.on_code_change,
         )
+        # The code must reproduce what the run journaled before anything runs for real:
+        # a divergence refuses here, before the lock, an attempt or any effect.
+        patches = check_before_resume(self.fn, store, meta, version=self.version)
         run = store.resume_writer(run_id)
         try:
             meta = run.meta  # re-read under the lock: another process may have finished it
@@ -404,8 +408,9 @@ class DurableFunction(Generic[R]):
             run.close()
             return done
         return self._attempt(
-            store, run, meta.params, meta, input_value=input_value, in_doubt=in_doubt, tags=tags
-        )
+            store, run, meta.params, meta, input_value=input_value, in_doubt=in_doubt, tags=tags,
+            patches=patches,
+        )  # fmt: skip
 
     def _attempt(
         self,
@@ -417,6 +422,7 @@ class DurableFunction(Generic[R]):
         input_value: Any,
         in_doubt: Any,
         tags: dict[str, str] | None = None,
+        patches: dict[str, bool] | None = None,
     ) -> _Attempt:
         writer = DurableWriter(run, self.durability, flush_timeout_s=self.flush_timeout_s)  # type: ignore[arg-type]
         observations: tuple[AttemptObservation, ...] = ()
@@ -467,6 +473,7 @@ class DurableFunction(Generic[R]):
                 in_doubt=in_doubt if in_doubt is not None else self.in_doubt,
                 report=report,
                 observations=observations,
+                patches=patches,
             )
             if meta is None:
                 # A new run: its running meta is all a resume needs, so it is published

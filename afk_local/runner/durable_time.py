@@ -87,7 +87,10 @@ class DurableTime:
         await asyncio.to_thread(self.sleep_until, when, park_after=park_after)
 
     def _sleep(self, key: str, due: Callable[[], float], park_after: float | object | None) -> None:
-        due_ms = journaled_due(self._writer.effects, key, due, step=self._report.steps)
+        journal = self._writer.effects
+        due_ms = journaled_due(journal, key, due, step=self._report.steps)
+        if journal.replaying and due_ms > current_clock().time() * 1000:
+            raise journal.frontier_at(key, "the run sleeps here")  # type: ignore[attr-defined]
         after = self.park_after if park_after is _CTX else park_after
         if after is not None and not isinstance(after, (int, float)):
             raise TypeError(f"park_after must be seconds or None, not {after!r}")
@@ -116,7 +119,7 @@ class DurableTime:
         each of its limited calls started, as the limit counted it.
         """
         known = journal.lookup(key) if limit is not None else None
-        if limit is None or (known is not None and known.status == "ok"):
+        if limit is None or journal.replaying or (known is not None and known.status == "ok"):
             yield
             return
 

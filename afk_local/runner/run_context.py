@@ -29,9 +29,10 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from afk_local.errors import RunPaused, UnstorableValueError
+from afk_local.errors import ReplayDivergence, RunPaused, UnstorableValueError
 from afk_local.journal.journal import Journal
 from afk_local.journal.replay import idempotency_key
+from afk_local.journal.replaying import PATCH_PREFIX, ReplayJournal
 from afk_local.runner.durable_time import DurableTime
 from afk_local.runner.limits import Limit
 from afk_local.runner.loops import Loop, Scope, as_async, total_of
@@ -111,6 +112,7 @@ class RunContext(Reporting, DurableTime):
         in_doubt: Any = None,
         report: RunReport | None = None,
         observations: tuple[AttemptObservation, ...] = (),
+        patches: dict[str, bool] | None = None,
     ) -> None:
         self.run_id = writer.run_id
         self.attempt = attempt
@@ -128,6 +130,7 @@ class RunContext(Reporting, DurableTime):
         self._observations = observations
         self._tags: RunTags | None = None
         self._step_error: tuple[str, BaseException] | None = None
+        self._patches = patches or {}  # decided by the replay check a resume ran first
 
     def __repr__(self) -> str:
         return f"RunContext(run_id={self.run_id!r}, attempt={self.attempt}, steps={self._steps})"
@@ -400,7 +403,7 @@ class RunContext(Reporting, DurableTime):
         (n/N in ``afk-local runs``), unless :meth:`progress` declared another.
         """
         loop, total = self._open_loop(items, key, name)
-        bar = Progress(total, loop.done_count(), desc=loop.name, enabled=progress)
+        bar = Progress(total, loop.done_count(), desc=loop.name, enabled=self._shows(progress))
         return self._loop(items, loop, bar)
 
     def _open_loop(
@@ -436,7 +439,7 @@ class RunContext(Reporting, DurableTime):
     ) -> AsyncIterator[T]:
         """The async twin of :meth:`iterate`: ``async for item in ctx.aiterate(items)``."""
         loop, total = self._open_loop(items, key, name)  # type: ignore[arg-type]
-        bar = Progress(total, loop.done_count(), desc=loop.name, enabled=progress)
+        bar = Progress(total, loop.done_count(), desc=loop.name, enabled=self._shows(progress))
         source: AsyncIterator[T] = (
             aiter(items) if isinstance(items, AsyncIterable) else as_async(iter(items))
         )
@@ -453,6 +456,10 @@ class RunContext(Reporting, DurableTime):
                 bar.update()
         finally:
             bar.close()
+
+    def _shows(self, progress: bool) -> bool:
+        """Whether a loop shows its progress: never while its run is only replayed."""
+        return progress and not self._writer.effects.replaying
 
     @contextlib.contextmanager
     def _item_scope(self, loop: Loop, ident: str, index: int) -> Iterator[None]:
@@ -481,6 +488,58 @@ class RunContext(Reporting, DurableTime):
                 del self._scopes[i]
                 return
 
+    # -- code changes -----------------------------------------------------------------
+
+    def patched(self, patch_id: str) -> bool:
+        """True where the code may take its new branch ``patch_id``; False where a run's
+        journal already went past this point without it.
+
+        Put a change to a job with runs in flight behind it, so that those runs keep
+        doing what they recorded and new ones (and each run from the point it reaches
+        live) take the new path::
+
+            for item in items:
+                if ctx.patched("fee"):
+                    ctx.step("fee", charge_fee, item)
+                ctx.step("charge", charge, item)
+
+        The decision is journaled where it is made, so it never flips on a later
+        resume. Once no run needs the old branch any more, replace the call by
+        :meth:`deprecate_patch` (``afk-local replay --all`` lists the runs that still
+        take an old branch), and later remove both.
+        """
+        key = self._key(PATCH_PREFIX + _patch_id(patch_id))
+        journal = self._writer.effects
+        known = journal.lookup(key)
+        if known is not None and known.status == "ok" and known.outcome is not None:
+            return known.outcome.result is True
+        if isinstance(journal, ReplayJournal):
+            decision = not journal.passed()
+            journal.patch_decisions[key] = decision
+            return decision
+        decision = self._patches.get(key, True)
+        journal.record_outcome(key, status="ok", result=decision)
+        return decision
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """Say that the old branch of ``patch_id`` is gone: the code takes the new one only.
+
+        A run whose journal recorded the old branch here cannot go on under this code:
+        it raises :class:`~afk_local.ReplayDivergence` (``afk-local replay`` finds such
+        runs first).
+        """
+        key = self._key(PATCH_PREFIX + _patch_id(patch_id))
+        known = self._writer.effects.lookup(key)
+        if known is not None and known.outcome is not None and known.outcome.result is False:
+            raise ReplayDivergence(
+                self.run_id,
+                self._steps + 1,
+                key,
+                f"the old branch of patch {patch_id!r}",
+                f"the new branch only (ctx.deprecate_patch({patch_id!r}))",
+                kind="patch",
+            )
+
     # -- human in the loop ----------------------------------------------------------
 
     def pause(self, prompt: Any = None, *, kind: str = "input") -> Any:
@@ -504,6 +563,12 @@ class RunContext(Reporting, DurableTime):
         self.checkpoint()
         self._writer.pause(kind, prompt, key=key, step=self._report.steps, **self._report.extras())
         raise RunPaused(self.run_id, kind, prompt)
+
+
+def _patch_id(patch_id: str) -> str:
+    if not isinstance(patch_id, str) or not patch_id or "/" in patch_id or "#" in patch_id:
+        raise ValueError(f"a patch id is a non-empty string without '/' or '#', not {patch_id!r}")
+    return patch_id
 
 
 __all__ = ["NO_INPUT", "PAUSE_NAME", "RunContext", "set_step_hook"]

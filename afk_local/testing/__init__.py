@@ -18,6 +18,9 @@ importable (``module:qualname``) by the child; the child gets this process's
 :func:`kill_sweep` (also the ``kill_sweep`` fixture) kills a job at each of its durable
 I/O calls in turn, resumes it as a user would and compares every ending with an
 uninterrupted run's (docs/testing.md).
+:func:`replay` runs a job's current code against a run's journal (calling nothing,
+writing nothing) and raises :class:`~afk_local.ReplayDivergence` where it departs from
+it; :func:`keep_run` and :func:`replay_recorded` keep real runs as regression tests.
 
 Tests of sleeps, retries, limits and schedules use :class:`SkippingClock` (the
 ``afk_clock`` fixture, or ``with skipping_clock():``): every durable wait returns at
@@ -50,6 +53,7 @@ from afk_local.storage.fsio import Env, IoCall
 from afk_local.storage.store import Store
 from afk_local.testing.clock import ScaledClock, SkippingClock, skipping_clock
 from afk_local.testing.kills import EXIT_PAUSED, EXIT_SLEEPING, IoKillSwitch, kill_at_io_call
+from afk_local.testing.recorded import keep_run, recorded_run, replay, replay_recorded
 from afk_local.testing.sweep import (
     RESUMES,
     SWEEP_LOG_ENV,
@@ -277,9 +281,13 @@ __all__ = [
     "SweepTrial",
     "afk_clock",
     "afk_store",
+    "keep_run",
     "kill_at_io_call",
     "kill_sweep",
     "record_effect",
+    "recorded_run",
+    "replay",
+    "replay_recorded",
     "run_and_kill",
     "skipping_clock",
 ]

@@ -24,6 +24,10 @@ EXAMPLES: dict[str, tuple[list[list[str]], str]] = {
     "pydantic_ai_agent.py": ([[], []], "Done: invoice sent to ada for 42 EUR"),
     "openai_agents_agent.py": ([[], []], "Done: invoice sent to ada for 42 EUR"),
     "kill_sweep_check.py": ([["--sample", "3"]], "kill points tried: 0 wrong endings"),
+    "code_change.py": (
+        [["--code", "v1", "--die-after", "2"], ["--code", "v2"], ["--code", "v2-patched"]],
+        "ledger: ['charge a 10', 'charge b 10', 'fee c', 'charge c 10', 'fee d', 'charge d 10']",
+    ),
 }
 # script -> the module an optional extra brings (the example is skipped without it)
 NEEDS = {

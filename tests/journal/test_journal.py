@@ -302,11 +302,35 @@ def test_mismatched_input_raises_showing_both(tmp_path: Path) -> None:
         with pytest.raises(afk.EffectMismatchError) as caught:
             journal.call("mail", lambda to: None, ("b@x",), name="send_mail")
         message = str(caught.value)
-        assert "send_mail" in message and "'b@x'" in message
-        assert input_hash("send_mail", ("a@x",), {}) in message
-        assert input_hash("send_mail", ("b@x",), {}) in message
+        # both calls in words, not as digests, and what to do about it
+        assert "send_mail('a@x')" in message and "send_mail('b@x')" in message
+        assert input_hash("send_mail", ("a@x",), {}) not in message
+        assert "afk-local replay run-m" in message and "ctx.patched" in message
         with pytest.raises(afk.EffectMismatchError):
             journal.call("mail", lambda to: None, ("a@x",), name="other_name")
+
+
+def test_an_intent_keeps_its_arguments_in_words_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "effects.log"
+    with Journal(path, "run-w", writable=True) as journal:
+        journal.call("big", lambda text, n: None, ("x" * 10_000,), {"n": 3}, name="put")
+        intent = journal.lookup("big").intent  # type: ignore[union-attr]
+    assert intent is not None and intent.args_text.endswith("n=3")
+    assert intent.args_text.startswith("'xxx") and len(intent.args_text) <= 200
+
+
+def test_a_journal_without_argument_text_still_says_which_call(tmp_path: Path) -> None:
+    """Journals written before intents kept their arguments: the digest stands in."""
+    path = tmp_path / "effects.log"
+    with Journal(path, "run-o", writable=True) as journal:
+        digest = input_hash("send_mail", ("a@x",), {})
+        journal.record_intent("mail", name="send_mail", input_hash=digest, idempotency_key="k")
+        journal.record_outcome("mail", status="ok", result=None)
+        with pytest.raises(afk.EffectMismatchError) as caught:
+            journal.call("mail", lambda to: None, ("b@x",), name="send_mail")
+    message = str(caught.value)
+    assert "send_mail(arguments not recorded; input hash " + digest[:12] in message
+    assert "send_mail('b@x')" in message
 
 
 def in_doubt_journal(path: Path) -> None:

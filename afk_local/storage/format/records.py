@@ -201,6 +201,10 @@ class Effect(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     while the run's attempt is still this one (no resume has consumed the settlement)."""
     reopened: bool = False
     """For intents: re-recorded by ``afk-local settle --undo`` (the call is in doubt again)."""
+    args_text: str = ""
+    """For intents: the call's arguments in words (``'a', 10, currency='eur'``), bounded to
+    200 characters (``afk_local.journal.replay.render_call``), for messages and
+    ``afk-local replay``; empty in journals written before it (their input hash still holds)."""
 
 
 def now_ms() -> int:
