@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import errno
 import os
+import shlex
 from typing import Any, TypeVar
 
 _E = TypeVar("_E", bound=BaseException)
@@ -126,14 +127,21 @@ class CheckpointCorruptionError(AfkLocalError):
     """
 
     def __init__(
-        self, path: str, reason: str, run_id: str | None = None, *, moved: bool = False
+        self,
+        path: str,
+        reason: str,
+        run_id: str | None = None,
+        *,
+        moved: bool = False,
+        root: str | None = None,
     ) -> None:
         self.path = path
         self.reason = reason
         self.run_id = run_id
         self.moved = moved
         run = f"run {run_id!r}: " if run_id else ""
-        hint = f"`afk-local verify {run_id}`" if run_id else "`afk-local verify`"
+        at = f" --root {shlex.quote(root)}" if root else ""
+        hint = f"`afk-local verify {run_id}{at}`" if run_id else f"`afk-local verify{at}`"
         super().__init__(
             f"{run}corrupt file {path}: {reason}; run {hint} to see every damaged file"
         )

@@ -27,13 +27,16 @@ import contextlib
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from afk_local.errors import RunNotFoundError, UnstorableValueError
+from afk_local.errors import CheckpointCorruptionError, RunNotFoundError, UnstorableValueError
 from afk_local.runner.writer import Durability, DurableWriter
 from afk_local.storage.format.codec import DecHook, EncHook
 from afk_local.storage.format.records import Phase, RunStatus
 from afk_local.storage.store import Store
+
+OnDamage = Literal["raise", "fresh"]
+"""What :meth:`StateCheckpoint.load` does when every checkpoint is damaged."""
 
 RUN_ID = "state"
 """The id of the one run inside a StateCheckpoint directory."""
@@ -99,8 +102,20 @@ class StateCheckpoint:
         """True after :meth:`mark_complete`."""
         return self.status == RunStatus.COMPLETED.value
 
-    def load(self) -> Any:
-        """The last saved state; None when nothing was saved yet or the work is complete."""
+    def load(self, *, on_damage: OnDamage = "raise") -> Any:
+        """The last saved state; None when nothing was saved yet or the work is complete.
+
+        Args:
+            on_damage: what to do when checkpoints exist but none of them can be read:
+                ``"raise"`` (default) raises
+                :class:`~afk_local.errors.CheckpointCorruptionError` naming the damaged
+                files, so ``ckpt.load() or {...}`` never silently starts over;
+                ``"fresh"`` returns None, as if nothing had been saved. A damaged newest
+                file with an older readable one is never an error: the older one is
+                returned and the skipped file logged.
+        """
+        if on_damage not in ("raise", "fresh"):
+            raise ValueError("on_damage must be 'raise' or 'fresh'")
         writer = self._writer(create=False)
         if writer is not None:
             writer.flush()
@@ -109,6 +124,15 @@ class StateCheckpoint:
         except RunNotFoundError:
             return None
         resume = reader.resume_state(on_corrupt="fallback")
+        if resume.checkpoint is None and resume.skipped and on_damage == "raise":
+            names = ", ".join(skip.name for skip in resume.skipped)
+            raise CheckpointCorruptionError(
+                str(self.path / "runs" / RUN_ID),
+                f'no saved state can be read (damaged: {names}); load(on_damage="fresh") '
+                "starts over from nothing",
+                run_id=RUN_ID,
+                root=str(self.path),
+            )
         if resume.terminal or resume.checkpoint is None:
             return None
         self._step = resume.checkpoint.step
