@@ -212,7 +212,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = add("settle", "repair:cmd_settle", "record what happened to an effect left in doubt")
     arguments("settle", "repair:add_settle_arguments", p)
 
-    add("adopt", "repair:cmd_adopt", "make a copied or moved store's new directory its home")
+    p = add("adopt", "repair:cmd_adopt", "make a copied or moved store's new directory its home")
+    moved = p.add_mutually_exclusive_group()
+    moved.add_argument(
+        "--project-moved",
+        dest="project_moved",
+        action="store_const",
+        const=True,
+        help="the scripts moved along with the store: re-home the runs' recorded paths",
+    )
+    moved.add_argument(
+        "--project-stayed",
+        dest="project_moved",
+        action="store_const",
+        const=False,
+        help="only the store moved: keep the scripts and directories the runs recorded",
+    )
 
     p = add("fork", "write:cmd_fork", "a new run continuing from checkpoint SEQ of RUN")
     p.add_argument("run", metavar="RUN")

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from afk_local.errors import CheckpointCorruptionError, RunNotFoundError, UnstorableValueError
+from afk_local.runner.script_exit import install_script_excepthook
 from afk_local.runner.writer import Durability, DurableWriter
 from afk_local.storage.format.codec import DecHook, EncHook
 from afk_local.storage.format.records import Phase, RunStatus
@@ -139,7 +140,13 @@ class StateCheckpoint:
         return resume.checkpoint.payload
 
     def save(self, state: Any) -> None:
-        """Persist ``state``: durable on return in ``sync`` mode, never torn by a crash."""
+        """Persist ``state``: durable on return in ``sync`` mode, never torn by a crash.
+
+        Raises:
+            StoreMovedError: the directory was copied or moved since the run began
+                (``afk-local --root PATH adopt`` makes the new place its home).
+        """
+        install_script_excepthook()
         writer = self._writer(create=True)
         assert writer is not None
         if self._step is None:

@@ -47,7 +47,7 @@ from afk_local.storage.rundir.ownership import (
     lock_is_held,
 )
 from afk_local.storage.rundir.reader import RunReader, read_meta
-from afk_local.storage.store_identity import ensure_identity, home_problem
+from afk_local.storage.store_identity import HomeCheck, ensure_identity
 from afk_local.storage.store_key import key_problem, known_keyed, prepare_write
 
 # Writing, gc, packing, fork and the run listings are imported where they are
@@ -163,6 +163,7 @@ class Store:
         )
         """The store's head records (None without a key: rollback protection needs one)."""
         self._meta_index: MetaIndex | None = None
+        self._home = HomeCheck()
 
     @property
     def max_record_bytes(self) -> int:
@@ -281,7 +282,7 @@ class Store:
 
         A moved store runs nothing (the trust gate refuses) until ``afk-local adopt``.
         """
-        return home_problem(self.root, self.codec.signer)
+        return self._home.moved_from(self.root, self.codec.signer)
 
     @property
     def runs_dir(self) -> Path:
@@ -363,16 +364,21 @@ class Store:
         """Take the lock of an existing run and return its writer.
 
         ``new_attempt=False`` for writes that are not an attempt to run it (cancel,
-        settle): the run's ``attempt`` count stays as it is.
+        settle): the run's ``attempt`` count stays as it is. An attempt is refused in a
+        store that was copied or moved and not adopted since: its effects already ran
+        where the store came from, and the copy would run them again.
 
         Raises:
             RunNotFoundError: no such run.
             RunLockedError: another writer holds it (after ``lock_timeout``).
+            StoreMovedError: an attempt in a copied or moved store (``afk-local adopt``).
         """
 
         paths = self.paths(run_id, refuse_links=True)
         if not self.exists(run_id):
             raise RunNotFoundError(run_id, str(self.root))
+        if new_attempt:
+            self._home.require(self.root, self.codec.signer, run_id)
         self.prepare_write(run_id)
         timeout = self.lock_timeout if lock_timeout is None else lock_timeout
         return self._open_writer(paths, timeout, new_attempt=new_attempt)
