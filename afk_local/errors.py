@@ -161,10 +161,12 @@ class EffectLogCorruptionError(AfkLocalError):
         self.reason = reason
         self.run_id = run_id
         run = f"run {run_id!r}: " if run_id else ""
+        target = run_id or "RUN"
         super().__init__(
             f"{run}effect journal {path} is corrupt at byte {offset}: {reason}; good records "
-            "follow the damage, so it is not a torn write. Run `afk-local verify` and restore "
-            "the file from a backup, or fork the run before the damage"
+            "follow the damage, so it is not a torn write. Restore the file from a backup, "
+            f"or save the intact part into a new run with `afk-local fork {target} --salvage`"
+            " (it lists what is lost and in doubt)"
         )
 
 

@@ -231,7 +231,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     p = add("fork", "write:cmd_fork", "a new run continuing from checkpoint SEQ of RUN")
     p.add_argument("run", metavar="RUN")
-    p.add_argument("--at", type=_seq, required=True, metavar="SEQ")
+    p.add_argument("--at", type=_seq, metavar="SEQ", help="the checkpoint to continue from")
+    p.add_argument(
+        "--salvage",
+        action="store_true",
+        help="RUN's effect journal is damaged: keep its intact part, report what is lost "
+        "and in doubt (without --at: from the newest checkpoint before the damage)",
+    )
     p.add_argument("--as", dest="as_id", metavar="NEW_ID", help="the new run's id")
     p.add_argument(
         "--set",

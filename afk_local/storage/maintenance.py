@@ -278,18 +278,28 @@ def delete(
 def fork(
     store: MaintainedStore,
     run_id: str,
-    at_seq: int,
+    at_seq: int | None,
     new_run_id: str | None = None,
     *,
     updates: dict[str, Any] | None = None,
+    salvage: bool = False,
 ) -> RunInfo:
     """A new run whose history is ``run_id``'s up to ``at_seq`` (:meth:`afk_local.Store.fork`)."""
-    from afk_local.storage.ops.fork import fork_run  # noqa: PLC0415
+    from afk_local.storage.format.journal_format import salvage_journal  # noqa: PLC0415
+    from afk_local.storage.ops.fork import fork_run, salvage_point  # noqa: PLC0415
 
     target_id = validate_run_id(new_run_id) if new_run_id is not None else fresh_run_id()
     store.prepare_write(target_id)
     target = store.paths(target_id, refuse_links=True)
-    fork_run(store.open(run_id), at_seq, target, updates=updates)
+    source = store.open(run_id)
+    saved = None
+    if salvage:
+        saved = salvage_journal(source.paths.journal, run_id, store.codec)
+        if at_seq is None:
+            at_seq = salvage_point(source, len(saved.kept))
+    if at_seq is None:
+        raise ValueError("fork needs at_seq (only a salvage picks its own)")
+    fork_run(source, at_seq, target, updates=updates, salvage=saved)
     if store.heads is not None:
         store.heads.anchor(target, store.read_meta(target_id).updated_ms)
     return store.info(target_id)

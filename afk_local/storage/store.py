@@ -579,16 +579,21 @@ class Store:
     def fork(
         self,
         run_id: str,
-        at_seq: int,
+        at_seq: int | None,
         new_run_id: str | None = None,
         *,
         updates: dict[str, Any] | None = None,
+        salvage: bool = False,
     ) -> RunInfo:
         """A new run whose history is ``run_id``'s up to checkpoint ``at_seq`` (:mod:`.fork`).
 
         ``updates`` (``{"state.total": 5}``) edits the state the fork continues from.
+        ``salvage=True`` forks a run whose effect journal is damaged: the fork keeps the
+        journal's intact prefix (calls recorded after the damage become in doubt) and,
+        with ``at_seq=None``, continues from the newest checkpoint taken before the
+        damage (docs/cli.md, ``fork --salvage``).
         """
-        return maintenance.fork(self, run_id, at_seq, new_run_id, updates=updates)
+        return maintenance.fork(self, run_id, at_seq, new_run_id, updates=updates, salvage=salvage)
 
     def ensure_unlocked(self, run_id: str) -> None:
         """Raise RunLockedError when the run's owner is alive."""
