@@ -276,6 +276,18 @@ class DiskFullError(AfkLocalError, OSError):
         return str(self.strerror)
 
 
+class InvalidStoreRootError(AfkLocalError, ValueError):
+    """A store root that cannot be meant: empty, only whitespace, or holding a line break."""
+
+    def __init__(self, root: str, given: str) -> None:
+        self.root = root
+        self.given = given
+        super().__init__(
+            f"invalid store root {root!r} (from {given}): it is empty, blank or holds a line "
+            "break; give the store's directory with --root or AFK_LOCAL_ROOT (`~` is expanded)"
+        )
+
+
 class StoreUnusableError(AfkLocalError, OSError):
     """The store's directory cannot be made or written (a path under ``/proc``, a file in
     the way, no permission): one line naming the path and the reason.

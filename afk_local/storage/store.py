@@ -42,7 +42,7 @@ from afk_local.storage.meta_index import MetaIndex
 from afk_local.storage.rundir.creation import new_run_meta, refuse_linked_dirs
 from afk_local.storage.rundir.heads import HeadStore
 from afk_local.storage.rundir.mirror import Mirror, open_mirror
-from afk_local.storage.rundir.options import StoreOptions, default_root
+from afk_local.storage.rundir.options import StoreOptions, store_root
 from afk_local.storage.rundir.ownership import (
     lock_is_held,
 )
@@ -141,7 +141,7 @@ class Store:
         self.options: StoreOptions = replace(base, **given) if given else base
         """Every setting of this store (:class:`~afk_local.StoreOptions`)."""
         options = self.options
-        self.root = Path(root) if root is not None else default_root()
+        self.root = store_root(root)
         self.env: fsio.Env = options.env
         """The I/O seam this store and its writers write through."""
         signer = signer_for(options.key)
