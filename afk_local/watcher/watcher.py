@@ -551,7 +551,11 @@ class Watcher:
     # -- the loop ---------------------------------------------------------------------
 
     def run_once(self) -> int:
-        """Sweep, run the requests, resume every interrupted run, wait for them; 0 if all ok."""
+        """Sweep, run the requests, resume every interrupted run, wait for them; 0 if all ok.
+
+        1 when a run failed, gave up, backs off, is damaged or was refused (the trust
+        gate: a copied or moved store, an untrusted directory), or a request was rejected.
+        """
         self._prepare()
         self.handle_requests()
         self.sweep()
@@ -561,8 +565,12 @@ class Watcher:
             if self.children:
                 self.stop_event.wait(0.05)
         self.shutdown()
-        bad = self.counts.get("failed", 0) + self.counts.get("gave_up", 0)
-        bad += self.counts.get("backoff", 0) + self.counts.get("damaged", 0)
+        # a refused run (a copied or moved store, an untrusted one) or a rejected request
+        # needs a person as much as a failed one: a cron job must see it
+        bad = sum(
+            self.counts.get(kind, 0)
+            for kind in ("failed", "gave_up", "backoff", "damaged", "refused", "rejected")
+        )
         return 1 if bad else 0
 
     def serve(self, on_tick: Callable[[], None] | None = None) -> int:

@@ -88,6 +88,7 @@ def test_a_copied_store_is_refused_leaves_the_original_untouched_and_adopt_rehom
     assert refused.stdout == ""
 
     watched = afk_local(b, "watch", "--once")  # the watcher refuses it too
+    assert watched.returncode == 1  # and says so to a cron job
     assert "copied or moved" in watched.stdout + watched.stderr, (watched.stdout, watched.stderr)
 
     in_python = subprocess.run(
