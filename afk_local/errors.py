@@ -308,6 +308,21 @@ class StoreUnusableError(AfkLocalError, OSError):
         )
 
 
+class StoreReadOnlyError(StoreUnusableError):
+    """The store is on a read-only filesystem or in a directory this process cannot write.
+
+    Nothing can start or continue a run there; everything that only reads still works.
+    """
+
+    def __str__(self) -> str:
+        return (
+            f"the store {self.root} is read-only ({self.strerror}): no run can start or "
+            "continue in it; reading still works (`afk-local runs`, `show`, `log`, "
+            "`effects`, `export`, `gc --dry-run`); make it writable, or copy it to a "
+            "writable place and adopt it there (`afk-local adopt`)"
+        )
+
+
 def _size(n: int) -> str:
     """``n`` bytes for people: ``76 KiB``, ``3.0 MiB``."""
     if n < 1024:

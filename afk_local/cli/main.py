@@ -28,7 +28,13 @@ from afk_local.cli.command import (
     CliError,
     out,
 )
-from afk_local.errors import AfkLocalError, DiskFullError, RunLockedError, StoreUnusableError
+from afk_local.errors import (
+    AfkLocalError,
+    DiskFullError,
+    RunLockedError,
+    StoreReadOnlyError,
+    StoreUnusableError,
+)
 from afk_local.storage.rundir.options import ROOT_ENV, default_root
 
 
@@ -373,6 +379,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DiskFullError as exc:  # not a usage error: the same command works once there is room
         sys.stderr.write(f"afk-local: {exc}\n")
         return EXIT_PROBLEMS
+    except StoreReadOnlyError as exc:  # what is read-only and what still works
+        sys.stderr.write(f"afk-local: {exc}\n")
+        return EXIT_USAGE
     except StoreUnusableError as exc:  # said in CLI terms (--root), like any OSError below
         return _unusable(args, exc)
     except AfkLocalError as exc:

@@ -25,6 +25,7 @@ from afk_local.errors import (
     AfkLocalError,
     RunLockedError,
     RunNotFoundError,
+    StoreReadOnlyError,
     StoreUnusableError,
 )
 from afk_local.storage import fsio, listing, maintenance
@@ -264,6 +265,7 @@ class Store:
             UntrustedStoreError: a keyed store opened with another key.
             StoreUnusableError: the store's directory cannot be made or written.
         """
+        self.require_writable()
         try:
             prepare_write(self.root, self.head_dir, self.codec.signer, run_id, self.env)
             ensure_identity(self.root, self.codec.signer, self.env)
@@ -276,6 +278,24 @@ class Store:
                 exc.strerror or str(exc),
                 str(exc.filename or self.root),
             ) from None
+
+    def require_writable(self) -> None:
+        """Refuse, in one line, a store this process cannot write (a ``statvfs`` and an
+        ``access`` call).
+
+        Raises:
+            StoreReadOnlyError: the store's root (or its ``runs/``) is on a read-only
+                filesystem or not writable by this process.
+        """
+        for path in (self.root, self.runs_dir):
+            try:  # a read-only mount; access() alone misses a read-only bind mount for root
+                read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+            except OSError:
+                continue  # not there yet: whoever makes it says why it cannot
+            if read_only or not os.access(path, os.W_OK):
+                code = errno.EROFS if read_only else errno.EACCES
+                where = os.path.abspath(self.root)
+                raise StoreReadOnlyError(where, code, os.strerror(code), os.path.abspath(path))
 
     def moved_from(self) -> str | None:
         """The path this store was created at when it was since copied or moved; else None.
