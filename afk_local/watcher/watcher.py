@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from afk_local.clock import child_clock_env
 from afk_local.errors import (
     AfkLocalError,
     CheckpointCorruptionError,
@@ -456,6 +457,7 @@ class Watcher:
                 env[HEAD_DIR_ENV] = str(self.store.head_dir)
             env[MAX_RECORD_BYTES_ENV] = str(self.store.max_record_bytes)
             env.update(self._key_env)
+            env.update(child_clock_env())  # a test's clock reaches the run it wakes
             env.update(self.env)
             env.update(plan.env)
             env.setdefault("PYTHONUNBUFFERED", "1")
