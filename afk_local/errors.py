@@ -495,6 +495,27 @@ class UnstorableValueError(AfkLocalError, TypeError):
         return UnstorableValueError(path, self.type_name, run_id or self.run_id)
 
 
+class IntOutOfRangeError(UnstorableValueError):
+    """An int to store is outside msgpack's range (-2**63 .. 2**64 - 1)."""
+
+    def __init__(self, path: str, type_name: str, run_id: str | None = None) -> None:
+        self.path = path
+        self.type_name = type_name
+        self.run_id = run_id
+        run = f"run {run_id!r}: " if run_id else ""
+        AfkLocalError.__init__(
+            self,
+            f"{run}cannot store {path}: {type_name} is outside the ints msgpack holds "
+            "(-2**63 .. 2**64 - 1); store it as str(n) or decimal.Decimal(n)",
+        )
+
+    def under(self, prefix: str, run_id: str | None = None) -> UnstorableValueError:
+        """The same error with ``prefix`` put before its path (and the run named)."""
+        inner = "" if self.path == "(the value itself)" else self.path
+        path = f"{prefix}.{inner}" if prefix and inner else (prefix or self.path)
+        return IntOutOfRangeError(path, self.type_name, run_id or self.run_id)
+
+
 class RecordTooDeepError(UnstorableValueError):
     """A value nests lists and dicts deeper than a record may: refused before any I/O.
 

@@ -29,7 +29,12 @@ import threading
 from pathlib import Path
 from typing import Any, Literal
 
-from afk_local.errors import CheckpointCorruptionError, RunNotFoundError, UnstorableValueError
+from afk_local.errors import (
+    CheckpointCorruptionError,
+    IntOutOfRangeError,
+    RunNotFoundError,
+    UnstorableValueError,
+)
 from afk_local.runner.script_exit import install_script_excepthook
 from afk_local.runner.writer import Durability, DurableWriter
 from afk_local.storage.format.codec import DecHook, EncHook
@@ -157,7 +162,8 @@ class StateCheckpoint:
             writer.checkpoint(Phase.RUNTIME_STATE, state, step=self._step)
         except UnstorableValueError as exc:
             where = exc.under("state")
-            raise UnstorableValueError(where.path, where.type_name) from None
+            kind = IntOutOfRangeError if isinstance(where, IntOutOfRangeError) else None
+            raise (kind or UnstorableValueError)(where.path, where.type_name) from None
 
     def mark_complete(self, result: Any = None) -> None:
         """Record that the work is done, with its ``result``; :meth:`load` then returns None."""

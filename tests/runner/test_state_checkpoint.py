@@ -130,3 +130,13 @@ def test_every_checkpoint_damaged_is_an_error_not_a_restart(tmp_path):
     assert StateCheckpoint(ckpt_dir).load(on_damage="fresh") is None
     with pytest.raises(ValueError, match="on_damage"):
         StateCheckpoint(ckpt_dir).load(on_damage="ignore")  # type: ignore[arg-type]
+
+
+def test_an_int_msgpack_cannot_hold_is_named_by_its_path(tmp_path):
+    ckpt = StateCheckpoint(tmp_path / "c")
+    with pytest.raises(afk.UnstorableValueError, match=r"cannot store state\.a\.1: int 2361") as e:
+        ckpt.save({"a": [1, 2**71]})
+    assert "str(n) or decimal.Decimal(n)" in str(e.value)
+    ckpt.save({"a": [1, str(2**71)]})  # as the message says
+    assert ckpt.load() == {"a": [1, str(2**71)]}
+    ckpt.close()
