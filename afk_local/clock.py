@@ -27,7 +27,9 @@ from collections.abc import Iterator
 from typing import Protocol, TypeVar
 
 CLOCK_ENV = "AFK_LOCAL_CLOCK"
-"""``<scale>@<origin>``: every process with it runs on the same :class:`ScaledClock`."""
+"""``<scale>@<origin>``: every process with it runs on the same :class:`ScaledClock`;
+``+<seconds>`` (or ``-<seconds>``): the wall clock shifted by that much
+(:class:`ShiftedClock`, how a test's skipping clock reaches a watcher's children)."""
 
 _SLICE_S = 1.0  # the longest real sleep between two readings of the wall clock
 
@@ -102,6 +104,51 @@ class ScaledClock:
         return f"ScaledClock(scale={self.scale}, origin={self.origin})"
 
 
+class ShiftedClock:
+    """The wall clock shifted by ``offset`` seconds: real-speed time from another clock's now.
+
+    A watcher hands its children the time of the clock it runs on
+    (:func:`child_clock_env`): a test that advanced a skipping clock past a run's
+    ``wake_at`` starts a child that agrees the wait is over.
+    """
+
+    def __init__(self, offset: float) -> None:
+        self.offset = float(offset)
+
+    def time(self) -> float:
+        """The wall clock plus the offset."""
+        return wall_ns() / 1e9 + self.offset
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` (real time: the offset does not change)."""
+        SystemClock().sleep(seconds)
+
+    def env(self) -> dict[str, str]:
+        """The environment that gives a child process this same clock."""
+        return {CLOCK_ENV: f"{self.offset:+.6f}"}
+
+    def __repr__(self) -> str:
+        return f"ShiftedClock(offset={self.offset})"
+
+
+def child_clock_env() -> dict[str, str]:
+    """The environment that gives a child process the time this process reads now.
+
+    Nothing for the real clock. A clock with an ``env()`` (:class:`ScaledClock`,
+    :class:`ShiftedClock`) gives its own; any other installed clock (a test's skipping
+    clock) is passed on as the wall clock shifted to its current time.
+    """
+    clock = current_clock()
+    if isinstance(clock, SystemClock):
+        return {}
+    env = getattr(clock, "env", None)
+    if callable(env):
+        given = env()
+        if isinstance(given, dict):
+            return {str(k): str(v) for k, v in given.items()}
+    return ShiftedClock(clock.time() - wall_ns() / 1e9).env()
+
+
 C = TypeVar("C", bound=Clock)
 
 
@@ -116,6 +163,11 @@ def _from_env() -> Clock:
     value = os.environ.get(CLOCK_ENV, "").strip()
     if not value:
         return SystemClock()
+    if value[0] in "+-":
+        try:
+            return ShiftedClock(float(value))
+        except ValueError as exc:
+            raise ValueError(f"${CLOCK_ENV}={value!r}: expected +<seconds> ({exc})") from None
     scale, _, origin = value.partition("@")
     try:
         return ScaledClock(float(scale), float(origin) if origin else None)
@@ -163,7 +215,9 @@ __all__ = [
     "CLOCK_ENV",
     "Clock",
     "ScaledClock",
+    "ShiftedClock",
     "SystemClock",
+    "child_clock_env",
     "clock_ms",
     "current_clock",
     "set_clock",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import errno
 import os
+import shlex
 from typing import Any, TypeVar
 
 _E = TypeVar("_E", bound=BaseException)
@@ -124,14 +125,21 @@ class CheckpointCorruptionError(AfkLocalError):
     """
 
     def __init__(
-        self, path: str, reason: str, run_id: str | None = None, *, moved: bool = False
+        self,
+        path: str,
+        reason: str,
+        run_id: str | None = None,
+        *,
+        moved: bool = False,
+        root: str | None = None,
     ) -> None:
         self.path = path
         self.reason = reason
         self.run_id = run_id
         self.moved = moved
         run = f"run {run_id!r}: " if run_id else ""
-        hint = f"`afk-local verify {run_id}`" if run_id else "`afk-local verify`"
+        at = f" --root {shlex.quote(root)}" if root else ""
+        hint = f"`afk-local verify {run_id}{at}`" if run_id else f"`afk-local verify{at}`"
         super().__init__(
             f"{run}corrupt file {path}: {reason}; run {hint} to see every damaged file"
         )
@@ -151,10 +159,12 @@ class EffectLogCorruptionError(AfkLocalError):
         self.reason = reason
         self.run_id = run_id
         run = f"run {run_id!r}: " if run_id else ""
+        target = run_id or "RUN"
         super().__init__(
             f"{run}effect journal {path} is corrupt at byte {offset}: {reason}; good records "
-            "follow the damage, so it is not a torn write. Run `afk-local verify` and restore "
-            "the file from a backup, or fork the run before the damage"
+            "follow the damage, so it is not a torn write. Restore the file from a backup, "
+            f"or save the intact part into a new run with `afk-local fork {target} --salvage`"
+            " (it lists what is lost and in doubt)"
         )
 
 
@@ -336,6 +346,18 @@ class DiskFullError(AfkLocalError, OSError):
         return str(self.strerror)
 
 
+class InvalidStoreRootError(AfkLocalError, ValueError):
+    """A store root that cannot be meant: empty, only whitespace, or holding a line break."""
+
+    def __init__(self, root: str, given: str) -> None:
+        self.root = root
+        self.given = given
+        super().__init__(
+            f"invalid store root {root!r} (from {given}): it is empty, blank or holds a line "
+            "break; give the store's directory with --root or AFK_LOCAL_ROOT (`~` is expanded)"
+        )
+
+
 class StoreUnusableError(AfkLocalError, OSError):
     """The store's directory cannot be made or written (a path under ``/proc``, a file in
     the way, no permission): one line naming the path and the reason.
@@ -353,6 +375,21 @@ class StoreUnusableError(AfkLocalError, OSError):
         return (
             f"cannot use {self.root} as a store: {self.strerror}{where}; give Store(root=...) "
             "(or AFK_LOCAL_ROOT) a directory you can write"
+        )
+
+
+class StoreReadOnlyError(StoreUnusableError):
+    """The store is on a read-only filesystem or in a directory this process cannot write.
+
+    Nothing can start or continue a run there; everything that only reads still works.
+    """
+
+    def __str__(self) -> str:
+        return (
+            f"the store {self.root} is read-only ({self.strerror}): no run can start or "
+            "continue in it; reading still works (`afk-local runs`, `show`, `log`, "
+            "`effects`, `export`, `gc --dry-run`); make it writable, or copy it to a "
+            "writable place and adopt it there (`afk-local adopt`)"
         )
 
 
@@ -526,6 +563,27 @@ class UnstorableValueError(AfkLocalError, TypeError):
         inner = "" if self.path == "(the value itself)" else self.path
         path = f"{prefix}.{inner}" if prefix and inner else (prefix or self.path)
         return UnstorableValueError(path, self.type_name, run_id or self.run_id)
+
+
+class IntOutOfRangeError(UnstorableValueError):
+    """An int to store is outside msgpack's range (-2**63 .. 2**64 - 1)."""
+
+    def __init__(self, path: str, type_name: str, run_id: str | None = None) -> None:
+        self.path = path
+        self.type_name = type_name
+        self.run_id = run_id
+        run = f"run {run_id!r}: " if run_id else ""
+        AfkLocalError.__init__(
+            self,
+            f"{run}cannot store {path}: {type_name} is outside the ints msgpack holds "
+            "(-2**63 .. 2**64 - 1); store it as str(n) or decimal.Decimal(n)",
+        )
+
+    def under(self, prefix: str, run_id: str | None = None) -> UnstorableValueError:
+        """The same error with ``prefix`` put before its path (and the run named)."""
+        inner = "" if self.path == "(the value itself)" else self.path
+        path = f"{prefix}.{inner}" if prefix and inner else (prefix or self.path)
+        return IntOutOfRangeError(path, self.type_name, run_id or self.run_id)
 
 
 class RecordTooDeepError(UnstorableValueError):

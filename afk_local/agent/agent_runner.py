@@ -56,6 +56,7 @@ from afk_local.agent.types import (
 from afk_local.errors import AfkLocalError, RunCancelledError, RunExistsError, WriterFailedError
 from afk_local.runner.answers import check_answer
 from afk_local.runner.origin import UNRESUMABLE_KEY
+from afk_local.runner.script_exit import install_script_excepthook
 from afk_local.runner.stopping import sigterm_exits
 from afk_local.runner.writer import DurableWriter, validate_durability
 from afk_local.storage.format.records import Phase, RunMeta, RunStatus
@@ -117,6 +118,7 @@ class AgentRunner:
 
         Returns when the run completed, failed or paused (``result.state``).
         """
+        install_script_excepthook()
         return self._start(
             agent, user_message, run_id, thread_id=thread_id, context=context,
             parent_run_id=parent_run_id,
@@ -180,6 +182,7 @@ class AgentRunner:
             RunCancelledError: the run was cancelled.
             PauseMismatchError: ``pause_seq`` names a pause the run no longer waits at.
         """
+        install_script_excepthook()
         value = NO_INPUT if input is None else input
         meta = self.store.read_meta(run_id)
         done = self._settled(meta, value, pause_seq)

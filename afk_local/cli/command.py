@@ -13,13 +13,12 @@ import json
 import os
 import shlex
 import sys
-from pathlib import Path
 from typing import Any
 
 from afk_local.errors import RunNotFoundError
 from afk_local.storage import fsio
 from afk_local.storage.ops.export import to_jsonable
-from afk_local.storage.rundir.options import ROOT_ENV, default_root
+from afk_local.storage.rundir.options import ROOT_ENV, store_root
 from afk_local.storage.store import Store
 from afk_local.storage.trust import trust_warnings
 from afk_local.storage.views.run_info import RunInfo
@@ -59,7 +58,7 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
         CliError: the root does not exist (and not ``create``), or is not a directory.
     """
     root = getattr(args, "root", None)
-    path = Path(root) if root else default_root()
+    path = store_root(root)
     if path.is_dir():
         return Store(path)
     if path.exists() or path.is_symlink():

@@ -33,6 +33,7 @@ from afk_local.errors import (
     DiskFullError,
     ReplayDivergence,
     RunLockedError,
+    StoreReadOnlyError,
     StoreUnusableError,
 )
 from afk_local.storage.rundir.options import ROOT_ENV, default_root
@@ -229,11 +230,32 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = add("settle", "repair:cmd_settle", "record what happened to an effect left in doubt")
     arguments("settle", "repair:add_settle_arguments", p)
 
-    add("adopt", "repair:cmd_adopt", "make a copied or moved store's new directory its home")
+    p = add("adopt", "repair:cmd_adopt", "make a copied or moved store's new directory its home")
+    moved = p.add_mutually_exclusive_group()
+    moved.add_argument(
+        "--project-moved",
+        dest="project_moved",
+        action="store_const",
+        const=True,
+        help="the scripts moved along with the store: re-home the runs' recorded paths",
+    )
+    moved.add_argument(
+        "--project-stayed",
+        dest="project_moved",
+        action="store_const",
+        const=False,
+        help="only the store moved: keep the scripts and directories the runs recorded",
+    )
 
     p = add("fork", "write:cmd_fork", "a new run continuing from checkpoint SEQ of RUN")
     p.add_argument("run", metavar="RUN")
-    p.add_argument("--at", type=_seq, required=True, metavar="SEQ")
+    p.add_argument("--at", type=_seq, metavar="SEQ", help="the checkpoint to continue from")
+    p.add_argument(
+        "--salvage",
+        action="store_true",
+        help="RUN's effect journal is damaged: keep its intact part, report what is lost "
+        "and in doubt (without --at: from the newest checkpoint before the damage)",
+    )
     p.add_argument("--as", dest="as_id", metavar="NEW_ID", help="the new run's id")
     p.add_argument(
         "--set",
@@ -372,6 +394,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DiskFullError as exc:  # not a usage error: the same command works once there is room
         sys.stderr.write(f"afk-local: {exc}\n")
         return EXIT_PROBLEMS
+    except StoreReadOnlyError as exc:  # what is read-only and what still works
+        sys.stderr.write(f"afk-local: {exc}\n")
+        return EXIT_USAGE
     except StoreUnusableError as exc:  # said in CLI terms (--root), like any OSError below
         return _unusable(args, exc)
     except AfkLocalError as exc:

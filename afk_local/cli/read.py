@@ -335,7 +335,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     elif bad:
         out(
             f"{len(bad)} of {len(results)} run(s) damaged: restore the named files from a "
-            "backup, or fork a damaged run before the damage (`afk-local fork RUN --at SEQ`)"
+            "backup, or fork a damaged run before the damage (`afk-local fork RUN --at SEQ`; a "
+            "damaged effect journal: `afk-local fork RUN --salvage`)"
         )
     elif not index_problems:
         out(f"all {len(results)} run(s) ok")

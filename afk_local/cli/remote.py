@@ -16,7 +16,7 @@ from afk_local.cli.command import EXIT_OK, EXIT_PROBLEMS, CliError, emit_json, o
 from afk_local.cli.render import print_table
 from afk_local.errors import AfkLocalError, LeaseLostError
 from afk_local.storage.rundir.mirror import MIRROR_ENV, REMOTE_EXTRA_HINT
-from afk_local.storage.rundir.options import default_mirror_url, default_root
+from afk_local.storage.rundir.options import default_mirror_url
 from afk_local.storage.store import Store
 from afk_local.storage.views.notebook import format_bytes, format_ms
 
@@ -135,7 +135,7 @@ def cmd_remote_runs(args: argparse.Namespace) -> int:
     try:
         store = open_store(args)
     except CliError:  # no local store: fine, it only decides "this store" and the key
-        store = Store(getattr(args, "root", None) or default_root())
+        store = Store(getattr(args, "root", None))
     infos = remote.remote_runs(args.remote, store.codec)
     if args.status:
         infos = [i for i in infos if i.status == args.status]

@@ -9,6 +9,7 @@ run's lock is free.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from afk_local.cli.command import CliError
 from afk_local.errors import AfkLocalError, RunLockedError, run_failure
 from afk_local.storage.format import codec
+from afk_local.storage.format.layout import parse_checkpoint_name
+from afk_local.storage.rundir.verify import special_checkpoint_names
 from afk_local.storage.views.effect_table import effect_rows
 from afk_local.storage.views.payload_diff import structural_diff
 from afk_local.storage.views.run_progress import progress_of
@@ -113,6 +116,19 @@ def log_rows(reader: RunReader, *, limit: int | None = None) -> list[dict[str, A
         except (AfkLocalError, OSError) as exc:
             row["error"] = str(getattr(exc, "reason", exc))
         rows.append(row)
+    for path, kind in special_checkpoint_names(reader.paths.dir):  # never opened: named
+        parsed = parse_checkpoint_name(os.path.basename(path))
+        assert parsed is not None
+        rows.append(
+            {
+                "seq": parsed.seq, "step": None, "phase": parsed.phase, "timestamp_ms": None,
+                "bytes": 0, "frame": "?", "base_seq": None, "pack": None,
+                "error": f"is a {kind}, not a regular file (ignored)", "progress": None,
+            }
+        )  # fmt: skip
+    rows.sort(key=lambda row: int(row["seq"]))
+    if limit is not None:
+        rows = rows[-limit:] if limit else []
     return rows
 
 

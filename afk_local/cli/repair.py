@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -125,12 +127,17 @@ def cmd_settle(args: argparse.Namespace) -> int:
 def cmd_adopt(args: argparse.Namespace) -> int:
     """``adopt``: make the directory a copied or moved store is in now its home."""
     store = open_store(args)
-    report = adopt_store(store)
+    project_moved = args.project_moved
+    moved_from = store.moved_from()
+    if project_moved is None and moved_from is not None:  # the one question adopt asks
+        project_moved = _ask_project_moved(moved_from, str(store.root))
+    report = adopt_store(store, project_moved=bool(project_moved))
     if args.json:
         emit_json(
             {
                 "root": report.root,
                 "moved_from": report.moved_from,
+                "project_moved": report.project_moved,
                 "rehomed": report.rehomed,
                 "skipped": report.skipped,
             }
@@ -140,11 +147,34 @@ def cmd_adopt(args: argparse.Namespace) -> int:
         out(f"store {report.root} is at home already; nothing to adopt")
         return EXIT_OK
     out(f"store {report.root} adopted (it was at {report.moved_from})")
+    if not report.project_moved:
+        out(
+            "the runs keep the scripts and working directories they recorded (the project "
+            "stayed); if the scripts moved too: "
+            f"{suggest(args, 'adopt', '--project-moved')}"
+        )
     if report.rehomed:
         out(f"{len(report.rehomed)} run(s) now continue from here: {', '.join(report.rehomed)}")
     for run_id, why in report.skipped.items():
         out(f"run {run_id} left as it was: {why}")
     return EXIT_OK
+
+
+def _ask_project_moved(moved_from: str, root: str) -> bool:
+    """Ask on a terminal whether the scripts moved with the store; off one, they stayed."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return False
+    old_project, new_project = os.path.dirname(moved_from), os.path.dirname(root)
+    sys.stderr.write(
+        f"the store moved from {moved_from} to {root}. Did the project move too (its "
+        f"scripts now under {new_project} rather than {old_project})? [y/N] "
+    )
+    sys.stderr.flush()
+    try:
+        answer = sys.stdin.readline()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return answer.strip().lower() in ("y", "yes")
 
 
 __all__ = ["add_settle_arguments", "cmd_adopt", "cmd_settle"]

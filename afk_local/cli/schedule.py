@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import re
 import sys
 from typing import Any
 
@@ -17,6 +18,7 @@ from afk_local.cli.command import EXIT_OK, CliError, emit_json, open_store, out
 from afk_local.cli.render import print_table
 from afk_local.cli.watch import _parse_args_json as parse_args_json
 from afk_local.clock import current_clock
+from afk_local.errors import EntrypointError
 from afk_local.runner.entrypoints import is_entrypoint
 from afk_local.runner.origin import origin_here
 from afk_local.runner.resume import load_entrypoint
@@ -106,7 +108,15 @@ def cmd_schedule_add(args: argparse.Namespace) -> int:
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
-    job = load_entrypoint(args.entrypoint, f"(schedule {args.name})")
+    try:
+        job = load_entrypoint(args.entrypoint, f"(schedule {args.name})")
+    except EntrypointError as exc:  # no run exists yet: nothing to resume or cancel
+        found = re.split(r": (?:install|put it back|then)", exc.reason)[0]
+        raise CliError(
+            f"schedule {args.name} not added: {args.entrypoint!r} cannot be loaded here "
+            f"({found}); name an @afk.durable job in a module importable from this directory "
+            "or on PYTHONPATH"
+        ) from None
     schedule = Schedule(
         name=args.name,
         entrypoint=args.entrypoint,

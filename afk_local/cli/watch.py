@@ -11,7 +11,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any, TextIO
 
 from afk_local.cli.command import EXIT_OK, CliError, open_store, suggest
@@ -19,7 +18,7 @@ from afk_local.errors import RunExistsError
 from afk_local.runner.entrypoints import is_entrypoint
 from afk_local.runner.resume import load_entrypoint
 from afk_local.storage.format.layout import validate_run_id
-from afk_local.storage.rundir.options import default_root
+from afk_local.storage.rundir.options import store_root
 from afk_local.storage.store import Store
 from afk_local.watcher import service as watcher_service
 from afk_local.watcher.requests import resume_request
@@ -156,15 +155,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
     """
     if getattr(args, "uninstall", None):
         root = getattr(args, "root", None)
-        the_root = (Path(root) if root else default_root()).resolve()
+        the_root = store_root(root).resolve()
         return watcher_service.main_uninstall(args.uninstall, sys.stdout, the_root)
     once = bool(getattr(args, "once", False))
     if getattr(args, "install", None):
         root = getattr(args, "root", None)
         try:  # before the store is created: a path no service file can hold is refused whole
-            watcher_service.check_text(
-                "store directory", str((Path(root) if root else default_root()).absolute())
-            )
+            watcher_service.check_text("store directory", str(store_root(root).absolute()))
         except ValueError as exc:
             raise CliError(str(exc)) from None
     store = open_store(args, create=not once)

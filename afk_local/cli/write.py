@@ -43,6 +43,7 @@ from afk_local.errors import (
 )
 from afk_local.runner.cancel import cancel
 from afk_local.runner.origin import REENTERED_ENV, ReentryPlan, cannot_resume, reentry_plan
+from afk_local.storage.format.journal_format import read_journal
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.ops.export import import_run
 from afk_local.storage.ops.retention import DEFAULT_ALWAYS_KEEP, RetentionPolicy
@@ -92,21 +93,33 @@ def _updates(pairs: list[str]) -> dict[str, Any]:
 def cmd_fork(args: argparse.Namespace) -> int:
     """``fork RUN --at SEQ [--as NEW_ID] [--set PATH=JSON ...]``: time travel into a new run."""
     updates = _updates(args.set or [])
+    if args.at is None and not args.salvage:
+        raise CliError(
+            "fork needs --at SEQ (`afk-local log RUN` lists the checkpoints), or --salvage "
+            "for a run whose effect journal is damaged"
+        )
     store = open_store(args)
     require_run(store, args.run)
-    info = store.fork(args.run, args.at, args.as_id, updates=updates or None)
-    reason = cannot_resume(store.read_meta(info.run_id))
+    info = store.fork(args.run, args.at, args.as_id, updates=updates or None, salvage=args.salvage)
+    meta = store.read_meta(info.run_id)
+    reason = cannot_resume(meta)
+    at_seq = meta.extra.get("at_seq", args.at)
+    salvage = salvage_report(store, args, info.run_id) if args.salvage else None
     if args.json:
         emit_json(
             {
                 **info_dict(info),
                 "forked_from": args.run,
-                "at_seq": args.at,
+                "at_seq": at_seq,
                 "updated": sorted(updates),
+                **({"salvage": salvage} if salvage is not None else {}),
             }
         )
         return EXIT_OK
-    out(f"forked {args.run} at seq {args.at} into {info.run_id} (step {info.step})")
+    out(f"forked {args.run} at seq {at_seq} into {info.run_id} (step {info.step})")
+    if salvage is not None:
+        for line in salvage["lines"]:
+            out(line)
     if updates:
         out(f"set {', '.join(sorted(updates))} in its state (checkpoint {info.seq})")
     if reason is None:
@@ -114,6 +127,50 @@ def cmd_fork(args: argparse.Namespace) -> int:
     else:
         out(f"it cannot be resumed by afk-local: {reason}")
     return EXIT_OK
+
+
+def salvage_report(store: Store, args: argparse.Namespace, fork_id: str) -> dict[str, Any]:
+    """What ``fork --salvage`` kept, lost and left in doubt, with the commands to settle it."""
+    extra = store.read_meta(fork_id).extra
+    saved = extra.get("salvaged") if isinstance(extra, dict) else None
+    saved = saved if isinstance(saved, dict) else {}
+    source = store.open(args.run)
+    later = [f.seq for f in source.checkpoint_files() if f.seq > int(extra.get("at_seq", 0))]
+    fork = store.open(fork_id)
+    journal = read_journal(fork.paths.journal, fork_id, store.codec)
+    names = {r.key: r.name for r in journal.records if r.kind == "intent"}
+    in_doubt = journal.in_doubt()
+    lines: list[str] = []
+    if saved.get("damage_offset") is None:
+        lines.append(f"the effect journal of {args.run} is intact: every record was kept")
+    else:
+        lines.append(
+            f"kept {saved.get('kept_records')} effect record(s), the journal's intact part "
+            f"(damage at byte {saved.get('damage_offset')}: {saved.get('reason')})"
+        )
+        lines.append(
+            f"lost: {saved.get('lost_records')} record(s) after the damage; a call recorded "
+            "there is in doubt in the fork"
+        )
+    if later:
+        lines.append(
+            f"lost: checkpoint(s) {later[0]}-{later[-1]} of {args.run} (taken after the "
+            "damage); the fork continues from the one before"
+        )
+    for key in in_doubt:
+        lines.append(
+            f"in doubt (its outcome is lost): effect {key} ({names.get(key, '?')}); settle "
+            f"it: {suggest(args, 'settle', fork_id, key, '--done', '--result', 'JSON')} or "
+            f"{suggest(args, 'settle', fork_id, key, '--failed', 'MESSAGE')}"
+        )
+    return {
+        "kept_records": saved.get("kept_records"),
+        "lost_records": saved.get("lost_records", 0),
+        "damage_offset": saved.get("damage_offset"),
+        "lost_checkpoints": later,
+        "in_doubt": in_doubt,
+        "lines": lines,
+    }
 
 
 def cmd_resume(args: argparse.Namespace) -> int:

@@ -19,10 +19,10 @@ from typing import Any
 
 import msgspec
 
-from afk_local.errors import UnstorableValueError
+from afk_local.errors import IntOutOfRangeError, UnstorableValueError
 from afk_local.storage.format.codec import EncHook
 from afk_local.storage.format.records import ErrorInfo
-from afk_local.storage.format.values import hash_hook
+from afk_local.storage.format.values import hash_hook, int_out_of_range
 
 
 def input_hash(
@@ -41,10 +41,14 @@ def input_hash(
     True
     """
     encoder = _canonical_encoder(enc_hook or hash_hook(None))
+    value = (name, list(args), kwargs)
     try:
-        data = encoder.encode((name, list(args), kwargs))
+        data = _canonical_bytes(encoder, value)
     except UnstorableValueError as exc:
         raise exc.under("(an argument)") from None
+    except OverflowError:
+        found = int_out_of_range([list(args), kwargs], (None, "(an argument)"))
+        raise found or IntOutOfRangeError("(an argument)", "an int") from None
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
@@ -52,9 +56,12 @@ def result_hash(result: Any, *, enc_hook: EncHook | None = None) -> str:
     """The blake2b (128-bit, hex) digest of ``result``'s canonical msgpack (``output_hash``)."""
     encoder = _canonical_encoder(enc_hook or hash_hook(None))
     try:
-        data = encoder.encode(result)
+        data = _canonical_bytes(encoder, result)
     except UnstorableValueError as exc:
         raise exc.under("the result") from None
+    except OverflowError:
+        found = int_out_of_range(result, (None, "the result"))
+        raise found or IntOutOfRangeError("the result", "an int") from None
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
@@ -97,6 +104,43 @@ def render_call(name: str, args_text: str, input_digest: str = "") -> str:
     if args_text or not input_digest:
         return f"{name}({args_text})"
     return f"{name}(arguments not recorded; input hash {input_digest[:12]})"
+
+
+_MAP_TAG = "\x00afk-map"
+"""Marks a dict with keys other than strings in the canonical form (a sorted pair list)."""
+
+
+def _canonical_bytes(encoder: msgspec.msgpack.Encoder, value: Any) -> bytes:
+    """The canonical msgpack of ``value``; a dict keyed by tuples or ints is hashed too.
+
+    msgspec sorts only string keys; such a dict becomes ``{_MAP_TAG: [[key, value],
+    ...]}`` sorted by the canonical bytes of each key. Plain data never takes this path.
+    """
+    try:
+        return encoder.encode(value)
+    except TypeError as exc:
+        if "str keys" not in str(exc):
+            raise
+    return encoder.encode(_keys_as_pairs(encoder, value, 0))
+
+
+def _keys_as_pairs(encoder: msgspec.msgpack.Encoder, value: Any, depth: int) -> Any:
+    if depth > _MAX_PAIR_DEPTH:
+        raise RecursionError
+    if isinstance(value, dict):
+        if all(type(key) is str for key in value):
+            return {k: _keys_as_pairs(encoder, v, depth + 1) for k, v in value.items()}
+        pairs = [
+            [_keys_as_pairs(encoder, k, depth + 1), _keys_as_pairs(encoder, v, depth + 1)]
+            for k, v in value.items()
+        ]
+        return {_MAP_TAG: sorted(pairs, key=lambda pair: encoder.encode(pair[0]))}
+    if isinstance(value, (list, tuple)):
+        return [_keys_as_pairs(encoder, item, depth + 1) for item in value]
+    return value
+
+
+_MAX_PAIR_DEPTH = 1000
 
 
 def idempotency_key(run_id: str, key: str) -> str:

@@ -3,13 +3,15 @@
 A store's identity (:mod:`afk_local.storage.store_identity`) records where it was
 created; a copy or a move is refused by the trust gate until it is adopted, because
 its runs' origins (:mod:`afk_local.runner.origin`) still name the old working
-directory, ``sys.path`` and script. :func:`adopt_store` re-homes each run first —
-every origin path inside the directory that held the store moves with it, so a
-script job copied along with its store runs from the copy — and then records the
-new path. ``afk-local adopt`` calls it.
+directory, ``sys.path`` and script. :func:`adopt_store` records the new path; when the
+project moved too (``project_moved=True``: the scripts were copied or moved along with
+the store) it first re-homes each run — every origin path inside the directory that
+held the store moves with it, so a script job copied along with its store runs from
+the copy. Otherwise (only the store moved) the recorded scripts are kept: they are still
+where they were. ``afk-local adopt [--project-moved | --project-stayed]`` calls it.
 
 Example:
-    >>> report = adopt_store(Store("/tmp/b/.afk"))  # doctest: +SKIP
+    >>> report = adopt_store(Store("/tmp/b/.afk"), project_moved=True)  # doctest: +SKIP
     >>> report.moved_from
     '/tmp/a/.afk'
 """
@@ -43,6 +45,8 @@ class AdoptReport:
     """Runs whose recorded origin now points into the new location."""
     skipped: dict[str, str] = field(default_factory=dict)
     """Runs left as they were, with why (a process holds them, say)."""
+    project_moved: bool = False
+    """Whether the runs' recorded paths were re-homed along with the store."""
 
 
 def _moved(path: str, old_base: str, new_base: str) -> str | None:
@@ -81,12 +85,14 @@ def rehome_origin(origin: dict[str, Any], old_base: str, new_base: str) -> dict[
     return out
 
 
-def adopt_store(store: Store) -> AdoptReport:
+def adopt_store(store: Store, *, project_moved: bool = False) -> AdoptReport:
     """Make ``store.root`` the home of a store that was copied or moved; returns what changed.
 
-    Each run's origin is re-homed under its lock (a run a process holds now is
-    skipped and named in the report: adopt again once it stopped), then the store's
-    identity records the new path. Adopting a store already at home changes nothing.
+    With ``project_moved`` each run's origin is first re-homed under its lock (a run a
+    process holds now is skipped and named in the report: adopt again once it
+    stopped); without it the runs keep the working directories and scripts they
+    recorded. Then the store's identity records the new path. Adopting a store already
+    at home changes nothing.
 
     Raises:
         UntrustedStoreError: the store is keyed and this process has no key (or
@@ -97,19 +103,29 @@ def adopt_store(store: Store) -> AdoptReport:
     here = home_of(store.root)
     identity = read_identity(store.root, store.codec.signer)
     old = identity.path if identity is not None else None
-    report = AdoptReport(root=here, moved_from=old if old != here else None)
+    report = AdoptReport(
+        root=here, moved_from=old if old != here else None, project_moved=project_moved
+    )
     if report.moved_from is None:
-        return report
+        # adopted before with the project left behind, and now told it moved after all
+        if identity is None or identity.adopted_from is None or identity.adopted_project:
+            return report
+        if not project_moved:
+            return report
+        old = report.moved_from = identity.adopted_from
     assert old is not None
     old_base, new_base = os.path.dirname(old), os.path.dirname(here)
-    if old_base != os.path.dirname(old_base):  # never re-home everything under "/"
+    # never re-home everything under "/"
+    if project_moved and old_base != os.path.dirname(old_base):
         for run_id in store.run_ids():
             try:
                 _rehome_run(store, run_id, old_base, new_base, report)
             except (AfkLocalError, OSError) as exc:
                 report.skipped[run_id] = str(exc)
                 log.warning("adopt: run %s left as it was: %s", run_id, exc)
-    adopt_identity(store.root, store.codec.signer, store.env)
+    adopt_identity(
+        store.root, store.codec.signer, store.env, project_moved=project_moved, moved_from=old
+    )
     return report
 
 

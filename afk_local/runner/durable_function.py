@@ -42,6 +42,7 @@ from afk_local.runner.observe import AttemptObservation
 from afk_local.runner.origin import ORIGIN_KEY, origin_here
 from afk_local.runner.replay import check_before_resume
 from afk_local.runner.run_context import NO_INPUT, RunContext
+from afk_local.runner.script_exit import install_script_excepthook
 from afk_local.runner.stopping import loop_stops, sigterm_exits, stopped_line
 from afk_local.runner.tags import checked_tags
 from afk_local.runner.versions import OnCodeChange, check_code, code_fingerprint, migrate_state
@@ -163,7 +164,11 @@ class DurableFunction(Generic[R]):
 
         ``run_id`` and ``tags`` are afk_local's (``tags={"model": "small"}``: strings
         to filter runs by, see ``ctx.tags``); every other argument goes to the job.
+
+        In a script, a pause, a park or a refusal that nobody catches ends the process
+        with one line and a status of its own (docs/runner.md, "Exit status of a script").
         """
+        install_script_excepthook()
         if self.is_async:
             return run_coroutine(self.arun(*args, run_id=run_id, tags=tags, **kwargs))
         return self._sync(
@@ -214,6 +219,7 @@ class DurableFunction(Generic[R]):
         **kwargs: Any,
     ) -> R:
         """The async form of :meth:`run` (works for sync jobs too)."""
+        install_script_excepthook()
         return await self._async(
             as_store(self.store),
             run_id,

@@ -27,13 +27,22 @@ import contextlib
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from afk_local.errors import RunNotFoundError, UnstorableValueError
+from afk_local.errors import (
+    CheckpointCorruptionError,
+    IntOutOfRangeError,
+    RunNotFoundError,
+    UnstorableValueError,
+)
+from afk_local.runner.script_exit import install_script_excepthook
 from afk_local.runner.writer import Durability, DurableWriter
 from afk_local.storage.format.codec import DecHook, EncHook
 from afk_local.storage.format.records import Phase, RunStatus
 from afk_local.storage.store import Store
+
+OnDamage = Literal["raise", "fresh"]
+"""What :meth:`StateCheckpoint.load` does when every checkpoint is damaged."""
 
 RUN_ID = "state"
 """The id of the one run inside a StateCheckpoint directory."""
@@ -99,8 +108,20 @@ class StateCheckpoint:
         """True after :meth:`mark_complete`."""
         return self.status == RunStatus.COMPLETED.value
 
-    def load(self) -> Any:
-        """The last saved state; None when nothing was saved yet or the work is complete."""
+    def load(self, *, on_damage: OnDamage = "raise") -> Any:
+        """The last saved state; None when nothing was saved yet or the work is complete.
+
+        Args:
+            on_damage: what to do when checkpoints exist but none of them can be read:
+                ``"raise"`` (default) raises
+                :class:`~afk_local.errors.CheckpointCorruptionError` naming the damaged
+                files, so ``ckpt.load() or {...}`` never silently starts over;
+                ``"fresh"`` returns None, as if nothing had been saved. A damaged newest
+                file with an older readable one is never an error: the older one is
+                returned and the skipped file logged.
+        """
+        if on_damage not in ("raise", "fresh"):
+            raise ValueError("on_damage must be 'raise' or 'fresh'")
         writer = self._writer(create=False)
         if writer is not None:
             writer.flush()
@@ -109,13 +130,28 @@ class StateCheckpoint:
         except RunNotFoundError:
             return None
         resume = reader.resume_state(on_corrupt="fallback")
+        if resume.checkpoint is None and resume.skipped and on_damage == "raise":
+            names = ", ".join(skip.name for skip in resume.skipped)
+            raise CheckpointCorruptionError(
+                str(self.path / "runs" / RUN_ID),
+                f'no saved state can be read (damaged: {names}); load(on_damage="fresh") '
+                "starts over from nothing",
+                run_id=RUN_ID,
+                root=str(self.path),
+            )
         if resume.terminal or resume.checkpoint is None:
             return None
         self._step = resume.checkpoint.step
         return resume.checkpoint.payload
 
     def save(self, state: Any) -> None:
-        """Persist ``state``: durable on return in ``sync`` mode, never torn by a crash."""
+        """Persist ``state``: durable on return in ``sync`` mode, never torn by a crash.
+
+        Raises:
+            StoreMovedError: the directory was copied or moved since the run began
+                (``afk-local --root PATH adopt`` makes the new place its home).
+        """
+        install_script_excepthook()
         writer = self._writer(create=True)
         assert writer is not None
         if self._step is None:
@@ -126,7 +162,8 @@ class StateCheckpoint:
             writer.checkpoint(Phase.RUNTIME_STATE, state, step=self._step)
         except UnstorableValueError as exc:
             where = exc.under("state")
-            raise UnstorableValueError(where.path, where.type_name) from None
+            kind = IntOutOfRangeError if isinstance(where, IntOutOfRangeError) else None
+            raise (kind or UnstorableValueError)(where.path, where.type_name) from None
 
     def mark_complete(self, result: Any = None) -> None:
         """Record that the work is done, with its ``result``; :meth:`load` then returns None."""

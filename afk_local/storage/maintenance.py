@@ -58,6 +58,9 @@ class MaintainedStore(Protocol):
         """``<root>/runs``."""
         ...
 
+    def require_writable(self) -> None:
+        """Raise StoreReadOnlyError when the store cannot be written."""
+
     def paths(self, run_id: str, *, refuse_links: bool = False) -> RunPaths:
         """The paths of a run; with ``refuse_links``, never through a symlink."""
         ...
@@ -95,13 +98,15 @@ def on_idle_run(
     locked: Callable[[], None],
     failed: Callable[[str], None],
     verb: str,
+    lock: bool = True,
 ) -> None:
     """Call ``work`` with a reader of run ``run_id`` under the run's lock, if it is idle.
 
     The one lock / head-check / report loop of gc and pack: a run whose owner is alive
     is only told to ``locked``; a symlinked run directory, a lock that cannot be taken,
     a keyed run behind its head record and any error of ``work`` are told to ``failed``
-    (as ``"<verb>: <error>"``), never raised.
+    (as ``"<verb>: <error>"``), never raised. ``lock=False`` (a dry run, which only
+    plans and writes nothing: it works on a read-only store) reads without the lock.
     """
     try:
         paths = store.paths(run_id, refuse_links=True)
@@ -111,14 +116,16 @@ def on_idle_run(
     if lock_is_held(paths.lock):
         locked()
         return
-    try:
-        lock = acquire_lock(paths, 0.0)
-    except RunLockedError:
-        locked()
-        return
-    except (AfkLocalError, OSError) as exc:
-        failed(f"cannot lock {paths.lock}: {exc}")
-        return
+    held = None
+    if lock:
+        try:
+            held = acquire_lock(paths, 0.0)
+        except RunLockedError:
+            locked()
+            return
+        except (AfkLocalError, OSError) as exc:
+            failed(f"cannot lock {paths.lock}: {exc}")
+            return
     try:
         reader = store.open(run_id)
         if store.heads is not None:  # a run put back from an older copy: not touched
@@ -129,7 +136,8 @@ def on_idle_run(
             log.debug("run %s: %s failed", run_id, verb, exc_info=True)
         failed(f"{verb}: {run_failure(exc)}")
     finally:
-        lock.release()
+        if held is not None:
+            held.release()
 
 
 def gc(store: MaintainedStore, policy: RetentionPolicy | None, *, dry_run: bool) -> GcReport:
@@ -146,6 +154,7 @@ def gc(store: MaintainedStore, policy: RetentionPolicy | None, *, dry_run: bool)
     policy = policy or RetentionPolicy()
     report = GcReport(dry_run=dry_run)
     if not dry_run:
+        store.require_writable()  # a read-only store: one line, not an error per run
         report.removed_temp_dirs = remove_stale_builds(store.runs_dir)
     for run_id in store.run_ids():
 
@@ -168,7 +177,9 @@ def gc(store: MaintainedStore, policy: RetentionPolicy | None, *, dry_run: bool)
         def failed(message: str, run_id: str = run_id) -> None:
             report.errors.append(f"run {run_id}: {message}")
 
-        on_idle_run(store, run_id, compact, locked=locked, failed=failed, verb="skipped")
+        on_idle_run(
+            store, run_id, compact, locked=locked, failed=failed, verb="skipped", lock=not dry_run
+        )
     # A run whose newest checkpoint cannot be read is never deleted by a policy: a person
     # looks at it first (`afk-local verify RUN`).
     infos: list[RunInfo] = [i for i in store.runs() if i.damage is None]
@@ -280,18 +291,28 @@ def delete(
 def fork(
     store: MaintainedStore,
     run_id: str,
-    at_seq: int,
+    at_seq: int | None,
     new_run_id: str | None = None,
     *,
     updates: dict[str, Any] | None = None,
+    salvage: bool = False,
 ) -> RunInfo:
     """A new run whose history is ``run_id``'s up to ``at_seq`` (:meth:`afk_local.Store.fork`)."""
-    from afk_local.storage.ops.fork import fork_run  # noqa: PLC0415
+    from afk_local.storage.format.journal_format import salvage_journal  # noqa: PLC0415
+    from afk_local.storage.ops.fork import fork_run, salvage_point  # noqa: PLC0415
 
     target_id = validate_run_id(new_run_id) if new_run_id is not None else fresh_run_id()
     store.prepare_write(target_id)
     target = store.paths(target_id, refuse_links=True)
-    fork_run(store.open(run_id), at_seq, target, updates=updates)
+    source = store.open(run_id)
+    saved = None
+    if salvage:
+        saved = salvage_journal(source.paths.journal, run_id, store.codec)
+        if at_seq is None:
+            at_seq = salvage_point(source, len(saved.kept))
+    if at_seq is None:
+        raise ValueError("fork needs at_seq (only a salvage picks its own)")
+    fork_run(source, at_seq, target, updates=updates, salvage=saved)
     if store.heads is not None:
         store.heads.anchor(target, store.read_meta(target_id).updated_ms)
     return store.info(target_id)

@@ -25,6 +25,7 @@ from afk_local.errors import (
     AfkLocalError,
     RunLockedError,
     RunNotFoundError,
+    StoreReadOnlyError,
     StoreUnusableError,
 )
 from afk_local.storage import fsio, listing, maintenance
@@ -42,12 +43,12 @@ from afk_local.storage.meta_index import MetaIndex
 from afk_local.storage.rundir.creation import new_run_meta, refuse_linked_dirs
 from afk_local.storage.rundir.heads import HeadStore
 from afk_local.storage.rundir.mirror import Mirror, open_mirror
-from afk_local.storage.rundir.options import StoreOptions, default_root
+from afk_local.storage.rundir.options import StoreOptions, store_root
 from afk_local.storage.rundir.ownership import (
     lock_is_held,
 )
 from afk_local.storage.rundir.reader import RunReader, read_meta
-from afk_local.storage.store_identity import ensure_identity, home_problem
+from afk_local.storage.store_identity import HomeCheck, ensure_identity
 from afk_local.storage.store_key import key_problem, known_keyed, prepare_write
 
 # Writing, gc, packing, fork and the run listings are imported where they are
@@ -141,7 +142,7 @@ class Store:
         self.options: StoreOptions = replace(base, **given) if given else base
         """Every setting of this store (:class:`~afk_local.StoreOptions`)."""
         options = self.options
-        self.root = Path(root) if root is not None else default_root()
+        self.root = store_root(root)
         self.env: fsio.Env = options.env
         """The I/O seam this store and its writers write through."""
         signer = signer_for(options.key)
@@ -163,6 +164,7 @@ class Store:
         )
         """The store's head records (None without a key: rollback protection needs one)."""
         self._meta_index: MetaIndex | None = None
+        self._home = HomeCheck()
 
     @property
     def max_record_bytes(self) -> int:
@@ -263,6 +265,7 @@ class Store:
             UntrustedStoreError: a keyed store opened with another key.
             StoreUnusableError: the store's directory cannot be made or written.
         """
+        self.require_writable()
         try:
             prepare_write(self.root, self.head_dir, self.codec.signer, run_id, self.env)
             ensure_identity(self.root, self.codec.signer, self.env)
@@ -276,12 +279,30 @@ class Store:
                 str(exc.filename or self.root),
             ) from None
 
+    def require_writable(self) -> None:
+        """Refuse, in one line, a store this process cannot write (a ``statvfs`` and an
+        ``access`` call).
+
+        Raises:
+            StoreReadOnlyError: the store's root (or its ``runs/``) is on a read-only
+                filesystem or not writable by this process.
+        """
+        for path in (self.root, self.runs_dir):
+            try:  # a read-only mount; access() alone misses a read-only bind mount for root
+                read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+            except OSError:
+                continue  # not there yet: whoever makes it says why it cannot
+            if read_only or not os.access(path, os.W_OK):
+                code = errno.EROFS if read_only else errno.EACCES
+                where = os.path.abspath(self.root)
+                raise StoreReadOnlyError(where, code, os.strerror(code), os.path.abspath(path))
+
     def moved_from(self) -> str | None:
         """The path this store was created at when it was since copied or moved; else None.
 
         A moved store runs nothing (the trust gate refuses) until ``afk-local adopt``.
         """
-        return home_problem(self.root, self.codec.signer)
+        return self._home.moved_from(self.root, self.codec.signer)
 
     @property
     def runs_dir(self) -> Path:
@@ -363,16 +384,21 @@ class Store:
         """Take the lock of an existing run and return its writer.
 
         ``new_attempt=False`` for writes that are not an attempt to run it (cancel,
-        settle): the run's ``attempt`` count stays as it is.
+        settle): the run's ``attempt`` count stays as it is. An attempt is refused in a
+        store that was copied or moved and not adopted since: its effects already ran
+        where the store came from, and the copy would run them again.
 
         Raises:
             RunNotFoundError: no such run.
             RunLockedError: another writer holds it (after ``lock_timeout``).
+            StoreMovedError: an attempt in a copied or moved store (``afk-local adopt``).
         """
 
         paths = self.paths(run_id, refuse_links=True)
         if not self.exists(run_id):
             raise RunNotFoundError(run_id, str(self.root))
+        if new_attempt:
+            self._home.require(self.root, self.codec.signer, run_id)
         self.prepare_write(run_id)
         timeout = self.lock_timeout if lock_timeout is None else lock_timeout
         return self._open_writer(paths, timeout, new_attempt=new_attempt)
@@ -573,16 +599,21 @@ class Store:
     def fork(
         self,
         run_id: str,
-        at_seq: int,
+        at_seq: int | None,
         new_run_id: str | None = None,
         *,
         updates: dict[str, Any] | None = None,
+        salvage: bool = False,
     ) -> RunInfo:
         """A new run whose history is ``run_id``'s up to checkpoint ``at_seq`` (:mod:`.fork`).
 
         ``updates`` (``{"state.total": 5}``) edits the state the fork continues from.
+        ``salvage=True`` forks a run whose effect journal is damaged: the fork keeps the
+        journal's intact prefix (calls recorded after the damage become in doubt) and,
+        with ``at_seq=None``, continues from the newest checkpoint taken before the
+        damage (docs/cli.md, ``fork --salvage``).
         """
-        return maintenance.fork(self, run_id, at_seq, new_run_id, updates=updates)
+        return maintenance.fork(self, run_id, at_seq, new_run_id, updates=updates, salvage=salvage)
 
     def ensure_unlocked(self, run_id: str) -> None:
         """Raise RunLockedError when the run's owner is alive."""

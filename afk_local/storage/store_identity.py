@@ -52,6 +52,8 @@ class StoreIdentity(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     """When ``afk-local adopt`` last re-homed the store (0: never)."""
     adopted_from: str | None = None
     """The path recorded before the last adoption."""
+    adopted_project: bool = False
+    """Whether the last adoption re-homed the runs' recorded paths (the project moved too)."""
 
 
 def identity_path(root: str | os.PathLike[str]) -> Path:
@@ -155,24 +157,75 @@ def require_home(root: str | os.PathLike[str], signer: Signer | None, run_id: st
         raise StoreMovedError(str(identity_path(root)), home_of(root), recorded, run_id or None)
 
 
+class HomeCheck:
+    """:func:`home_problem` for one store, re-read only when its identity file changed.
+
+    Every entry that continues a run asks it once per open; a ``stat`` of the identity
+    file decides whether the answer it read last time still holds, so the hot path
+    costs one system call, never a read per checkpoint.
+    """
+
+    def __init__(self) -> None:
+        self._seen: tuple[int, int, int, int, str] | None = None
+        self._answer: str | None = None
+
+    def moved_from(self, root: str | os.PathLike[str], signer: Signer | None) -> str | None:
+        """The path the store at ``root`` was created at when it is not ``root``; else None."""
+        try:
+            st = os.stat(identity_path(root), follow_symlinks=False)
+        except OSError:
+            self._seen = None
+            return home_problem(root, signer)  # absent, or refused with a reason
+        seen = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, os.path.abspath(root))
+        if seen != self._seen:
+            self._answer = home_problem(root, signer)
+            self._seen = seen
+        return self._answer
+
+    def require(
+        self, root: str | os.PathLike[str], signer: Signer | None, run_id: str = ""
+    ) -> None:
+        """Refuse to continue a run from a store that was copied or moved.
+
+        Raises:
+            StoreMovedError: the store's identity records another path.
+            UntrustedStoreError: the identity file is damaged.
+        """
+        recorded = self.moved_from(root, signer)
+        if recorded is not None:
+            raise StoreMovedError(str(identity_path(root)), home_of(root), recorded, run_id or None)
+
+
 def adopt_identity(
-    root: str | os.PathLike[str], signer: Signer | None, env: fsio.Env = fsio.DEFAULT_ENV
+    root: str | os.PathLike[str],
+    signer: Signer | None,
+    env: fsio.Env = fsio.DEFAULT_ENV,
+    *,
+    project_moved: bool = False,
+    moved_from: str | None = None,
 ) -> tuple[str | None, StoreIdentity]:
     """Record ``root`` as the store's home (replacing the identity atomically).
+
+    ``project_moved`` records whether the runs' paths were re-homed too; ``moved_from``
+    names the old home when the store is at home already and only that changes (a
+    second adoption that re-homes the project after all).
 
     Returns the path recorded before (None when the store had no identity or was
     already at home) and the new identity. The store id is kept.
     """
     old = read_identity(root, signer)
     here = home_of(root)
-    if old is not None and old.path == here:
+    if old is not None and old.path == here and (moved_from is None or not project_moved):
         return None, old
     new = StoreIdentity(
         store_id=old.store_id if old is not None else secrets.token_hex(16),
         path=here,
         created_ms=old.created_ms if old is not None else now_ms(),
         adopted_ms=now_ms(),
-        adopted_from=old.path if old is not None else None,
+        adopted_from=moved_from
+        if old is not None and old.path == here
+        else (old.path if old is not None else None),
+        adopted_project=project_moved,
     )
     env.make_dirs(Path(root))
     env.atomic_write(identity_path(root), _encode(new, signer))
@@ -182,6 +235,7 @@ def adopt_identity(
 __all__ = [
     "IDENTITY_NAME",
     "MAX_IDENTITY_BYTES",
+    "HomeCheck",
     "StoreIdentity",
     "adopt_identity",
     "ensure_identity",

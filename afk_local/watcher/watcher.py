@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from afk_local.clock import child_clock_env
 from afk_local.errors import (
     AfkLocalError,
     CheckpointCorruptionError,
@@ -456,6 +457,7 @@ class Watcher:
                 env[HEAD_DIR_ENV] = str(self.store.head_dir)
             env[MAX_RECORD_BYTES_ENV] = str(self.store.max_record_bytes)
             env.update(self._key_env)
+            env.update(child_clock_env())  # a test's clock reaches the run it wakes
             env.update(self.env)
             env.update(plan.env)
             env.setdefault("PYTHONUNBUFFERED", "1")
@@ -551,7 +553,11 @@ class Watcher:
     # -- the loop ---------------------------------------------------------------------
 
     def run_once(self) -> int:
-        """Sweep, run the requests, resume every interrupted run, wait for them; 0 if all ok."""
+        """Sweep, run the requests, resume every interrupted run, wait for them; 0 if all ok.
+
+        1 when a run failed, gave up, backs off, is damaged or was refused (the trust
+        gate: a copied or moved store, an untrusted directory), or a request was rejected.
+        """
         self._prepare()
         self.handle_requests()
         self.sweep()
@@ -561,8 +567,12 @@ class Watcher:
             if self.children:
                 self.stop_event.wait(0.05)
         self.shutdown()
-        bad = self.counts.get("failed", 0) + self.counts.get("gave_up", 0)
-        bad += self.counts.get("backoff", 0) + self.counts.get("damaged", 0)
+        # a refused run (a copied or moved store, an untrusted one) or a rejected request
+        # needs a person as much as a failed one: a cron job must see it
+        bad = sum(
+            self.counts.get(kind, 0)
+            for kind in ("failed", "gave_up", "backoff", "damaged", "refused", "rejected")
+        )
         return 1 if bad else 0
 
     def serve(self, on_tick: Callable[[], None] | None = None) -> int:

@@ -88,6 +88,7 @@ def test_a_copied_store_is_refused_leaves_the_original_untouched_and_adopt_rehom
     assert refused.stdout == ""
 
     watched = afk_local(b, "watch", "--once")  # the watcher refuses it too
+    assert watched.returncode == 1  # and says so to a cron job
     assert "copied or moved" in watched.stdout + watched.stderr, (watched.stdout, watched.stderr)
 
     in_python = subprocess.run(
@@ -103,11 +104,12 @@ def test_a_copied_store_is_refused_leaves_the_original_untouched_and_adopt_rehom
     assert snapshot(a) == before  # nothing of the original changed: no file, no effect
     assert afk.Store(copy / ".afk").read_meta("script-job").status is afk.RunStatus.RUNNING
 
-    adopted = afk_local(b, "adopt", "--json")
+    adopted = afk_local(b, "adopt", "--project-moved", "--json")
     assert adopted.returncode == 0, adopted.stderr
     assert json.loads(adopted.stdout) == {
         "root": str(copy / ".afk"),
         "moved_from": str(original / ".afk"),
+        "project_moved": True,
         "rehomed": ["script-job"],
         "skipped": {},
     }
@@ -125,3 +127,108 @@ def test_a_copied_store_is_refused_leaves_the_original_untouched_and_adopt_rehom
 
     again = afk_local(b, "adopt")
     assert again.stdout == f"store {copy / '.afk'} is at home already; nothing to adopt\n"
+
+
+def run_script(project: Path) -> subprocess.CompletedProcess[str]:
+    """``python my_job.py`` in ``project``: the README's "run it again"."""
+    return subprocess.run(
+        [sys.executable, "my_job.py", str(test_script_jobs.N), "0.05"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=test_script_jobs.no_pythonpath(),
+        timeout=120,
+    )
+
+
+def test_a_copied_project_run_again_by_its_script_refuses_in_one_line_until_adopted(
+    tmp_path: Path,
+) -> None:
+    """``cp -a proj proj-copy``, then the script in both: the copy repeats nothing."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    original = make_project(a)
+    start_and_kill(original, acks=4)
+    done_before = items_done(original)
+    copy = copy_project(a, b)
+
+    refused = run_script(copy)
+    assert refused.returncode == 1
+    [line] = refused.stderr.splitlines()  # one line, no traceback
+    assert line.startswith("StoreMovedError: run 'script-job': refused: ")
+    assert f"afk-local --root {copy / '.afk'} adopt" in line
+    assert items_done(copy) == done_before  # no effect ran in the copy
+
+    finished = run_script(original)  # the original is not disturbed
+    assert finished.returncode == 0, finished.stderr
+    assert items_done(original) == list(range(N))
+
+    adopted = afk_local(b, "adopt", "--project-moved")
+    assert adopted.returncode == 0, adopted.stderr
+    again = run_script(copy)  # now the copy is a run of its own, by the user's choice
+    assert again.returncode == 0, again.stderr
+    assert items_done(copy) == list(range(N))
+
+
+def test_a_state_checkpoint_copied_elsewhere_refuses_to_continue_until_adopted(
+    tmp_path: Path,
+) -> None:
+    ckpt = afk.StateCheckpoint(tmp_path / "a")
+    ckpt.save({"i": 1})
+    ckpt.close()
+    subprocess.run(["cp", "-a", str(tmp_path / "a"), str(tmp_path / "b")], check=True)
+    copy = afk.StateCheckpoint(tmp_path / "b")
+    assert copy.load() == {"i": 1}  # reading a copy is fine
+    with pytest.raises(afk.StoreMovedError, match="adopt"):
+        copy.save({"i": 2})
+    adopted = afk_local_at(tmp_path / "b", "adopt")
+    assert adopted.returncode == 0, adopted.stderr
+    copy.save({"i": 2})
+    copy.close()
+    assert afk.StateCheckpoint(tmp_path / "b").load() == {"i": 2}
+
+
+def afk_local_at(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "afk_local", "--root", str(root), *args],
+        capture_output=True,
+        text=True,
+        env=test_script_jobs.no_pythonpath(),
+        timeout=120,
+    )
+
+
+def test_a_store_moved_without_its_project_keeps_the_recorded_script(tmp_path: Path) -> None:
+    """``mv proj/.afk elsewhere``: adopt keeps the script where it still is, and it resumes."""
+    original = make_project(tmp_path)
+    start_and_kill(original, acks=4)
+    moved = tmp_path / "elsewhere" / ".afk"
+    (original / ".afk").rename(moved)
+
+    adopted = afk_local_at(moved, "adopt", "--json")  # no terminal, no flag: it stayed
+    assert adopted.returncode == 0, adopted.stderr
+    report = json.loads(adopted.stdout)
+    assert report["project_moved"] is False and report["rehomed"] == []
+    resumed = afk_local_at(moved, "resume", "script-job", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    result = json.loads(resumed.stdout)["result"]
+    assert result["cwd"] == str(original)  # the script ran where it is
+    assert items_done(original) == list(range(N))
+
+
+def test_adopt_asks_whether_the_project_moved_and_can_be_told_later(tmp_path: Path) -> None:
+    original = make_project(tmp_path / "a" if (tmp_path / "a").mkdir() is None else tmp_path)
+    start_and_kill(original, acks=2)
+    copy = copy_project(tmp_path / "a", tmp_path / "b")
+    stayed = afk_local(tmp_path / "b", "adopt", "--project-stayed")
+    assert stayed.returncode == 0, stayed.stderr
+    advice = stayed.stdout.splitlines()[-1]
+    command = advice.split("if the scripts moved too: ")[1]
+    assert command == f"afk-local --root {copy / '.afk'} adopt --project-moved"
+    told = subprocess.run(
+        command.split(), capture_output=True, text=True, env=test_script_jobs.no_pythonpath()
+    )
+    assert told.returncode == 0, told.stderr
+    assert "1 run(s) now continue from here: script-job" in told.stdout
+    resumed = afk_local(tmp_path / "b", "resume", "script-job", "--json")
+    assert json.loads(resumed.stdout)["result"]["cwd"] == str(copy)

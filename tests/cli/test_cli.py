@@ -347,3 +347,20 @@ def test_a_loop_without_journaled_steps_shows_its_items_done_not_step_0(tmp_path
 
     runs = {line.split()[0]: line.split() for line in cli(root, "runs").stdout.splitlines()[1:]}
     assert runs["loop"][3] == "-" and runs["steps"][3] == "2"
+
+
+def test_log_names_a_fifo_where_a_checkpoint_should_be(tmp_path):
+    """It was silently left out of the list (``verify`` named it)."""
+    store = afk.Store(tmp_path / "s")
+    with store.create("r") as run:
+        for i in range(2):
+            run.checkpoint("runtime_state", {"i": i}, step=i + 1)
+    os.mkfifo(tmp_path / "s" / "runs" / "r" / "000000000003.runtime_state.ckpt")
+    done = subprocess.run(
+        [sys.executable, "-m", "afk_local", "--root", str(tmp_path / "s"), "log", "r", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [r["seq"] for r in rows] == [1, 2, 3]
+    assert rows[-1]["error"] == "is a FIFO, not a regular file (ignored)"

@@ -34,7 +34,7 @@ except ImportError:  # the AgentRunner test below runs without it
     DurableAgent = None  # type: ignore[assignment,misc]
 
 needs_pydantic_ai = pytest.mark.skipif(
-    DurableAgent is None, reason="pydantic-ai not installed: pip install 'afk_local[test]'"
+    DurableAgent is None, reason="pydantic-ai not installed: pip install 'afk_local[test-all]'"
 )
 
 LONG = "x" * 5000

@@ -1,6 +1,6 @@
 """AfkLocalSaver: LangGraph's published conformance suite, real graphs, and the files on disk.
 
-Skipped as a whole when LangGraph is not installed (``pip install 'afk_local[test]'``
+Skipped as a whole when LangGraph is not installed (``pip install 'afk_local[test-all]'``
 installs it), so the core suite runs without the extra.
 """
 
@@ -18,10 +18,12 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from proc import REPO
 
-pytest.importorskip("langgraph", reason="LangGraph not installed: pip install 'afk_local[test]'")
+pytest.importorskip(
+    "langgraph", reason="LangGraph not installed: pip install 'afk_local[test-all]'"
+)
 conformance = pytest.importorskip(
     "langgraph.checkpoint.conformance",
-    reason="langgraph-checkpoint-conformance not installed: pip install 'afk_local[test]'",
+    reason="langgraph-checkpoint-conformance not installed: pip install 'afk_local[test-all]'",
 )
 
 from langgraph.checkpoint.conformance.report import ProgressCallbacks  # noqa: E402

@@ -25,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("langgraph", reason="LangGraph not installed: pip install 'afk_local[test]'")
+pytest.importorskip(
+    "langgraph", reason="LangGraph not installed: pip install 'afk_local[test-all]'"
+)
 
 from proc import spawn
 

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("langgraph", reason="LangGraph not installed: pip install 'afk_local[test]'")
+pytest.importorskip(
+    "langgraph", reason="LangGraph not installed: pip install 'afk_local[test-all]'"
+)
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("agents", reason="openai-agents not installed: pip install 'afk_local[test]'")
+pytest.importorskip(
+    "agents", reason="openai-agents not installed: pip install 'afk_local[test-all]'"
+)
 
 from openai_agents_procs import (
     EXPECTED_OUTPUT,

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("agents", reason="openai-agents not installed: pip install 'afk_local[test]'")
+pytest.importorskip(
+    "agents", reason="openai-agents not installed: pip install 'afk_local[test-all]'"
+)
 
 import proc
 from openai_agents_procs import env_for, model_requests

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("agents", reason="openai-agents not installed: pip install 'afk_local[test]'")
+pytest.importorskip(
+    "agents", reason="openai-agents not installed: pip install 'afk_local[test-all]'"
+)
 
 import openai_agents_jobs as jobs
 from agents import Session

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip(
-    "pydantic_ai", reason="pydantic-ai not installed: pip install 'afk_local[test]'"
+    "pydantic_ai", reason="pydantic-ai not installed: pip install 'afk_local[test-all]'"
 )
 
 from pydantic_ai import Agent, ModelRetry

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip(
-    "pydantic_ai", reason="pydantic-ai not installed: pip install 'afk_local[test]'"
+    "pydantic_ai", reason="pydantic-ai not installed: pip install 'afk_local[test-all]'"
 )
 
 import proc

@@ -390,3 +390,24 @@ def test_an_unstorable_result_or_argument_is_named_as_what_it_is(tmp_path):
     message = str(doubt.value)
     assert "crash" not in message
     assert "the result it returned could not be stored" in message
+
+
+def test_a_step_returning_a_tuple_keyed_dict_is_journaled_and_replayed(tmp_path):
+    """It failed only after its effect ran, leaving the effect in doubt."""
+    calls: list[int] = []
+
+    def grid() -> dict[tuple[int, int], str]:
+        calls.append(1)
+        return {(0, 1): "a", (1, 0): "b"}
+
+    @afk.durable(store=afk.Store(tmp_path))
+    def job(ctx: afk.RunContext) -> dict[tuple[int, int], str]:
+        result: dict[tuple[int, int], str] = ctx.step("grid", grid)
+        ctx.state["n"] = 2**70 if ctx.attempt == 1 else 0  # the first attempt fails after
+        ctx.checkpoint()
+        return result
+
+    with pytest.raises(afk.UnstorableValueError, match=r"state\.n: int 1180591620717411303424"):
+        job.run(run_id="grid")
+    assert job.run(run_id="grid") == {(0, 1): "a", (1, 0): "b"}
+    assert calls == [1]  # journaled once, replayed on the second attempt

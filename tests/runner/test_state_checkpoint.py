@@ -92,3 +92,51 @@ def test_crash_in_the_middle_of_save(tmp_path, trials):
         assert state["check"] == state["i"] * 7 and state["pad"] == "p" * (state["i"] % 50)
         assert state["i"] >= acked_max
         acked_max = state["i"]
+
+
+_NOTEBOOK_LOOP = """
+import sys
+import afk_local as afk
+ckpt = afk.StateCheckpoint(sys.argv[1])
+state = ckpt.load() or {"i": 0}
+for i in range(state["i"], 5):
+    state["i"] = i + 1
+    ckpt.save(state)
+print(state["i"])
+"""
+
+
+def test_every_checkpoint_damaged_is_an_error_not_a_restart(tmp_path):
+    """The README's ``ckpt.load() or {...}`` must not silently start over on damage."""
+    ckpt_dir = tmp_path / "c"
+    first = proc.run(_NOTEBOOK_LOOP, str(ckpt_dir))
+    assert first.returncode == 0 and first.stdout.split() == ["5"], first.stderr
+    files = sorted((ckpt_dir / "runs" / "state").glob("*.ckpt"))
+    assert files
+    for file in files:  # a flipped byte in every checkpoint body
+        data = bytearray(file.read_bytes())
+        data[-1] ^= 0xFF
+        file.write_bytes(bytes(data))
+
+    again = proc.run(_NOTEBOOK_LOOP, str(ckpt_dir))
+    assert again.returncode == 1
+    last = again.stderr.strip().splitlines()[-1]
+    assert "CheckpointCorruptionError" in last and files[-1].name in last
+    assert f"afk-local verify state --root {ckpt_dir}" in last
+    # the advised command works: it names the damaged files
+    verify = proc.afk_local_cli({}, "verify", "state", "--root", str(ckpt_dir))
+    assert verify.returncode == 1 and files[-1].name in verify.stdout + verify.stderr
+    # starting over is a choice the caller makes explicitly
+    assert StateCheckpoint(ckpt_dir).load(on_damage="fresh") is None
+    with pytest.raises(ValueError, match="on_damage"):
+        StateCheckpoint(ckpt_dir).load(on_damage="ignore")  # type: ignore[arg-type]
+
+
+def test_an_int_msgpack_cannot_hold_is_named_by_its_path(tmp_path):
+    ckpt = StateCheckpoint(tmp_path / "c")
+    with pytest.raises(afk.UnstorableValueError, match=r"cannot store state\.a\.1: int 2361") as e:
+        ckpt.save({"a": [1, 2**71]})
+    assert "str(n) or decimal.Decimal(n)" in str(e.value)
+    ckpt.save({"a": [1, str(2**71)]})  # as the message says
+    assert ckpt.load() == {"a": [1, str(2**71)]}
+    ckpt.close()

@@ -31,7 +31,7 @@ import afk_local as afk
 pytest.importorskip("starlette", reason="afk_local[ui] is not installed (starlette)")
 pytest.importorskip("uvicorn", reason="afk_local[ui] is not installed (uvicorn)")
 sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (the test extra)"
+    "playwright.sync_api", reason="playwright is not installed (the test-all extra)"
 )
 
 CHROMIUM_ARGS = [

@@ -279,7 +279,11 @@ def test_schedule_add_list_rm_on_the_command_line(tmp_path: Path) -> None:
     assert json.loads(queued.stdout)["overlap"] == "queue", queued.stderr
     assert cli("add", "q2", "time_jobs:stamp", "--every", "1h", "--overlap", "no").returncode == 2
     assert cli("rm", "q").returncode == 0
-    assert cli("add", "typo", "time_jobs:nope", "--every", "1h").returncode == 2
+    typo = cli("add", "typo", "time_jobs:nope", "--every", "1h")
+    assert typo.returncode == 2
+    [line] = typo.stderr.splitlines()  # about the schedule: no run exists to resume or cancel
+    assert line.startswith("afk-local: schedule typo not added: 'time_jobs:nope' cannot be ")
+    assert "cancel" not in line and "resume" not in line
     assert cli("add", "t2", "time_jobs:stamp", "--every", "1.5s").returncode == 2
     pytest.importorskip("cronsim", reason="--cron needs the schedule extra (cronsim)")
     bad = cli("add", "c", "time_jobs:stamp", "--cron", "61 * * * *")

@@ -106,3 +106,17 @@ def test_a_parked_run_is_woken_by_watch_after_wake_at_also_after_a_reboot(
     woke = store.open("nap").resume_state().result
     assert woke >= wake_at / 1000
     assert store.read_meta("nap").status is RunStatus.COMPLETED
+
+
+def test_the_test_clock_reaches_the_child_the_watcher_wakes(
+    afk_store: afk.Store, afk_clock: SkippingClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/time.md's ``afk_clock.advance`` then ``Watcher.run_once()``: the run completes."""
+    monkeypatch.setenv("PYTHONPATH", ENV["PYTHONPATH"])  # the child imports time_jobs
+    wake_at = park(afk_store, "nap", 3600.0)
+    afk_clock.advance(3601)
+    watcher = Watcher(afk_store)
+    assert watcher.run_once() == 0, [(e.kind, e.message) for e in watcher.events]
+    assert afk_store.read_meta("nap").status is RunStatus.COMPLETED  # not parked again
+    woke = afk_store.open("nap").resume_state().result
+    assert woke * 1000 >= wake_at  # the child read the test's clock, past the due time

@@ -151,7 +151,7 @@ def test_keyed_store_without_the_key_and_unsigned_files_with_it(tmp_path: Path) 
     assert res.returncode == 2 and "keyed store" in res.stderr and "Traceback" not in res.stderr
 
     code, events = watch_events(root, env={"AFK_LOCAL_KEY": KEY, **marker_env})
-    assert code == 0, events
+    assert code == 1, events  # a rolled-back run refused, an unsigned request rejected
     assert (out / "legit").exists() and (out / "signed").exists(), events
     assert sorted(p.name for p in out.iterdir()) == ["legit", "signed"], events
     assert "unsigned record in a keyed store" in of(events, "skipped")["evil"]["message"]

@@ -27,7 +27,12 @@ from typing import Any, NamedTuple, TypeVar
 import msgspec
 import zstandard
 
-from afk_local.errors import CheckpointCorruptionError, RecordTooDeepError, SchemaVersionError
+from afk_local.errors import (
+    CheckpointCorruptionError,
+    IntOutOfRangeError,
+    RecordTooDeepError,
+    SchemaVersionError,
+)
 from afk_local.storage.format import migrate, values
 from afk_local.storage.format.integrity import MAC_SIZE, Signer
 from afk_local.storage.format.records import (
@@ -435,6 +440,8 @@ class RecordCodec:
             raw = self._encoder.encode(tagged)
         except RecursionError:
             raise RecordTooDeepError("(the record)", MAX_NESTING_DEPTH) from None
+        except OverflowError:  # an int msgpack cannot hold: say where it is
+            raise _int_out_of_range(record) from None
         # tag() walked the user data (a payload, a result, any plain value) and bounded its
         # depth; run.meta also holds data it does not walk (extra, the pause prompt).
         if isinstance(record, RunMeta) and not nesting_within(raw):
@@ -561,3 +568,14 @@ def decode_meta(
                 "HMAC mismatch: edited, copied from another run, or signed with another key",
             )
     return codec.decode_meta(raw, path)
+
+
+def _int_out_of_range(record: Any) -> IntOutOfRangeError:
+    """Where in ``record`` the int an encoder could not hold is (its user data first)."""
+    if isinstance(record, Checkpoint):
+        found = values.int_out_of_range(record.payload)
+    elif isinstance(record, Effect):
+        found = values.int_out_of_range(record.result, (None, "result"))
+    else:
+        found = values.int_out_of_range(record)
+    return found if found is not None else IntOutOfRangeError("(the record)", "an int")

@@ -23,6 +23,7 @@ docs/journal.md describes the format.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -294,6 +295,71 @@ class JournalContents:
         for record in self.records:
             open_intents[record.key] = record.kind == "intent"
         return [key for key, is_open in open_intents.items() if is_open]
+
+
+@dataclass(frozen=True)
+class JournalSalvage:
+    """What can be saved of a damaged ``effects.log`` (see :func:`salvage_journal`)."""
+
+    kept: list[Effect]
+    """The intact prefix: every record before the first damaged one, in file order."""
+    damage_offset: int | None
+    """Where the damage starts (None: the journal is intact, or only its tail is torn)."""
+    reason: str
+    """What is wrong at ``damage_offset``."""
+    after: list[Effect]
+    """Records after the damage that still decode: lost (unverified, not kept as they are)."""
+    lost_bytes: int
+    """Bytes from the damage to the end of the file."""
+
+
+def salvage_journal(
+    path: str | os.PathLike[str],
+    run_id: str,
+    record_codec: RecordCodec | None = None,
+    *,
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+) -> JournalSalvage:
+    """Read ``effects.log`` up to its first damaged record, and what decodes after it.
+
+    Never raises for damage: the intact prefix is whatever verifies (crc, decoding and,
+    keyed, the signature chain) from the start. Records after the damage are decoded
+    only to report them (in a keyed store their chain hangs on the damaged record, so
+    nothing vouches for them).
+    """
+    try:
+        fd = fsio.open_regular(path)
+    except FileNotFoundError:
+        return JournalSalvage([], None, "", [], 0)
+    try:
+        the_codec = record_codec or RecordCodec()
+        max_frame = min(max_frame_bytes, MAX_FRAME_BYTES)
+        frames = FrameReader(
+            fd, Path(path), run_id, max_frame, the_codec.signer, ext_hook=the_codec.ext_hook
+        )
+        size = os.fstat(fd).st_size
+        kept: list[Effect] = []
+        try:
+            kept.extend(frames.records(size))
+        except EffectLogCorruptionError as exc:
+            damage, reason = exc.offset, exc.reason.removesuffix(" (changed since open)")
+        else:
+            return JournalSalvage(kept, None, "", [], 0)
+        after: list[Effect] = []
+        start = frames._valid_frame_after(damage + 1, size)
+        while start is not None:
+            try:
+                for offset, body, _ in iter_frames(fd, start, size, max_frame):
+                    with contextlib.suppress(EffectLogCorruptionError):
+                        after.append(frames._decode(offset, body))
+                break
+            except BadFrame as bad:
+                start = frames._valid_frame_after(bad.offset + 1, size)
+        if not after:  # nothing valid follows: a torn tail, which a writer truncates
+            return JournalSalvage(kept, None, "", [], 0)
+        return JournalSalvage(kept, damage, reason, after, size - damage)
+    finally:
+        os.close(fd)
 
 
 def read_journal(

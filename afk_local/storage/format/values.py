@@ -42,7 +42,7 @@ from typing import Any
 
 import msgspec
 
-from afk_local.errors import RecordTooDeepError, UnstorableValueError
+from afk_local.errors import IntOutOfRangeError, RecordTooDeepError, UnstorableValueError
 from afk_local.storage.format.records import MAX_NESTING_DEPTH
 
 log = logging.getLogger("afk_local")
@@ -92,6 +92,38 @@ def where_text(where: Where) -> str:
         where, key = where
         parts.append(str(key))
     return ".".join(reversed(parts)) or "(the value itself)"
+
+
+_INT_RANGE = (-(2**63), 2**64 - 1)
+
+
+def int_out_of_range(value: Any, where: Where = None, depth: int = 0) -> IntOutOfRangeError | None:
+    """The error naming the first int in ``value`` msgpack cannot hold, if any.
+
+    Only called after an encoder raised ``OverflowError``: the walk costs nothing on
+    the path that succeeds.
+    """
+    if type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
+        if not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+            shown = f"int {value}" if len(str(abs(value))) <= 30 else "an int"
+            return IntOutOfRangeError(where_text(where), shown)
+        return None
+    if depth > _MAX_DEPTH:
+        return None
+    items: Any = ()
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        items = enumerate(value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+    elif isinstance(value, msgspec.Struct):
+        items = ((name, getattr(value, name)) for name in value.__struct_fields__)
+    for key, item in items:
+        found = int_out_of_range(item, (where, key), depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 def type_name(cls: type) -> str:

@@ -63,7 +63,7 @@ from afk_local.storage.format.integrity import (
     record_digest,
     with_chain_links,
 )
-from afk_local.storage.format.journal_format import write_journal_file
+from afk_local.storage.format.journal_format import JournalSalvage, write_journal_file
 from afk_local.storage.format.layout import (
     CheckpointFile,
     RunPaths,
@@ -101,6 +101,7 @@ def fork_run(
     target: RunPaths,
     *,
     updates: Mapping[str, Any] | None = None,
+    salvage: JournalSalvage | None = None,
 ) -> None:
     """Create run ``target`` whose history is ``source``'s up to checkpoint ``at_seq``.
 
@@ -116,6 +117,11 @@ def fork_run(
             ``runtime_state`` at ``at_seq + 1``: the newest ``runtime_state`` at or before
             ``at_seq`` with these payload paths set (:mod:`.state_edit`), so resuming the
             fork continues from the edited state (LangGraph's ``update_state``).
+        salvage: the source's journal is damaged and this is what can be saved of it
+            (:func:`~afk_local.storage.format.journal_format.salvage_journal`): the fork's
+            journal is its whole intact prefix, plus, as intents only (in doubt), the
+            calls recorded after the damage; ``at_seq`` must have been taken within
+            the prefix (:func:`salvage_point` finds the newest such checkpoint).
 
     Raises:
         RunNotFoundError: no source run.
@@ -128,7 +134,7 @@ def fork_run(
     for attempt in range(_SNAPSHOT_ATTEMPTS):
         token = source.catalog.view_token()
         try:
-            _fork_once(source, at_seq, target, updates=updates)
+            _fork_once(source, at_seq, target, updates=updates, salvage=salvage)
             return
         except (FileNotFoundError, CheckpointCorruptionError) as exc:
             if isinstance(exc, CheckpointCorruptionError) and source.catalog.view_token() == token:
@@ -153,6 +159,7 @@ def _fork_once(
     target: RunPaths,
     *,
     updates: Mapping[str, Any] | None = None,
+    salvage: JournalSalvage | None = None,
 ) -> None:
     """One attempt of :func:`fork_run` against the source's files as listed now."""
     run_id, record_codec = source.run_id, source.record_codec
@@ -164,7 +171,7 @@ def _fork_once(
     target_id = target.run_id
     if target.dir.exists():
         raise RunExistsError(target_id, str(target.dir))
-    effects = _effects_until(source, at)
+    effects = _effects_until(source, at) if salvage is None else _salvaged(source, at, salvage)
     edited = _edited_state(source, files, updates) if updates else None
 
     env = source.env  # the store's I/O seam
@@ -194,6 +201,13 @@ def _fork_once(
         )
         if updates:
             extra["updated_paths"] = sorted(updates)
+        if salvage is not None:
+            extra["salvaged"] = {
+                "damage_offset": salvage.damage_offset,
+                "reason": salvage.reason,
+                "kept_records": len(salvage.kept),
+                "lost_records": len(salvage.after),
+            }
         if record_codec.signer is not None:
             extra = _signed_history(extra, run_id, at_seq)
         new_meta = RunMeta(
@@ -358,6 +372,38 @@ def _effects_until(source: RunReader, at: Checkpoint) -> list[Effect]:
             f"{len(records)}: the journal lost records. Run `afk-local verify {source.run_id}`"
         )
     return records[: at.journal_records]
+
+
+def salvage_point(source: RunReader, kept_records: int) -> int:
+    """The newest readable checkpoint taken with at most ``kept_records`` journal records.
+
+    Raises:
+        AfkLocalError: no checkpoint of the run qualifies.
+    """
+    for file in reversed(source.checkpoint_files()):
+        try:
+            record = source.load(file)
+        except CheckpointCorruptionError:
+            continue
+        if record.journal_records is not None and record.journal_records <= kept_records:
+            return file.seq
+    raise AfkLocalError(
+        f"run {source.run_id!r}: nothing to salvage: no readable checkpoint was taken "
+        f"within the intact part of its journal ({kept_records} records); start the job "
+        "anew with a new run id"
+    )
+
+
+def _salvaged(source: RunReader, at: Checkpoint, salvage: JournalSalvage) -> list[Effect]:
+    """The journal of a salvage fork: the intact prefix, then lost calls as open intents."""
+    if at.journal_records is None or at.journal_records > len(salvage.kept):
+        raise AfkLocalError(
+            f"run {source.run_id!r}: not salvaged: checkpoint {at.seq} was taken after the "
+            f"damage in {source.paths.journal} (byte {salvage.damage_offset}); leave out "
+            "--at to salvage from the newest checkpoint before it"
+        )
+    lost_intents = [r for r in salvage.after if r.kind == "intent"]
+    return [*salvage.kept, *lost_intents]
 
 
 def _effects_by_time(records: list[Effect], at: Checkpoint) -> list[Effect]:

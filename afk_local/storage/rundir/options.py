@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from afk_local.errors import InvalidStoreRootError
 from afk_local.storage.format.codec import (
     DEFAULT_LEVEL,
     DEFAULT_MAX_RECORD_BYTES,
@@ -136,9 +137,36 @@ def _max_record_bytes(environ: Mapping[str, str]) -> int:
 
 
 def default_root(environ: Mapping[str, str] | None = None) -> Path:
-    """``$AFK_LOCAL_ROOT`` if set, else ``./.afk``."""
+    """``$AFK_LOCAL_ROOT`` if set, else ``./.afk`` (checked and ``~``-expanded as
+    :func:`store_root` does)."""
+    return store_root(None, environ)
+
+
+def store_root(
+    root: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None
+) -> Path:
+    """THE one reading of a store root, for Python and the command line alike.
+
+    ``root`` if given, else ``$AFK_LOCAL_ROOT`` if set and not empty, else ``./.afk``;
+    a leading ``~`` is expanded (``Store("~/.afk")``, ``AFK_LOCAL_ROOT='~/x'``).
+
+    Raises:
+        InvalidStoreRootError: the root is empty, only whitespace, or holds a line
+            break or NUL: a mistake (a stray quote, a blank variable), never a directory
+            to create.
+    """
     environ = os.environ if environ is None else environ
-    return Path(environ.get(ROOT_ENV) or DEFAULT_ROOT)
+    if root is not None:
+        given, text = "the root given", os.fspath(root)
+    elif environ.get(ROOT_ENV):
+        given, text = ROOT_ENV, environ[ROOT_ENV]
+    else:
+        given, text = "the default", DEFAULT_ROOT
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    if not text.strip() or any(c in text for c in "\n\r\0"):
+        raise InvalidStoreRootError(text, given)
+    return Path(text).expanduser()
 
 
 def default_mirror_url(environ: Mapping[str, str] | None = None) -> str | None:

@@ -55,6 +55,21 @@ class VerifyReport:
         return not self.problems
 
 
+def special_checkpoint_names(run_dir: os.PathLike[str] | str) -> list[tuple[str, str]]:
+    """``(path, kind)`` for each name in ``run_dir`` that looks like a checkpoint but is a
+    FIFO, socket, device, directory or symlink: readers pass over it without opening it,
+    so whoever lists checkpoints (``verify``, ``log``) names it."""
+    found = []
+    with os.scandir(run_dir) as entries:
+        for entry in entries:
+            name = entry.name
+            if parse_checkpoint_name(name) is not None and not entry.is_file(follow_symlinks=False):
+                found.append(
+                    (entry.path, fsio.file_kind(entry.stat(follow_symlinks=False).st_mode))
+                )
+    return sorted(found)
+
+
 def verify_latest(
     paths: RunPaths,
     valid: Sequence[int],
@@ -257,16 +272,9 @@ def verify_cold(run: ColdRun) -> VerifyReport:
         )
     temps = []
     with os.scandir(run.paths.dir) as entries:
-        for entry in entries:
-            if entry.name.startswith(fsio.TEMP_PREFIX):
-                temps.append(entry.name)
-            elif parse_checkpoint_name(entry.name) is not None and not entry.is_file(
-                follow_symlinks=False
-            ):
-                kind = fsio.file_kind(entry.stat(follow_symlinks=False).st_mode)
-                report.problems.append(
-                    VerifyProblem(entry.path, f"is a {kind}, not a regular file (ignored)")
-                )
+        temps = [entry.name for entry in entries if entry.name.startswith(fsio.TEMP_PREFIX)]
+    for path, kind in special_checkpoint_names(run.paths.dir):
+        report.problems.append(VerifyProblem(path, f"is a {kind}, not a regular file (ignored)"))
     try:
         latest_mode = os.lstat(run.paths.latest).st_mode
     except OSError:
