@@ -63,9 +63,12 @@ from afk_local.testing.sweep import (
     record_effect,
 )
 
-try:
+# The fixtures exist only under pytest (which has always been imported by the time it
+# loads this plugin). A child process that imports this package to be killed
+# (run_and_kill, kill_sweep, the fuzzer) skips pytest's ~0.3 s import.
+if "pytest" in sys.modules:
     import pytest
-except ImportError:  # pragma: no cover - the fixture needs pytest, run_and_kill does not
+else:
     pytest = None  # type: ignore[assignment]
 
 KILL_POINTS = (
