@@ -39,7 +39,7 @@ def fee(item: str) -> int:
     return 1
 
 
-@afk.durable
+@afk.durable(on_code_change="replay")
 def checkout(ctx: afk.RunContext, items: list[str]) -> list[str]:
     receipts = []
     for n, item in enumerate(items):

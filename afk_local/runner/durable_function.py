@@ -119,8 +119,8 @@ class DurableFunction(Generic[R]):
         flush_timeout_s: float = 30.0,
         in_doubt: Any = None,
     ) -> None:
-        if on_code_change not in ("resume", "refuse"):
-            raise ValueError("on_code_change must be 'resume' or 'refuse'")
+        if on_code_change not in ("resume", "refuse", "replay"):
+            raise ValueError("on_code_change must be 'resume', 'refuse' or 'replay'")
         self.fn = fn
         self.store = store
         self.durability = validate_durability(durability)
@@ -400,9 +400,14 @@ class DurableFunction(Generic[R]):
             fingerprint=self.fingerprint,
             on_code_change=self.on_code_change,
         )
-        # The code must reproduce what the run journaled before anything runs for real:
-        # a divergence refuses here, before the lock, an attempt or any effect.
-        patches = check_before_resume(self.fn, store, meta, version=self.version)
+        # "replay": the code must reproduce what the run journaled before anything runs
+        # for real; a divergence refuses here, before the lock, an attempt or any effect.
+        # Opt-in: the check runs the body once more from the top (docs/runner.md).
+        patches = (
+            check_before_resume(self.fn, store, meta, version=self.version)
+            if self.on_code_change == "replay"
+            else {}
+        )
         run = store.resume_writer(run_id)
         try:
             meta = run.meta  # re-read under the lock: another process may have finished it
@@ -650,7 +655,11 @@ def durable(
         version: your version of the job's state; with :func:`migration`, old states upgrade.
         on_code_change: ``"resume"`` (warn and continue) or ``"refuse"``
             (:class:`~afk_local.errors.CodeChangedError`) when the job's source
-            changed since the run started.
+            changed since the run started; ``"replay"``: warn like ``"resume"``, and
+            before every resume replay the run's journal against the current code
+            (as ``afk-local replay`` does), refusing with
+            :class:`~afk_local.ReplayDivergence` before any effect when it diverges.
+            Use it with :meth:`~afk_local.RunContext.patched`.
         flush_timeout_s: bound on waiting for queued checkpoints before pause/end.
         in_doubt: default policy for steps a crash left in doubt (``"retry"``,
             ``"raise"`` or a callable); None: retry the steps whose function takes an

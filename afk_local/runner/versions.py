@@ -20,7 +20,7 @@ from afk_local.storage.format.records import RunMeta
 
 log = logging.getLogger("afk_local")
 
-OnCodeChange = Literal["resume", "refuse"]
+OnCodeChange = Literal["resume", "refuse", "replay"]
 StateMigration = Callable[[dict[str, Any]], dict[str, Any]]
 
 _MIGRATIONS: dict[tuple[str, str], StateMigration] = {}

@@ -70,14 +70,14 @@ def test_testing_replay_passes_on_v1_and_raises_on_a_renamed_step(
 def test_a_finished_run_must_give_its_result_again(
     afk_store: afk.Store, tmp_path: Path, code
 ) -> None:
-    @afk.durable(store=afk_store)
+    @afk.durable(store=afk_store, on_code_change="replay")
     def total(ctx: afk.RunContext) -> int:
         return ctx.step("n", lambda: 2) + 1
 
     total.run(run_id="t")
     assert afk_local.testing.replay(afk_store, "t").ok
 
-    @afk.durable(store=afk_store)
+    @afk.durable(store=afk_store, on_code_change="replay")
     def total_now(ctx: afk.RunContext) -> int:
         return ctx.step("n", lambda: 2) + 2
 
@@ -88,12 +88,12 @@ def test_a_finished_run_must_give_its_result_again(
 
 
 def test_a_step_the_code_no_longer_makes_is_a_divergence(afk_store: afk.Store, code) -> None:
-    @afk.durable(store=afk_store)
+    @afk.durable(store=afk_store, on_code_change="replay")
     def two(ctx: afk.RunContext) -> None:
         ctx.step("first", lambda: 1)
         ctx.step("second", lambda x: x, "kept")
 
-    @afk.durable(store=afk_store)
+    @afk.durable(store=afk_store, on_code_change="replay")
     def one(ctx: afk.RunContext) -> None:
         ctx.step("first", lambda: 1)
 
@@ -154,7 +154,7 @@ def test_a_kept_run_replays_as_a_regression_test(
 def test_replay_stops_where_a_resume_would_go_live(afk_store: afk.Store) -> None:
     """A loop with a pause: the replay serves the finished items and stops at the pause."""
 
-    @afk.durable(store=afk_store)
+    @afk.durable(store=afk_store, on_code_change="replay")
     def review(ctx: afk.RunContext) -> list[str]:
         seen = ctx.state.setdefault("seen", [])
         for i in ctx.iterate(range(2)):
@@ -172,7 +172,7 @@ def test_replay_stops_where_a_resume_would_go_live(afk_store: afk.Store) -> None
 
 
 def test_patch_ids_are_checked(afk_store: afk.Store) -> None:
-    @afk.durable(store=afk_store)
+    @afk.durable(store=afk_store, on_code_change="replay")
     def bad(ctx: afk.RunContext) -> bool:
         return ctx.patched("a/b")
 
@@ -189,7 +189,7 @@ def test_an_async_job_is_checked_before_it_resumes(afk_store: afk.Store) -> None
         calls.append(text)
         return text.upper()
 
-    @afk.durable(store=afk_store)
+    @afk.durable(store=afk_store, on_code_change="replay")
     async def mail(ctx: afk.RunContext) -> list[str]:
         first = await ctx.astep("send", send, code["greeting"])
         if code["fail"]:

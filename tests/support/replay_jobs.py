@@ -62,7 +62,7 @@ def _fee(ctx: afk.RunContext, item: str, code: str) -> None:
         say(f"FEE {item}")
 
 
-@afk.durable
+@afk.durable(on_code_change="replay")
 def checkout(ctx: afk.RunContext, items: list[str]) -> list[str]:
     """Charge every item (v2 and later: pay a fee first)."""
     code = os.environ.get("REPLAY_CODE", "v1")
