@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from afk_local.errors import EffectInDoubtError
+from afk_local.errors import EffectInDoubtError, UntrustedStoreError
 from afk_local.journal.journal import journal_of
 from afk_local.runner.durable_function import DurableFunction
 from afk_local.storage.ops.export import export_records, import_run, to_jsonable
 from afk_local.storage.ops.retention import RetentionPolicy
 from afk_local.storage.rundir.packing import pack_run
 from afk_local.storage.store import Store
+from afk_local.storage.store_identity import adopt_identity, home_problem
 from afk_local.testing.crashsim.jobs import (
     PADDING,
     batch_job,
@@ -90,7 +91,21 @@ class Workload:
         store = Store(root, key=self.key, head_dir=root.parent / HEADS_DIR)
         if store.heads is not None:
             _take_heads(root.parent / HEADS_DIR, store.heads.dir)
+        _take_home(store)
         return store
+
+
+def _take_home(store: Store) -> None:
+    """A crash state is the recorded store after a crash, at the path it had: its
+    identity names the recording's path, which a new process there would see as home.
+    Re-home it (as ``afk-local adopt`` would) so that the moved-store refusal does not
+    stand in for what the crash left; a damaged identity is left for the check."""
+    try:
+        moved = home_problem(store.root, store.codec.signer)
+    except UntrustedStoreError:
+        return
+    if moved is not None:
+        adopt_identity(store.root, store.codec.signer)
 
 
 def _take_heads(heads: Path, own: Path) -> None:
