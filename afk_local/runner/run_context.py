@@ -174,6 +174,15 @@ class RunContext(Reporting, DurableTime):
         scope.counters[name] = count
         return f"{scope.prefix}{name}#{count}"
 
+    def next_step_key(self, name: str) -> str:
+        """The key the next step named ``name`` will get here (``name#n``); nothing is taken.
+
+        An integration looks the key up in :attr:`effects` before it calls the step, to
+        tell in words what differs from a recorded call.
+        """
+        scope = self._scopes[-1]
+        return f"{scope.prefix}{name}#{scope.counters.get(name, 0) + 1}"
+
     def idempotency_key(self, name: str) -> str:
         """A stable key for an outside call named ``name`` here: equal across attempts."""
         return idempotency_key(self.run_id, f"{self._scopes[-1].prefix}{name}")
