@@ -126,6 +126,7 @@ class RunContext(Reporting, DurableTime):
         self._observations = observations
         self._tags: RunTags | None = None
         self._step_error: tuple[str, BaseException] | None = None
+        self._in_flight: set[asyncio.Future[Any]] = set()  # astep calls not ended yet
 
     def __repr__(self) -> str:
         return f"RunContext(run_id={self.run_id!r}, attempt={self.attempt}, steps={self._steps})"
@@ -304,7 +305,14 @@ class RunContext(Reporting, DurableTime):
 
             @functools.wraps(fn)
             def call_sync(*a: Any, **kw: Any) -> Any:
-                return asyncio.run_coroutine_threadsafe(coroutine_fn(*a, **kw), loop).result()
+                running = asyncio.run_coroutine_threadsafe(coroutine_fn(*a, **kw), loop)
+                try:
+                    return running.result()
+                except concurrent.futures.CancelledError:
+                    # Cancelled part-way (the loop shut down under it): it may or may not
+                    # have done its effect, so it stays in doubt, never a recorded error
+                    # that a resume would run again.
+                    raise asyncio.CancelledError from None
 
             target: Callable[..., Any] = call_sync
             # The thread waits for the coroutine, which runs on this loop and may need the
@@ -331,9 +339,30 @@ class RunContext(Reporting, DurableTime):
             retry=retry,
             limit=limit,
         )
-        result: R = await loop.run_in_executor(threads, step)
+        journaled = loop.run_in_executor(threads, step)
+        self._in_flight.add(journaled)
+        journaled.add_done_callback(self._in_flight.discard)
+        try:
+            result: R = await asyncio.shield(journaled)
+        except asyncio.CancelledError:
+            # Cancelled while the call runs (a parallel sibling failed): the call goes on
+            # in its thread, so wait until its outcome is journaled; left behind, it would
+            # be in doubt although it finished, or wait for a loop that no longer runs.
+            await _outlast_cancellation(journaled)
+            raise
         raise_deferred_stop()  # a Ctrl-C or SIGTERM that waited for this step's outcome
         return result
+
+    async def wait_for_steps(self) -> None:
+        """Wait until every :meth:`astep` call started in this event loop has ended.
+
+        A framework that cancels a running call and moves on (a parallel sibling failed)
+        leaves the call running in its thread; awaited here before the loop ends, its
+        outcome is journaled as it ends, rather than cut short by the loop's shutdown.
+        """
+        loop = asyncio.get_running_loop()
+        for journaled in [f for f in self._in_flight if f.get_loop() is loop]:
+            await _outlast_cancellation(journaled)
 
     # -- checkpoints and loops ------------------------------------------------------
 
@@ -498,3 +527,12 @@ class RunContext(Reporting, DurableTime):
 
 
 __all__ = ["NO_INPUT", "PAUSE_NAME", "RunContext", "set_step_hook"]
+
+
+async def _outlast_cancellation(journaled: asyncio.Future[Any]) -> None:
+    """Wait for a journaled call whose awaiter was cancelled to end, whatever its outcome."""
+    while not journaled.done():
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.shield(journaled)
+    if not journaled.cancelled():
+        journaled.exception()  # retrieved: its error is the call's, already journaled
