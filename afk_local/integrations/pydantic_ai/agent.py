@@ -81,8 +81,9 @@ class DurableAgent(JobSource, Generic[DepsT, OutputT]):
 
     Two ways to call it:
 
-    - in a job: ``durable_agent.run_sync(ctx, prompt, **kwargs)``: the calls are steps of
-      the job's run;
+    - in a job: ``durable_agent.run_sync(prompt, **kwargs)``, as pydantic-ai's own
+      ``run_sync`` (it finds the job it runs in), or ``run_sync(ctx, prompt, **kwargs)``:
+      the calls are steps of the job's run;
     - alone: ``durable_agent.run_sync(prompt, run_id="r1", store=None, **kwargs)``: the
       agent run is a run of its own, created or continued under ``run_id``; a finished
       run returns its stored result without calling the model. Another process
