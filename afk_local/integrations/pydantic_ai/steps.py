@@ -139,8 +139,9 @@ def _legacy_digests(context: ModelRequestContext) -> list[str]:
     replay hands back, so a step recorded in the attempt that asked is tried both ways.
     """
     messages = list(context.messages)
+    model_id = context.model_id or getattr(context.model, "model_id", None)
     stamped = [
-        dataclasses.replace(m, model_id=context.model_id)
+        dataclasses.replace(m, model_id=model_id)
         if isinstance(m, ModelResponse) and m.model_id is None
         else m
         for m in messages
