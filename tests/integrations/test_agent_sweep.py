@@ -5,7 +5,7 @@ its k-th durable I/O call. The run is then resumed by ``afk-local resume``, by
 ``afk-local watch --once`` or by the same call again (in turn, by k), and must end as the
 uninterrupted run did: the same result, every effect once (or a cut-short one reported
 in doubt, settled, and then not run again), every model request asked once unless a kill
-cut it short. ``--torture`` kills at every call; the default suite at a few
+cut it short. ``--torture`` kills at every call; the default suite at five
 (``kill_points``).
 
 The jobs: pydantic-ai's ``agent_job`` (three model requests, two tool calls, two of the
@@ -108,7 +108,7 @@ def test_an_agent_run_killed_at_any_durable_io_call_ends_as_the_uninterrupted_ru
     total = int(full.stdout.split()[-1])
     asked, done = model_log(files), effect_items(files)
 
-    for index, kill_at in enumerate(kill_points(total, 3)):
+    for index, kill_at in enumerate(kill_points(total, 5)):
         files, root = tmp_path / f"k{kill_at}", tmp_path / f"store-{kill_at}"
         env = environment(framework, files, root)
         killed = proc.run(script, str(kill_at), env=env)
