@@ -827,6 +827,34 @@ class AgentFailedError(RuntimeError):
 # worker can unpickle one without the extra that raised it being importable.
 
 
+class AgentRequestMismatchError(EffectMismatchError):
+    """A resumed agent run asks the model something else than the call it would replay.
+
+    Raised by the agent integrations (pydantic-ai's ``DurableAgent``, the Agents SDK's
+    ``DurableRunner``) before the recorded answer is handed back: ``differences`` says in
+    words what the request sends now that it did not then (a message, a tool, the output
+    type). An ``except EffectMismatchError`` catches it too.
+    """
+
+    def __init__(
+        self, run_id: str, key: str, differences: list[str], path: str | None = None
+    ) -> None:
+        self.run_id = run_id
+        self.key = key
+        self.differences = list(differences)
+        self.path = path
+        where = f" ({path})" if path else ""
+        what = "; ".join(self.differences) or "the request is not the one recorded"
+        # EffectMismatchError's own text speaks of hashes and forks: neither helps here.
+        AfkLocalError.__init__(
+            self,
+            f"run {run_id!r}: model call {key!r}{where} would replay an answer to another "
+            f"request: {what}. An agent run keeps no checkpoint between its model calls, so a "
+            "fork cannot redo this call: resume with the code, prompt and tools the run was "
+            "recorded with to finish it, or start a new run (another run id) with this code",
+        )
+
+
 class LLMHTTPError(AfkLocalError):
     """The chat-completions endpoint answered with an error or something unreadable."""
 

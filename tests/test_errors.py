@@ -84,6 +84,7 @@ _SAMPLES: dict[Any, Any] = {
     bool: True,
     BaseException: ValueError("boom"),
     dict[str, str]: {"r1": "ValueError: bad item"},
+    list[str]: ["a message differs", "a tool is new"],
     Any: {"question": ["a", 1]},
 }
 

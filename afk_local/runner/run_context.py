@@ -131,6 +131,7 @@ class RunContext(Reporting, DurableTime):
         self._tags: RunTags | None = None
         self._step_error: tuple[str, BaseException] | None = None
         self._patches = patches or {}  # decided by the replay check a resume ran first
+        self._in_flight: set[asyncio.Future[Any]] = set()  # astep calls not ended yet
 
     def __repr__(self) -> str:
         return f"RunContext(run_id={self.run_id!r}, attempt={self.attempt}, steps={self._steps})"
@@ -194,6 +195,15 @@ class RunContext(Reporting, DurableTime):
         count = scope.counters.get(name, 0) + 1
         scope.counters[name] = count
         return f"{scope.prefix}{name}#{count}"
+
+    def next_step_key(self, name: str) -> str:
+        """The key the next step named ``name`` will get here (``name#n``); nothing is taken.
+
+        An integration looks the key up in :attr:`effects` before it calls the step, to
+        tell in words what differs from a recorded call.
+        """
+        scope = self._scopes[-1]
+        return f"{scope.prefix}{name}#{scope.counters.get(name, 0) + 1}"
 
     def idempotency_key(self, name: str) -> str:
         """A stable key for an outside call named ``name`` here: equal across attempts."""
@@ -316,7 +326,14 @@ class RunContext(Reporting, DurableTime):
 
             @functools.wraps(fn)
             def call_sync(*a: Any, **kw: Any) -> Any:
-                return asyncio.run_coroutine_threadsafe(coroutine_fn(*a, **kw), loop).result()
+                running = asyncio.run_coroutine_threadsafe(coroutine_fn(*a, **kw), loop)
+                try:
+                    return running.result()
+                except concurrent.futures.CancelledError:
+                    # Cancelled part-way (the loop shut down under it): it may or may not
+                    # have done its effect, so it stays in doubt, never a recorded error
+                    # that a resume would run again.
+                    raise asyncio.CancelledError from None
 
             target: Callable[..., Any] = call_sync
             # The thread waits for the coroutine, which runs on this loop and may need the
@@ -343,9 +360,30 @@ class RunContext(Reporting, DurableTime):
             retry=retry,
             limit=limit,
         )
-        result: R = await loop.run_in_executor(threads, step)
+        journaled = loop.run_in_executor(threads, step)
+        self._in_flight.add(journaled)
+        journaled.add_done_callback(self._in_flight.discard)
+        try:
+            result: R = await asyncio.shield(journaled)
+        except asyncio.CancelledError:
+            # Cancelled while the call runs (a parallel sibling failed): the call goes on
+            # in its thread, so wait until its outcome is journaled; left behind, it would
+            # be in doubt although it finished, or wait for a loop that no longer runs.
+            await _outlast_cancellation(journaled)
+            raise
         raise_deferred_stop()  # a Ctrl-C or SIGTERM that waited for this step's outcome
         return result
+
+    async def wait_for_steps(self) -> None:
+        """Wait until every :meth:`astep` call started in this event loop has ended.
+
+        A framework that cancels a running call and moves on (a parallel sibling failed)
+        leaves the call running in its thread; awaited here before the loop ends, its
+        outcome is journaled as it ends, rather than cut short by the loop's shutdown.
+        """
+        loop = asyncio.get_running_loop()
+        for journaled in [f for f in self._in_flight if f.get_loop() is loop]:
+            await _outlast_cancellation(journaled)
 
     # -- checkpoints and loops ------------------------------------------------------
 
@@ -572,3 +610,12 @@ def _patch_id(patch_id: str) -> str:
 
 
 __all__ = ["NO_INPUT", "PAUSE_NAME", "RunContext", "set_step_hook"]
+
+
+async def _outlast_cancellation(journaled: asyncio.Future[Any]) -> None:
+    """Wait for a journaled call whose awaiter was cancelled to end, whatever its outcome."""
+    while not journaled.done():
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.shield(journaled)
+    if not journaled.cancelled():
+        journaled.exception()  # retrieved: its error is the call's, already journaled

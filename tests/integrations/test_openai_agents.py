@@ -7,6 +7,7 @@ test_openai_agents_pause.py (approvals), test_openai_agents_session.py (sessions
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -25,7 +26,7 @@ from agents.usage import Usage
 from openai_agents_procs import EXPECTED_OUTPUT
 
 import afk_local as afk
-from afk_local.errors import EffectMismatchError
+from afk_local.errors import AgentRequestMismatchError, EffectMismatchError
 from afk_local.integrations.openai_agents import DurableRunner, tool_idempotency_key
 from afk_local.integrations.openai_agents.responses import dump_response, load_response
 
@@ -106,8 +107,36 @@ def test_a_changed_conversation_is_refused_not_answered_from_the_journal(
 
     with pytest.raises(RuntimeError, match="planned failure"):
         job.run(run_id="changed")
-    with pytest.raises(EffectMismatchError, match=re.escape("openai-agents.model#1")):
+    with pytest.raises(EffectMismatchError, match=re.escape("openai-agents.model#1")) as caught:
         job.run(run_id="changed")
+    # in words, without hashes, and without fork advice that cannot help an agent run
+    assert caught.value.differences == [  # type: ignore[attr-defined]
+        "message 2 of 2, the user input 'record three items', is not the one the recorded call sent"
+    ]
+    assert not re.search(r"[0-9a-f]{16}", str(caught.value))
+
+
+def test_a_renamed_tool_is_a_mismatch_that_names_it(tmp_path: Path, effects_file: Path) -> None:
+    agent, _ = jobs.scripted_recorder()
+    renamed = agent.clone(tools=[dataclasses.replace(agent.tools[0], name="record_item")])
+    agents_by_attempt = [agent, renamed]
+
+    @afk.durable(store=afk.Store(tmp_path / "store"))
+    def job(ctx: afk.RunContext) -> str:
+        output = str(DurableRunner.run_sync(ctx, agents_by_attempt[0], "record").final_output)
+        if len(agents_by_attempt) == 2:
+            agents_by_attempt.pop(0)
+            raise RuntimeError("planned failure after the agent ran")
+        return output
+
+    with pytest.raises(RuntimeError, match="planned failure"):
+        job.run(run_id="renamed")
+    with pytest.raises(AgentRequestMismatchError) as caught:
+        job.run(run_id="renamed")
+    assert caught.value.differences == [
+        "tool 'record_item' is offered now, not then",
+        "tool 'record' was offered then, not now",
+    ]
 
 
 def test_run_needs_a_job_or_a_run_id_and_the_key_a_tool_call() -> None:

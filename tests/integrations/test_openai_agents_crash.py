@@ -80,7 +80,10 @@ def test_killed_agent_resumes_without_asking_the_model_again(tmp_path: Path) -> 
     (first,) = [
         e for e in reader.effects() if e.key == "openai-agents.model#1" and e.kind == "outcome"
     ]
-    assert json.loads(first.result)["output"][0]["call_id"] == "call-a"
+    assert json.loads(first.result["messages"])["output"][0]["call_id"] == "call-a"
+    # beside it, what decided the call: one digest per message, per tool, the output type
+    assert set(first.result["request"]) == {"messages", "tools", "output"}
+    assert list(first.result["request"]["tools"]) == ["record"]
 
 
 def test_a_plain_tool_killed_mid_call_is_reported_in_doubt(tmp_path: Path) -> None:

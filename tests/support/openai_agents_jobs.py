@@ -16,9 +16,11 @@ the model is asked; when a line equals
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -263,3 +265,51 @@ def scripted_recorder() -> tuple[Agent[Any], ScriptedModel]:
     """``recorder`` with a fresh :class:`ScriptedModel` that records two items (and the model)."""
     model = ScriptedModel(record_twice, "recorder")
     return recorder.clone(model=model), model
+
+
+# -- parallel tool calls, one of them failing (issue 39 item 3) -------------------------
+
+_effect_done = threading.Event()
+
+
+def both_tools(items: list[Any]) -> list[TResponseOutputItem]:
+    """Call ``record_slowly`` and ``explode`` at once, then report their results."""
+    done = tool_outputs(items, prefix="par-")
+    if not done:
+        return [
+            tool_call("record_slowly", {"item": "a"}, "par-record"),
+            tool_call("explode", {}, "par-explode"),
+        ]
+    return [message(" ".join(sorted(done)))]
+
+
+@function_tool
+async def record_slowly(item: str) -> str:
+    """Record ``item`` (the effect), then take a moment before answering."""
+    with open(os.environ["OA_EFFECTS"], "a", encoding="utf-8") as fh:
+        fh.write(f"{item}\n")
+    say(f"TOOL {item}")
+    _effect_done.set()
+    await asyncio.sleep(0.5)  # the sibling fails while this call is still in flight
+    return f"{item}-ok"
+
+
+@function_tool(failure_error_function=None)  # its error ends the run, not a message
+async def explode() -> str:
+    """With ``OA_EXPLODE`` set: fail once the sibling's effect happened."""
+    if os.environ.get("OA_EXPLODE"):
+        await asyncio.to_thread(_effect_done.wait, 60)
+        raise RuntimeError("explode failed while record_slowly was in flight")
+    return "explode-ok"
+
+
+parallel = Agent(
+    name="parallel", model=ScriptedModel(both_tools, "parallel"), tools=[record_slowly, explode]
+)
+
+
+@afk.durable
+def parallel_job(ctx: afk.RunContext) -> str:
+    """The parallel agent, durably: record_slowly's effect must happen once overall."""
+    set_step_hook(_on_step)
+    return str(DurableRunner.run_sync(parallel, "record and explode").final_output)

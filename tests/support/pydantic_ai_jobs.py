@@ -15,8 +15,10 @@ starts and ``TOOL <item>`` once a tool's effect happened; when a line equals
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -121,3 +123,51 @@ def approval_job(ctx: afk.RunContext) -> str:
     """Ships order 7 once a person approved it (the run pauses until then)."""
     result = DurableAgent(approval_agent).run_sync(ctx, "ship order 7")
     return str(result.output)
+
+
+# -- parallel tool calls, one of them failing (issue 39 item 2) -------------------------
+
+_effect_done = threading.Event()
+
+
+def both_tools(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """A model that calls ``record`` and ``explode`` at once, then reports their results."""
+    with open(os.environ["PAI_MODEL_LOG"], "a", encoding="utf-8") as fh:
+        fh.write(f"{len(messages)}\n")
+    returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+    if not returns:
+        record = ToolCallPart("record_slowly", {"item": "a"}, tool_call_id="call-record")
+        explode = ToolCallPart("explode", {}, tool_call_id="call-explode")
+        return ModelResponse(parts=[record, explode])
+    return ModelResponse(parts=[TextPart(" ".join(sorted(str(p.content) for p in returns)))])
+
+
+parallel_agent = Agent(FunctionModel(both_tools))
+
+
+@parallel_agent.tool_plain
+async def record_slowly(item: str) -> str:
+    """Record ``item`` (the effect), then take a moment before answering."""
+    with open(os.environ["PAI_EFFECTS"], "a", encoding="utf-8") as fh:
+        fh.write(f"{item}\n")
+    say(f"TOOL {item}")
+    _effect_done.set()
+    await asyncio.sleep(0.5)  # the sibling fails while this call is still in flight
+    return f"{item}-ok"
+
+
+@parallel_agent.tool_plain
+async def explode() -> str:
+    """With ``PAI_EXPLODE`` set: fail once the sibling's effect happened."""
+    if os.environ.get("PAI_EXPLODE"):
+        await asyncio.to_thread(_effect_done.wait, 60)
+        raise RuntimeError("explode failed while record_slowly was in flight")
+    return "explode-ok"
+
+
+@afk.durable
+def parallel_job(ctx: afk.RunContext) -> str:
+    """The parallel agent, durably: record_slowly's effect must happen once overall."""
+    set_step_hook(_on_step)
+    output: str = DurableAgent(parallel_agent).run_sync(ctx, "record and explode").output
+    return output

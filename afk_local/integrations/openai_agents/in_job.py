@@ -57,6 +57,9 @@ async def run_in_job(
             _answer_approvals(ctx, state, list(result.interruptions))
             result = await Runner.run(agent, state, **_continuation(kwargs))
     finally:
+        # the SDK waits only a moment for a tool call it cancelled (a sibling failed):
+        # each call's outcome is journaled as it ends, before this loop can end
+        await ctx.wait_for_steps()
         if owned:  # the Runner closes a provider it made; this one is ours to close
             await run_config.model_provider.aclose()
     return result

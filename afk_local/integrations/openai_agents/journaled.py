@@ -22,11 +22,13 @@ from agents.tool import FunctionTool, Tool
 from agents.tool_context import ToolContext
 from pydantic_core import to_jsonable_python
 
+from afk_local.integrations.agent_requests import REQUEST_KEY, check_request
 from afk_local.integrations.openai_agents.responses import (
     call_arguments,
     dump_response,
     load_response,
     request_digest,
+    request_fingerprint_of,
 )
 from afk_local.integrations.openai_agents.session import RunSession
 from afk_local.runner.run_context import RunContext
@@ -100,16 +102,25 @@ class JournaledModel(Model):
             "input": self._sent.new_items(named.get("input", [])),
         }
 
-        async def request(digest: str) -> bytes:
-            # the request is kept beside the response for `afk-local show`; replay
-            # reads only the response
-            return dump_response(await self._model.get_response(*args, **kwargs), asked)
+        fingerprint, described = request_fingerprint_of(named)
 
-        digest = request_digest(
+        async def request(argument: Any) -> dict[str, Any]:
+            # the request is kept beside the response for `afk-local show`, and what
+            # decided the call so that a mismatch can say what differs; replay reads
+            # only the response
+            response = dump_response(await self._model.get_response(*args, **kwargs), asked)
+            return {"messages": response, REQUEST_KEY: fingerprint}
+
+        legacy = request_digest(
             named["system_instructions"], named["input"], named["tools"], named["handoffs"]
         )
+        argument = check_request(
+            self._ctx, MODEL_STEP, fingerprint, describe=described, legacy=[legacy]
+        )
         # A model call reads: when a crash cut it short, asking again is harmless.
-        stored: bytes = await self._ctx.astep(MODEL_STEP, request, digest, idempotent=True)
+        stored: Any = await self._ctx.astep(MODEL_STEP, request, argument, idempotent=True)
+        if isinstance(stored, dict):  # older runs stored the response alone
+            stored = stored["messages"]
         return load_response(stored)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from agents import Handoff
 from agents.items import ModelResponse, TResponseOutputItem
-from agents.tool import Tool
+from agents.tool import FunctionTool, Tool
 from agents.usage import deserialize_usage, serialize_usage
 from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
+
+from afk_local.integrations.agent_requests import request_fingerprint
 
 _OUTPUT_ITEMS: TypeAdapter[list[TResponseOutputItem]] = TypeAdapter(list[TResponseOutputItem])
 
@@ -77,6 +79,54 @@ def request_digest(
     }
     stable = json.dumps(plain, sort_keys=True, separators=(",", ":"))
     return hashlib.blake2b(stable.encode(), digest_size=16).hexdigest()
+
+
+def request_fingerprint_of(named: dict[str, Any]) -> tuple[dict[str, Any], Callable[[int], str]]:
+    """What decides a model call (``Model.get_response``'s arguments by name), and a way to
+    say what message ``i`` of it is: the instructions first, then each input item as sent;
+    each tool (description, argument schema), each handoff (its target, its schema) and
+    the output schema."""
+    items = named.get("input")
+    listed = [{"role": "user", "content": items}] if isinstance(items, str) else list(items or ())
+    messages = [{"instructions": named.get("system_instructions")}]
+    messages += [to_jsonable_python(item, fallback=repr) for item in listed]
+    tools: dict[str, Any] = {}
+    for tool in named.get("tools") or ():
+        spec: dict[str, Any] = {"type": type(tool).__name__}
+        if isinstance(tool, FunctionTool):
+            spec.update(
+                description=tool.description,
+                parameters=tool.params_json_schema,
+                strict=tool.strict_json_schema,
+            )
+        tools[tool.name] = spec
+    for target in named.get("handoffs") or ():
+        tools[target.tool_name] = {
+            "handoff": target.agent_name,
+            "description": target.tool_description,
+            "parameters": target.input_json_schema,
+        }
+    schema = named.get("output_schema")
+    output = None if schema is None else {"type": schema.name(), "schema": schema.json_schema()}
+
+    def describe(index: int) -> str:
+        if index == 0:
+            return f"the instructions {_cut(str(named.get('system_instructions')))!r}"
+        item = messages[index]
+        kind = item.get("type") if isinstance(item, dict) else None
+        if isinstance(item, dict) and item.get("role") == "user":
+            return f"the user input {_cut(str(item.get('content')))!r}"
+        if kind == "function_call":
+            return f"the model's call of tool {item.get('name')!r}"
+        if kind == "function_call_output":
+            return f"the result of call {item.get('call_id')!r}"
+        return f"an input item of type {kind or type(item).__name__}"
+
+    return request_fingerprint(messages, tools, output), describe
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def call_arguments(tool_input: str) -> Any:

@@ -21,9 +21,12 @@ from pydantic_ai import DeferredToolRequests, DeferredToolResults
 from pydantic_ai.agent import AbstractAgent, AgentRunResult
 
 from afk_local.integrations.pydantic_ai.steps import APPROVAL_PAUSE, Journaled, approval_results
+from afk_local.runner.current import current_run_context
 from afk_local.runner.durable_function import DurableFunction
 from afk_local.runner.entrypoints import is_entrypoint, name_in_module
+from afk_local.runner.limits import Limit
 from afk_local.runner.resume import JobSource, StandaloneJob
+from afk_local.runner.retry import Retry
 from afk_local.runner.run_context import RunContext
 from afk_local.storage.store import StoreLike
 
@@ -39,6 +42,12 @@ _NOT_STREAMED = (
     "DurableAgent journals run() and run_sync() only: a streamed run ({method}) is not "
     "journaled, so a kill would lose it. Call run_sync()/run(), or use the wrapped agent "
     "(durable_agent.wrapped.{method}) knowing that it is not durable"
+)
+
+_NO_EVENT_STREAM = (
+    "DurableAgent does not journal the events an event_stream_handler is sent (a resumed "
+    "run would not send them again): run without event_stream_handler, or use the "
+    "wrapped agent (durable_agent.wrapped) knowing that it is not durable"
 )
 
 
@@ -72,8 +81,9 @@ class DurableAgent(JobSource, Generic[DepsT, OutputT]):
 
     Two ways to call it:
 
-    - in a job: ``durable_agent.run_sync(ctx, prompt, **kwargs)``: the calls are steps of
-      the job's run;
+    - in a job: ``durable_agent.run_sync(prompt, **kwargs)``, as pydantic-ai's own
+      ``run_sync`` (it finds the job it runs in), or ``run_sync(ctx, prompt, **kwargs)``:
+      the calls are steps of the job's run;
     - alone: ``durable_agent.run_sync(prompt, run_id="r1", store=None, **kwargs)``: the
       agent run is a run of its own, created or continued under ``run_id``; a finished
       run returns its stored result without calling the model. Another process
@@ -94,6 +104,10 @@ class DurableAgent(JobSource, Generic[DepsT, OutputT]):
         entrypoint: ``"module:name"`` of this object, for standalone runs that another
             process continues. Default: its name at the top level of the module that
             made it, when it has one.
+        model_retry: an ``afk.Retry`` for each model request: a failed try is journaled
+            with its error, the backoff is a durable sleep (``ctx.step(..., retry=)``).
+        model_limit: an ``afk.Limit`` each model request waits for a place under (shared
+            by every process of the store).
     """
 
     def __init__(
@@ -103,6 +117,8 @@ class DurableAgent(JobSource, Generic[DepsT, OutputT]):
         idempotent_tools: Iterable[str] = (),
         pause_for_approvals: bool = True,
         entrypoint: str | None = None,
+        model_retry: Retry | None = None,
+        model_limit: Limit | None = None,
     ) -> None:
         if entrypoint is not None and not is_entrypoint(entrypoint):
             raise ValueError(
@@ -113,6 +129,8 @@ class DurableAgent(JobSource, Generic[DepsT, OutputT]):
         self._idempotent_tools = frozenset(idempotent_tools)
         self._pause_for_approvals = pause_for_approvals
         self._entrypoint = entrypoint
+        self._model_retry = model_retry
+        self._model_limit = model_limit
         self._defined_in = _constructing_module()
         self._jobs: dict[str, StandaloneJob] = {}
 
@@ -148,7 +166,7 @@ class DurableAgent(JobSource, Generic[DepsT, OutputT]):
         call a step of ``ctx``); ``run(prompt, run_id=..., store=None, **kwargs)`` on its
         own (see the class docstring). Tool calls waiting for approval pause the run.
         """
-        ctx, user_prompt, run_id, store = _split(first, second, kwargs)
+        ctx, user_prompt, run_id, store = _split(self._agent, first, second, kwargs)
         if ctx is None:
             job, call = self._standalone(run_id, store, kwargs)
             token = _call.set(call)
@@ -193,7 +211,7 @@ class DurableAgent(JobSource, Generic[DepsT, OutputT]):
         **kwargs)`` on its own (see the class docstring). Tool calls waiting for approval
         pause the run.
         """
-        ctx, user_prompt, run_id, store = _split(first, second, kwargs)
+        ctx, user_prompt, run_id, store = _split(self._agent, first, second, kwargs)
         if ctx is None:
             job, call = self._standalone(run_id, store, kwargs)
             token = _call.set(call)
@@ -268,8 +286,8 @@ class DurableAgent(JobSource, Generic[DepsT, OutputT]):
         if run_id is None:
             raise TypeError(
                 "DurableAgent.run_sync outside an @afk.durable job needs run_id=...: the "
-                "id under which the run is created, and found again after a crash "
-                "(inside a job, pass the job's ctx first)"
+                "id under which the run is created, and found again after a crash (inside "
+                "a job it finds the job by itself, or takes the job's ctx first)"
             )
         entrypoint = self.find_entrypoint()
         reason = None
@@ -346,13 +364,17 @@ class DurableAgent(JobSource, Generic[DepsT, OutputT]):
                 "DurableAgent.run takes the durable job's afk.RunContext first, "
                 f"not {type(ctx).__name__}"
             )
-        return Journaled(ctx, self._idempotent_tools)
+        retry, limit = self._model_retry, self._model_limit
+        return Journaled(ctx, self._idempotent_tools, model_retry=retry, model_limit=limit)
 
 
 def _split(
-    first: Any, second: Any, kwargs: dict[str, Any]
+    agent: AbstractAgent[Any, Any], first: Any, second: Any, kwargs: dict[str, Any]
 ) -> tuple[RunContext | None, Any, str | None, StoreLike]:
     """``(ctx, user_prompt, run_id, store)`` of a call; pops ``user_prompt``/``run_id``/``store``.
+
+    ``ctx`` is the one given first, else (without ``run_id``) the running job's; None means
+    a standalone run under ``run_id``.
 
     Raises:
         TypeError: a second positional argument without a ctx, or ``run_id``/``store``
@@ -376,6 +398,13 @@ def _split(
             "inside an @afk.durable job the agent's calls are steps of the job's run: "
             "pass no run_id= or store= with ctx"
         )
+    if ctx is None and run_id is None and store is None:
+        # Called as pydantic-ai's run_sync(prompt) is, inside a job: the job's steps.
+        ctx = current_run_context()
+    if kwargs.get("event_stream_handler") is not None or (
+        getattr(agent, "event_stream_handler", None) is not None
+    ):
+        raise NotImplementedError(_NO_EVENT_STREAM)
     return ctx, user_prompt, run_id, store
 
 

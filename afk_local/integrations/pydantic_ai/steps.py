@@ -12,29 +12,44 @@ conversation back from these steps (:mod:`afk_local.storage.views.conversation`)
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic_ai import DeferredToolRequests, DeferredToolResults, ModelResponse, ToolDenied
+from pydantic_ai import (
+    DeferredToolRequests,
+    DeferredToolResults,
+    ModelResponse,
+    ModelRetry,
+    ToolDenied,
+)
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import (
     ValidatedToolArgs,
     WrapModelRequestHandler,
     WrapToolExecuteHandler,
 )
+from pydantic_ai.exceptions import ToolRetryError
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
+    RetryPromptPart,
+    SystemPromptPart,
     ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import RunContext as AgentRunContext
 from pydantic_ai.tools import ToolDefinition
 from pydantic_core import to_jsonable_python
 
+from afk_local.integrations.agent_requests import REQUEST_KEY, check_request, request_fingerprint
+from afk_local.runner.limits import Limit
+from afk_local.runner.retry import Retry
 from afk_local.runner.run_context import RunContext
 from afk_local.storage.views.conversation import PYDANTIC_AI_MODEL_STEP as MODEL_STEP
 from afk_local.storage.views.conversation import PYDANTIC_AI_TOOL_STEP as TOOL_STEP
@@ -42,6 +57,9 @@ from afk_local.storage.views.conversation import PYDANTIC_AI_TOOL_STEP as TOOL_S
 __all__ = ["APPROVAL_PAUSE", "Journaled", "approval_results", "tool_idempotency_key"]
 
 APPROVAL_PAUSE = "approval"
+
+# A tool step's outcome when the tool raised ModelRetry: the message for the model.
+_MODEL_RETRY = "afk_local.pydantic_ai.model_retry"
 
 # Keys that differ between two runs of the same conversation (when a message was
 # made, which run made it): left out of the digest that guards a replayed model call.
@@ -96,12 +114,10 @@ def approval_results(requests: DeferredToolRequests, answer: Any) -> DeferredToo
     return DeferredToolResults(approvals=dict(approvals))
 
 
-def _request_digest(messages: Sequence[ModelMessage]) -> str:
-    """A digest of the conversation a model request sends, without its volatile fields.
+def _legacy_digest(messages: Sequence[ModelMessage]) -> str:
+    """The digest afk_local journaled model steps with before request fingerprints.
 
-    The journal compares it on replay: a resumed run whose conversation before a model
-    call differs (the code, the prompt or a tool changed) stops with
-    ``EffectMismatchError`` instead of being handed an answer to another question.
+    Kept so that runs recorded then stay replayable (:func:`check_request`'s ``legacy``).
     """
     plain = ModelMessagesTypeAdapter.dump_python(list(messages), mode="json")
     stable = json.dumps(_without_volatile(plain), sort_keys=True, separators=(",", ":"))
@@ -116,12 +132,118 @@ def _without_volatile(value: Any) -> Any:
     return value
 
 
+def _legacy_digests(context: ModelRequestContext) -> list[str]:
+    """The legacy digests this request may have been recorded with.
+
+    pydantic-ai stamps ``model_id`` on the answers it asked for and not on those a
+    replay hands back, so a step recorded in the attempt that asked is tried both ways.
+    """
+    messages = list(context.messages)
+    model_id = context.model_id or getattr(context.model, "model_id", None)
+    stamped = [
+        dataclasses.replace(m, model_id=model_id)
+        if isinstance(m, ModelResponse) and m.model_id is None
+        else m
+        for m in messages
+    ]
+    return [_legacy_digest(messages), _legacy_digest(stamped)]
+
+
+def _as_sent(message: dict[str, Any]) -> dict[str, Any]:
+    """What of a message (pydantic-ai's JSON form) is sent to the model.
+
+    A request sends its parts and instructions; an answer in the history its parts.
+    Timestamps, run ids, usage, the model's name and id, provider details and metadata
+    are not sent, and a replayed answer does not carry all of them: left out.
+    """
+    parts = [{k: v for k, v in part.items() if k != "timestamp"} for part in message["parts"]]
+    sent: dict[str, Any] = {"kind": message["kind"], "parts": parts}
+    if message["kind"] == "request":
+        sent["instructions"] = message.get("instructions")
+    return sent
+
+
+def _tool_spec(tool: ToolDefinition) -> dict[str, Any]:
+    """What the model is told about a tool."""
+    return {
+        "description": tool.description,
+        "parameters": tool.parameters_json_schema,
+        "strict": tool.strict,
+        "kind": tool.kind,
+    }
+
+
+def request_fingerprint_of(context: ModelRequestContext) -> dict[str, Any]:
+    """The fingerprint (:func:`request_fingerprint`) of the request ``context`` is about to make."""
+    messages = ModelMessagesTypeAdapter.dump_python(list(context.messages), mode="json")
+    params = context.model_request_parameters
+    tools = {tool.name: _tool_spec(tool) for tool in params.function_tools}
+    output_tools = {tool.name: _tool_spec(tool) for tool in params.output_tools}
+    output = {
+        "mode": params.output_mode,
+        "object": to_jsonable_python(params.output_object, fallback=repr),
+        "tools": output_tools,
+        "text": params.allow_text_output,
+        "image": params.allow_image_output,
+    }
+    return request_fingerprint([_as_sent(m) for m in messages], tools, output)
+
+
+def _describe(messages: Sequence[ModelMessage]) -> Callable[[int], str]:
+    """``describe(i)``: message ``i`` in a few words, for a mismatch."""
+
+    def describe(index: int) -> str:
+        message = messages[index]
+        if isinstance(message, ModelResponse):
+            calls = [p.tool_name for p in message.parts if isinstance(p, ToolCallPart)]
+            if calls:
+                return f"the model's answer calling {', '.join(calls)}"
+            return f"the model's answer {_cut(message.text or '')!r}"
+        said: list[str] = []
+        for part in message.parts:
+            if isinstance(part, UserPromptPart):
+                said.append(f"the user prompt {_cut(str(part.content))!r}")
+            elif isinstance(part, ToolReturnPart):
+                said.append(f"the result of tool {part.tool_name!r}")
+            elif isinstance(part, RetryPromptPart):
+                said.append("a retry prompt")
+            elif isinstance(part, SystemPromptPart):
+                said.append(f"the system prompt {_cut(part.content)!r}")
+        if message.instructions:
+            said.append(f"the instructions {_cut(message.instructions)!r}")
+        return " and ".join(said) or "a request"
+
+    return describe
+
+
+def _retry_text(error: ToolRetryError) -> str | None:
+    """The message of the ``ModelRetry`` a tool raised (pydantic-ai hands it on wrapped)."""
+    content = error.tool_retry.content
+    return content if isinstance(content, str) else None
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class Journaled(AbstractCapability[Any]):
     """The capability that turns model requests and tool calls into steps of ``ctx``."""
 
-    def __init__(self, ctx: RunContext, idempotent_tools: frozenset[str]) -> None:
+    def __init__(
+        self,
+        ctx: RunContext,
+        idempotent_tools: frozenset[str],
+        *,
+        model_retry: Retry | None = None,
+        model_limit: Limit | None = None,
+    ) -> None:
         self._ctx = ctx
         self._idempotent_tools = idempotent_tools
+        self._model_step_options: dict[str, Any] = {}
+        if model_retry is not None:
+            self._model_step_options["retry"] = model_retry
+        if model_limit is not None:
+            self._model_step_options["limit"] = model_limit
 
     async def wrap_model_request(
         self,
@@ -132,17 +254,42 @@ class Journaled(AbstractCapability[Any]):
     ) -> ModelResponse:
         """Replay a journaled model response, or ask the model and journal its answer."""
 
-        async def request(digest: str) -> bytes:
-            response = await handler(request_context)
+        fingerprint = request_fingerprint_of(request_context)
+
+        handled = False
+
+        async def request(argument: Any) -> dict[str, Any]:
+            nonlocal handled
+            if not handled:
+                handled = True
+                response = await handler(request_context)
+            else:  # a retry (model_retry=): pydantic-ai's handler may be called only once
+                response = await request_context.model.request(
+                    request_context.messages,
+                    request_context.model_settings,
+                    request_context.model_request_parameters,
+                )
             # The request it answers is kept beside it so that `afk-local show` can tell
-            # the conversation from the journal alone; replay uses only the response.
+            # the conversation from the journal alone, and the fingerprint so that a
+            # mismatch can say what differs; replay uses only the response.
             asked = request_context.messages[-1:]
             kept = [m for m in asked if isinstance(m, ModelRequest)]
-            return ModelMessagesTypeAdapter.dump_json([*kept, response])
+            messages = ModelMessagesTypeAdapter.dump_json([*kept, response])
+            return {"messages": messages, REQUEST_KEY: fingerprint}
 
-        digest = _request_digest(request_context.messages)
+        argument = check_request(
+            self._ctx,
+            MODEL_STEP,
+            fingerprint,
+            describe=_describe(request_context.messages),
+            legacy=_legacy_digests(request_context),
+        )
         # A model request reads: when a crash cut it short, asking again is harmless.
-        stored: bytes = await self._ctx.astep(MODEL_STEP, request, digest, idempotent=True)
+        stored: Any = await self._ctx.astep(
+            MODEL_STEP, request, argument, idempotent=True, **self._model_step_options
+        )
+        if isinstance(stored, dict):  # older runs stored the messages alone
+            stored = stored["messages"]
         response = ModelMessagesTypeAdapter.validate_json(stored)[-1]
         if not isinstance(response, ModelResponse):  # only a corrupt journal gets here
             raise TypeError(f"journaled model step holds a {type(response).__name__}")
@@ -163,6 +310,13 @@ class Journaled(AbstractCapability[Any]):
             token = _idempotency_key.set(idempotency_key)
             try:
                 return to_jsonable_python(await handler(args))
+            except (ModelRetry, ToolRetryError) as retry:
+                # The tool's answer to the model ("try again, because..."), not a failure:
+                # journaled as its outcome, so what the tool did before it is not repeated.
+                message = retry.message if isinstance(retry, ModelRetry) else _retry_text(retry)
+                if message is None:
+                    raise
+                return {_MODEL_RETRY: message}
             finally:
                 _idempotency_key.reset(token)
 
@@ -170,4 +324,9 @@ class Journaled(AbstractCapability[Any]):
         # come from a (replayed) model response and are the same on every attempt.
         name = f"{TOOL_STEP}.{call.tool_name}.{call.tool_call_id}"
         idempotent = call.tool_name in self._idempotent_tools
-        return await self._ctx.astep(name, execute, to_jsonable_python(args), idempotent=idempotent)
+        result = await self._ctx.astep(
+            name, execute, to_jsonable_python(args), idempotent=idempotent
+        )
+        if isinstance(result, dict) and result.keys() == {_MODEL_RETRY}:
+            raise ModelRetry(result[_MODEL_RETRY])
+        return result

@@ -148,7 +148,13 @@ def _tool_result(name: str, prefix: str, outcome: Any) -> dict[str, Any]:
 
 
 def _stored_json(stored: Any) -> tuple[Any, dict[str, Any] | None]:
-    """A model step's stored JSON, parsed; or ``(None, an "unreadable" entry)``."""
+    """A model step's stored JSON, parsed; or ``(None, an "unreadable" entry)``.
+
+    A step holds the JSON itself, or (since model steps keep what decided the call
+    beside it) a map whose ``"messages"`` is that JSON.
+    """
+    if isinstance(stored, dict):
+        stored = stored.get("messages")
     if isinstance(stored, str):
         stored = stored.encode()
     if not isinstance(stored, bytes):
