@@ -45,7 +45,7 @@ RUN_PREFIX = "fanout-"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _NAME_MAX = 100  # leaves room for the prefix and the index within the 128 characters of a run id
 _LOG_INTERVAL_S = 5.0
-TARGET_TASK_S = 0.1
+TARGET_TASK_S = 0.5
 """How long the default chunking aims to keep one task busy (amortising each task's overhead)."""
 MAX_ITEMS_PER_TASK = 64
 """The most runs the default chunking puts in one task (each runs on its own thread)."""
@@ -344,11 +344,11 @@ class ChunkPlanner:
 
     The first tasks run one item each. As tasks finish, :meth:`observe` learns the
     cost of one item (a task's seconds on its worker over its items, smoothed); the
-    next task gets about ``target_s`` worth of items, at most twice the previous
-    task's and ``max_items``, and never so many that fewer than two tasks per worker
-    slot remain for the rest (so the last tasks still spread over the workers).
-    Expensive items (one costs ``target_s`` or more) and short lists (two tasks per
-    slot or fewer) stay at one item per task. The engine keeps :attr:`window`
+    next task gets about ``target_s`` worth of items, at most four times the previous
+    task's and ``max_items``, and never more than a worker slot's share of the items
+    left (so no task outlasts ``target_s`` by much and the last ones still spread over
+    the workers). Expensive items (one costs ``target_s`` or more) and short lists
+    (two tasks per slot or fewer) stay at one item per task. The engine keeps :attr:`window`
     tasks in flight and asks :meth:`take` for the next as each one finishes.
 
     Args:
@@ -362,7 +362,7 @@ class ChunkPlanner:
         ([0], [1])
         >>> planner.observe(1, 0.005)  # cheap items: the next tasks grow
         >>> planner.take()
-        [2, 3]
+        [2, 3, 4, 5]
     """
 
     def __init__(
@@ -399,8 +399,8 @@ class ChunkPlanner:
         size = 1
         if self.cost_s is not None:
             wanted = int(self.target_s / self.cost_s) if self.cost_s > 0 else self.max_items
-            grown = 2 * self.sizes[-1] if self.sizes else 1
-            balanced = left // (2 * self.slots)
+            grown = 4 * self.sizes[-1] if self.sizes else 1
+            balanced = -(-left // self.slots)  # every slot still gets a share of the rest
             size = max(1, min(wanted, grown, balanced, self.max_items))
         chunk = self.todo[self._next : self._next + size]
         self._next += len(chunk)

@@ -25,7 +25,7 @@ from fanout_jobs import expected, lines, pair, tally
 
 import afk_local as afk
 from afk_local.cli.main import main as cli_main
-from afk_local.integrations.fanout import FanOutError
+from afk_local.integrations.fanout import TARGET_TASK_S, FanOutError
 
 # Checked without importing Dask: every xdist worker collects this module, and
 # only the one that runs it should pay for the import.
@@ -277,16 +277,16 @@ def test_default_chunks_many_cheap_items_with_the_results_and_run_ids_of_one_per
 
 
 def test_default_runs_few_or_expensive_items_one_per_task(client, tmp_path, caplog):
-    """Four items (two per worker thread) and ten items that each take 0.2 s: one per task."""
+    """Four items (two per worker thread), and six that each take TARGET_TASK_S: one per task."""
     caplog.set_level(logging.DEBUG, logger="afk_local")
     assert map_durable_quiet(pair, range(4), store=tmp_path / "few", client=client) == [
         [x, x * x] for x in range(4)
     ]
     assert chunking(caplog) == [4, 4, 1, 1]
     caplog.clear()
-    _, items = items_for(tmp_path, 10)
+    _, items = items_for(tmp_path, 6)
     for item in items:
-        item.update(steps=1, sleep_s=0.2)
+        item.update(steps=1, sleep_s=TARGET_TASK_S)
     results = map_durable_quiet(tally, items, store=tmp_path / "slow", client=client)
     assert results == [expected(item) for item in items]
-    assert chunking(caplog) == [10, 10, 1, 1]
+    assert chunking(caplog) == [6, 6, 1, 1]

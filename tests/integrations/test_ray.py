@@ -20,7 +20,7 @@ import pytest
 from fanout_jobs import expected, lines, pair, tally
 
 import afk_local as afk
-from afk_local.integrations.fanout import FanOutError
+from afk_local.integrations.fanout import TARGET_TASK_S, FanOutError
 
 # Checked without importing Ray: every xdist worker collects this module, and
 # only the one that runs it should pay for the import.
@@ -213,7 +213,7 @@ def test_default_chunks_cheap_items_and_keeps_few_or_expensive_ones_one_per_task
     ray_cluster, tmp_path, caplog
 ):
     """No items_per_task: 80 cheap runs go out in fewer, larger tasks, with the results
-    and run ids of items_per_task=1; four items, or six that take 0.2 s each, one per task."""
+    and run ids of items_per_task=1; four items, or six taking TARGET_TASK_S each: one per task."""
     caplog.set_level(logging.DEBUG, logger="afk_local")
     items = list(range(80))
     chunked = map_durable(pair, items, store=tmp_path / "default", progress=False)
@@ -235,7 +235,7 @@ def test_default_chunks_cheap_items_and_keeps_few_or_expensive_ones_one_per_task
     caplog.clear()
     _, slow = items_for(tmp_path, 6)
     for item in slow:
-        item.update(steps=1, sleep_s=0.2)
+        item.update(steps=1, sleep_s=TARGET_TASK_S)
     results = map_durable(tally, slow, store=tmp_path / "slow", progress=False)
     assert results == [expected(item) for item in slow]
     assert chunking(caplog) == [6, 6, 1, 1]
