@@ -1,8 +1,9 @@
 """Many durable runs on a Dask cluster (extra ``[dask]``): :func:`map_durable`.
 
-Each item is one durable run and one Dask task. Dask schedules the tasks and
-re-runs those whose worker died; a re-run task resumes its run from the last
-checkpoint, so finished ``ctx.step`` calls are replayed, never repeated.
+Each item is one durable run; by default the first tasks run one item each and
+later ones more while the items prove cheap (``items_per_task=N``: N runs share
+each task). Dask schedules the tasks and re-runs those whose worker died; a
+re-run task resumes its runs from their last checkpoints, so finished ``ctx.step`` calls are replayed, never repeated.
 Storage is a directory every worker sees (docs/fanout.md says what that asks
 of a network filesystem).
 
