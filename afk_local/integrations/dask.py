@@ -3,9 +3,9 @@
 Each item is one durable run; by default the first tasks run one item each and
 later ones more while the items prove cheap (``items_per_task=N``: N runs share
 each task). Dask schedules the tasks and re-runs those whose worker died; a
-re-run task resumes its runs from their last checkpoints, so finished ``ctx.step`` calls are replayed, never repeated.
-Storage is a directory every worker sees (docs/fanout.md says what that asks
-of a network filesystem).
+re-run task resumes its runs from their last checkpoints, so finished
+``ctx.step`` calls are replayed, never repeated. Storage is a directory every
+worker sees (docs/fanout.md says what that asks of a network filesystem).
 
 Example:
     >>> from distributed import Client  # doctest: +SKIP
