@@ -1,7 +1,7 @@
 """Fan-out on Dask: 200 short durable runs through map_durable vs plain client.map.
 
     python benchmarks/bench_fanout.py [--items 200] [--work-ms 0 10] [--repeat 3] [--dir DIR]
-        [--items-per-task 1 16]
+        [--items-per-task default 1 16]
 
 A Dask LocalCluster of 2 worker processes (1 thread each, loopback). Each item
 is one call of ``work(x)``, which spins for ``--work-ms`` of CPU and returns
@@ -9,9 +9,10 @@ is one call of ``work(x)``, which spins for ``--work-ms`` of CPU and returns
 durable form is ``map_durable(square, items)``, where ``square`` is the same
 call inside one ``ctx.step``: per item a run directory with its lock and meta,
 its ``run_terminal`` checkpoint and the step's intent and outcome, 7 fsyncs
-(durability "sync"). It runs once per ``--items-per-task`` value (1: one Dask task
-per item, as ``client.map``; more: a task runs that many runs at once on threads,
-so their fsyncs overlap). A second ``map_durable`` over the same runs finds them
+(durability "sync"). It runs once per ``--items-per-task`` value (``default``: no
+``items_per_task``, map_durable chooses the chunking itself; 1: one Dask task per
+item, as ``client.map``; more: a task runs that many runs at once on threads, so
+their fsyncs overlap). A second ``map_durable`` over the same runs finds them
 completed and returns the stored results. Each measurement takes the median of
 ``--repeat`` rounds, the forms interleaved, each durable round on a fresh store.
 Print the machine's load with the numbers: fsyncs queue behind other processes'.
@@ -69,7 +70,13 @@ def main() -> None:
     parser.add_argument("--work-ms", type=float, nargs="+", default=[0.0, 10.0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", default=None, help="where the stores go (default: a temp dir)")
-    parser.add_argument("--items-per-task", type=int, nargs="+", default=[1, 16])
+    parser.add_argument(
+        "--items-per-task",
+        type=lambda v: None if v == "default" else int(v),
+        nargs="+",
+        default=[None, 1, 16],
+        help="'default' (map_durable chooses) or a number of items per task",
+    )
     args = parser.parse_args()
 
     rows = []
@@ -92,8 +99,8 @@ def main() -> None:
             expected = [i * i for i in range(args.items)]
             per_task = args.items_per_task
             base: list[float] = []
-            first: dict[int, list[float]] = {k: [] for k in per_task}
-            again: dict[int, list[float]] = {k: [] for k in per_task}
+            first: dict[int | None, list[float]] = {k: [] for k in per_task}
+            again: dict[int | None, list[float]] = {k: [] for k in per_task}
             for round_ in range(args.repeat):
                 seconds, out = timed(plain, client, items)
                 assert out == expected
@@ -117,7 +124,7 @@ def main() -> None:
             for k in per_task:
                 f, a = statistics.median(first[k]), statistics.median(again[k])
                 extra_ms = (f - b) / args.items * 2 * 1000  # 2 workers run in parallel
-                how = "map_durable" + ("" if k == 1 else f", items_per_task={k}")
+                how = "map_durable" + (", default" if k is None else f", items_per_task={k}")
                 rows += [
                     [
                         f"{work_ms:g}",

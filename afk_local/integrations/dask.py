@@ -1,10 +1,11 @@
 """Many durable runs on a Dask cluster (extra ``[dask]``): :func:`map_durable`.
 
-Each item is one durable run and one Dask task. Dask schedules the tasks and
-re-runs those whose worker died; a re-run task resumes its run from the last
-checkpoint, so finished ``ctx.step`` calls are replayed, never repeated.
-Storage is a directory every worker sees (docs/fanout.md says what that asks
-of a network filesystem).
+Each item is one durable run; by default the first tasks run one item each and
+later ones more while the items prove cheap (``items_per_task=N``: N runs share
+each task). Dask schedules the tasks and re-runs those whose worker died; a
+re-run task resumes its runs from their last checkpoints, so finished
+``ctx.step`` calls are replayed, never repeated. Storage is a directory every
+worker sees (docs/fanout.md says what that asks of a network filesystem).
 
 Example:
     >>> from distributed import Client  # doctest: +SKIP
@@ -16,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import uuid
 from collections.abc import Callable, Iterable
@@ -31,6 +33,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from afk_local.integrations.fanout import (
     ChunkOutcomes,
+    ChunkPlanner,
     FanOutError,
     FanOutProgress,
     SharedDirectory,
@@ -42,11 +45,14 @@ from afk_local.integrations.fanout import (
     portable_job,
     run_task,
     run_tasks,
+    run_timed_tasks,
     task_chunks,
     worker_store,
 )
 from afk_local.integrations.fanout_results import client_store, completed_results
 from afk_local.storage.store import Store
+
+log = logging.getLogger("afk_local")
 
 
 def map_durable(
@@ -58,7 +64,7 @@ def map_durable(
     client: distributed.Client | None = None,
     retries: int = 0,
     progress: bool = True,
-    items_per_task: int = 1,
+    items_per_task: int | None = None,
 ) -> list[Any]:
     """Run ``fn(ctx, item)`` as one durable run per item on Dask; the results in item order.
 
@@ -88,15 +94,19 @@ def map_durable(
         retries: how often Dask re-runs a task whose run raised; each retry resumes
             the failed run (attempt + 1, finished steps replayed). Default 0.
         progress: one progress bar for all runs (tqdm when installed, else log lines).
-        items_per_task: items per Dask task (default 1: one task per item, like
-            ``client.map``). With more, a task runs its items' runs at once, each on its
-            own thread of the worker, so that their fsyncs overlap and the filesystem
-            commits them together: for many small items the runs cost far less (see
-            docs/fanout.md). Every run keeps every guarantee; what changes is that up to
-            this many items run at the same time in one worker process (mind their
-            memory and ``fn``'s thread safety), that a worker's death re-runs the whole
-            task (its completed runs return their stored results), and that ``retries``
-            are made inside the task.
+        items_per_task: items per Dask task. Default (None): chosen as the fan-out
+            goes (:class:`~afk_local.integrations.fanout.ChunkPlanner`): one item per
+            task at first and for expensive items or short lists, more per task while
+            items prove cheap, keeping two tasks per worker thread for balance. ``1``:
+            always one task per item, like ``client.map``. With more than one, a task
+            runs its items' runs at once, each on its own thread of the worker, so that
+            their fsyncs overlap and the filesystem commits them together: for many
+            small items the runs cost far less (see docs/fanout.md). Every run keeps
+            every guarantee; what changes is that several items may run at the same
+            time in one worker process (mind their memory and ``fn``'s thread safety),
+            that a worker's death re-runs the whole task (its completed runs return
+            their stored results), and that ``retries`` are made inside the task
+            (also by default).
 
     Returns:
         Each run's result, in the order of ``items``.
@@ -105,7 +115,8 @@ def map_durable(
         FanOutError: some runs failed, paused or were lost with their workers;
             it names each one's run id. Every other run completed.
     """
-    check_items_per_task(items_per_task)
+    if items_per_task is not None:
+        check_items_per_task(items_per_task)
     job = portable_job(fn)
     items = list(items)
     ids = fanout_run_ids(job, items, run_id)
@@ -122,6 +133,21 @@ def map_durable(
                 "map_durable needs a Dask client: pass client=distributed.Client(...) or "
                 "create one first (it becomes the default)"
             ) from None
+    if items_per_task is None:
+        planner = ChunkPlanner(todo, _slots(client))
+        results.update(
+            _run_planned(
+                client,
+                job,
+                site,
+                items=items,
+                ids=ids,
+                planner=planner,
+                retries=retries,
+                progress=progress,
+            )
+        )
+        return [results[index] for index in range(len(items))]
     if items_per_task > 1:
         chunks = task_chunks(todo, items_per_task)
         results.update(
@@ -209,6 +235,64 @@ def _run_chunks(
     finally:
         outcomes.bar.close()
     return outcomes.completed()
+
+
+def _run_planned(
+    client: distributed.Client,
+    job: Any,
+    site: WorkerStore,
+    *,
+    items: list[Any],
+    ids: list[str],
+    planner: ChunkPlanner,
+    retries: int,
+    progress: bool,
+) -> dict[int, Any]:
+    """The default chunking: tasks sized by ``planner`` as earlier ones finish; results by position.
+
+    Raises:
+        FanOutError: naming each run that did not complete (a lost task: all of its runs).
+    """
+    desc = f"map_durable {job_name(job)}"
+    outcomes = ChunkOutcomes(ids, [planner.todo], desc, progress=progress)
+    chunk_of: dict[Any, list[int]] = {}
+    pending = distributed.as_completed()  # type: ignore[no-untyped-call]
+
+    def fill() -> None:
+        while len(chunk_of) < planner.window and (chunk := planner.take()) is not None:
+            future = client.submit(
+                functools.partial(run_timed_tasks, retries=retries),
+                job,
+                site,
+                [items[index] for index in chunk],
+                [ids[index] for index in chunk],
+                key=f"{ids[chunk[0]]}-{len(chunk)}-{uuid.uuid4().hex}",
+                pure=False,
+            )
+            chunk_of[future.key] = chunk
+            pending.add(future)  # type: ignore[no-untyped-call]
+
+    try:
+        fill()
+        for future in pending:
+            chunk = chunk_of.pop(future.key)
+            if future.status != "finished":
+                outcomes.lost(chunk, _why(future))
+            else:
+                seconds, settled = future.result()
+                planner.observe(len(chunk), seconds)
+                outcomes.settled(chunk, settled)
+            fill()
+    finally:
+        outcomes.bar.close()
+    log.debug("%s: %s", desc, planner.summary())
+    return outcomes.completed()
+
+
+def _slots(client: distributed.Client) -> int:
+    """How many tasks the cluster runs at once: its workers' threads (at least 1)."""
+    workers = client.scheduler_info().get("workers", {})
+    return max(1, sum(int(w.get("nthreads", 1)) for w in workers.values()))
 
 
 def _why(future: distributed.Future[Any]) -> str:

@@ -45,6 +45,10 @@ RUN_PREFIX = "fanout-"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _NAME_MAX = 100  # leaves room for the prefix and the index within the 128 characters of a run id
 _LOG_INTERVAL_S = 5.0
+TARGET_TASK_S = 0.5
+"""How long the default chunking aims to keep one task busy (amortising each task's overhead)."""
+MAX_ITEMS_PER_TASK = 64
+"""The most runs the default chunking puts in one task (each runs on its own thread)."""
 
 
 @runtime_checkable
@@ -303,6 +307,116 @@ def run_tasks(
         return list(pool.map(one, range(len(items))))
 
 
+def run_timed_tasks(
+    job: DurableFunction[Any],
+    site: WorkerStore,
+    items: Sequence[Any],
+    run_ids: Sequence[str],
+    *,
+    retries: int = 0,
+) -> tuple[float, list[tuple[bool, Any]]]:
+    """:func:`run_tasks`, and the seconds it took on the worker (what :class:`ChunkPlanner` learns).
+
+    Example:
+        >>> run_timed_tasks(resize, worker_store(root), ["a.jpg"], ["r-a"])  # doctest: +SKIP
+        (0.012, [(True, 'a-thumb.jpg')])
+    """
+    start = time.perf_counter()
+    if len(items) == 1 and len(run_ids) == 1:  # no thread pool for a task of one run
+
+        def one() -> tuple[bool, Any]:
+            for attempt in range(retries + 1):
+                try:
+                    return True, run_task(job, site, items[0], run_ids[0])
+                except RunFailed as exc:
+                    if attempt == retries:
+                        return False, exc
+            raise AssertionError("unreachable")  # pragma: no cover
+
+        outcomes = [one()]
+    else:
+        outcomes = run_tasks(job, site, items, run_ids, retries=retries)
+    return time.perf_counter() - start, outcomes
+
+
+class ChunkPlanner:
+    """The default chunking of a fan-out: which item positions the next task runs.
+
+    The first tasks run one item each. As tasks finish, :meth:`observe` learns the
+    cost of one item (a task's seconds on its worker over its items, smoothed); the
+    next task gets about ``target_s`` worth of items, at most four times the previous
+    task's and ``max_items``, and never more than a worker slot's share of the items
+    left (so no task outlasts ``target_s`` by much and the last ones still spread over
+    the workers). Expensive items (one costs ``target_s`` or more) and short lists
+    (two tasks per slot or fewer) stay at one item per task. The engine keeps :attr:`window`
+    tasks in flight and asks :meth:`take` for the next as each one finishes.
+
+    Args:
+        todo: the positions of the items still to run, in order.
+        slots: how many tasks the cluster runs at once (its workers' threads).
+        target_s / max_items: see :data:`TARGET_TASK_S` and :data:`MAX_ITEMS_PER_TASK`.
+
+    Example:
+        >>> planner = ChunkPlanner(range(100), slots=2)
+        >>> planner.take(), planner.take()
+        ([0], [1])
+        >>> planner.observe(1, 0.005)  # cheap items: the next tasks grow
+        >>> planner.take()
+        [2, 3, 4, 5]
+    """
+
+    def __init__(
+        self,
+        todo: Sequence[int],
+        slots: int,
+        *,
+        target_s: float = TARGET_TASK_S,
+        max_items: int = MAX_ITEMS_PER_TASK,
+    ) -> None:
+        self.todo = list(todo)
+        """The positions of the items to run, in order."""
+        self._next = 0
+        self.slots = max(1, slots)
+        self.window = 2 * self.slots
+        """How many tasks the engine keeps submitted and unfinished."""
+        self.target_s = target_s
+        self.max_items = max(1, max_items)
+        self.cost_s: float | None = None
+        """The smoothed seconds one item costs, once a task finished."""
+        self.sizes: list[int] = []
+        """How many items each task taken so far got, in order."""
+
+    def observe(self, items: int, seconds: float) -> None:
+        """A task of ``items`` runs took ``seconds`` on its worker."""
+        per_item = max(seconds, 0.0) / max(1, items)
+        self.cost_s = per_item if self.cost_s is None else (self.cost_s + per_item) / 2
+
+    def take(self) -> list[int] | None:
+        """The positions of the next task's items, or None when every item was taken."""
+        left = len(self.todo) - self._next
+        if left <= 0:
+            return None
+        size = 1
+        if self.cost_s is not None:
+            wanted = int(self.target_s / self.cost_s) if self.cost_s > 0 else self.max_items
+            grown = 4 * self.sizes[-1] if self.sizes else 1
+            balanced = -(-left // self.slots)  # every slot still gets a share of the rest
+            size = max(1, min(wanted, grown, balanced, self.max_items))
+        chunk = self.todo[self._next : self._next + size]
+        self._next += len(chunk)
+        self.sizes.append(len(chunk))
+        return chunk
+
+    def summary(self) -> str:
+        """``N runs in T tasks of A-B items``: for the debug log."""
+        if not self.sizes:
+            return "no tasks"
+        return (
+            f"{sum(self.sizes)} runs in {len(self.sizes)} tasks of "
+            f"{min(self.sizes)}-{max(self.sizes)} items"
+        )
+
+
 def check_items_per_task(items_per_task: int) -> None:
     """Refuse an ``items_per_task`` below 1 (ValueError), before a fan-out reads or starts anything.
 
@@ -455,8 +569,11 @@ class ChunkOutcomes:
 
 
 __all__ = [
+    "MAX_ITEMS_PER_TASK",
     "RUN_PREFIX",
+    "TARGET_TASK_S",
     "ChunkOutcomes",
+    "ChunkPlanner",
     "FanOutError",
     "FanOutProgress",
     "RunFailed",
@@ -470,6 +587,7 @@ __all__ = [
     "portable_job",
     "run_task",
     "run_tasks",
+    "run_timed_tasks",
     "task_chunks",
     "worker_store",
 ]

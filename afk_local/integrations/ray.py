@@ -1,7 +1,8 @@
 """Many durable runs on Ray (extra ``[ray]``): :func:`map_durable`.
 
-Each item is one durable run and one Ray task (or, with ``items_per_task=N``,
-N runs share a task). Ray schedules the tasks and re-runs those whose worker
+Each item is one durable run; by default the first tasks run one item each
+and later ones more while the items prove cheap (``items_per_task=N``: N runs
+share each task). Ray schedules the tasks and re-runs those whose worker
 process died (the task's ``max_retries``); a re-run task resumes its runs from
 their last checkpoints, so finished ``ctx.step`` calls are replayed, never
 repeated. Storage is a directory every worker sees
@@ -16,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -28,6 +30,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from afk_local.integrations.fanout import (
     ChunkOutcomes,
+    ChunkPlanner,
     FanOutError,
     FanOutProgress,
     SharedDirectory,
@@ -39,6 +42,7 @@ from afk_local.integrations.fanout import (
     portable_job,
     run_task,
     run_tasks,
+    run_timed_tasks,
     task_chunks,
     worker_store,
 )
@@ -51,6 +55,8 @@ WORKER_DEATHS = 3
 _POLL_S = 0.2
 _remote_task: Any = None
 _remote_chunk: Any = None
+_remote_timed: Any = None
+log = logging.getLogger("afk_local")
 
 
 def map_durable(
@@ -61,7 +67,7 @@ def map_durable(
     run_id: Callable[[Any], str] | None = None,
     retries: int = 0,
     progress: bool = True,
-    items_per_task: int = 1,
+    items_per_task: int | None = None,
 ) -> list[Any]:
     """Run ``fn(ctx, item)`` as one durable run per item on Ray; the results in item order.
 
@@ -92,7 +98,11 @@ def map_durable(
             the failed run (attempt + 1, finished steps replayed). Default 0. Ray
             counts these and worker deaths in one budget of ``3 + retries``.
         progress: one progress bar for all runs (tqdm when installed, else log lines).
-        items_per_task: items per Ray task (default 1: one task per item). With more, a
+        items_per_task: items per Ray task. Default (None): chosen as the fan-out goes
+            (:class:`~afk_local.integrations.fanout.ChunkPlanner`): one item per task at
+            first and for expensive items or short lists, more per task while items prove
+            cheap, keeping two tasks per CPU for balance (``retries`` are then made inside
+            the task). ``1``: always one task per item. With more than one, a
             task runs its items' runs at once, each on its own thread of the worker, so
             that their fsyncs overlap and the filesystem commits them together: for many
             small items the runs cost far less (see docs/fanout.md). Every run keeps every
@@ -109,7 +119,8 @@ def map_durable(
         FanOutError: some runs failed, paused or were lost with their workers;
             it names each one's run id. Every other run completed.
     """
-    check_items_per_task(items_per_task)
+    if items_per_task is not None:
+        check_items_per_task(items_per_task)
     job = portable_job(fn)
     items = list(items)
     ids = fanout_run_ids(job, items, run_id)
@@ -117,6 +128,23 @@ def map_durable(
     results = completed_results(client_store(store), job, items, ids)
     todo = [index for index in range(len(items)) if index not in results]
     if not todo:  # nothing left to run (or no items): no task, Ray is not even started
+        return [results[index] for index in range(len(items))]
+    if items_per_task is None:
+        if not ray.is_initialized():
+            ray.init()
+        slots = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
+        planner = ChunkPlanner(todo, slots)
+        results.update(
+            _run_planned(
+                job,
+                site,
+                items=items,
+                ids=ids,
+                planner=planner,
+                retries=retries,
+                progress=progress,
+            )
+        )
         return [results[index] for index in range(len(items))]
     if items_per_task > 1:
         chunks = task_chunks(todo, items_per_task)
@@ -187,6 +215,58 @@ def _run_chunks(
     return outcomes.completed()
 
 
+def _run_planned(
+    job: Any,
+    site: WorkerStore,
+    *,
+    items: list[Any],
+    ids: list[str],
+    planner: ChunkPlanner,
+    retries: int,
+    progress: bool,
+) -> dict[int, Any]:
+    """The default chunking: tasks sized by ``planner`` as earlier ones finish; results by position.
+
+    As in :func:`_run_chunks`, Ray re-runs a task whose worker died and runs that
+    raised are retried inside the task.
+
+    Raises:
+        FanOutError: naming each run that did not complete (a lost task: all of its runs).
+    """
+    task = _timed_task().options(
+        max_retries=WORKER_DEATHS, retry_exceptions=False, name=job_name(job)
+    )
+    desc = f"map_durable {job_name(job)}"
+    outcomes = ChunkOutcomes(ids, [planner.todo], desc, progress=progress)
+    chunk_of: dict[Any, list[int]] = {}
+
+    def fill() -> None:
+        while len(chunk_of) < planner.window and (chunk := planner.take()) is not None:
+            ref = task.remote(
+                job, site, [items[i] for i in chunk], [ids[i] for i in chunk], retries=retries
+            )
+            chunk_of[ref] = chunk
+
+    try:
+        fill()
+        while chunk_of:
+            done, _ = ray.wait(list(chunk_of), num_returns=1)
+            for ref in done:
+                chunk = chunk_of.pop(ref)
+                try:
+                    seconds, settled = ray.get(ref)
+                except RayError as exc:
+                    outcomes.lost(chunk, describe_failure(_cause(exc)))
+                else:
+                    planner.observe(len(chunk), seconds)
+                    outcomes.settled(chunk, settled)
+            fill()
+    finally:
+        outcomes.bar.close()
+    log.debug("%s: %s", desc, planner.summary())
+    return outcomes.completed()
+
+
 def _settle(refs: list[Any]) -> Iterator[tuple[Any, bool, Any]]:
     """Each task as it finishes: ``(ref, True, its value)`` or ``(ref, False, why it failed)``."""
     pending = list(refs)
@@ -216,6 +296,14 @@ def _chunk_task() -> Any:
     if _remote_chunk is None:
         _remote_chunk = ray.remote(run_tasks)
     return _remote_chunk
+
+
+def _timed_task() -> Any:
+    """:func:`run_timed_tasks` as a Ray remote function, made once per process."""
+    global _remote_timed  # noqa: PLW0603 - one registration per process, made lazily
+    if _remote_timed is None:
+        _remote_timed = ray.remote(run_timed_tasks)
+    return _remote_timed
 
 
 def _cause(exc: RayError) -> BaseException:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,11 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from fanout_jobs import expected, lines, tally
+from fanout_jobs import expected, lines, pair, tally
 
 import afk_local as afk
 from afk_local.cli.main import main as cli_main
-from afk_local.integrations.fanout import FanOutError
+from afk_local.integrations.fanout import TARGET_TASK_S, FanOutError
 
 # Checked without importing Dask: every xdist worker collects this module, and
 # only the one that runs it should pay for the import.
@@ -243,3 +245,48 @@ def test_items_per_task_names_each_failed_run_and_retries_inside_the_task(client
     assert lines(out / "i1.effects") == ["0"]  # its finished step replayed, not repeated
     with pytest.raises(ValueError, match="items_per_task"):
         map_durable_quiet(tally, items, store=root, client=client, items_per_task=0)
+
+
+def chunking(caplog) -> list[int]:
+    """The task sizes the default chunking chose, from map_durable's debug line."""
+    found = re.findall(r"(\d+) runs in (\d+) tasks of (\d+)-(\d+) items", caplog.text)
+    assert len(found) == 1, caplog.text
+    runs, tasks, smallest, largest = map(int, found[0])
+    return [runs, tasks, smallest, largest]
+
+
+def test_default_chunks_many_cheap_items_with_the_results_and_run_ids_of_one_per_task(
+    client, tmp_path, caplog
+):
+    """No items_per_task: 80 cheap runs go out in fewer, larger tasks once the first ones
+    showed the items are cheap; the results and run ids are those of items_per_task=1."""
+    caplog.set_level(logging.DEBUG, logger="afk_local")
+    items = list(range(80))
+    chunked = map_durable_quiet(pair, items, store=tmp_path / "default", client=client)
+    runs, tasks, smallest, largest = chunking(caplog)
+    assert runs == 80 and smallest == 1 and largest > 1 and tasks < 80
+    single = map_durable_quiet(
+        pair, items, store=tmp_path / "single", client=client, items_per_task=1
+    )
+    assert chunked == single == [[x, x * x] for x in items]
+    listed = [
+        sorted(r.run_id for r in afk.Store(tmp_path / name).runs())
+        for name in ("default", "single")
+    ]
+    assert listed[0] == listed[1] == [f"fanout-pair-{k:06d}" for k in items]
+
+
+def test_default_runs_few_or_expensive_items_one_per_task(client, tmp_path, caplog):
+    """Four items (two per worker thread), and six that each take TARGET_TASK_S: one per task."""
+    caplog.set_level(logging.DEBUG, logger="afk_local")
+    assert map_durable_quiet(pair, range(4), store=tmp_path / "few", client=client) == [
+        [x, x * x] for x in range(4)
+    ]
+    assert chunking(caplog) == [4, 4, 1, 1]
+    caplog.clear()
+    _, items = items_for(tmp_path, 6)
+    for item in items:
+        item.update(steps=1, sleep_s=TARGET_TASK_S)
+    results = map_durable_quiet(tally, items, store=tmp_path / "slow", client=client)
+    assert results == [expected(item) for item in items]
+    assert chunking(caplog) == [6, 6, 1, 1]

@@ -18,7 +18,10 @@ from fanout_jobs import expected, lines, pair, tally
 
 import afk_local as afk
 from afk_local.integrations.fanout import (
+    MAX_ITEMS_PER_TASK,
+    TARGET_TASK_S,
     ChunkOutcomes,
+    ChunkPlanner,
     FanOutError,
     FanOutProgress,
     RunFailed,
@@ -27,6 +30,7 @@ from afk_local.integrations.fanout import (
     fanout_run_ids,
     portable_job,
     run_task,
+    run_timed_tasks,
     task_chunks,
     worker_store,
 )
@@ -220,3 +224,45 @@ def test_engines_are_optional():
     done = proc.run(script)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def drain(planner, seconds_per_item):
+    """Take every chunk, the engine's way: ``window`` in flight, one observed per new take."""
+    in_flight = []
+    while (chunk := planner.take()) is not None or in_flight:
+        if chunk is not None:
+            in_flight.append(chunk)
+            if len(in_flight) < planner.window:
+                continue
+        done = in_flight.pop(0)
+        planner.observe(len(done), seconds_per_item * len(done))
+    return planner.sizes
+
+
+def test_planner_grows_tasks_for_cheap_items_and_keeps_every_item_once_in_order():
+    planner = ChunkPlanner(list(range(0, 400, 2)), slots=2)
+    sizes = drain(planner, 0.002)
+    assert sizes[: planner.window] == [1] * planner.window  # small first tasks
+    assert max(sizes) > 8 and max(sizes) <= MAX_ITEMS_PER_TASK
+    assert sum(sizes) == 200 and len(sizes) < 60
+    # two tasks per slot remain to the end: the last ones are small again
+    assert sizes[-1] == 1
+    replay = ChunkPlanner(list(range(0, 400, 2)), slots=2)
+    taken = []
+    while (chunk := replay.take()) is not None:
+        taken += chunk
+        replay.observe(len(chunk), 0.002 * len(chunk))
+    assert taken == list(range(0, 400, 2))
+
+
+def test_planner_keeps_one_item_per_task_for_expensive_items_or_few_items():
+    assert set(drain(ChunkPlanner(range(200), slots=2), TARGET_TASK_S)) == {1}
+    assert drain(ChunkPlanner(range(4), slots=2), 0.0001) == [1, 1, 1, 1]
+    assert ChunkPlanner([], slots=4).take() is None
+
+
+def test_run_timed_tasks_gives_each_runs_outcome_and_the_seconds_it_took(tmp_path):
+    job, site = portable_job(pair), worker_store(tmp_path)
+    for items in ([3], [4, 5]):
+        seconds, outcomes = run_timed_tasks(job, site, items, [f"r-{x}" for x in items])
+        assert seconds >= 0 and outcomes == [(True, [x, x * x]) for x in items]

@@ -8,17 +8,19 @@ journaled step. The store's own records say which attempt each run is on.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
+import re
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from fanout_jobs import expected, lines, tally
+from fanout_jobs import expected, lines, pair, tally
 
 import afk_local as afk
-from afk_local.integrations.fanout import FanOutError
+from afk_local.integrations.fanout import TARGET_TASK_S, FanOutError
 
 # Checked without importing Ray: every xdist worker collects this module, and
 # only the one that runs it should pay for the import.
@@ -198,3 +200,42 @@ def test_items_per_task_names_each_failed_run_and_retries_inside_the_task(ray_cl
     assert lines(out / "i1.effects") == ["0"]  # its finished step replayed, not repeated
     with pytest.raises(ValueError, match="items_per_task must be at least 1, not 0"):
         map_durable(tally, items, store=root, progress=False, items_per_task=0)
+
+
+def chunking(caplog) -> list[int]:
+    """The task sizes the default chunking chose, from map_durable's debug line."""
+    found = re.findall(r"(\d+) runs in (\d+) tasks of (\d+)-(\d+) items", caplog.text)
+    assert len(found) == 1, caplog.text
+    return [int(x) for x in found[0]]
+
+
+def test_default_chunks_cheap_items_and_keeps_few_or_expensive_ones_one_per_task(
+    ray_cluster, tmp_path, caplog
+):
+    """No items_per_task: 80 cheap runs go out in fewer, larger tasks, with the results
+    and run ids of items_per_task=1; four items, or six taking TARGET_TASK_S each: one per task."""
+    caplog.set_level(logging.DEBUG, logger="afk_local")
+    items = list(range(80))
+    chunked = map_durable(pair, items, store=tmp_path / "default", progress=False)
+    runs, tasks, smallest, largest = chunking(caplog)
+    assert runs == 80 and smallest == 1 and largest > 1 and tasks < 80
+    single = map_durable(pair, items, store=tmp_path / "single", progress=False, items_per_task=1)
+    assert chunked == single == [[x, x * x] for x in items]
+    listed = [
+        sorted(r.run_id for r in afk.Store(tmp_path / name).runs())
+        for name in ("default", "single")
+    ]
+    assert listed[0] == listed[1] == [f"fanout-pair-{k:06d}" for k in items]
+
+    caplog.clear()
+    assert map_durable(pair, range(4), store=tmp_path / "few", progress=False) == [
+        [x, x * x] for x in range(4)
+    ]
+    assert chunking(caplog) == [4, 4, 1, 1]
+    caplog.clear()
+    _, slow = items_for(tmp_path, 6)
+    for item in slow:
+        item.update(steps=1, sleep_s=TARGET_TASK_S)
+    results = map_durable(tally, slow, store=tmp_path / "slow", progress=False)
+    assert results == [expected(item) for item in slow]
+    assert chunking(caplog) == [6, 6, 1, 1]

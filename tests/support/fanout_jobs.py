@@ -2,7 +2,8 @@
 
 Every item is a dict: ``name`` (its files' stem), ``n``, ``steps``, ``dir`` (where the
 side-channel files go), and optionally ``hold`` (stop after step 1 of the first
-attempt until the test kills this worker) or ``fail`` (raise after the first step).
+attempt until the test kills this worker), ``fail`` (raise after the first step) or
+``sleep_s`` (an expensive item: wait that long before its steps).
 
 Two files per item, each appended with O_APPEND by the job itself, so they count
 what really happened whatever the store says:
@@ -43,6 +44,7 @@ def tally(ctx: afk.RunContext, item: dict) -> int:
     out = Path(item["dir"])
     name = item["name"]
     append_line(str(out / f"{name}.calls"), f"{ctx.attempt} {os.getpid()}")
+    time.sleep(item.get("sleep_s", 0))
     ctx.state.setdefault("total", 0)
     for i in ctx.iterate(range(item["steps"]), progress=False):
         value = ctx.step("effect", append_line, str(out / f"{name}.effects"), str(i))
