@@ -183,6 +183,10 @@ class ReplayJournal(Journal):
                     return call
         return None
 
+    def position_of(self, key: str) -> int:
+        """The 1-based position of the recorded call ``key`` (past the end when unrecorded)."""
+        return self._position.get(key, len(self.recorded)) + 1
+
     def passed(self) -> bool:
         """True when the run recorded calls the code has not reached yet (it went past here)."""
         return self.first_unreached() is not None
@@ -196,7 +200,7 @@ class ReplayJournal(Journal):
             )
 
     def _diverged(self, key: str, recorded: str, asked: str, kind: str) -> ReplayDivergence:
-        position = self._position.get(key, len(self.recorded)) + 1
+        position = self.position_of(key)
         divergence = ReplayDivergence(self.run_id, position, key, recorded, asked, kind=kind)
         with self._guard:
             if self.divergence is None:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from afk_local.errors import ReplayDivergence
+from afk_local.errors import AgentRequestMismatchError, ReplayDivergence
 from afk_local.journal.journal import Journal
 from afk_local.journal.replay import result_hash
 from afk_local.journal.replaying import (
@@ -225,6 +225,13 @@ def _replay(
     except ReplayDivergence as exc:  # kept on the journal, unless the job raised its own
         if journal.divergence is None:  # (ctx.deprecate_patch on a run of the old branch)
             journal.divergence = exc
+    except AgentRequestMismatchError as exc:  # an agent's model call asks something else
+        if journal.divergence is None:
+            journal.divergence = ReplayDivergence(
+                journal.run_id, journal.position_of(exc.key), exc.key,
+                f"{exc.key}: the request the run sent",
+                "; ".join(exc.differences) or "another request", kind="arguments",
+            )  # fmt: skip
     except Exception as exc:
         raised = f"{type(exc).__name__}: {exc}"
     if journal.divergence is None and returned:

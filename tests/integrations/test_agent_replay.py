@@ -57,15 +57,12 @@ def test_an_agents_sdk_run_with_a_changed_tool_list_diverges(
 ) -> None:
     _, more = replayed_with_more_tools(tmp_path, monkeypatch, "openai_agents_job")
     assert "DIVERGES at call 1 (openai-agents.model#1)" in more, more
+    assert "tool 'lookup' is offered now, not then" in more, more
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs i39-agents digest (tool names in the model step; a journaled response also "
-    "loses model_id, so even an unchanged FunctionModel run diverges at its second model call)",
-)
 def test_a_pydantic_ai_run_with_a_changed_tool_list_diverges(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, more = replayed_with_more_tools(tmp_path, monkeypatch, "pydantic_ai_job")
     assert "DIVERGES at call 1 (pydantic-ai.model#1)" in more, more
+    assert "tool 'lookup' is offered now, not then" in more, more
