@@ -277,14 +277,16 @@ def regular_file_problem(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
-def replace_unsynced(path: str | os.PathLike[str], data: bytes) -> None:
+def replace_unsynced(path: str | os.PathLike[str], data: bytes, env: Env | None = None) -> None:
     """Replace ``path`` by ``data`` all at once (temp file + rename), with no fsync.
 
     Only for small records that may lag behind a crash but never lead (a keyed store's
     head records, the listing cache): not a durable write, so the I/O hook does not see
     it. The recorder of :data:`DEFAULT_ENV` does (an open, a write and a rename with no
-    fsync), so the crash-state explorer models what a crash leaves of such a record.
+    fsync), so the crash-state explorer models what a crash leaves of such a record;
+    ``env``: the recorder of that store's :class:`Env` instead (a store with its own).
     """
+    recorder = env if env is not None else DEFAULT_ENV
     target = os.fspath(path)
     tmp = _temp_sibling(target)
     try:
@@ -292,11 +294,11 @@ def replace_unsynced(path: str | os.PathLike[str], data: bytes) -> None:
             tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE
         )
         try:
-            DEFAULT_ENV._record(IoCall("open", tmp))
+            recorder._record(IoCall("open", tmp))
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            DEFAULT_ENV._record(IoCall("write", tmp, data=bytes(data)))
+            recorder._record(IoCall("write", tmp, data=bytes(data)))
         finally:
             os.close(fd)
         os.replace(tmp, target)
@@ -304,7 +306,7 @@ def replace_unsynced(path: str | os.PathLike[str], data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    DEFAULT_ENV._record(IoCall("rename", target, source=tmp))
+    recorder._record(IoCall("rename", target, source=tmp))
 
 
 def overwrite_unsynced(fd: int, data: bytes, path: str | os.PathLike[str]) -> None:

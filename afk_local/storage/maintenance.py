@@ -279,7 +279,7 @@ def delete(
         trash = fsio.temp_path(store.runs_dir, f"deleted-{run_id}")
         store.env.rename(paths.dir, trash)
         store.env.fsync_dir(store.runs_dir)
-        note_deletion(store.root)  # the listings' index checks every run again
+        note_deletion(store.root, store.env)  # the listings' index checks every run again
     finally:
         lock.release()
     shutil.rmtree(trash, ignore_errors=True)

@@ -493,12 +493,13 @@ class _RunsDir:
         return os.stat(f"{self._path}/{relative}", follow_symlinks=False)
 
 
-def note_deletion(root: Path) -> None:
+def note_deletion(root: Path, env: fsio.Env | None = None) -> None:
     """Tell the store's listings that a run was deleted (after its directory left
     ``runs/``): the next one checks every run's meta before it trusts the index's order.
-    Never fails a deletion (a store that cannot be written lists without an index)."""
+    Never fails a deletion (a store that cannot be written lists without an index).
+    ``env``: the store's, whose recorder sees the write."""
     try:
-        fsio.replace_unsynced(root / DELETED_NAME, b"")
+        fsio.replace_unsynced(root / DELETED_NAME, b"", env)
     except OSError as exc:
         log.debug("%s: not written (%s)", root / DELETED_NAME, exc)
 
