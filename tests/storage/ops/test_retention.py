@@ -25,6 +25,7 @@ from afk_local.storage.ops.retention import (
     read_file_facts,
     runtime_state_count,
 )
+from afk_local.storage.store_identity import adopt_identity
 from afk_local.testing import run_and_kill
 
 TESTS = str(SUPPORT)
@@ -293,6 +294,7 @@ def test_kill_9_during_gc_leaves_every_run_resumable(tmp_path: Path, trials) -> 
     for trial in range(trials(20, 200)):
         root = tmp_path / f"trial-{trial}"
         shutil.copytree(template, root, symlinks=True)
+        adopt_identity(root, None)  # a copy: its runs continue only once it is adopted
         kill_at = rng.randint(1, len(ops))
         result = proc.run(GC_CHILD, str(root), str(kill_at))
         assert result.returncode == -9, (kill_at, result.stderr)
