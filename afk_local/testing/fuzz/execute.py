@@ -98,7 +98,9 @@ class Execution:
         self.base.mkdir()
         self.root = self.base / "store"
         self.ledger = str(self.work / "ledger")
-        self.heads = self.work / "heads"
+        # beside the store on the recorded disk: head records are written unsynced and
+        # recorded, so a power cut leaves of them what the crash state holds
+        self.heads = self.base / "heads"
         self.clock = SteppedClock()
         self.store = self._open_store()
         for spec in self.program.runs:
@@ -385,7 +387,6 @@ class Execution:
         ops = recorder.ops
         at = cut_power(self.base, initial, ops, rng, self.mutant)
         self._keep_ledger_until(at)
-        shutil.rmtree(self.heads, ignore_errors=True)  # never fsynced, kept outside: lost
         self.store = self._open_store()  # a new process after the power cut
         for start, end, pending in done:
             if end <= at:
