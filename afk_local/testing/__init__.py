@@ -208,7 +208,7 @@ def _child_main(spec_json: str) -> None:
         raise SystemExit(EXIT_SLEEPING) from None
 
 
-SWEEP_SAMPLE = 3
+SWEEP_SAMPLE = 2
 """Kill points a sampled sweep (the ``kill_sweep`` fixture without ``--torture``) tries."""
 
 

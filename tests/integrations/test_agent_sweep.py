@@ -113,7 +113,7 @@ def test_an_agent_run_killed_at_any_durable_io_call_ends_as_the_uninterrupted_ru
     total = int(full.stdout.split()[-1])
     asked, done = model_log(files), effect_items(files)
 
-    for index, kill_at in enumerate(kill_points(total, 5)):
+    for index, kill_at in enumerate(kill_points(total, 3)):
         files, root = tmp_path / f"k{kill_at}", tmp_path / f"store-{kill_at}"
         env = environment(framework, files, root)
         killed = proc.run(script, str(kill_at), env=env)

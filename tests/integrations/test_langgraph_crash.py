@@ -129,7 +129,7 @@ def _kill_on(proc, marker: str, delay: float, timeout: float = 120) -> tuple[lis
 
 
 def test_sigkilled_graph_resumes_to_the_uninterrupted_state(tmp_path, trials):
-    count = trials(10, 200)  # each trial starts an interpreter that imports langgraph
+    count = trials(5, 200)  # each trial starts an interpreter that imports langgraph
     seed = int(os.environ.get("AFK_TEST_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
     root, effects = tmp_path / "store", tmp_path / "effects"
