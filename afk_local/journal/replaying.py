@@ -50,6 +50,10 @@ def patch_id_of(key: str) -> str:
     return key.rpartition("/")[2].removeprefix(PATCH_PREFIX).rpartition("#")[0]
 
 
+RETRY_MARK = "@retry"
+"""How a retried step's backoff is keyed: ``<step key>@retry<n>`` (runner/retry.py)."""
+
+
 class ReplayFrontier(BaseException):
     """The replayed code reached the end of what the run recorded: a resume goes live here.
 
@@ -179,9 +183,17 @@ class ReplayJournal(Journal):
         """The first recorded call the code has not asked yet, or None."""
         with self._guard:
             for call in self.recorded:
-                if call.key not in self._reached:
+                if call.key not in self._reached and not self._backoff_behind(call.key):
                     return call
         return None
+
+    def _backoff_behind(self, key: str) -> bool:
+        """``key`` is a backoff between two earlier tries of a retried step (``<step
+        key>@retry<n>``) whose step the code has reached: a resume asks only the backoff
+        owed after the newest try (it counts the tries from the step's record), so the
+        earlier ones are behind it, not skipped. Called under ``_guard``."""
+        step, sep, n = key.rpartition(RETRY_MARK)
+        return bool(sep) and n.isdigit() and step in self._reached
 
     def position_of(self, key: str) -> int:
         """The 1-based position of the recorded call ``key`` (past the end when unrecorded)."""

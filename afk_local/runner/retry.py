@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from afk_local.errors import EffectInDoubtError
 from afk_local.journal.journal import Journal
 from afk_local.journal.replay import idempotency_key
+from afk_local.journal.replaying import RETRY_MARK
 
 R = TypeVar("R")
 
@@ -111,7 +112,7 @@ def call_with_retry(
                 journal.run_id, key, idempotency_key(journal.run_id, key), str(journal.path)
             )
         if tries % retry.attempts:  # a backoff is owed before the next try of this round
-            wait(f"{key}@retry{tries}", retry.delay(tries % retry.attempts, error))
+            wait(f"{key}{RETRY_MARK}{tries}", retry.delay(tries % retry.attempts, error))
         try:
             return attempt()
         except Exception as exc:

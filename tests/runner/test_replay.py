@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import signal
 from pathlib import Path
 
 import proc
 import pytest
 import replay_jobs
+import time_jobs
 from proc import SUPPORT
 
 import afk_local as afk
 import afk_local.testing
 from afk_local.errors import ReplayDivergence
+from afk_local.testing import run_and_kill
 
 ITEMS = ["a", "b", "c"]
 
@@ -206,3 +209,17 @@ def test_an_async_job_is_checked_before_it_resumes(afk_store: afk.Store) -> None
     code["greeting"] = "hello"
     assert asyncio.run(mail.arun(run_id="am")) == ["HELLO", "BYE"]
     assert calls == ["hello", "bye"]
+
+
+def test_a_retried_step_killed_in_its_second_try_replays_without_a_divergence(
+    afk_store: afk.Store, tmp_path: Path
+) -> None:
+    """A resume asks only the backoff owed after the newest try (it counts the tries from
+    the step's record), so the backoff recorded between tries 1 and 2 is behind the step,
+    not a call the code no longer makes."""
+    counter = tmp_path / "calls"
+    job = time_jobs.retried_idempotent.with_store(afk_store)
+    killed = run_and_kill(job, str(counter), 2, at=None, store=afk_store, run_id="r")
+    assert killed.returncode == -signal.SIGKILL and counter.read_text() == "2"
+    afk_local.testing.replay(afk_store, "r")  # no ReplayDivergence
+    assert counter.read_text() == "2"  # the replay called nothing
