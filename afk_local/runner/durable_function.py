@@ -400,12 +400,14 @@ class DurableFunction(Generic[R]):
             fingerprint=self.fingerprint,
             on_code_change=self.on_code_change,
         )
-        # "replay": the code must reproduce what the run journaled before anything runs
-        # for real; a divergence refuses here, before the lock, an attempt or any effect.
-        # Opt-in: the check runs the body once more from the top (docs/runner.md).
+        # The code must reproduce what the run journaled before anything runs for real;
+        # a divergence refuses here, before the lock, an attempt or any effect. The check
+        # runs the body once more from the top (docs/runner.md), so by default only when
+        # the job's code changed since the run recorded it; "replay": before every resume.
+        changed = meta.code_fingerprint not in (None, self.fingerprint)
         patches = (
             check_before_resume(self.fn, store, meta, version=self.version)
-            if self.on_code_change == "replay"
+            if self.on_code_change == "replay" or (self.on_code_change == "resume" and changed)
             else {}
         )
         run = store.resume_writer(run_id)
@@ -653,13 +655,14 @@ def durable(
             (checkpoints written at pause, end, error and exit). Effects are
             journaled synchronously in every mode.
         version: your version of the job's state; with :func:`migration`, old states upgrade.
-        on_code_change: ``"resume"`` (warn and continue) or ``"refuse"``
-            (:class:`~afk_local.errors.CodeChangedError`) when the job's source
-            changed since the run started; ``"replay"``: warn like ``"resume"``, and
-            before every resume replay the run's journal against the current code
-            (as ``afk-local replay`` does), refusing with
-            :class:`~afk_local.ReplayDivergence` before any effect when it diverges.
-            Use it with :meth:`~afk_local.RunContext.patched`.
+        on_code_change: when the job's source changed since the run started,
+            ``"resume"`` warns, replays the run's journal against the current code (as
+            ``afk-local replay`` does) and refuses with
+            :class:`~afk_local.ReplayDivergence` before any effect when it diverges,
+            else continues; ``"refuse"`` raises
+            :class:`~afk_local.errors.CodeChangedError`; ``"replay"``: as ``"resume"``,
+            with the replay check before every resume, changed source or not (for code
+            a job calls outside its own body).
         flush_timeout_s: bound on waiting for queued checkpoints before pause/end.
         in_doubt: default policy for steps a crash left in doubt (``"retry"``,
             ``"raise"`` or a callable); None: retry the steps whose function takes an

@@ -223,3 +223,50 @@ def test_a_retried_step_killed_in_its_second_try_replays_without_a_divergence(
     assert killed.returncode == -signal.SIGKILL and counter.read_text() == "2"
     afk_local.testing.replay(afk_store, "r")  # no ReplayDivergence
     assert counter.read_text() == "2"  # the replay called nothing
+
+
+def test_a_job_whose_source_changed_is_checked_before_it_resumes_by_default(
+    afk_store: afk.Store,
+) -> None:
+    """Without ``on_code_change``: the check runs when the job's code fingerprint changed
+    (and only then), so an edited job refuses before any effect instead of paying a fee
+    for the items the run had passed; an unchanged job resumes without the check."""
+    effects: list[str] = []
+
+    def charge(item: str) -> str:
+        if item == "c" and not any(e.startswith("charge c") for e in effects):
+            effects.append("charge c (failed)")
+            raise RuntimeError("card declined")
+        effects.append(f"charge {item}")
+        return f"receipt-{item}"
+
+    def fee(item: str) -> int:
+        effects.append(f"fee {item}")
+        return 1
+
+    def v1(ctx: afk.RunContext, items: list[str]) -> list[str]:
+        return [ctx.step("charge", charge, item) for item in ctx.iterate(items)]
+
+    def v2(ctx: afk.RunContext, items: list[str]) -> list[str]:
+        receipts = []
+        for item in ctx.iterate(items):
+            ctx.step("fee", fee, item)
+            receipts.append(ctx.step("charge", charge, item))
+        return receipts
+
+    v2.__qualname__ = v1.__qualname__  # the same job (entrypoint), edited
+    job_v1 = afk.durable(store=afk_store)(v1)
+    job_v2 = afk.durable(store=afk_store)(v2)
+    with pytest.raises(RuntimeError, match="card declined"):
+        job_v1.run(ITEMS, run_id="edited")
+    assert effects == ["charge a", "charge b", "charge c (failed)"]
+
+    with pytest.warns(afk.CodeChangedWarning), pytest.raises(ReplayDivergence) as caught:
+        job_v2.run(run_id="edited")
+    assert caught.value.refused and "fee" in str(caught.value) and "\n" not in str(caught.value)
+    assert effects == ["charge a", "charge b", "charge c (failed)"]  # nothing ran
+    assert afk_store.read_meta("edited").attempt == 1
+
+    job_v1.run(run_id="edited")  # the unchanged code resumes: the check does not run
+    assert afk_store.read_meta("edited").status == "completed"
+    assert effects == ["charge a", "charge b", "charge c (failed)", "charge c"]
