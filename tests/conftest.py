@@ -54,6 +54,159 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
+SLOW = (
+    # Agent frameworks imported by each of many child processes (2-5 s of CPU each).
+    "tests/integrations/test_agent_sweep.py",
+    "tests/integrations/test_agent_parallel_tools.py",
+    "tests/integrations/test_agent_replay.py",
+    "tests/integrations/test_openai_agents_crash.py",
+    "tests/integrations/test_openai_agents_pause.py",
+    "tests/integrations/test_pydantic_ai_crash.py",
+    "tests/integrations/test_langgraph_crash.py",
+    "tests/integrations/test_langgraph.py::test_example_langgraph_resume_runs",
+    "tests/integrations/test_openai_agents_session.py::test_a_run_session_keeps_the_history_once_across_a_kill",
+    "tests/integrations/test_openai_agents_session.py::test_an_approval_pause_keeps_the_session_history_once",
+    "tests/integrations/test_ray.py",
+    "tests/docs/test_examples.py::test_example_runs_to_completion[openai_agents_agent.py]",
+    "tests/test_errors.py::test_every_error_class_is_defined_in_or_reachable_from_afk_local_errors",
+    # Kill loops and sweeps of many child processes; the fuzzer; the remote explorer.
+    "tests/testing/test_kill_sweep.py::test_a_langgraph_thread_on_the_saver_ends_as_uninterrupted",
+    "tests/testing/test_kill_sweep.py::test_a_dask_fan_out_ends_as_uninterrupted",
+    "tests/testing/test_kill_sweep.py::test_an_agent_runner_run_ends_as_uninterrupted",
+    "tests/testing/test_kill_sweep.py::test_a_retried_step_ends_as_uninterrupted",
+    "tests/testing/test_fuzz.py::test_random_programs_agree_with_the_model",
+    "tests/storage/test_rewrite_torture.py",
+    "tests/journal/test_journal_crash.py::test_random_sigkills_perform_each_effect_once_or_report_it",
+    "tests/storage/rundir/test_crash.py::test_random_sigkills_never_lose_an_acknowledged_checkpoint",
+    "tests/storage/ops/test_retention.py::test_kill_9_during_gc_leaves_every_run_resumable",
+    "tests/storage/test_store.py::test_two_processes_creating_one_new_run_id_one_wins_cleanly",
+    "tests/agent/test_agent.py::test_storage_growth_200_steps",
+    "tests/agent/test_agent_crash.py::test_kill_at_every_phase_boundary_then_resume",
+    "tests/watcher/test_agent_watcher.py::test_sigterm_stops_agent_children_cleanly_and_the_next_watcher_finishes",
+    "tests/runner/test_interrupt.py::test_a_keyed_step_killed_mid_call_is_retried_with_the_same_key_without_a_settle",
+    "tests/integrations/test_remote_self_fencing.py::test_a_slow_link_does_not_starve_renewals",
+    "tests/integrations/test_remote_self_fencing.py::test_an_owner_whose_mirror_gave_up_fences_itself",
+    "tests/integrations/test_remote_interleavings.py::test_every_interleaving_of_owner_and_taker_runs_the_effect_at_most_once",
+    "tests/integrations/test_remote_interleavings.py::test_mutant_owner_without_a_check_after_the_intent_is_caught",
+)
+"""The slow tier (``--slow``, which CI runs): test modules, functions or single cases, by
+node id prefix. Each costs 10-60 s of CPU on a quiet two-core machine (many child
+processes, or a framework imported by each); the default suite keeps a cheaper real-process
+kill test of each mechanism (sampled kill points, a ``daily_sample`` case)."""
+
+DAILY_SAMPLE = dict(
+    [
+        (
+            "tests/runner/test_runner.py::test_kill_anywhere_then_resume_gives_same_result_and_effects_once",
+            1,
+        ),
+        (
+            "tests/testing/test_kill_sweep.py::test_durable_jobs_of_each_durability_end_as_uninterrupted",
+            1,
+        ),
+        (
+            "tests/testing/test_crashsim.py::test_every_crash_state_of_every_workload_recovers",
+            4,
+        ),
+        (
+            "tests/testing/test_crashsim_rewrites.py::test_composed_rewrites_recover_after_crashing_twice",
+            3,
+        ),
+        (
+            "tests/testing/test_crashsim_rewrites.py::test_each_site_mutant_is_caught_by_a_workload_that_recovers_without_it",
+            4,
+        ),
+        (
+            "tests/storage/rundir/test_manifest.py::test_gc_of_a_packed_run_killed_then_gc_again_loses_nothing",
+            1,
+        ),
+        (
+            "tests/integrations/test_remote_takes.py::test_a_take_while_a_sync_effects_owner_runs_repeats_no_effect",
+            1,
+        ),
+        (
+            "tests/agent/test_agent_crash.py::test_kill_between_two_tools_of_a_batch",
+            1,
+        ),
+        (
+            "tests/agent/test_agent_crash.py::test_finished_subagent_is_not_rerun",
+            1,
+        ),
+        (
+            "tests/storage/test_hostile_packs.py::test_a_hostile_pack_is_one_damaged_run_within_the_memory_bound",
+            1,
+        ),
+    ]
+)
+"""Parametrized tests over variants of one mechanism, and how many of their cases the
+default suite runs (drawn with :data:`KILL_SEED`, so each case runs over the days; a
+``@pytest.mark.daily_sample(keep=N)`` on a test does the same); ``--slow``: all."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--slow``: also run the slow crash tests (CI does; ``--torture`` implies it)."""
+    parser.addoption(
+        "--slow",
+        action="store_true",
+        default=False,
+        help="also run the slow crash tests: real-process kill loops and sweeps, agent "
+        "frameworks in child processes, the fuzzer, every case of daily_sample tests "
+        "(CI runs them; --torture implies this)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Declare the ``slow`` and ``daily_sample`` markers (:func:`pytest_collection_modifyitems`)."""
+    config.addinivalue_line(
+        "markers",
+        "slow: a slow crash test (many child processes, or an agent framework imported by "
+        "each); runs with --slow (as CI does) or --torture",
+    )
+    config.addinivalue_line(
+        "markers",
+        "daily_sample(keep=1): of this parametrized test's cases the default suite runs "
+        "`keep`, drawn with AFK_KILL_SEED; --slow and --torture run them all",
+    )
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The default suite leaves out the slow tier, and samples ``daily_sample`` tests.
+
+    The default suite is what a developer runs between edits (about four minutes on two
+    cores); CI adds ``--slow``: the real-process kill loops and sweeps, the tests that
+    import an agent framework in each of many child processes, the fuzzer. A
+    ``@pytest.mark.daily_sample(keep=...)`` test is parametrized over variants of one
+    mechanism (sync, async and exiting jobs; packed and loose runs); the default suite
+    runs ``keep`` of its cases, drawn with :data:`KILL_SEED` so that every case runs over
+    the days (as the sampled kill points do); a case selected alone (after ``-k`` or by
+    its node id) always runs.
+    """
+    if config.getoption("--torture") or config.getoption("--slow"):
+        return
+    slow = pytest.mark.skip(reason="slow crash test: runs with --slow (as CI does) or --torture")
+    groups: dict[str, list[pytest.Item]] = {}
+    keeps: dict[str, int] = {}
+    for item in items:
+        function = item.nodeid.split("[", 1)[0]
+        marker = item.get_closest_marker("daily_sample")
+        if item.get_closest_marker("slow") is not None or item.nodeid.startswith(SLOW):
+            item.add_marker(slow)
+        elif hasattr(item, "callspec") and (marker is not None or function in DAILY_SAMPLE):
+            keep = marker.kwargs.get("keep", 1) if marker else DAILY_SAMPLE[function]
+            keeps[function] = int(keep)
+            groups.setdefault(function, []).append(item)
+    for name, cases in groups.items():
+        keep = keeps[name]
+        if len(cases) <= keep:
+            continue
+        chosen = set(random.Random(f"{KILL_SEED}:{name}").sample(range(len(cases)), keep))
+        reason = f"not in today's sample (AFK_KILL_SEED={KILL_SEED}; --slow: all)"
+        for index, case in enumerate(cases):
+            if index not in chosen:
+                case.add_marker(pytest.mark.skip(reason=reason))
+
+
 @pytest.fixture
 def explorer_seeds(request: pytest.FixtureRequest) -> list[int]:
     """The explorer seeds a randomized explorer test runs with: today's
