@@ -12,13 +12,13 @@ import contextlib
 import itertools
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from afk_local.errors import AfkLocalError, run_failure
 from afk_local.storage.format.layout import META_NAME, RunPaths, parse_pack_name
-from afk_local.storage.format.records import Checkpoint, RunMeta
+from afk_local.storage.format.records import Checkpoint, RunMeta, RunStatus
 from afk_local.storage.meta_index import MetaIndex
 from afk_local.storage.rundir.ownership import is_interrupted, probe_owner
 from afk_local.storage.rundir.reader import RunReader
@@ -168,10 +168,13 @@ def page_runs(
     Runs are ordered newest first by the last change of their ``run.meta`` (its mtime:
     one ``lstat`` per run, nothing read), then read in that order only as far as the
     page needs: the meta of a run only when the filter looks at it (status, name,
-    tags), its checkpoints only for the runs on the page and for a filter on
-    liveness or recent activity. Returns the page, how many runs the filter admits
-    (None when that would need reading the rest of the store) and whether runs
-    follow the page.
+    tags), its checkpoints only for the runs on the page and for a filter on recent
+    activity. A filter on liveness is decided from the run's lock (and, for
+    ``interrupted``, the status the store's meta index holds, checked by a ``stat``)
+    before anything of the run is read (:func:`_owner_test`), so ``live`` costs a lock
+    probe a run and ``interrupted`` one per run whose status expects an owner. Returns
+    the page, how many runs the filter admits (None when that would need reading the
+    rest of the store) and whether runs follow the page.
     """
     from afk_local.storage.views.run_info import RunList  # noqa: PLC0415
 
@@ -183,7 +186,12 @@ def page_runs(
             if listed is not None:
                 page.append(listed)
         return page, len(order), len(order) > offset + limit
-    admitted = 0
+    owner = _owner_test(store, wanted)
+    # Only a filter on recent activity needs a run's checkpoints to decide it; the
+    # others read them for the runs shown, and count the rest when that reads no meta.
+    by_info = wanted.since_ms is not None or (wanted.needs_info and owner is None)
+    counting = not wanted.needs_meta and not by_info
+    admitted, more = 0, False
     for run_id in order:
         meta = None
         if wanted.needs_meta:
@@ -193,8 +201,14 @@ def page_runs(
                 continue  # a run being created, or a damaged meta: `verify` reports it
             if not wanted.admits_meta(meta):
                 continue
-        if admitted < offset and not wanted.needs_info:
-            admitted += 1  # before the page: its checkpoints are not read
+        if owner is not None and not owner(run_id):
+            continue
+        if not by_info and not offset <= admitted < offset + limit:
+            admitted += 1  # before or after the page: its checkpoints are not read
+            if admitted > offset + limit:
+                more = True
+                if not counting:
+                    return page, None, True
             continue
         info = _page_entry(store, run_id, meta)
         if info is None or not wanted.admits(info):
@@ -205,7 +219,37 @@ def page_runs(
         if len(page) == limit:
             return page, None, True
         page.append(info)
-    return page, admitted, False
+    return page, admitted, more
+
+
+def _owner_test(store: PagedStore, wanted: RunFilter) -> Callable[[str], bool] | None:
+    """For a filter on liveness, the test a run id must pass before the run is read:
+    the same decision as :meth:`RunFilter.admits` (the one :func:`is_interrupted`), made
+    from the run's lock and, for ``interrupted``, the status in the store's meta index
+    (each summary checked against its ``run.meta`` by a ``stat``). A run that passes is
+    then read from its own files and checked again, so what the page shows is never
+    older than the page. None for a filter that is not on liveness.
+    """
+    if wanted.status not in ("live", "interrupted"):
+        return None
+    expecting: set[str] | None = None
+    if wanted.status == "interrupted":
+        summaries = store.meta_index().summaries()
+        expecting = {run_id for run_id, s in summaries.items() if s.expects_owner}
+
+    def passes(run_id: str) -> bool:
+        if expecting is not None and run_id not in expecting:
+            return False
+        try:
+            lock = store.paths(run_id, refuse_links=True).lock
+        except AfkLocalError:
+            return False  # a symlinked run is listed by no one: `verify` reports it
+        probe = probe_owner(lock)
+        if expecting is None:
+            return probe.held
+        return is_interrupted(RunStatus.RUNNING, probe)  # its status expects an owner
+
+    return passes
 
 
 class PagedStore(ListedStore, Protocol):
