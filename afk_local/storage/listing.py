@@ -222,7 +222,7 @@ def page_runs(
     return page, admitted, more
 
 
-def _owner_test(store: PagedStore, wanted: RunFilter) -> Callable[[str], bool] | None:
+def _owner_test(store: ListedStore, wanted: RunFilter) -> Callable[[str], bool] | None:
     """For a filter on liveness, the test a run id must pass before the run is read:
     the same decision as :meth:`RunFilter.admits` (the one :func:`is_interrupted`), made
     from the run's lock and, for ``interrupted``, the status in the store's meta index
@@ -300,15 +300,19 @@ def iter_runs(store: ListedStore, wanted: RunFilter) -> Iterator[RunInfo]:
     not know: the first run comes before the others are even looked at. Each run listed
     is read from its own files then, so what it shows is never older than the listing.
     A filter on a status skips, with one ``stat``, each run whose ``run.meta`` is still
-    the one the index summarised with another status.
+    the one the index summarised with another status; one on liveness each run whose
+    lock says no (:func:`_owner_test`).
     """
     index = store.meta_index()
     status = wanted.meta_status
+    owner = _owner_test(store, wanted)
     for run_id in index.newest_first():
         if status is not None:
             known = index.summary(run_id)
             if known is not None and known.status != status:
                 continue
+        if owner is not None and not owner(run_id):
+            continue
         info = _listed(store, run_id, wanted)
         if info is not None:
             yield info

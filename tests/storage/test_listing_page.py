@@ -1,5 +1,5 @@
 """One page of a store's listing (afk_local/storage/listing.py, ``page_runs``): the web
-page's runs table on stores too large to list whole."""
+page's runs table on stores too large to list whole; and what a liveness filter reads."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import afk_local as afk
 from afk_local.storage.format.records import RunMeta
-from afk_local.storage.listing import page_runs
+from afk_local.storage.listing import list_runs, page_runs
 from afk_local.storage.views.run_filter import RunFilter
 
 
@@ -97,5 +97,8 @@ def test_a_liveness_filter_reads_only_the_runs_it_shows(tmp_path: Path) -> None:
         page, matched, more = page_runs(counted, RunFilter(status="interrupted"), 0, 2)
         assert [i.run_id for i in page] == ["r9", "r6"] and matched == 4 and more
         assert counted.read == ["r9", "r6"]
+        counted = _Counted(store)  # `afk-local runs --status live` alike
+        assert [i.run_id for i in list_runs(counted, RunFilter(status="live"), None)] == ["owned"]
+        assert counted.read == ["owned", "owned"]  # its meta, then its info
     page, matched, _ = page_runs(store, RunFilter(status="live"), 0, 10)
     assert page == [] and matched == 0  # its owner is gone: no longer live
