@@ -12,7 +12,7 @@ import contextlib
 import itertools
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -169,24 +169,24 @@ def page_runs(
     one ``lstat`` per run, nothing read), then read in that order only as far as the
     page needs: the meta of a run only when the filter looks at it (status, name,
     tags), its checkpoints only for the runs on the page and for a filter on recent
-    activity. A filter on liveness is decided from the run's lock (and, for
-    ``interrupted``, the status the store's meta index holds, checked by a ``stat``)
-    before anything of the run is read (:func:`_owner_test`), so ``live`` costs a lock
-    probe a run and ``interrupted`` one per run whose status expects an owner. Returns
+    activity. A filter on liveness looks only at the runs whose status, as the store's
+    meta index holds it (checked by a ``stat`` a run), expects an owner, and decides each
+    from its lock before anything of it is read (:class:`_OwnerTest`). Returns
     the page, how many runs the filter admits (None when that would need reading the
     rest of the store) and whether runs follow the page.
     """
     from afk_local.storage.views.run_info import RunList  # noqa: PLC0415
 
-    order = _newest_meta_first(store)
     page = RunList()
     if not wanted.needs_meta and not wanted.needs_info:  # every run is admitted
+        order = _newest_meta_first(store)
         for run_id in order[offset : offset + limit]:
             listed = _page_entry(store, run_id, None)
             if listed is not None:
                 page.append(listed)
         return page, len(order), len(order) > offset + limit
     owner = _owner_test(store, wanted)
+    order = owner.order if owner is not None else _newest_meta_first(store)
     # Only a filter on recent activity needs a run's checkpoints to decide it; the
     # others read them for the runs shown, and count the rest when that reads no meta.
     by_info = wanted.since_ms is not None or (wanted.needs_info and owner is None)
@@ -222,34 +222,47 @@ def page_runs(
     return page, admitted, more
 
 
-def _owner_test(store: ListedStore, wanted: RunFilter) -> Callable[[str], bool] | None:
-    """For a filter on liveness, the test a run id must pass before the run is read:
-    the same decision as :meth:`RunFilter.admits` (the one :func:`is_interrupted`), made
-    from the run's lock and, for ``interrupted``, the status in the store's meta index
-    (each summary checked against its ``run.meta`` by a ``stat``). A run that passes is
-    then read from its own files and checked again, so what the page shows is never
-    older than the page. None for a filter that is not on liveness.
-    """
-    if wanted.status not in ("live", "interrupted"):
-        return None
-    expecting: set[str] | None = None
-    if wanted.status == "interrupted":
-        summaries = store.meta_index().summaries()
-        expecting = {run_id for run_id, s in summaries.items() if s.expects_owner}
+class _OwnerTest:
+    """For a filter on liveness: the runs it may admit, and the test each must pass
+    before it is read.
 
-    def passes(run_id: str) -> bool:
-        if expecting is not None and run_id not in expecting:
+    Only a run whose status expects an owner (``created``, ``running``) can be live or
+    interrupted (:meth:`RunFilter.admits`); the store's meta index knows each run's status,
+    each summary checked against the run's ``run.meta`` by a ``stat`` when it is asked
+    for. So the candidates are those runs, newest ``run.meta`` first (the mtime the
+    summary was checked at), and a candidate's lock decides it: held (``live``) or free
+    and sound (``interrupted``, :func:`is_interrupted`). A run that passes is then read
+    from its own files and checked again, so what a listing shows is never older than
+    the listing.
+    """
+
+    def __init__(self, store: ListedStore, status: str) -> None:
+        self._store = store
+        self._live = status == "live"
+        summaries = store.meta_index().summaries()
+        expecting = [(s.mtime_ns, run_id) for run_id, s in summaries.items() if s.expects_owner]
+        expecting.sort(reverse=True)
+        self.order = [run_id for _, run_id in expecting]
+        self._expecting = set(self.order)
+
+    def __call__(self, run_id: str) -> bool:
+        """Whether ``run_id``'s lock says what the filter asks (False for a non-candidate)."""
+        if run_id not in self._expecting:
             return False
         try:
-            lock = store.paths(run_id, refuse_links=True).lock
+            lock = self._store.paths(run_id, refuse_links=True).lock
         except AfkLocalError:
             return False  # a symlinked run is listed by no one: `verify` reports it
         probe = probe_owner(lock)
-        if expecting is None:
-            return probe.held
-        return is_interrupted(RunStatus.RUNNING, probe)  # its status expects an owner
+        return probe.held if self._live else is_interrupted(RunStatus.RUNNING, probe)
 
-    return passes
+
+def _owner_test(store: ListedStore, wanted: RunFilter) -> _OwnerTest | None:
+    """The :class:`_OwnerTest` of a filter on liveness; None for any other filter."""
+    from afk_local.storage.views.run_filter import LIVENESS  # noqa: PLC0415
+
+    status = wanted.status
+    return _OwnerTest(store, status) if status is not None and status in LIVENESS else None
 
 
 class PagedStore(ListedStore, Protocol):
