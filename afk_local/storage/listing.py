@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from afk_local.errors import AfkLocalError, run_failure
 from afk_local.storage.format.layout import META_NAME, RunPaths, parse_pack_name
-from afk_local.storage.format.records import Checkpoint, RunMeta
+from afk_local.storage.format.records import Checkpoint, RunMeta, RunStatus
 from afk_local.storage.meta_index import MetaIndex
 from afk_local.storage.rundir.ownership import is_interrupted, probe_owner
 from afk_local.storage.rundir.reader import RunReader
@@ -168,22 +168,30 @@ def page_runs(
     Runs are ordered newest first by the last change of their ``run.meta`` (its mtime:
     one ``lstat`` per run, nothing read), then read in that order only as far as the
     page needs: the meta of a run only when the filter looks at it (status, name,
-    tags), its checkpoints only for the runs on the page and for a filter on
-    liveness or recent activity. Returns the page, how many runs the filter admits
-    (None when that would need reading the rest of the store) and whether runs
-    follow the page.
+    tags), its checkpoints only for the runs on the page and for a filter on recent
+    activity. A filter on liveness looks only at the runs whose status, as the store's
+    meta index holds it (checked by a ``stat`` a run), expects an owner, and decides each
+    from its lock before anything of it is read (:class:`_OwnerTest`). Returns
+    the page, how many runs the filter admits (None when that would need reading the
+    rest of the store) and whether runs follow the page.
     """
     from afk_local.storage.views.run_info import RunList  # noqa: PLC0415
 
-    order = _newest_meta_first(store)
     page = RunList()
     if not wanted.needs_meta and not wanted.needs_info:  # every run is admitted
+        order = _newest_meta_first(store)
         for run_id in order[offset : offset + limit]:
             listed = _page_entry(store, run_id, None)
             if listed is not None:
                 page.append(listed)
         return page, len(order), len(order) > offset + limit
-    admitted = 0
+    owner = _owner_test(store, wanted)
+    order = owner.order if owner is not None else _newest_meta_first(store)
+    # Only a filter on recent activity needs a run's checkpoints to decide it; the
+    # others read them for the runs shown, and count the rest when that reads no meta.
+    by_info = wanted.since_ms is not None or (wanted.needs_info and owner is None)
+    counting = not wanted.needs_meta and not by_info
+    admitted, more = 0, False
     for run_id in order:
         meta = None
         if wanted.needs_meta:
@@ -193,8 +201,14 @@ def page_runs(
                 continue  # a run being created, or a damaged meta: `verify` reports it
             if not wanted.admits_meta(meta):
                 continue
-        if admitted < offset and not wanted.needs_info:
-            admitted += 1  # before the page: its checkpoints are not read
+        if owner is not None and not owner(run_id):
+            continue
+        if not by_info and not offset <= admitted < offset + limit:
+            admitted += 1  # before or after the page: its checkpoints are not read
+            if admitted > offset + limit:
+                more = True
+                if not counting:
+                    return page, None, True
             continue
         info = _page_entry(store, run_id, meta)
         if info is None or not wanted.admits(info):
@@ -205,7 +219,50 @@ def page_runs(
         if len(page) == limit:
             return page, None, True
         page.append(info)
-    return page, admitted, False
+    return page, admitted, more
+
+
+class _OwnerTest:
+    """For a filter on liveness: the runs it may admit, and the test each must pass
+    before it is read.
+
+    Only a run whose status expects an owner (``created``, ``running``) can be live or
+    interrupted (:meth:`RunFilter.admits`); the store's meta index knows each run's status,
+    each summary checked against the run's ``run.meta`` by a ``stat`` when it is asked
+    for. So the candidates are those runs, newest ``run.meta`` first (the mtime the
+    summary was checked at), and a candidate's lock decides it: held (``live``) or free
+    and sound (``interrupted``, :func:`is_interrupted`). A run that passes is then read
+    from its own files and checked again, so what a listing shows is never older than
+    the listing.
+    """
+
+    def __init__(self, store: ListedStore, status: str) -> None:
+        self._store = store
+        self._live = status == "live"
+        summaries = store.meta_index().summaries()
+        expecting = [(s.mtime_ns, run_id) for run_id, s in summaries.items() if s.expects_owner]
+        expecting.sort(reverse=True)
+        self.order = [run_id for _, run_id in expecting]
+        self._expecting = set(self.order)
+
+    def __call__(self, run_id: str) -> bool:
+        """Whether ``run_id``'s lock says what the filter asks (False for a non-candidate)."""
+        if run_id not in self._expecting:
+            return False
+        try:
+            lock = self._store.paths(run_id, refuse_links=True).lock
+        except AfkLocalError:
+            return False  # a symlinked run is listed by no one: `verify` reports it
+        probe = probe_owner(lock)
+        return probe.held if self._live else is_interrupted(RunStatus.RUNNING, probe)
+
+
+def _owner_test(store: ListedStore, wanted: RunFilter) -> _OwnerTest | None:
+    """The :class:`_OwnerTest` of a filter on liveness; None for any other filter."""
+    from afk_local.storage.views.run_filter import LIVENESS  # noqa: PLC0415
+
+    status = wanted.status
+    return _OwnerTest(store, status) if status is not None and status in LIVENESS else None
 
 
 class PagedStore(ListedStore, Protocol):
@@ -256,15 +313,19 @@ def iter_runs(store: ListedStore, wanted: RunFilter) -> Iterator[RunInfo]:
     not know: the first run comes before the others are even looked at. Each run listed
     is read from its own files then, so what it shows is never older than the listing.
     A filter on a status skips, with one ``stat``, each run whose ``run.meta`` is still
-    the one the index summarised with another status.
+    the one the index summarised with another status; one on liveness each run whose
+    lock says no (:func:`_owner_test`).
     """
     index = store.meta_index()
     status = wanted.meta_status
+    owner = _owner_test(store, wanted)
     for run_id in index.newest_first():
         if status is not None:
             known = index.summary(run_id)
             if known is not None and known.status != status:
                 continue
+        if owner is not None and not owner(run_id):
+            continue
         info = _listed(store, run_id, wanted)
         if info is not None:
             yield info

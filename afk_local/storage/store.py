@@ -516,7 +516,9 @@ class Store:
         A run keeps its place as it changes; each is read from its own files when listed.
 
         Args:
-            status: a status, or ``"interrupted"`` / ``"live"``.
+            status: a status, or ``"interrupted"`` / ``"live"`` (a ``created`` or
+                ``running`` run whose lock nobody / a process holds: only such runs are
+                read).
             since_ms: only runs updated at or after this wall-clock millisecond stamp.
             name: a glob matched against the run id and the job's name.
             tags: ``{key: value}`` each run must be tagged with (value None: any value).

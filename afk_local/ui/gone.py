@@ -60,6 +60,7 @@ async def while_client_waits(request: Request, store: Store, work: Callable[[Sto
         while True:
             message = await request.receive()
             if message["type"] == "http.disconnect":
+                log.info("ui: the client of %s went", request.url.path)
                 gone.set()
                 return
 

@@ -523,7 +523,7 @@ def run_page(store: Store, run_id: str) -> RunPage:
     metrics = MetricLog()
     metrics_problem = None
     try:
-        metrics = read_metrics(reader, newest=METRIC_CHECKPOINTS)
+        metrics = read_metrics(reader, newest=METRIC_CHECKPOINTS, files=files)
     except AfkLocalError as exc:
         metrics_problem = str(exc)
     pause_seq = waiting_at(meta)

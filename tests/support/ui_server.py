@@ -109,6 +109,14 @@ def request(
 def served(root: Path, *flags: str, env: dict[str, str] | None = None) -> Iterator[Served]:
     """``afk-local --root ROOT ui --port 0 FLAGS`` running; stopped on exit, whatever happens."""
     command = [sys.executable, "-m", "afk_local", "--root", str(root), "ui", "--port", "0", *flags]
+    with served_by(command, env=env) as server:
+        yield server
+
+
+@contextmanager
+def served_by(command: list[str], *, env: dict[str, str] | None = None) -> Iterator[Served]:
+    """A server process started by ``command``, which prints ``open: URL`` as ``afk-local
+    ui`` does; stopped on exit, whatever happens."""
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or ENV
     )

@@ -27,8 +27,9 @@ pytest.importorskip("uvicorn", reason="afk_local[ui] is not installed (uvicorn)"
 
 from afk_local.runner.settle import settle, unsettle
 from afk_local.storage.rundir.metrics import read_metrics
+from afk_local.storage.rundir.reader import RunReader
 from afk_local.ui.gone import AbandonableStore, ClientGone
-from afk_local.ui.views import group_timeline, innermost_frame
+from afk_local.ui.views import group_timeline, innermost_frame, run_page
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +172,20 @@ def test_metrics_can_be_read_from_the_newest_checkpoints_only(world) -> None:
     assert len(every) == 30
     assert 0 < len(newest) < len(every)
     assert [p.seq for p in newest] == [p.seq for p in every][-len(newest) :]
+
+
+def test_a_run_page_lists_the_run_s_checkpoints_once(world, monkeypatch) -> None:
+    # A 50,000-checkpoint run's listing took about a third of its page, taken twice.
+    listed = []
+    every = RunReader.checkpoint_files
+
+    def counted(self: RunReader) -> list:
+        listed.append(self.run_id)
+        return every(self)
+
+    monkeypatch.setattr(RunReader, "checkpoint_files", counted)
+    page = run_page(world["store"], "loop")
+    assert listed == ["loop"] and page.metrics.names() == ["loss"]
 
 
 def test_a_page_whose_client_went_stops_at_its_next_read_of_the_store(world) -> None:

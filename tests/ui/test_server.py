@@ -11,6 +11,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -609,3 +610,49 @@ def test_the_store_page_says_what_gc_would_remove_and_what_verify_finds(tmp_path
     assert 'href="/runs/long"' not in checked.split('id="verify"')[1]  # only runs with problems
     assert sorted(store.run_ids()) == ["hurt", "long"]
     assert sorted(store.paths("long").dir.iterdir()) == files  # the page's gc is a dry run
+
+
+def test_a_slow_page_stops_reading_the_store_once_its_client_went(store, tmp_path: Path) -> None:
+    # A real server whose every read of a run waits for the file gates/go: the page
+    # `?since=1h` reads each run, so it stays inside its first read until the test says.
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    command = [sys.executable, str(SUPPORT / "ui_gated_store.py"), str(store.root), str(gates)]
+    with ui_server.served_by(command) as server:
+        logged = _lines_of(server.process)
+        client = socket.create_connection((server.host, server.port))
+        client.sendall(
+            f"GET /?since=1h HTTP/1.1\r\nHost: {server.host}:{server.port}\r\n"
+            f"Cookie: {server.cookie_name}={server.token}\r\n\r\n".encode()
+        )
+        _wait_for(lambda: (gates / "read").exists(), "the page's first read of a run")
+        client.close()  # the browser gave up
+        _wait_for(lambda: "ui: the client of / went" in logged, "the server saw it go")
+        (gates / "go").touch()
+        stopped = "ui: a page's client went: its work stops before store.info"
+        read = lambda: (gates / "read").read_text().split()  # noqa: E731
+        _wait_for(lambda: stopped in logged or len(read()) > 1, "stop and no second read")
+        assert stopped in logged
+        assert len(read()) == 1  # one run read of the five: it stopped at its next read
+        status, _, page = server.get("/?since=1h")  # and the server serves on
+        assert status == 200 and page.count("<tr data-run=") == 5
+
+
+def _lines_of(process: subprocess.Popen[str]) -> list[str]:
+    """The lines ``process`` writes to its stderr, as they come (read on a thread)."""
+    lines: list[str] = []
+
+    def pump() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.append(line.strip())
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def _wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} in 60 s"
+        time.sleep(0.02)

@@ -18,7 +18,8 @@ from afk_local.storage.format.records import RunMeta, RunStatus
 from afk_local.storage.views.run_info import RunInfo, tags_of
 
 LIVENESS = ("interrupted", "live")
-"""Statuses a filter accepts besides :class:`RunStatus`: no owner (a crash left it) / an owner."""
+"""Statuses a filter accepts besides :class:`RunStatus`, for a run whose status expects an
+owner (``created``, ``running``): nobody holds its lock (a crash left it) / a process does."""
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _AGO = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
@@ -76,8 +77,8 @@ class RunFilter:
         """The rest, once the run's :class:`RunInfo` is known (liveness, last update)."""
         if self.status == "interrupted" and not info.interrupted:
             return False
-        if self.status == "live" and not info.owner_alive:
-            return False
+        if self.status == "live" and not (info.owner_alive and info.status.expects_owner):
+            return False  # a paused or finished run's lock is held only as its process ends
         return self.since_ms is None or info.updated_ms >= self.since_ms
 
     def _name_matches(self, meta: RunMeta) -> bool:
