@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from afk_local.errors import AfkLocalError, run_failure
 from afk_local.storage.format.layout import META_NAME, RunPaths, parse_pack_name
-from afk_local.storage.format.records import Checkpoint, RunMeta
+from afk_local.storage.format.records import Checkpoint, RunMeta, RunStatus
 from afk_local.storage.meta_index import MetaIndex
 from afk_local.storage.rundir.ownership import is_interrupted, probe_owner
 from afk_local.storage.rundir.reader import RunReader
@@ -100,7 +100,13 @@ def run_info(store: ListedStore, run_id: str) -> RunInfo:
         lock_problem=owner.problem,
         damage=damage,
         wake_at_ms=meta.wake_at_ms,
+        idle=idle_thread(meta),
     )
+
+
+def idle_thread(meta: RunMeta) -> bool:
+    """A paused thread kept by the code that uses it, idle (``PauseInfo.idle``)."""
+    return meta.status is RunStatus.PAUSED and meta.pause is not None and meta.pause.idle
 
 
 def newest_unreadable(reader: RunReader, latest: Checkpoint | None) -> str | None:
@@ -148,6 +154,7 @@ def _damaged_info(run_id: str, meta: RunMeta, damage: str) -> RunInfo:
         tags=tags_of(meta.extra),
         damage=damage,
         wake_at_ms=meta.wake_at_ms,
+        idle=idle_thread(meta),
     )
 
 
