@@ -18,6 +18,7 @@ pytest.importorskip(
     "langgraph.graph", reason="needs langgraph (pip install 'afk_local[langgraph]')"
 )
 
+from advice import follow
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
@@ -89,3 +90,10 @@ def test_a_finished_thread_is_idle_not_paused_for_someone(
         "thread or a RunSession conversation): the code that keeps it continues it: invoke "
         "the graph with thread_id='chat-42'\n"
     )
+
+    # an idle thread is removed on purpose only (its history goes with it)
+    code, _, err = cli(capsys, "--root", root, "rm", finished)
+    assert code == 2 and "is an idle thread" in err
+    results = follow(lambda *argv: cli(capsys, *argv), err)
+    assert [code for code, _ in results] == [0], results
+    assert cli(capsys, "--root", root, "show", finished)[0] == 2  # gone
