@@ -216,6 +216,10 @@ def _next_action(
         )
     if status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
         return "nothing to do"
+    if status is RunStatus.PAUSED and meta.pause is not None and meta.pause.idle:
+        prompt = meta.pause.prompt if isinstance(meta.pause.prompt, str) else ""
+        then = f": {prompt}" if prompt else ""
+        return f"an idle thread: the code that keeps it continues it when it next writes{then}"
     if reason is not None:
         return f"cannot be resumed: {reason}"
     if in_doubt:
@@ -223,6 +227,8 @@ def _next_action(
             f"{in_doubt} effect(s) in doubt: `{hint('effects', run_id)}` shows how to settle "
             f"them, then `{hint('resume', run_id)}`"
         )
+    if interrupted and status is RunStatus.CREATED and meta.attempt == 0:
+        return f"not started yet: `afk-local watch` starts it (or `{hint('resume', run_id)}`)"
     if interrupted:
         return f"interrupted: `{hint('resume', run_id)}` (or let `afk-local watch` do it)"
     if status is RunStatus.SLEEPING:

@@ -110,9 +110,13 @@ def _state_label(info: RunInfo, reason: str | None) -> str:
         return f"{info.status.value} (owner.lock damaged)"
     if info.damage is not None:
         return f"{info.status.value} (DAMAGED)"
+    blocked = ", cannot resume" if reason else ""
+    if info.not_started:
+        return f"created (not started{blocked})"
     if info.interrupted:
-        blocked = ", cannot resume" if reason else ""
         return f"{info.status.value} (interrupted{blocked})"
+    if info.idle:
+        return "paused (idle thread)"
     if info.owner_alive:
         return f"{info.status.value} (live)"
     if info.status.value == RunStatus.SLEEPING.value:  # (`is` would narrow the type of .value)
@@ -127,13 +131,13 @@ def _owner_label(info: RunInfo) -> str:
 
     ``alive`` (it holds the run's lock), ``gone`` (the run expects one and nobody holds
     the lock: a crash left it), ``damaged`` (``owner.lock`` is not a lock), ``-``
-    (a paused or finished run has no owner).
+    (a paused or finished run, or one not started yet, has no owner).
     """
     if info.lock_problem is not None:
         return "damaged"
     if info.owner_alive:
         return "alive"
-    return "gone" if info.status.expects_owner else "-"
+    return "gone" if info.status.expects_owner and not info.not_started else "-"
 
 
 def _reasons(store: Store, infos: list[RunInfo]) -> dict[str, str]:
@@ -143,6 +147,8 @@ def _reasons(store: Store, infos: list[RunInfo]) -> dict[str, str]:
     reasons = {}
     for info in infos:
         if info.status in (RunStatus.COMPLETED, RunStatus.CANCELLED) or info.owner_alive:
+            continue
+        if info.idle:  # its own code continues it: nothing for anyone to resume
             continue
         try:
             reason = cannot_resume(store.read_meta(info.run_id))

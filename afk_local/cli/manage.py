@@ -37,11 +37,25 @@ def _refusal(args: argparse.Namespace, store: Store, run_id: str) -> str | None:
             f"run {run_id!r} is live (a process holds its lock): stop that process first; "
             "nothing was removed"
         )
-    return _status_refusal(args, run_id, info.status)
+    return _status_refusal(args, run_id, info.status, idle=info.idle)
 
 
-def _status_refusal(args: argparse.Namespace, run_id: str, status: RunStatus) -> str | None:
-    """Why ``rm`` must not delete a run with ``status`` (None: it may)."""
+def _status_refusal(
+    args: argparse.Namespace, run_id: str, status: RunStatus, *, idle: bool = False
+) -> str | None:
+    """Why ``rm`` must not delete a run with ``status`` (None: it may).
+
+    An idle thread (a LangGraph thread, a ``RunSession`` conversation) is paused for
+    nobody: like a failed run it goes with ``--force`` (its history is lost with it).
+    """
+    if idle:
+        if args.force:
+            return None
+        return (
+            f"run {run_id!r} is an idle thread (a LangGraph thread or a conversation): its "
+            f"history goes with it; remove it with {suggest(args, 'rm', run_id, '--force')}; "
+            "nothing was removed"
+        )
     waiting = (RunStatus.PAUSED, RunStatus.SLEEPING)
     if status in (RunStatus.RUNNING, RunStatus.CREATED, *waiting):
         what = status.value if status in waiting else "interrupted"
@@ -62,7 +76,8 @@ def _under_lock(args: argparse.Namespace, run_id: str) -> Callable[[RunMeta], No
     """The status check again, under the run's lock: a resume may have started meanwhile."""
 
     def check(meta: RunMeta) -> None:
-        refusal = _status_refusal(args, run_id, meta.status)
+        idle = meta.status is RunStatus.PAUSED and meta.pause is not None and meta.pause.idle
+        refusal = _status_refusal(args, run_id, meta.status, idle=idle)
         if refusal is not None:
             raise CliError(refusal)
 

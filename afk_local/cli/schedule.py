@@ -190,7 +190,10 @@ def cmd_schedule_list(args: argparse.Namespace) -> int:
         emit_json(rows)
         return EXIT_OK
     if not rows:
-        out("no schedules (add one with `afk-local schedule add`)")
+        out(
+            "no schedules (add one with `afk-local schedule add NAME MODULE:FUNCTION --every "
+            "1h`; `afk-local schedule add --help` shows every option)"
+        )
         return EXIT_OK
     table = [
         [

@@ -127,7 +127,7 @@ class EventPrinter:
             text = f"{stamp} {event.kind:<9} {event.run_id or '-'}"
             if event.message:
                 text += f"  {event.message}"
-            if event.log and event.kind in ("resumed", "failed", "backoff"):
+            if event.log and event.kind in ("started", "resumed", "failed", "backoff"):
                 text += f"  (log: {event.log})"
             self.out.write(text + "\n")
         self.out.flush()

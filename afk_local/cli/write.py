@@ -194,7 +194,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if meta.status is RunStatus.COMPLETED:  # its stored result; nothing is imported or run
         result = resume_run(args.run, store)
         return _report(args, {"run_id": args.run, "status": "completed", "result": result})
-    if meta.status is RunStatus.PAUSED and not has_input and not args.via_watcher:
+    idle = meta.pause is not None and meta.pause.idle  # its own code continues it
+    if meta.status is RunStatus.PAUSED and not has_input and not args.via_watcher and not idle:
         prompt = meta.pause.prompt if meta.pause else None
         kind = meta.pause.kind if meta.pause else "input"
         paused = {"run_id": args.run, "status": "paused", "kind": kind, "prompt": prompt}

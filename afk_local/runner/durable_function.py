@@ -207,6 +207,7 @@ class DurableFunction(Generic[R]):
             code_fingerprint=self.fingerprint,
             version=self.version,
             extra=self._new_extra(tags),
+            new_attempt=False,  # whoever starts it makes attempt 1
         )
         run.close()
         return run.run_id
@@ -462,8 +463,11 @@ class DurableFunction(Generic[R]):
                             on_code_change=self.on_code_change,
                         )
                         migrated = True
-            report = start_report(run, snapshot, resumed=meta is not None)
-            observations = observe_attempt(run, self.entrypoint, resumed=meta is not None)
+            # A run made for another process to start (a schedule's slot, a submitted or
+            # restarted run) is at its first attempt with nothing written: not a resume.
+            resumed = meta is not None and (meta.attempt > 1 or run.seq > 0)
+            report = start_report(run, snapshot, resumed=resumed)
+            observations = observe_attempt(run, self.entrypoint, resumed=resumed)
             writer.update_meta(
                 status=RunStatus.RUNNING,
                 pause=None,
@@ -481,7 +485,7 @@ class DurableFunction(Generic[R]):
                 cursors=cursors,
                 version=self.version,
                 attempt=run.meta.attempt,
-                resumed=meta is not None,
+                resumed=resumed,
                 input_value=input_value,
                 in_doubt=in_doubt if in_doubt is not None else self.in_doubt,
                 report=report,
@@ -499,7 +503,7 @@ class DurableFunction(Generic[R]):
                     Phase.RUN_STARTED,
                     {
                         "agent_name": self.entrypoint,
-                        "resumed": True,
+                        "resumed": resumed,
                         PROGRESS_KEY: report.progress_payload(),
                     },
                     step=report.steps,

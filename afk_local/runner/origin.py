@@ -145,6 +145,12 @@ def cannot_resume(meta: RunMeta, *, recorded: bool = True) -> str | None:
     if isinstance(in_process, str) and in_process:
         return in_process
     entrypoint = meta.entrypoint
+    if entrypoint is None and meta.pause is not None and meta.pause.idle:
+        prompt = meta.pause.prompt if isinstance(meta.pause.prompt, str) else ""
+        return (
+            "it is an idle thread (a LangGraph thread or a RunSession conversation): the "
+            f"code that keeps it continues it{': ' + prompt if prompt else ''}"
+        )
     if entrypoint is None:
         if meta.extra.get("subagent") and meta.parent_run_id:
             return (

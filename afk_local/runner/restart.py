@@ -63,8 +63,8 @@ def restart_run(run_id: str, *, store: StoreLike = None, new_run_id: str | None 
         code_fingerprint=meta.code_fingerprint,
         version=meta.version,
         extra=extra,
+        new_attempt=False,  # no process ran it yet: its first run is attempt 1
     ) as run:
-        run.update_meta(attempt=0, owner=None)  # no process ran it yet: its first run is attempt 1
         return run.run_id
 
 

@@ -100,7 +100,13 @@ def run_info(store: ListedStore, run_id: str) -> RunInfo:
         lock_problem=owner.problem,
         damage=damage,
         wake_at_ms=meta.wake_at_ms,
+        idle=idle_thread(meta),
     )
+
+
+def idle_thread(meta: RunMeta) -> bool:
+    """A paused thread kept by the code that uses it, idle (``PauseInfo.idle``)."""
+    return meta.status is RunStatus.PAUSED and meta.pause is not None and meta.pause.idle
 
 
 def newest_unreadable(reader: RunReader, latest: Checkpoint | None) -> str | None:
@@ -148,6 +154,7 @@ def _damaged_info(run_id: str, meta: RunMeta, damage: str) -> RunInfo:
         tags=tags_of(meta.extra),
         damage=damage,
         wake_at_ms=meta.wake_at_ms,
+        idle=idle_thread(meta),
     )
 
 

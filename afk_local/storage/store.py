@@ -353,8 +353,14 @@ class Store:
         version: str | None = None,
         extra: dict[str, Any] | None = None,
         publish_with_first_write: bool = False,
+        new_attempt: bool = True,
     ) -> RunWriter:
         """Create a new run and return its writer, holding the run's lock.
+
+        The run's first attempt is this writer's (``attempt`` 1, this process as owner),
+        unless ``new_attempt`` is False: a run made for another process to start (a
+        schedule's slot, a submitted or restarted run) records attempt 0 and no owner,
+        so its first start is attempt 1 and it is listed as not started until then.
 
         The run is built under a temporary name and appears whole, with one rename.
         With ``publish_with_first_write`` (what durable functions use) it appears with
@@ -376,7 +382,13 @@ class Store:
             extra=extra,
         )
         self.prepare_write(paths.run_id)
-        return self._open_writer(paths, 0.0, new_meta=meta, defer_publish=publish_with_first_write)
+        return self._open_writer(
+            paths,
+            0.0,
+            new_meta=meta,
+            new_attempt=new_attempt,
+            defer_publish=publish_with_first_write,
+        )
 
     def resume_writer(
         self, run_id: str, *, lock_timeout: float | None = None, new_attempt: bool = True

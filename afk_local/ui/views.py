@@ -150,7 +150,11 @@ class RunRow:
 
 def run_row(info: RunInfo, now: int) -> RunRow:
     """The runs table's line of one run (the same facts as ``afk-local runs``)."""
-    if info.interrupted:
+    if info.not_started:
+        label = "created (not started)"
+    elif info.idle:
+        label = "paused (idle thread)"
+    elif info.interrupted:
         label = f"{info.status.value} (interrupted)"
     elif info.owner_alive:
         label = f"{info.status.value} (live)"
@@ -204,11 +208,14 @@ def needs_you(store: Store) -> tuple[list[RunRow], int]:
         except AfkLocalError:
             continue
     waiting.sort(reverse=True)
-    rows, now = [], now_ms()
+    rows, now, idle = [], now_ms(), 0
     for _, run_id in waiting[:MAX_NEEDS_YOU]:
         try:
             info = store.info(run_id)
         except AfkLocalError:
+            continue
+        if info.idle:  # a LangGraph thread or a conversation: its own code continues it
+            idle += 1
             continue
         doubt = _in_doubt(store, run_id) if info.status is not RunStatus.PAUSED else 0
         if doubt:
@@ -220,7 +227,7 @@ def needs_you(store: Store) -> tuple[list[RunRow], int]:
         else:
             why = "interrupted: resume it"
         rows.append(replace(run_row(info, now), needs=why))
-    return rows, len(waiting)
+    return rows, len(waiting) - idle
 
 
 @dataclass
@@ -582,6 +589,8 @@ def _needs(meta: RunMeta, info: RunInfo, in_doubt: int) -> str:
     """What a run's page asks of a person, first thing."""
     if in_doubt:
         return f"{in_doubt} effect(s) in doubt: check what happened and settle them below"
+    if meta.status is RunStatus.PAUSED and meta.pause is not None and meta.pause.idle:
+        return ""  # an idle thread: the code that keeps it continues it
     if meta.status is RunStatus.PAUSED:
         return "it waits for your answer below"
     if meta.status is RunStatus.FAILED:

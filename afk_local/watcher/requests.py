@@ -301,6 +301,7 @@ def _handle(watcher: RequestHost, request: Request) -> bool:
                 request.run_id,
                 entrypoint=request.entrypoint,
                 params={"args": list(request.args), "kwargs": dict(request.kwargs)},
+                new_attempt=False,  # the child this watcher starts makes attempt 1
             )
         except RunExistsError:
             return True  # submitted already (by this request, read by another watcher)

@@ -375,6 +375,7 @@ class Scheduler:
                 entrypoint=schedule.entrypoint,
                 params={"args": list(schedule.args), "kwargs": dict(schedule.kwargs)},
                 extra=_slot_extra(schedule, slot),
+                new_attempt=False,  # the sweep's child makes attempt 1
             )
         except RunExistsError:
             return None  # another watcher made it just now: it runs there

@@ -436,6 +436,9 @@ class Watcher:
             return False
         meta, seq = claimed.meta, claimed.seq_at_start
         attempt = meta.attempt + 1
+        # A run made for the watcher (a schedule's slot, a submitted or restarted run)
+        # records attempt 0: this child is its first start, not a resume.
+        verb = "starting" if meta.attempt == 0 else "resuming"
         try:
             fd, log_path = self._open_log(run_id, attempt)
         except (OSError, AfkLocalError) as exc:
@@ -445,7 +448,7 @@ class Watcher:
         try:
             header = (
                 f"# afk-local watcher (pid {os.getpid()}, boot {boot_id()[:8]}) "
-                f"{time.strftime('%Y-%m-%d %H:%M:%S')}: resuming {run_id}, attempt {attempt}, "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {verb} {run_id}, attempt {attempt}, "
                 f"watcher attempt {meta.watcher_attempts}/{self.max_attempts}\n"
             )
             fsio.write_all(fd, header.encode(), log_path)
@@ -482,7 +485,7 @@ class Watcher:
             run_id, proc, meta.watcher_attempts, seq, log_path, time.monotonic()
         )
         self.emit(
-            "resumed",
+            "started" if meta.attempt == 0 else "resumed",
             run_id,
             f"attempt {attempt} (pid {proc.pid})",
             attempt=meta.watcher_attempts,

@@ -132,7 +132,7 @@ def test_every_command_takes_json(
         [
             ("resumed", "interrupted"),  # the --via-watcher request
             ("completed", "interrupted"),
-            ("resumed", submitted["run_id"]),
+            ("started", submitted["run_id"]),  # its first attempt, not a resume
             ("completed", submitted["run_id"]),
         ]
     )

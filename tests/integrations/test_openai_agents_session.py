@@ -20,12 +20,14 @@ pytest.importorskip(
 )
 
 import openai_agents_jobs as jobs
+from advice import follow
 from agents import Session
 from agents.memory import SessionSettings
 from openai_agents_procs import EXPECTED_OUTPUT, effects, env_for, kill_at
 from proc import afk_local_cli
 
 import afk_local as afk
+from afk_local.cli import main
 from afk_local.errors import InvalidRunIdError, RunLockedError
 from afk_local.integrations.openai_agents import DurableRunner, RunSession
 
@@ -184,3 +186,23 @@ def test_an_approval_pause_keeps_the_session_history_once(
     items = asyncio.run(RunSession("shipping", store=store).get_items())
     kinds = [item.get("type", item.get("role")) for item in items]
     assert kinds == ["user", "function_call", "function_call_output", "message"]
+
+
+def test_a_session_id_taken_by_another_run_advises_commands_that_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = afk.Store(tmp_path)
+    params = {"args": [3, str(tmp_path / "out")], "kwargs": {}}
+    with store.create("chat", entrypoint="cli_jobs:count_job", params=params) as run:
+        run.checkpoint("runtime_state", {"state": {}, "cursors": {}}, step=0)  # a crashed job
+    with pytest.raises(ValueError, match="is not a RunSession conversation") as refused:
+        asyncio.run(RunSession("chat", store=store).get_items())
+
+    def cli(*argv: str) -> tuple[int, str, str]:
+        code = main(list(argv))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    results = follow(cli, str(refused.value), root=store.root)  # cancel, then rm --force
+    assert [code for code, _ in results] == [0, 0], results
+    assert asyncio.run(RunSession("chat", store=store).get_items()) == []

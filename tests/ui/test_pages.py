@@ -21,6 +21,7 @@ from ui_server import csrf_of, said, served
 
 import afk_local as afk
 from afk_local.errors import SettleError
+from afk_local.storage.format.records import LANGGRAPH_IDLE_PAUSE_KIND, PauseInfo
 
 pytest.importorskip("starlette", reason="afk_local[ui] is not installed (starlette)")
 pytest.importorskip("uvicorn", reason="afk_local[ui] is not installed (uvicorn)")
@@ -42,6 +43,10 @@ def world(tmp_path_factory: pytest.TempPathFactory):
     with pytest.raises(afk.RunPaused):
         cli_jobs.ask_job.with_store(store).run("ship it?", run_id="ask")
     ui_server.metric_job.with_store(store).run(30, run_id="loop")
+    with store.create("thread", thread_id="thread") as run:  # as a LangGraph saver leaves one
+        run.checkpoint("langgraph", {"n": 1}, step=1)
+        idle = PauseInfo(kind=LANGGRAPH_IDLE_PAUSE_KIND, prompt="invoke the graph")
+        run.update_meta(status=afk.RunStatus.PAUSED, pause=idle)
     os.symlink(store.paths("done").dir, store.runs_dir / "linked")
     with served(store.root) as server:
         yield {"store": store, "server": server}
@@ -73,7 +78,8 @@ def test_the_runs_page_puts_what_needs_a_person_first(world) -> None:
     assert needs is not None
     assert page.index('id="needs-you"') < page.index('id="runs"')
     rows = dict(re.findall(r'<tr data-needs="([^"]+)".*?<td class="why">([^<]*)</td>', page, re.S))
-    assert rows == {"ask": "waits for an answer", "broken": "failed"}
+    assert rows == {"ask": "waits for an answer", "broken": "failed"}  # an idle thread: no
+    assert "Needs you" not in world["server"].get("/runs/thread")[2]
 
 
 def test_actions_are_offered_only_where_they_can_work(world) -> None:

@@ -58,7 +58,7 @@ from afk_local.storage.format.layout import (
     parse_checkpoint_name,
     validate_run_id,
 )
-from afk_local.storage.format.records import PauseInfo, RunStatus
+from afk_local.storage.format.records import LANGGRAPH_IDLE_PAUSE_KIND, PauseInfo, RunStatus
 from afk_local.storage.rundir.reader import RunReader
 from afk_local.storage.store import Store
 
@@ -390,7 +390,7 @@ class ThreadFiles:
                     handle.writer.update_meta(
                         status=RunStatus.PAUSED,
                         pause=PauseInfo(
-                            kind="langgraph_idle",
+                            kind=LANGGRAPH_IDLE_PAUSE_KIND,
                             prompt=f"invoke the graph with thread_id={handle.thread_id!r}",
                         ),
                     )

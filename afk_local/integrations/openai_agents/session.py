@@ -33,7 +33,7 @@ class RunSession(SessionABC):
     """Conversation history for ``Runner.run(..., session=RunSession("chat-42"))``, in a run.
 
     The session id is the run id (``afk-local show chat-42`` shows the history's
-    checkpoints; ``afk-local delete`` removes it). A process that changes the history
+    checkpoints; ``afk-local rm --force`` removes it). A process that changes the history
     holds the run's lock for that change only, so several processes may take turns in
     one conversation (one waits up to ``lock_timeout`` for another's change); the
     history a change writes is the one it read under the lock.
@@ -133,6 +133,8 @@ def _items_of(session_id: str, payload: Any) -> list[Any]:
     if not isinstance(items, list):
         raise ValueError(
             f"run {session_id!r} is not a RunSession conversation: its newest checkpoint "
-            "holds no item list (pick another session id, or `afk-local delete` this run)"
+            "holds no item list: pick another session id, or remove that run "
+            f"(`afk-local cancel {session_id}` if it has not finished, then "
+            f"`afk-local rm {session_id} --force`)"
         )
     return items

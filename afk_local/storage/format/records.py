@@ -142,12 +142,29 @@ def error_info(error: BaseException | ErrorInfo | str) -> ErrorInfo:
     return ErrorInfo(type=type(error).__name__, message=str(error), traceback=text)
 
 
+LANGGRAPH_IDLE_PAUSE_KIND = "langgraph_idle"
+"""The pause kind a LangGraph saver gives a thread it closes: the thread is idle (its
+graph finished, or waits at an ``interrupt``) until the graph is invoked again."""
+SESSION_PAUSE_KIND = "conversation"
+"""The pause kind of a ``RunSession``'s checkpoints (each holds the whole history)."""
+IDLE_PAUSE_KINDS = frozenset({LANGGRAPH_IDLE_PAUSE_KIND, SESSION_PAUSE_KIND})
+"""Pause kinds of a thread kept by the code that uses it (a LangGraph saver, a
+``RunSession``): nothing waits for a resume or a person's answer; that code continues it
+when it next writes. Listings show such a run as an idle thread, not as one that needs
+someone."""
+
+
 class PauseInfo(msgspec.Struct, kw_only=True, frozen=True):
     """Why a run is paused and what it asked for."""
 
     kind: str
     prompt: Any = None
     seq: int = 0
+
+    @property
+    def idle(self) -> bool:
+        """An idle thread's pause (:data:`IDLE_PAUSE_KINDS`), not a wait for anyone."""
+        return self.kind in IDLE_PAUSE_KINDS
 
 
 class RunMeta(msgspec.Struct, kw_only=True, frozen=True):

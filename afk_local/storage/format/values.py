@@ -445,8 +445,27 @@ def as_data(value: Any) -> Any:
 
 
 def plain(value: Any) -> Any:
-    """``value`` as plain data for display and JSON: typed values as strings, lists, dicts."""
-    return msgspec.to_builtins(value, str_keys=True, enc_hook=_plain_hook)
+    """``value`` as plain data for display and JSON: typed values as strings, lists, dicts.
+
+    A dict key JSON cannot hold (a tuple: msgpack keeps ``{(1, 2): ...}``) is shown as
+    its ``repr``, so a stored value never stops ``show``, ``effects`` or ``export``.
+    """
+    try:
+        return msgspec.to_builtins(value, str_keys=True, enc_hook=_plain_hook)
+    except TypeError:  # a key to_builtins cannot make a string (rare: walk only then)
+        builtins = msgspec.to_builtins(value, enc_hook=_plain_hook)  # records to dicts
+        return msgspec.to_builtins(_shown_keys(builtins), str_keys=True)
+
+
+def _shown_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k if isinstance(k, (str, int, float, bool)) or k is None else repr(k): _shown_keys(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [_shown_keys(v) for v in value]
+    return value
 
 
 def _plain_hook(value: Any) -> Any:

@@ -38,9 +38,11 @@ def attempt_meta(
 ) -> RunMeta:
     """The ``run.meta`` the attempt that just took the run's lock writes first.
 
-    With ``new_meta`` (a new run), that meta as attempt 1 of ``owner``; else the run's
-    meta with ``owner``, ``attempt`` + 1 unless ``new_attempt`` is False, and
-    ``updated_ms`` moved on.
+    With ``new_meta`` (a new run), that meta as attempt 1 of ``owner``, or, when
+    ``new_attempt`` is False (a run made for another process to start), as attempt 0
+    with no owner: its first start is then attempt 1. Else the run's meta with
+    ``owner``, ``attempt`` + 1 unless ``new_attempt`` is False, and ``updated_ms``
+    moved on.
 
     Raises:
         RunExistsError: ``new_meta`` was given but the run has a ``run.meta`` by now.
@@ -51,6 +53,8 @@ def attempt_meta(
     if new_meta is not None:
         if os.path.lexists(paths.meta):
             raise RunExistsError(paths.run_id, str(paths.dir))
+        if not new_attempt:
+            return msgspec.structs.replace(new_meta, owner=None, attempt=0)
         return msgspec.structs.replace(new_meta, owner=owner, attempt=1)
     old = read_meta(paths, record_codec)
     _refuse_remote_copy(old)

@@ -542,7 +542,8 @@ def open_writer(
 
     Opening an existing run starts a new attempt (``attempt`` + 1, this process as
     owner) unless ``new_attempt`` is False: cancelling or settling a run is not an
-    attempt to run it, so only the owner is recorded.
+    attempt to run it, so only the owner is recorded. A new run made with
+    ``new_attempt`` False is made for another process to start (attempt 0, no owner).
 
     With ``new_meta`` the run is built under a temporary name, its lock held there,
     and published with one rename (:mod:`.creation`): at once, or with
@@ -570,6 +571,7 @@ def open_writer(
             options,
             record_codec=record_codec,
             new_meta=new_meta,
+            new_attempt=new_attempt,
             defer_publish=defer_publish and mirror is None and heads is None,
             mirror=mirror,
             heads=heads,
@@ -611,6 +613,7 @@ def _create(
     *,
     record_codec: RecordCodec,
     new_meta: RunMeta,
+    new_attempt: bool,
     defer_publish: bool,
     mirror: Mirror | None,
     heads: HeadStore | None,
@@ -621,7 +624,9 @@ def _create(
     lock = new_run.lock
     run_mirror: RunMirror | None = None
     try:
-        meta = attempt_meta(paths, record_codec, owner=current_owner(), new_meta=new_meta)
+        meta = attempt_meta(
+            paths, record_codec, owner=current_owner(), new_meta=new_meta, new_attempt=new_attempt
+        )
         if defer_publish:
             return RunWriter(paths, lock, meta, options, record_codec=record_codec, new_run=new_run)
         new_run.publish(codec.encode_meta(record_codec, meta))

@@ -29,7 +29,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from afk_local.errors import AfkLocalError
-from afk_local.storage.format.records import Phase
+from afk_local.storage.format.records import SESSION_PAUSE_KIND, Phase
 
 if TYPE_CHECKING:
     from afk_local.storage.rundir.reader import RunReader
@@ -45,8 +45,6 @@ OPENAI_AGENTS_TOOL_STEP = "openai-agents.tool"
 """The step name prefix of its function tool calls (``openai-agents.tool.NAME.CALL_ID``)."""
 OPENAI_AGENTS_HANDOFF_STEP = "openai-agents.handoff"
 """The step name prefix of its handoffs (``openai-agents.handoff.TOOL_NAME``)."""
-SESSION_PAUSE_KIND = "conversation"
-"""The pause kind of a ``RunSession``'s checkpoints (each holds the whole history)."""
 
 MAX_STORED_MESSAGE_BYTES = 16 << 20
 """A model step's stored messages longer than this are not parsed (shown as too long)."""

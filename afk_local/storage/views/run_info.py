@@ -66,11 +66,22 @@ class RunInfo:
     in one line; ``afk-local verify RUN`` lists every damaged file."""
     wake_at_ms: int = 0
     """For ``sleeping`` runs: when the watcher resumes it (wall clock, ms)."""
+    idle: bool = False
+    """A paused thread kept by the code that uses it (a LangGraph thread, a ``RunSession``
+    conversation): idle until that code writes again; nothing waits for anyone."""
 
     @property
     def interrupted(self) -> bool:
-        """Running (or created) with nobody holding its lock: a crash left it behind."""
+        """Running (or created) with nobody holding its lock: a crash left it behind,
+        or, for a run :attr:`not_started`, it waits for its first start (the watcher
+        starts both)."""
         return is_interrupted(self.status, OwnerProbe(self.owner_alive, self.lock_problem))
+
+    @property
+    def not_started(self) -> bool:
+        """Made for another process to start (a schedule's slot, a submitted or restarted
+        run; attempt 0) and not started yet: nothing was interrupted."""
+        return self.interrupted and self.status is RunStatus.CREATED and self.attempt == 0
 
     @property
     def live(self) -> bool:
@@ -111,6 +122,8 @@ class RunInfo:
             "eta_s": self.eta_s,
             "damage": self.damage,
             "wake_at_ms": self.wake_at_ms or None,
+            "not_started": self.not_started,
+            "idle": self.idle,
         }
 
     def _row(self) -> RunRow:
@@ -148,6 +161,10 @@ class RunInfo:
 
 
 def _label(info: RunInfo) -> str:
+    if info.not_started:
+        return "created (not started)"
+    if info.idle:
+        return "paused (idle thread)"
     if info.interrupted:
         return f"{info.status.value} (interrupted)"
     if info.owner_alive:
