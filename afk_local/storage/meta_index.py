@@ -54,7 +54,7 @@ from afk_local.storage.format.meta_index_file import (
     encode_index,
     listing_order,
 )
-from afk_local.storage.rundir.reader import read_meta
+from afk_local.storage.rundir.read.reader import read_meta
 
 log = logging.getLogger("afk_local")
 

@@ -40,14 +40,14 @@ from afk_local.storage.format.layout import (
 from afk_local.storage.format.layout import new_run_id as fresh_run_id
 from afk_local.storage.format.records import RunMeta, RunStatus
 from afk_local.storage.meta_index import MetaIndex
-from afk_local.storage.rundir.creation import new_run_meta, refuse_linked_dirs
-from afk_local.storage.rundir.heads import HeadStore
 from afk_local.storage.rundir.mirror import Mirror, open_mirror
 from afk_local.storage.rundir.options import StoreOptions, store_root
 from afk_local.storage.rundir.ownership import (
     lock_is_held,
 )
-from afk_local.storage.rundir.reader import RunReader, read_meta
+from afk_local.storage.rundir.read.heads import HeadStore
+from afk_local.storage.rundir.read.reader import RunReader, read_meta
+from afk_local.storage.rundir.write.creation import new_run_meta, refuse_linked_dirs
 from afk_local.storage.store_identity import HomeCheck, ensure_identity
 from afk_local.storage.store_key import key_problem, known_keyed, prepare_write
 
@@ -57,7 +57,7 @@ from afk_local.storage.store_key import key_problem, known_keyed, prepare_write
 if TYPE_CHECKING:
     from afk_local.storage.ops.retention import GcReport, RetentionPolicy
     from afk_local.storage.rundir.packing import PackReport
-    from afk_local.storage.rundir.writer import RunWriter
+    from afk_local.storage.rundir.write.writer import RunWriter
     from afk_local.storage.views.run_info import RunInfo, RunList
 
 
@@ -412,7 +412,7 @@ class Store:
         new_attempt: bool = True,
         defer_publish: bool = False,
     ) -> RunWriter:
-        from afk_local.storage.rundir.writer import open_writer  # noqa: PLC0415
+        from afk_local.storage.rundir.write.writer import open_writer  # noqa: PLC0415
 
         return open_writer(
             paths,

@@ -59,13 +59,13 @@ from afk_local.storage.format.layout import (
     validate_run_id,
 )
 from afk_local.storage.format.records import PauseInfo, RunStatus
-from afk_local.storage.rundir.reader import RunReader
+from afk_local.storage.rundir.read.reader import RunReader
 from afk_local.storage.store import Store
 
 # The writer (filelock, the journal, packing) and retention are imported where a thread
 # is first written or pruned: a process that only reads its threads never loads them.
 if TYPE_CHECKING:
-    from afk_local.storage.rundir.writer import RunWriter
+    from afk_local.storage.rundir.write.writer import RunWriter
 
 log = logging.getLogger("afk_local")
 

@@ -38,7 +38,7 @@ from typing import Any
 from afk_local.agent.resume import resume
 from afk_local.clock import using_clock, wall_ns
 from afk_local.errors import AfkLocalError, EffectInDoubtError, RunPaused, RunSleeping
-from afk_local.runner.settle import settle
+from afk_local.runner.operations.settle import settle
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.ops.export import export_records, import_run, to_jsonable
 from afk_local.storage.ops.retention import RetentionPolicy
