@@ -72,11 +72,7 @@ class Journal(JournalAppender):
     replaying = False
     """True for a :class:`~afk_local.journal.replaying.ReplayJournal` (nothing is called)."""
 
-    # -- opening ------------------------------------------------------------------
-
-    # -- reading ------------------------------------------------------------------
-
-    # -- writing ------------------------------------------------------------------
+    # Opening and reading: journal/reading.py; appending: journal/appending.py.
 
     # -- the replay logic -----------------------------------------------------------
 
