@@ -11,6 +11,7 @@ repeating side effects. docs/ holds the format, the guarantees and the API.
 import importlib as _importlib
 import typing as _typing
 
+from afk_local import _moved
 from afk_local.storage.rundir import effects as _effects_seam
 
 __version__ = "0.1.0"
@@ -212,6 +213,7 @@ def _open_journal(
 # The composition root: storage may not import the journal above it, so the run's
 # writer opens ``effects.log`` through this opener (afk_local/storage/rundir/effects.py).
 _effects_seam.register_journal_opener(_open_journal)
+_moved.install()  # old module paths import for one release (afk_local/_moved.py)
 
 _SUBPACKAGES = frozenset(
     {"agent", "cli", "errors", "integrations", "journal", "runner", "storage", "testing", "watcher"}
