@@ -11,6 +11,7 @@ repeating side effects. docs/ holds the format, the guarantees and the API.
 import importlib as _importlib
 import typing as _typing
 
+from afk_local import _moved
 from afk_local.storage.rundir import effects as _effects_seam
 
 __version__ = "0.1.0"
@@ -62,16 +63,16 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ),
     "afk_local.journal.journal": ("Journal",),
     "afk_local.journal.replay": ("ReplayedError", "input_hash"),
-    "afk_local.runner.cancel": ("cancel",),
-    "afk_local.runner.durable_function": ("DurableFunction", "durable"),
-    "afk_local.runner.limits": ("Limit",),
-    "afk_local.runner.observe": ("add_observer",),
-    "afk_local.runner.restart": ("restart_run",),
-    "afk_local.runner.retry": ("Retry",),
-    "afk_local.runner.run_context": ("RunContext",),
-    "afk_local.runner.settle": ("settle", "unsettle"),
-    "afk_local.runner.state_checkpoint": ("StateCheckpoint",),
-    "afk_local.runner.versions": ("CodeChangedWarning", "migration"),
+    "afk_local.runner.operations.cancel": ("cancel",),
+    "afk_local.runner.run.durable_function": ("DurableFunction", "durable"),
+    "afk_local.runner.time.limits": ("Limit",),
+    "afk_local.runner.observe.observe": ("add_observer",),
+    "afk_local.runner.operations.restart": ("restart_run",),
+    "afk_local.runner.time.retry": ("Retry",),
+    "afk_local.runner.run.run_context": ("RunContext",),
+    "afk_local.runner.operations.settle": ("settle", "unsettle"),
+    "afk_local.runner.run.state_checkpoint": ("StateCheckpoint",),
+    "afk_local.runner.code.versions": ("CodeChangedWarning", "migration"),
     "afk_local.runner.writer": ("DurableWriter",),
     "afk_local.storage.format.records": (
         "SCHEMA_VERSION",
@@ -83,9 +84,9 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "RunStatus",
     ),
     "afk_local.storage.rundir.options": ("StoreOptions",),
-    "afk_local.storage.rundir.reader": ("ResumeState", "RunReader"),
-    "afk_local.storage.rundir.verify": ("VerifyReport",),
-    "afk_local.storage.rundir.writer": ("RunWriter",),
+    "afk_local.storage.rundir.read.reader": ("ResumeState", "RunReader"),
+    "afk_local.storage.rundir.read.verify": ("VerifyReport",),
+    "afk_local.storage.rundir.write.writer": ("RunWriter",),
     "afk_local.storage.store": ("Store",),
     "afk_local.storage.trust": ("require_trusted_run", "trust_run"),
     "afk_local.storage.views.run_info": ("RunInfo",),
@@ -149,19 +150,19 @@ if _typing.TYPE_CHECKING:  # the same names for type checkers, which do not run 
     from afk_local.journal.journal import Journal as Journal
     from afk_local.journal.replay import ReplayedError as ReplayedError
     from afk_local.journal.replay import input_hash as input_hash
-    from afk_local.runner.cancel import cancel as cancel
-    from afk_local.runner.durable_function import DurableFunction as DurableFunction
-    from afk_local.runner.durable_function import durable as durable
-    from afk_local.runner.limits import Limit as Limit
-    from afk_local.runner.observe import add_observer as add_observer
-    from afk_local.runner.restart import restart_run as restart_run
-    from afk_local.runner.retry import Retry as Retry
-    from afk_local.runner.run_context import RunContext as RunContext
-    from afk_local.runner.settle import settle as settle
-    from afk_local.runner.settle import unsettle as unsettle
-    from afk_local.runner.state_checkpoint import StateCheckpoint as StateCheckpoint
-    from afk_local.runner.versions import CodeChangedWarning as CodeChangedWarning
-    from afk_local.runner.versions import migration as migration
+    from afk_local.runner.code.versions import CodeChangedWarning as CodeChangedWarning
+    from afk_local.runner.code.versions import migration as migration
+    from afk_local.runner.observe.observe import add_observer as add_observer
+    from afk_local.runner.operations.cancel import cancel as cancel
+    from afk_local.runner.operations.restart import restart_run as restart_run
+    from afk_local.runner.operations.settle import settle as settle
+    from afk_local.runner.operations.settle import unsettle as unsettle
+    from afk_local.runner.run.durable_function import DurableFunction as DurableFunction
+    from afk_local.runner.run.durable_function import durable as durable
+    from afk_local.runner.run.run_context import RunContext as RunContext
+    from afk_local.runner.run.state_checkpoint import StateCheckpoint as StateCheckpoint
+    from afk_local.runner.time.limits import Limit as Limit
+    from afk_local.runner.time.retry import Retry as Retry
     from afk_local.runner.writer import DurableWriter as DurableWriter
     from afk_local.storage import fsio
     from afk_local.storage.format.codec import RecordCodec
@@ -174,10 +175,10 @@ if _typing.TYPE_CHECKING:  # the same names for type checkers, which do not run 
     from afk_local.storage.format.records import RunStatus as RunStatus
     from afk_local.storage.rundir.mirror import RunMirror
     from afk_local.storage.rundir.options import StoreOptions as StoreOptions
-    from afk_local.storage.rundir.reader import ResumeState as ResumeState
-    from afk_local.storage.rundir.reader import RunReader as RunReader
-    from afk_local.storage.rundir.verify import VerifyReport as VerifyReport
-    from afk_local.storage.rundir.writer import RunWriter as RunWriter
+    from afk_local.storage.rundir.read.reader import ResumeState as ResumeState
+    from afk_local.storage.rundir.read.reader import RunReader as RunReader
+    from afk_local.storage.rundir.read.verify import VerifyReport as VerifyReport
+    from afk_local.storage.rundir.write.writer import RunWriter as RunWriter
     from afk_local.storage.store import Store as Store
     from afk_local.storage.trust import require_trusted_run as require_trusted_run
     from afk_local.storage.trust import trust_run as trust_run
@@ -212,6 +213,7 @@ def _open_journal(
 # The composition root: storage may not import the journal above it, so the run's
 # writer opens ``effects.log`` through this opener (afk_local/storage/rundir/effects.py).
 _effects_seam.register_journal_opener(_open_journal)
+_moved.install()  # old module paths import for one release (afk_local/_moved.py)
 
 _SUBPACKAGES = frozenset(
     {"agent", "cli", "errors", "integrations", "journal", "runner", "storage", "testing", "watcher"}

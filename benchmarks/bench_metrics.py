@@ -108,7 +108,7 @@ def lockstep(base: Path, steps: int, per_item: int) -> tuple[list[float], list[f
 
 def metric_calls_only(calls: int) -> float:
     """Seconds for ``calls`` ``ctx.metric`` calls on a context (no checkpoint, no I/O)."""
-    from afk_local.runner.run_report import Reporting, RunReport  # noqa: PLC0415
+    from afk_local.runner.observe.run_report import Reporting, RunReport  # noqa: PLC0415
 
     class Bare(Reporting):
         def __init__(self) -> None:

@@ -27,8 +27,8 @@ from afk_local.storage.format.records import (
     OwnerInfo,
     RunStatus,
 )
-from afk_local.storage.rundir.creation import new_run_meta
 from afk_local.storage.rundir.delta_policy import DeltaPolicy
+from afk_local.storage.rundir.write.creation import new_run_meta
 from afk_local.storage.store import Store
 
 

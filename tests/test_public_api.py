@@ -25,9 +25,9 @@ DOC_FILES = sorted(
 
 # Paths the docs named before the top-level names existed, and the name each became.
 OLD_DOC_PATHS = {
-    "afk_local.runner.settle.settle": "settle",
-    "afk_local.runner.restart.restart_run": "restart_run",
-    "afk_local.runner.observe.add_observer": "add_observer",
+    "afk_local.runner.operations.settle.settle": "settle",
+    "afk_local.runner.operations.restart.restart_run": "restart_run",
+    "afk_local.runner.observe.observe.add_observer": "add_observer",
     "afk_local.agent.resume.resume_run": "resume_run",
     "afk_local.agent.rebuild.resume_agent": "resume_agent",
     "afk_local.agent.Tool": "Tool",
@@ -36,7 +36,7 @@ OLD_DOC_PATHS = {
     "afk_local.watcher.requests.submit_request": "submit_request",
     "afk_local.storage.trust.trust_run": "trust_run",
     "afk_local.storage.trust.require_trusted_run": "require_trusted_run",
-    "afk_local.storage.rundir.reader.CheckpointNotFoundError": "CheckpointNotFoundError",
+    "afk_local.storage.rundir.read.reader.CheckpointNotFoundError": "CheckpointNotFoundError",
     "afk_local.storage.migrate.register": None,  # the shim: format.migrate's old path
 }
 

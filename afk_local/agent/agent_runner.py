@@ -54,10 +54,10 @@ from afk_local.agent.types import (
     tool,
 )
 from afk_local.errors import AfkLocalError, RunCancelledError, RunExistsError, WriterFailedError
-from afk_local.runner.answers import check_answer
-from afk_local.runner.origin import UNRESUMABLE_KEY
-from afk_local.runner.script_exit import install_script_excepthook
-from afk_local.runner.stopping import sigterm_exits
+from afk_local.runner.code.origin import UNRESUMABLE_KEY
+from afk_local.runner.run.answers import check_answer
+from afk_local.runner.run.script_exit import install_script_excepthook
+from afk_local.runner.run.stopping import sigterm_exits
 from afk_local.runner.writer import DurableWriter, validate_durability
 from afk_local.storage.format.records import Phase, RunMeta, RunStatus
 from afk_local.storage.store import Store, StoreLike, as_store
@@ -175,7 +175,7 @@ class AgentRunner:
         ``runtime_state``; with ``on_corrupt="fallback"`` a damaged newest
         snapshot is skipped for the newest readable one (the journal keeps
         effects from repeating). With ``pause_seq``, ``input`` answers only the pause
-        at that checkpoint (:mod:`afk_local.runner.answers`).
+        at that checkpoint (:mod:`afk_local.runner.run.answers`).
 
         Raises:
             CheckpointCorruptionError: the newest snapshot is unreadable (``on_corrupt="raise"``).

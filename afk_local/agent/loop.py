@@ -35,7 +35,7 @@ from afk_local.agent.types import (
     assistant_message,
 )
 from afk_local.errors import LLMFailedError, MaxStepsError
-from afk_local.runner.stopping import defer_stop
+from afk_local.runner.run.stopping import defer_stop
 from afk_local.runner.writer import DurableWriter
 from afk_local.storage.format.records import Phase
 

@@ -19,7 +19,7 @@ from afk_local.agent.factory import AgentFactory
 from afk_local.agent.loop import APPROVAL, NO_INPUT
 from afk_local.agent.types import Agent, AgentResult
 from afk_local.errors import AgentFailedError, EntrypointError, RunPaused
-from afk_local.runner.entrypoints import import_entrypoint
+from afk_local.runner.code.entrypoints import import_entrypoint
 from afk_local.storage.format.records import RunMeta
 from afk_local.storage.store import StoreLike, as_store
 from afk_local.storage.trust import require_trusted_run

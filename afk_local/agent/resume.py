@@ -1,7 +1,7 @@
 """``afk.resume``: continue any run by its id, whatever made it.
 
 A run made by an ``@afk.durable`` function is continued by
-:func:`afk_local.runner.resume.resume_job` (the function is found by its
+:func:`afk_local.runner.operations.resume.resume_job` (the function is found by its
 entrypoint and called again from the top); a run made by an
 :class:`~afk_local.AgentRunner` by :func:`afk_local.agent.rebuild.resume_agent`
 (the ``Agent`` is rebuilt from the run's entrypoint). This module only chooses.
@@ -25,7 +25,7 @@ from typing import Any
 
 from afk_local.agent.rebuild import is_agent_run, resume_agent, resume_agent_run
 from afk_local.errors import EntrypointError
-from afk_local.runner.resume import aresume_job, record_unresumable, resume_job
+from afk_local.runner.operations.resume import aresume_job, record_unresumable, resume_job
 from afk_local.storage.store import StoreLike, as_store
 
 
@@ -95,7 +95,7 @@ def resume_run(
     terms: the final text, ``RunPaused``, or ``AgentFailedError`` for a failed run.
     ``reenter``: this process was started to continue this run, so it may go back
     to the job's recorded working directory, ``sys.path`` and script
-    (:func:`afk_local.runner.resume.load_job`).
+    (:func:`afk_local.runner.operations.resume.load_job`).
     """
     the_store = as_store(store)
     if is_agent_run(the_store.read_meta(run_id)):

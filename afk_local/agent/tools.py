@@ -32,7 +32,7 @@ from afk_local.errors import (
     WriterFailedError,
 )
 from afk_local.journal.journal import Journal
-from afk_local.runner.stopping import defer_stop
+from afk_local.runner.run.stopping import defer_stop
 
 log = logging.getLogger("afk_local")
 

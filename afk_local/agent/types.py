@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from afk_local.runner.entrypoints import is_entrypoint, name_in_module
+from afk_local.runner.code.entrypoints import is_entrypoint, name_in_module
 
 LLMCallable = Callable[[list[dict[str, Any]], list[dict[str, Any]]], Any]
 """``llm(messages, tools) -> LLMResponse`` (or an awaitable of one)."""

@@ -1,8 +1,8 @@
 """What every ``afk-local`` command shares: exit codes, :class:`CliError`, the store, output.
 
-The commands live in :mod:`~afk_local.cli.read` (runs, show, log, inspect, effects,
-diff, verify, export), :mod:`~afk_local.cli.write` (import, fork, resume, cancel, gc,
-demo) and :mod:`~afk_local.cli.watch` (watch, submit); :mod:`~afk_local.cli.main`
+The commands live in :mod:`~afk_local.cli.commands.read` (runs, show, log, inspect, effects,
+diff, verify, export), :mod:`~afk_local.cli.commands.write` (import, fork, resume, cancel, gc,
+demo) and :mod:`~afk_local.cli.commands.watch` (watch, submit); :mod:`~afk_local.cli.main`
 wires them into argparse and turns errors into exit codes.
 """
 

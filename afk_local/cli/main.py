@@ -97,9 +97,11 @@ def _command_of(argv: Sequence[str]) -> str | None:
 
 
 def _load(spec: str) -> Callable[..., Any]:
-    """The function ``module:name`` names, from ``afk_local.cli.<module>``."""
+    """The function ``module:name`` names, from ``afk_local.cli.commands.<module>``."""
     module, _, name = spec.partition(":")
-    function: Callable[..., Any] = getattr(importlib.import_module(f"afk_local.cli.{module}"), name)
+    function: Callable[..., Any] = getattr(
+        importlib.import_module(f"afk_local.cli.commands.{module}"), name
+    )
     return function
 
 

@@ -18,13 +18,13 @@ from afk_local.cli.command import CliError
 from afk_local.errors import AfkLocalError, RunLockedError, run_failure
 from afk_local.storage.format import codec
 from afk_local.storage.format.layout import parse_checkpoint_name
-from afk_local.storage.rundir.verify import special_checkpoint_names
+from afk_local.storage.rundir.read.verify import special_checkpoint_names
 from afk_local.storage.views.effect_table import effect_rows
 from afk_local.storage.views.payload_diff import structural_diff
 from afk_local.storage.views.run_progress import progress_of
 
 if TYPE_CHECKING:
-    from afk_local.storage.rundir.reader import RunReader
+    from afk_local.storage.rundir.read.reader import RunReader
     from afk_local.storage.store import Store
 
 log = logging.getLogger("afk_local")

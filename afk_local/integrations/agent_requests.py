@@ -23,7 +23,7 @@ from pydantic_core import to_jsonable_python
 
 from afk_local.errors import AgentRequestMismatchError
 from afk_local.journal.replay import input_hash
-from afk_local.runner.run_context import RunContext
+from afk_local.runner.run.run_context import RunContext
 
 __all__ = ["REQUEST_KEY", "check_request", "data_digest", "request_fingerprint"]
 

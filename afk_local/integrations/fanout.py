@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 from afk_local.errors import AfkLocalError, FanOutError, RunFailed
-from afk_local.runner.durable_function import DurableFunction
+from afk_local.runner.run.durable_function import DurableFunction
 from afk_local.storage.format.codec import DecHook, EncHook
 from afk_local.storage.format.layout import validate_run_id
 from afk_local.storage.format.records import error_info

@@ -25,7 +25,7 @@ import msgspec
 
 from afk_local.errors import AfkLocalError
 from afk_local.integrations.fanout import SharedDirectory, WorkerStore
-from afk_local.runner.durable_function import DurableFunction
+from afk_local.runner.run.durable_function import DurableFunction
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.store import Store
 

@@ -1,6 +1,6 @@
 """OpenTelemetry traces of durable runs (the ``otel`` extra: ``pip install afk_local[otel]``).
 
-:func:`instrument` registers an observer with the runner (:mod:`afk_local.runner.observe`):
+:func:`instrument` registers an observer with the runner (:mod:`afk_local.runner.observe.observe`):
 from then on every attempt of an ``@afk.durable`` run in this process is a span
 (``afk.attempt``), and every ``ctx.step`` a child span of it (``afk.step``), with
 the run id, attempt, seq and step key as attributes. The first attempt's trace and
@@ -27,7 +27,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
 
-from afk_local.runner.observe import (
+from afk_local.runner.observe.observe import (
     AttemptInfo,
     AttemptObservation,
     StepInfo,

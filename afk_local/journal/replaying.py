@@ -51,7 +51,7 @@ def patch_id_of(key: str) -> str:
 
 
 RETRY_MARK = "@retry"
-"""How a retried step's backoff is keyed: ``<step key>@retry<n>`` (runner/retry.py)."""
+"""How a retried step's backoff is keyed: ``<step key>@retry<n>`` (runner/time/retry.py)."""
 
 
 class ReplayFrontier(BaseException):

@@ -1,8 +1,9 @@
-"""The runner: durable functions, their context, write modes and ``StateCheckpoint``.
+"""The runner: durable functions, in rooms by concern (lowest last).
 
-``@afk.durable`` (:mod:`~afk_local.runner.durable_function`), ``ctx``
-(:mod:`~afk_local.runner.run_context`), the sync/async/exit write modes
-(:mod:`~afk_local.runner.writer`), code changes and migrations
-(:mod:`~afk_local.runner.versions`), SIGTERM (:mod:`~afk_local.runner.stopping`),
-finding a job by its entrypoint (:mod:`~afk_local.runner.entrypoints`).
+- ``operations/``: what a person does to a run (resume, restart, cancel, settle, adopt, replay);
+- ``run/``: the run itself (``@durable``, ``ctx``, one attempt, pauses, tags, ``StateCheckpoint``);
+- ``time/``: durable time (sleeps, retries, limits);
+- ``observe/``: the observer seam, the progress display, a run's report;
+- ``code/``: a job's code (its entrypoint, where it ran, versions and migrations);
+- ``writer``: the sync/async/exit write modes every room writes through.
 """

@@ -1,4 +1,4 @@
-"""Durability modes on top of a :class:`~afk_local.storage.rundir.writer.RunWriter`
+"""Durability modes on top of a :class:`~afk_local.storage.rundir.write.writer.RunWriter`
 (docs/runner.md).
 
 ``sync``
@@ -56,8 +56,8 @@ from afk_local.errors import (
 from afk_local.journal.journal import journal_of
 from afk_local.storage.format.layout import validate_phase
 from afk_local.storage.format.records import Checkpoint, ErrorInfo, Phase
-from afk_local.storage.rundir.metrics import METRICS_KEY, Batch, add_batch, merge_batches
-from afk_local.storage.rundir.writer import RunWriter
+from afk_local.storage.rundir.read.metrics import METRICS_KEY, Batch, add_batch, merge_batches
+from afk_local.storage.rundir.write.writer import RunWriter
 
 if TYPE_CHECKING:
     from afk_local.journal.journal import Journal
@@ -101,7 +101,7 @@ class DurableWriter:
     """A run writer with a durability mode; the one object a runner writes through.
 
     Args:
-        run: the run's :class:`~afk_local.storage.rundir.writer.RunWriter` (this object owns
+        run: the run's :class:`~afk_local.storage.rundir.write.writer.RunWriter` (this object owns
             it from now on and closes it in :meth:`close`).
         durability: ``"sync"``, ``"async"`` or ``"exit"`` (see the module docstring).
         flush_timeout_s: how long :meth:`flush` (and so every pause/terminal write)

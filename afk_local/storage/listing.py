@@ -21,7 +21,7 @@ from afk_local.storage.format.layout import META_NAME, RunPaths, parse_pack_name
 from afk_local.storage.format.records import Checkpoint, RunMeta, RunStatus
 from afk_local.storage.meta_index import MetaIndex
 from afk_local.storage.rundir.ownership import is_interrupted, probe_owner
-from afk_local.storage.rundir.reader import RunReader
+from afk_local.storage.rundir.read.reader import RunReader
 
 log = logging.getLogger("afk_local")
 

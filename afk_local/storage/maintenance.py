@@ -31,9 +31,9 @@ from afk_local.storage.format.layout import RunPaths, validate_run_id
 from afk_local.storage.format.layout import new_run_id as fresh_run_id
 from afk_local.storage.format.records import RunMeta, now_ms
 from afk_local.storage.meta_index import note_deletion
-from afk_local.storage.rundir.heads import HeadStore
 from afk_local.storage.rundir.ownership import acquire_lock, lock_is_held
-from afk_local.storage.rundir.reader import RunReader, read_meta
+from afk_local.storage.rundir.read.heads import HeadStore
+from afk_local.storage.rundir.read.reader import RunReader, read_meta
 
 # Like the Store, the operations and their reports are imported where they are used.
 if TYPE_CHECKING:

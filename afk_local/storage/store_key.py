@@ -12,7 +12,7 @@ With it,
   "damaged".
 
 Deleting the marker does not make a store unkeyed for this user: the store's head
-records (:mod:`afk_local.storage.rundir.heads`), kept outside it, say the same.
+records (:mod:`afk_local.storage.rundir.read.heads`), kept outside it, say the same.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from afk_local.errors import KeyRequiredError, UntrustedStoreError
 from afk_local.storage import fsio
 from afk_local.storage.format.integrity import Signer, split_document
 from afk_local.storage.format.records import now_ms
-from afk_local.storage.rundir.heads import store_dir
+from afk_local.storage.rundir.read.heads import store_dir
 
 MARKER_NAME = "keyed"
 """The marker's file name in the store's root."""

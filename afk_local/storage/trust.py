@@ -1,7 +1,7 @@
 """The trust gate: a store is data, never instructions (docs/security.md).
 
 Every path that executes code a store names — ``afk.resume`` / ``afk-local resume``
-of a durable job (:mod:`afk_local.runner.resume`), the rebuild of an agent
+of a durable job (:mod:`afk_local.runner.operations.resume`), the rebuild of an agent
 (:mod:`afk_local.agent.rebuild`), the watcher before it starts a child, and the
 watcher's submit requests — first calls :func:`require_trusted_run` and acts only
 on the :class:`TrustedRun` it returns. It refuses (:class:`~afk_local.UntrustedStoreError`)
@@ -12,7 +12,7 @@ when
   regular file owned by the current user;
 - the store is keyed but this process has no key, or another key
   (:mod:`afk_local.storage.store_key`); in a keyed store ``run.meta`` must carry a
-  valid MAC (checked by :func:`~afk_local.storage.rundir.reader.read_meta`);
+  valid MAC (checked by :func:`~afk_local.storage.rundir.read.reader.read_meta`);
 - for a run to be continued from its recorded origin (``from_origin``): the store was
   copied or moved (its identity records another path,
   :mod:`afk_local.storage.store_identity`): :class:`~afk_local.StoreMovedError` until
@@ -22,7 +22,7 @@ when
 
 What the gate returns is only a run that may be acted on; which object a run's
 entrypoint may resolve to (an ``@afk.durable`` function, an ``Agent`` or an
-``@afk.agent_factory``) is checked by :func:`afk_local.runner.entrypoints.import_entrypoint`.
+``@afk.agent_factory``) is checked by :func:`afk_local.runner.code.entrypoints.import_entrypoint`.
 Read-only commands do not go through the gate: they read, and print
 :func:`trust_warnings`.
 """
@@ -44,7 +44,7 @@ from afk_local.storage.format.layout import RunPaths
 from afk_local.storage.format.records import RunMeta, later_ms
 from afk_local.storage.ops.export import IMPORTED_KEY, imported_mark
 from afk_local.storage.rundir.ownership import acquire_lock
-from afk_local.storage.rundir.reader import read_meta
+from afk_local.storage.rundir.read.reader import read_meta
 from afk_local.storage.store import Store
 from afk_local.storage.store_identity import require_home
 from afk_local.storage.store_key import marker_path

@@ -45,9 +45,9 @@ from typing import Any
 import msgspec
 
 from afk_local.errors import RunPaused, RunSleeping
-from afk_local.runner import run_context
-from afk_local.runner.durable_function import DurableFunction
-from afk_local.runner.resume import load_entrypoint
+from afk_local.runner.operations.resume import load_entrypoint
+from afk_local.runner.run import run_context
+from afk_local.runner.run.durable_function import DurableFunction
 from afk_local.storage.format.layout import new_run_id
 from afk_local.storage.fsio import Env, IoCall
 from afk_local.storage.store import Store

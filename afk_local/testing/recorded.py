@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from afk_local.errors import RunExistsError
-from afk_local.runner.durable_function import DurableFunction
-from afk_local.runner.replay import ReplayReport
-from afk_local.runner.replay_run import replay_run
+from afk_local.runner.operations.replay_run import replay_run
+from afk_local.runner.run.durable_function import DurableFunction
+from afk_local.runner.run.replay import ReplayReport
 from afk_local.storage.fsio import DIR_MODE, FILE_MODE
 from afk_local.storage.store import StoreLike, as_store
 

@@ -431,7 +431,7 @@ def _child_main(spec_json: str) -> None:
 
 def _call(spec: dict[str, Any]) -> int:
     from afk_local.errors import RunPaused, RunSleeping  # noqa: PLC0415
-    from afk_local.runner.durable_function import DurableFunction  # noqa: PLC0415
+    from afk_local.runner.run.durable_function import DurableFunction  # noqa: PLC0415
 
     module, _, qualname = spec["entrypoint"].partition(":")
     target: Any = importlib.import_module(module)

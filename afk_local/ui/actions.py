@@ -1,12 +1,13 @@
 """What the page's forms do: settle, answer a pause, cancel, resume, restart or fork a run.
 
-Each action calls the code the command line calls: :func:`~afk_local.runner.settle.settle`
-(``afk-local settle``), :func:`~afk_local.runner.settle.unsettle` (``afk-local settle
+Each action calls the code the command line calls:
+:func:`~afk_local.runner.operations.settle.settle`
+(``afk-local settle``), :func:`~afk_local.runner.operations.settle.unsettle` (``afk-local settle
 --undo``), :func:`~afk_local.watcher.requests.resume_request`
 (``afk-local resume --via-watcher [--input JSON]``: the running watcher resumes the
 run, an answer bound to the pause the page showed),
-:func:`~afk_local.runner.cancel.cancel` (``afk-local cancel``),
-:func:`~afk_local.runner.restart.restart_run` (``afk-local restart --no-start``: a
+:func:`~afk_local.runner.operations.cancel.cancel` (``afk-local cancel``),
+:func:`~afk_local.runner.operations.restart.restart_run` (``afk-local restart --no-start``: a
 watcher starts the new run) and :meth:`~afk_local.Store.fork` (``afk-local fork
 [--as NEW_ID] [--set PATH=JSON ...]``). An
 action returns what the page says and which run it shows next; bad input raises
@@ -22,10 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from afk_local.errors import InvalidRunIdError
-from afk_local.runner.cancel import cancel
-from afk_local.runner.origin import cannot_resume
-from afk_local.runner.restart import restart_run
-from afk_local.runner.settle import settle, unsettle
+from afk_local.runner.code.origin import cannot_resume
+from afk_local.runner.operations.cancel import cancel
+from afk_local.runner.operations.restart import restart_run
+from afk_local.runner.operations.settle import settle, unsettle
 from afk_local.storage.format.layout import validate_run_id
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.ops.state_edit import parse_updates

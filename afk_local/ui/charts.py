@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from afk_local.storage.rundir.metrics import MetricPoint
+from afk_local.storage.rundir.read.metrics import MetricPoint
 
 WIDTH = 480
 HEIGHT = 160

@@ -18,15 +18,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from afk_local.errors import AfkLocalError, RunNotFoundError, run_failure
-from afk_local.runner.answers import waiting_at
-from afk_local.runner.origin import cannot_resume
-from afk_local.runner.run_context import PAUSE_NAME
-from afk_local.runner.sleeps import SLEEP_NAME
+from afk_local.runner.code.origin import cannot_resume
+from afk_local.runner.run.answers import waiting_at
+from afk_local.runner.run.run_context import PAUSE_NAME
+from afk_local.runner.time.sleeps import SLEEP_NAME
 from afk_local.storage.format.records import Phase, RunMeta, RunStatus, now_ms
 from afk_local.storage.listing import page_runs
 from afk_local.storage.ops.export import to_jsonable
 from afk_local.storage.ops.retention import RetentionPolicy
-from afk_local.storage.rundir.metrics import MetricLog, read_metrics
+from afk_local.storage.rundir.read.metrics import MetricLog, read_metrics
 from afk_local.storage.store import Store
 from afk_local.storage.views.effect_table import effect_rows
 from afk_local.storage.views.notebook import format_bytes, format_ms
@@ -457,7 +457,7 @@ def innermost_frame(traceback: str) -> str | None:
 def undoable_settlements(effects: list[Any], attempt: int) -> frozenset[str]:
     """The keys whose last record is an outcome a person settled during ``attempt``.
 
-    The rule of :func:`~afk_local.runner.settle.unsettle`: a settlement stands once a
+    The rule of :func:`~afk_local.runner.operations.settle.unsettle`: a settlement stands once a
     resume has started since (the run's attempt moved on), so only those of the
     current attempt (``max(attempt, 1)``) can be taken back.
     """

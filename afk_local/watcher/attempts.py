@@ -29,9 +29,9 @@ from afk_local.storage import fsio
 from afk_local.storage.format import codec
 from afk_local.storage.format.layout import LOGS_NAME
 from afk_local.storage.format.records import Phase, RunMeta, RunStatus, later_ms, now_ms
-from afk_local.storage.rundir.catalog import RunCatalog
 from afk_local.storage.rundir.ownership import acquire_lock
-from afk_local.storage.rundir.reader import read_meta
+from afk_local.storage.rundir.read.catalog import RunCatalog
+from afk_local.storage.rundir.read.reader import read_meta
 from afk_local.storage.store import Store
 from afk_local.watcher.wakeups import due_to_wake
 

@@ -48,9 +48,9 @@ from typing import Any, Protocol
 import msgspec
 
 from afk_local.errors import AfkLocalError, RunExistsError
-from afk_local.runner.answers import check_answer, waiting_at
-from afk_local.runner.entrypoints import is_entrypoint
-from afk_local.runner.origin import cannot_resume
+from afk_local.runner.code.entrypoints import is_entrypoint
+from afk_local.runner.code.origin import cannot_resume
+from afk_local.runner.run.answers import check_answer, waiting_at
 from afk_local.storage import fsio
 from afk_local.storage.format.layout import new_run_id, validate_run_id
 from afk_local.storage.format.records import RunStatus, now_ms

@@ -37,10 +37,10 @@ import msgspec
 
 from afk_local.clock import current_clock
 from afk_local.errors import AfkLocalError, RunExistsError
-from afk_local.runner.entrypoints import is_entrypoint
-from afk_local.runner.limits import file_lock
-from afk_local.runner.origin import ORIGIN_KEY
-from afk_local.runner.tags import SCHEDULE_TAG_KEY, SLOT_TAG_KEY
+from afk_local.runner.code.entrypoints import is_entrypoint
+from afk_local.runner.code.origin import ORIGIN_KEY
+from afk_local.runner.run.tags import SCHEDULE_TAG_KEY, SLOT_TAG_KEY
+from afk_local.runner.time.limits import file_lock
 from afk_local.storage import fsio
 from afk_local.storage.store import Store
 from afk_local.storage.trust import path_problem

@@ -5,7 +5,7 @@ Writes a systemd user unit (``~/.config/systemd/user/``) or a LaunchAgent plist
 with this interpreter, in the current directory, with the ``PATH``,
 ``PYTHONPATH`` and ``VIRTUAL_ENV`` of the installing shell, and prints how to
 enable it (each run's own interpreter, directory and ``sys.path`` are recorded in
-the run and used by the watcher's children: :mod:`afk_local.runner.origin`). One
+the run and used by the watcher's children: :mod:`afk_local.runner.code.origin`). One
 service per store: the name carries a short digest of the store's absolute path.
 ``$AFK_LOCAL_SERVICE_DIR`` (or the ``directory`` argument) overrides where the
 file goes, for tests. Paths are escaped for systemd (``%``, ``$``, quotes,

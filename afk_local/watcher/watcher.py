@@ -42,16 +42,16 @@ from afk_local.errors import (
     SchemaVersionError,
     UntrustedStoreError,
 )
-from afk_local.runner.origin import cannot_resume, reentry_plan
+from afk_local.runner.code.origin import cannot_resume, reentry_plan
 from afk_local.storage import fsio
 from afk_local.storage.format.integrity import KEY_ENV
 from afk_local.storage.format.records import RunMeta, RunStatus, now_ms
 from afk_local.storage.meta_index import UNREADABLE
-from afk_local.storage.rundir.heads import HEAD_DIR_ENV
 from afk_local.storage.rundir.mirror import fenced_reason
 from afk_local.storage.rundir.options import MAX_RECORD_BYTES_ENV
 from afk_local.storage.rundir.ownership import boot_id, is_interrupted, probe_owner
-from afk_local.storage.rundir.reader import read_meta
+from afk_local.storage.rundir.read.heads import HEAD_DIR_ENV
+from afk_local.storage.rundir.read.reader import read_meta
 from afk_local.storage.store import Store
 from afk_local.storage.trust import path_problem, require_trusted_run, store_problems
 from afk_local.watcher.attempts import (
@@ -170,7 +170,7 @@ class Watcher:
         on_event: called with every :class:`WatchEvent` (from the watcher's thread).
         python: the interpreter children run under when the run records none (or the
             recorded one is gone); a run's own interpreter, recorded where its job
-            ran, comes first (:func:`afk_local.runner.origin.reentry_plan`).
+            ran, comes first (:func:`afk_local.runner.code.origin.reentry_plan`).
         env: extra environment for children.
     """
 

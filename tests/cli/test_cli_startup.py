@@ -52,7 +52,7 @@ print(json.dumps({"code": code, "listed": json.loads(out.getvalue()), "layers": 
     seen = json.loads(done.stdout)
     assert seen["code"] == 0 and [r["run_id"] for r in seen["listed"]] == ["r"]
     assert not {"agent", "journal", "watcher", "integrations", "ui"} & set(seen["layers"])
-    assert "afk_local.storage.rundir.writer" not in seen["modules"]
+    assert "afk_local.storage.rundir.write.writer" not in seen["modules"]
     assert not [
         m
         for m in seen["modules"]
@@ -61,7 +61,8 @@ print(json.dumps({"code": code, "listed": json.loads(out.getvalue()), "layers": 
         not in (
             "afk_local.cli.main",
             "afk_local.cli.command",
-            "afk_local.cli.listing",
+            "afk_local.cli.commands",
+            "afk_local.cli.commands.listing",
             "afk_local.cli.render",
         )
     ], seen["modules"]

@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from afk_local.cli.demo import DEFAULT_STEPS
+from afk_local.cli.commands.demo import DEFAULT_STEPS
 
 
 def test_demo_runs_and_every_side_effect_happens_once() -> None:

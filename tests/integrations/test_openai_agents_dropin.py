@@ -32,8 +32,8 @@ from pydantic import BaseModel
 import afk_local as afk
 from afk_local.integrations.openai_agents import DurableRunner, journaled
 from afk_local.integrations.openai_agents.standalone import STANDALONE_ENTRYPOINT
-from afk_local.runner.current import current_run_context
-from afk_local.runner.origin import cannot_resume
+from afk_local.runner.code.origin import cannot_resume
+from afk_local.runner.run.current import current_run_context
 
 
 @pytest.fixture(autouse=True)

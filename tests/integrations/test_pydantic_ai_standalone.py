@@ -24,7 +24,7 @@ from pydantic_ai.models.test import TestModel
 
 import afk_local as afk
 from afk_local.integrations.pydantic_ai import DurableAgent
-from afk_local.runner.origin import cannot_resume
+from afk_local.runner.code.origin import cannot_resume
 
 
 class Scripted:

@@ -1,4 +1,4 @@
-"""Answers bound to a pause (afk_local/runner/answers.py): applied only where the run waits."""
+"""Answers bound to a pause (afk_local/runner/run/answers.py): applied only where the run waits."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Cancelling a run (afk_local/runner/cancel.py): decided under the run's lock, never racing
-completion."""
+"""Cancelling a run (afk_local/runner/operations/cancel.py): decided under the run's lock,
+never racing completion."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import proc
 from proc import SUPPORT
 
 import afk_local as afk
-from afk_local.runner.settle import settle
+from afk_local.runner.operations.settle import settle
 
 ENV = {"PYTHONPATH": str(SUPPORT)}
 

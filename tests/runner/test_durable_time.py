@@ -14,7 +14,7 @@ import pytest
 import time_jobs
 
 import afk_local as afk
-from afk_local.runner.retry import Retry
+from afk_local.runner.time.retry import Retry
 from afk_local.storage.format.records import RunStatus
 from afk_local.testing import SkippingClock
 

@@ -21,7 +21,7 @@ from proc import REPO, SUPPORT, kill_after, spawn
 
 import afk_local as afk
 from afk_local.clock import ScaledClock
-from afk_local.runner.limits import Limit
+from afk_local.runner.time.limits import Limit
 from afk_local.storage.format.records import RunStatus
 
 JOB_SCRIPT = """

@@ -9,8 +9,8 @@ import warnings
 
 import pytest
 
-from afk_local.runner import progress as progress_module
-from afk_local.runner.progress import Progress, in_notebook
+from afk_local.runner.observe import progress as progress_module
+from afk_local.runner.observe.progress import Progress, in_notebook
 
 
 class Terminal(io.StringIO):

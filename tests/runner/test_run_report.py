@@ -11,7 +11,7 @@ from proc import SUPPORT
 
 import afk_local as afk
 from afk_local.storage.ops.retention import RetentionPolicy
-from afk_local.storage.rundir.metrics import ARCHIVE_NAME
+from afk_local.storage.rundir.read.metrics import ARCHIVE_NAME
 from afk_local.storage.views.run_progress import progress_of
 
 N = 12

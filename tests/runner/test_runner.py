@@ -20,7 +20,7 @@ from proc import SUPPORT
 
 import afk_local as afk
 from afk_local.agent.resume import resume_run
-from afk_local.runner.resume import load_entrypoint
+from afk_local.runner.operations.resume import load_entrypoint
 from afk_local.storage import fsio
 from afk_local.testing import run_and_kill
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from afk_local.runner.script_exit import EXIT_PAUSED, EXIT_SLEEPING
+from afk_local.runner.run.script_exit import EXIT_PAUSED, EXIT_SLEEPING
 
 SCRIPT = textwrap.dedent(
     """

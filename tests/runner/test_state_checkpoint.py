@@ -8,7 +8,7 @@ import proc
 import pytest
 
 import afk_local as afk
-from afk_local.runner.state_checkpoint import StateCheckpoint
+from afk_local.runner.run.state_checkpoint import StateCheckpoint
 
 
 def test_round_trip(tmp_path):
@@ -65,7 +65,7 @@ def test_unencodable_state_is_refused(tmp_path):
 
 _SAVER = """
 import sys
-from afk_local.runner.state_checkpoint import StateCheckpoint
+from afk_local.runner.run.state_checkpoint import StateCheckpoint
 from afk_local.testing import kill_at_io_call
 ckpt = StateCheckpoint(sys.argv[1])
 start = (ckpt.load() or {"i": 0})["i"]

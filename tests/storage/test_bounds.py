@@ -17,7 +17,7 @@ from attacks import afk, bomb_frame, checkpoint_file, one_line_error, peak_rss, 
 
 import afk_local as afk_api
 from afk_local.storage.format.records import MAX_NESTING_DEPTH
-from afk_local.storage.rundir.chain import MAX_READ_CHAIN, DecodeBudgetError
+from afk_local.storage.rundir.read.chain import MAX_READ_CHAIN, DecodeBudgetError
 
 MiB = 1 << 20
 

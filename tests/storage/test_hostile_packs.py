@@ -162,7 +162,7 @@ def test_an_unexpected_error_in_one_run_is_reported_for_that_run(
     store = afk.Store(tmp_path)
     for run_id in ("a", "bad", "c"):
         healthy_run(store, run_id, n=3)
-    from afk_local.storage.rundir.reader import RunReader  # noqa: PLC0415
+    from afk_local.storage.rundir.read.reader import RunReader  # noqa: PLC0415
 
     for name in ("latest", "checkpoint_files"):  # what listing and gc read first
         real = getattr(RunReader, name)

@@ -11,7 +11,7 @@ import afk_local as afk
 from afk_local.storage.maintenance import on_idle_run
 from afk_local.storage.ops.retention import RetentionPolicy
 from afk_local.storage.rundir.ownership import acquire_lock
-from afk_local.storage.rundir.reader import RunReader
+from afk_local.storage.rundir.read.reader import RunReader
 
 KEY = "maintenance test key"
 

@@ -25,7 +25,7 @@ from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.integrity import signer_for
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.meta_index import INDEX_MIN_RUNS, INDEX_NAME
-from afk_local.storage.rundir.creation import new_run_meta
+from afk_local.storage.rundir.write.creation import new_run_meta
 
 RUNS = INDEX_MIN_RUNS + 100
 SUPPORT = str(Path(__file__).resolve().parents[1] / "support")

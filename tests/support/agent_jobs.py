@@ -20,7 +20,7 @@ from typing import Any
 import afk_local as afk
 from afk_local.agent.types import Tool
 from afk_local.journal.journal import Journal
-from afk_local.storage.rundir.writer import RunWriter
+from afk_local.storage.rundir.write.writer import RunWriter
 
 _lock = threading.Lock()
 

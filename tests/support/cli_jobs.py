@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import afk_local as afk
-from afk_local.runner.durable_function import durable
+from afk_local.runner.run.durable_function import durable
 
 FAIL_AT: list[int] = []  # item indexes at which count_job raises (one-shot)
 

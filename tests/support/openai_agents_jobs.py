@@ -45,7 +45,7 @@ from openai.types.responses import (
 
 import afk_local as afk
 from afk_local.integrations.openai_agents import DurableRunner, RunSession, tool_idempotency_key
-from afk_local.runner.run_context import set_step_hook
+from afk_local.runner.run.run_context import set_step_hook
 
 set_tracing_disabled(True)  # no key, no network: traces would go to OpenAI
 

@@ -28,7 +28,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import afk_local as afk
 from afk_local.integrations.pydantic_ai import DurableAgent, tool_idempotency_key
-from afk_local.runner.run_context import set_step_hook
+from afk_local.runner.run.run_context import set_step_hook
 
 
 def say(line: str) -> None:

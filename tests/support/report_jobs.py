@@ -10,7 +10,7 @@ import os
 import sys
 
 import afk_local as afk
-from afk_local.runner.durable_function import durable
+from afk_local.runner.run.durable_function import durable
 
 FAIL_AT: list[int] = []  # items at which metered raises, once each
 

@@ -28,7 +28,7 @@ from urllib.parse import urlencode, urlsplit
 from proc import REPO, SUPPORT
 
 import afk_local as afk
-from afk_local.runner.durable_function import durable
+from afk_local.runner.run.durable_function import durable
 
 ENV = {
     **os.environ,

@@ -26,9 +26,9 @@ from afk_local.storage.format.records import LANGGRAPH_IDLE_PAUSE_KIND, PauseInf
 pytest.importorskip("starlette", reason="afk_local[ui] is not installed (starlette)")
 pytest.importorskip("uvicorn", reason="afk_local[ui] is not installed (uvicorn)")
 
-from afk_local.runner.settle import settle, unsettle
-from afk_local.storage.rundir.metrics import read_metrics
-from afk_local.storage.rundir.reader import RunReader
+from afk_local.runner.operations.settle import settle, unsettle
+from afk_local.storage.rundir.read.metrics import read_metrics
+from afk_local.storage.rundir.read.reader import RunReader
 from afk_local.ui.gone import AbandonableStore, ClientGone
 from afk_local.ui.views import group_timeline, innermost_frame, run_page
 

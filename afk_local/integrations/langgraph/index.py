@@ -39,8 +39,8 @@ from afk_local.storage.format.frames import (
     iter_frames,
 )
 from afk_local.storage.format.layout import CheckpointFile, parse_checkpoint_name
-from afk_local.storage.rundir.catalog import RunCatalog
-from afk_local.storage.rundir.reader import RunReader
+from afk_local.storage.rundir.read.catalog import RunCatalog
+from afk_local.storage.rundir.read.reader import RunReader
 
 log = logging.getLogger("afk_local")
 

@@ -16,7 +16,7 @@ from agents.run_state import RunState
 
 from afk_local.integrations.openai_agents.journaled import JournaledSession, Wrapping
 from afk_local.integrations.openai_agents.responses import call_arguments
-from afk_local.runner.run_context import RunContext
+from afk_local.runner.run.run_context import RunContext
 
 APPROVAL_PAUSE = "approval"
 

@@ -31,7 +31,7 @@ from afk_local.integrations.openai_agents.responses import (
     request_fingerprint_of,
 )
 from afk_local.integrations.openai_agents.session import RunSession
-from afk_local.runner.run_context import RunContext
+from afk_local.runner.run.run_context import RunContext
 from afk_local.storage.views.conversation import OPENAI_AGENTS_HANDOFF_STEP as HANDOFF_STEP
 from afk_local.storage.views.conversation import OPENAI_AGENTS_MODEL_STEP as MODEL_STEP
 from afk_local.storage.views.conversation import OPENAI_AGENTS_TOOL_STEP as TOOL_STEP

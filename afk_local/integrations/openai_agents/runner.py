@@ -15,8 +15,8 @@ from afk_local.integrations.openai_agents.standalone import (
     set_call,
     standalone_call,
 )
-from afk_local.runner.current import current_run_context
-from afk_local.runner.run_context import RunContext
+from afk_local.runner.run.current import current_run_context
+from afk_local.runner.run.run_context import RunContext
 from afk_local.storage.store import StoreLike
 
 _USAGE = (

@@ -1,10 +1,11 @@
 """Standalone Agents SDK runs: ``DurableRunner.run_sync(agent, input, run_id=...)`` outside a job.
 
 Such a call makes the agent run a durable run of its own. Every such run records the same
-entrypoint, :data:`STANDALONE_ENTRYPOINT` (the :class:`~afk_local.runner.resume.JobSource`
-:data:`agent_runs` below), and its arguments say which agent it runs: the ``module:name``
-of a module-level ``Agent`` (``None`` when no other process can import one), the input and
-``DurableRunner``'s own options. ``afk-local resume`` and the watcher import the agent by
+entrypoint, :data:`STANDALONE_ENTRYPOINT` (the
+:class:`~afk_local.runner.operations.resume.JobSource` :data:`agent_runs` below), and its
+arguments say which agent it runs: the ``module:name`` of a module-level ``Agent``
+(``None`` when no other process can import one), the input and ``DurableRunner``'s own
+options. ``afk-local resume`` and the watcher import the agent by
 that name only after the run passed the trust gate (``load_job``), and only accept an
 ``agents.Agent`` there, never another object a crafted run names.
 
@@ -29,10 +30,10 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
 from afk_local.integrations.openai_agents.in_job import run_in_job
-from afk_local.runner.durable_function import DurableFunction
-from afk_local.runner.entrypoints import import_entrypoint, is_entrypoint, name_in_module
-from afk_local.runner.resume import JobSource, StandaloneJob
-from afk_local.runner.run_context import RunContext
+from afk_local.runner.code.entrypoints import import_entrypoint, is_entrypoint, name_in_module
+from afk_local.runner.operations.resume import JobSource, StandaloneJob
+from afk_local.runner.run.durable_function import DurableFunction
+from afk_local.runner.run.run_context import RunContext
 from afk_local.storage.store import StoreLike
 
 __all__ = ["AGENT_RUN_KIND", "STANDALONE_ENTRYPOINT", "Standalone", "agent_runs"]

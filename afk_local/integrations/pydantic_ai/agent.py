@@ -21,13 +21,13 @@ from pydantic_ai import DeferredToolRequests, DeferredToolResults
 from pydantic_ai.agent import AbstractAgent, AgentRunResult
 
 from afk_local.integrations.pydantic_ai.steps import APPROVAL_PAUSE, Journaled, approval_results
-from afk_local.runner.current import current_run_context
-from afk_local.runner.durable_function import DurableFunction
-from afk_local.runner.entrypoints import is_entrypoint, name_in_module
-from afk_local.runner.limits import Limit
-from afk_local.runner.resume import JobSource, StandaloneJob
-from afk_local.runner.retry import Retry
-from afk_local.runner.run_context import RunContext
+from afk_local.runner.code.entrypoints import is_entrypoint, name_in_module
+from afk_local.runner.operations.resume import JobSource, StandaloneJob
+from afk_local.runner.run.current import current_run_context
+from afk_local.runner.run.durable_function import DurableFunction
+from afk_local.runner.run.run_context import RunContext
+from afk_local.runner.time.limits import Limit
+from afk_local.runner.time.retry import Retry
 from afk_local.storage.store import StoreLike
 
 __all__ = ["AGENT_RUN_KIND", "DurableAgent"]

@@ -48,9 +48,9 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_core import to_jsonable_python
 
 from afk_local.integrations.agent_requests import REQUEST_KEY, check_request, request_fingerprint
-from afk_local.runner.limits import Limit
-from afk_local.runner.retry import Retry
-from afk_local.runner.run_context import RunContext
+from afk_local.runner.run.run_context import RunContext
+from afk_local.runner.time.limits import Limit
+from afk_local.runner.time.retry import Retry
 from afk_local.storage.views.conversation import PYDANTIC_AI_MODEL_STEP as MODEL_STEP
 from afk_local.storage.views.conversation import PYDANTIC_AI_TOOL_STEP as TOOL_STEP
 

@@ -64,7 +64,7 @@ from afk_local.storage.format.records import RunMeta, now_ms
 from afk_local.storage.ops.fork import JOURNAL_TRIMMED_KEY
 from afk_local.storage.rundir.mirror import FENCED_NAME, REMOTE_COPY_KEY
 from afk_local.storage.rundir.ownership import acquire_lock
-from afk_local.storage.rundir.reader import RunReader, read_meta
+from afk_local.storage.rundir.read.reader import RunReader, read_meta
 from afk_local.storage.store import Store
 
 log = logging.getLogger("afk_local")

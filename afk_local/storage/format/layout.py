@@ -191,7 +191,7 @@ def scan_run_files(
 def scan_checkpoints(run_dir: str | os.PathLike[str]) -> list[CheckpointFile]:
     """Every loose checkpoint file of a run, in seq order (one directory listing).
 
-    Packed checkpoints are not listed: :class:`~afk_local.storage.rundir.catalog.RunCatalog`
+    Packed checkpoints are not listed: :class:`~afk_local.storage.rundir.read.catalog.RunCatalog`
     lists both.
     """
     found = []

@@ -51,8 +51,8 @@ from afk_local.storage.format.layout import (
 )
 from afk_local.storage.format.records import SCHEMA_VERSION, Checkpoint, Effect, RunMeta, now_ms
 from afk_local.storage.ops.fork import JOURNAL_TRIMMED_KEY
-from afk_local.storage.rundir.heads import HeadStore
-from afk_local.storage.rundir.reader import RunReader
+from afk_local.storage.rundir.read.heads import HeadStore
+from afk_local.storage.rundir.read.reader import RunReader
 
 _T = TypeVar("_T")
 

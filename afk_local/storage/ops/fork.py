@@ -81,8 +81,8 @@ from afk_local.storage.format.records import (
     now_ms,
 )
 from afk_local.storage.ops.state_edit import apply_updates
-from afk_local.storage.rundir.metrics import METRICS_KEY, copy_archive
-from afk_local.storage.rundir.reader import CheckpointNotFoundError, RunReader
+from afk_local.storage.rundir.read.metrics import METRICS_KEY, copy_archive
+from afk_local.storage.rundir.read.reader import CheckpointNotFoundError, RunReader
 from afk_local.storage.rundir.rewrite import publish_manifest
 
 log = logging.getLogger("afk_local")

@@ -57,11 +57,11 @@ from afk_local.storage.format.layout import (
 from afk_local.storage.format.pack import PackEntry
 from afk_local.storage.format.records import Effect, Phase, RunStatus, now_ms
 from afk_local.storage.ops.fork import JOURNAL_TRIMMED_KEY
-from afk_local.storage.rundir.catalog import RunCatalog
-from afk_local.storage.rundir.chain import is_signed_file
-from afk_local.storage.rundir.metrics import archive_metrics
 from afk_local.storage.rundir.packing import live_view
-from afk_local.storage.rundir.reader import RunReader
+from afk_local.storage.rundir.read.catalog import RunCatalog
+from afk_local.storage.rundir.read.chain import is_signed_file
+from afk_local.storage.rundir.read.metrics import archive_metrics
+from afk_local.storage.rundir.read.reader import RunReader
 from afk_local.storage.rundir.rewrite import publish_manifest, remove_garbage, write_packs
 
 log = logging.getLogger("afk_local")

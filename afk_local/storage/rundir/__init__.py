@@ -1,7 +1,10 @@
-"""One run directory while it is used: where its checkpoints are (catalog), how a
-delta chain is followed, the reader, the ownership lock, head records, packing,
-verify, metric logs and the mirror seam; and the writer, a small orchestrator over
-the publish protocol (publisher), delta or keyframe (delta_policy), when to pack
-(pack_trigger), run.meta changes (meta_keeper), the effect journal it hands out
-(writer_journal) and whether it may write (lifetime).
+"""One run directory while it is used, in two rooms and what they share.
+
+- ``write/``: the writer, a small orchestrator over the publish protocol (publisher),
+  when to pack (pack_trigger), run.meta changes (meta_keeper), the effect journal it
+  hands out (writer_journal), whether it may write (lifetime), and creating a run;
+- beside them: the settings (options), the ownership lock, the mirror and journal
+  seams, packing, delta or keyframe (delta_policy, delta_prefetch);
+- ``read/``: where checkpoints are (catalog), delta chains, head records, the reader,
+  verify and metric logs.
 """

@@ -6,7 +6,7 @@ journal (``RunWriter.effects``, the public API), so it opens it through the open
 registered here instead of importing it. ``afk_local/__init__.py``, the composition
 root above every layer, registers the journal's opener when the package is imported;
 since Python imports a package before any of its modules, every program that can
-reach a :class:`~afk_local.storage.rundir.writer.RunWriter` has one.
+reach a :class:`~afk_local.storage.rundir.write.writer.RunWriter` has one.
 
 This is the same inversion the rest of the package uses to call up (the reader's
 notebook view, the runner's observers): the lower layer declares what it needs.

@@ -34,10 +34,10 @@ from afk_local.storage.format.codec import (
 from afk_local.storage.format.integrity import KEY_ENV
 from afk_local.storage.format.layout import DEFAULT_LOOSE_LIMIT
 from afk_local.storage.fsio import DEFAULT_ENV, Env
-from afk_local.storage.rundir.chain import MAX_READ_CHAIN
 from afk_local.storage.rundir.delta_policy import DEFAULT_DELTA_FRACTION, DEFAULT_MAX_CHAIN
-from afk_local.storage.rundir.heads import HEAD_DIR_ENV
 from afk_local.storage.rundir.mirror import MIRROR_ENV, Mirror
+from afk_local.storage.rundir.read.chain import MAX_READ_CHAIN
+from afk_local.storage.rundir.read.heads import HEAD_DIR_ENV
 
 ROOT_ENV = "AFK_LOCAL_ROOT"
 """Environment variable naming the store directory used when none is passed."""

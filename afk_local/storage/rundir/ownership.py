@@ -39,7 +39,7 @@ from afk_local.storage import fsio
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import RunPaths
 from afk_local.storage.format.records import OwnerInfo, RunStatus, now_ms
-from afk_local.storage.rundir.reader import read_meta
+from afk_local.storage.rundir.read.reader import read_meta
 
 # filelock is loaded where a lock is taken: probing whether an owner is alive (listings,
 # show, gc's checks) and reading a run never need it.

@@ -14,8 +14,9 @@ in force with every file it names durable; what it does not name is garbage the 
 rewrite removes. Packed checkpoints never depend on live loose ones: packs take a
 prefix of the live loose files, and a delta's base has a lower seq.
 
-The caller holds the run's lock (:class:`~afk_local.storage.rundir.writer.RunWriter` packs as it
-writes; :meth:`afk_local.Store.pack` takes the lock of an idle run).
+The caller holds the run's lock
+(:class:`~afk_local.storage.rundir.write.writer.RunWriter` packs as it writes;
+:meth:`afk_local.Store.pack` takes the lock of an idle run).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ from afk_local.storage.format.pack import (
     PackEntry,
     read_block,
 )
-from afk_local.storage.rundir.catalog import RunCatalog
-from afk_local.storage.rundir.chain import is_signed_file
+from afk_local.storage.rundir.read.catalog import RunCatalog
+from afk_local.storage.rundir.read.chain import is_signed_file
 from afk_local.storage.rundir.rewrite import (
     chunks,
     garbage,

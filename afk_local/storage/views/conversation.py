@@ -32,7 +32,7 @@ from afk_local.errors import AfkLocalError
 from afk_local.storage.format.records import SESSION_PAUSE_KIND, Phase
 
 if TYPE_CHECKING:
-    from afk_local.storage.rundir.reader import RunReader
+    from afk_local.storage.rundir.read.reader import RunReader
 
 PYDANTIC_AI_MODEL_STEP = "pydantic-ai.model"
 """The step name of a pydantic-ai ``DurableAgent``'s model requests."""

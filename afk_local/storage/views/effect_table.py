@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from afk_local.storage.ops.export import to_jsonable
 
 if TYPE_CHECKING:
-    from afk_local.storage.rundir.reader import RunReader
+    from afk_local.storage.rundir.read.reader import RunReader
 
 
 def effect_rows(reader: RunReader) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from afk_local.errors import AfkLocalError
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import CheckpointFile, RunPaths
 from afk_local.storage.format.records import Checkpoint, RunMeta
-from afk_local.storage.rundir.metrics import read_metrics
+from afk_local.storage.rundir.read.metrics import read_metrics
 from afk_local.storage.views.run_progress import (
     format_duration,
     format_position,

@@ -21,7 +21,7 @@ from typing import Any
 from afk_local.errors import AfkLocalError, CheckpointCorruptionError, EffectLogCorruptionError
 from afk_local.storage.format.journal_format import JournalContents, read_journal
 from afk_local.storage.ops.removal import REMOVED_DIR
-from afk_local.storage.rundir.reader import CheckpointNotFoundError, RunReader
+from afk_local.storage.rundir.read.reader import CheckpointNotFoundError, RunReader
 from afk_local.storage.store import Store
 from afk_local.storage.store_identity import read_identity
 from afk_local.testing.crashsim.jobs import EffectLedger, use_probe

@@ -17,8 +17,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol
 
-from afk_local.runner.durable_function import durable
-from afk_local.runner.run_context import RunContext
+from afk_local.runner.run.durable_function import durable
+from afk_local.runner.run.run_context import RunContext
 
 PADDING = "effect result padding " * 70
 """Makes each journaled outcome ~1.5 KB."""

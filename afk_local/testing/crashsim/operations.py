@@ -17,8 +17,8 @@ from typing import Any
 from afk_local.clock import using_clock, wall_ns
 from afk_local.errors import EffectInDoubtError, RunSleeping
 from afk_local.journal.journal import journal_of
-from afk_local.runner.cancel import cancel
-from afk_local.runner.settle import settle
+from afk_local.runner.operations.cancel import cancel
+from afk_local.runner.operations.settle import settle
 from afk_local.storage import fsio
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.store import Store

@@ -32,7 +32,7 @@ from typing import Any
 
 from afk_local.errors import EffectInDoubtError, UntrustedStoreError
 from afk_local.journal.journal import journal_of
-from afk_local.runner.durable_function import DurableFunction
+from afk_local.runner.run.durable_function import DurableFunction
 from afk_local.storage.ops.export import export_records, import_run, to_jsonable
 from afk_local.storage.ops.retention import RetentionPolicy
 from afk_local.storage.rundir.packing import pack_run

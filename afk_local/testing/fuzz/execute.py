@@ -38,7 +38,7 @@ from typing import Any
 from afk_local.agent.resume import resume
 from afk_local.clock import using_clock, wall_ns
 from afk_local.errors import AfkLocalError, EffectInDoubtError, RunPaused, RunSleeping
-from afk_local.runner.settle import settle
+from afk_local.runner.operations.settle import settle
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.ops.export import export_records, import_run, to_jsonable
 from afk_local.storage.ops.retention import RetentionPolicy
@@ -386,7 +386,7 @@ class Execution:
                     return
         ops = recorder.ops
         at = cut_power(self.base, initial, ops, rng, self.mutant)
-        self._keep_ledger_until(at)
+        _keep_ledger_until(self.ledger, at)
         self.store = self._open_store()  # a new process after the power cut
         for start, end, pending in done:
             if end <= at:
@@ -399,16 +399,6 @@ class Execution:
             f"power cut after call {at} of {len(ops)} ({ops[at - 1].describe() if at else 'none'})"
         )
         self._check_acknowledged(where)
-
-    def _keep_ledger_until(self, at: int) -> None:
-        """Effects made after the cut point never happened in the world of the cut."""
-        kept = [
-            {**e, "pos": None}
-            for e in read_ledger(self.ledger)
-            if e["pos"] is None or e["pos"] <= at
-        ]
-        text = "".join(json.dumps(e) + "\n" for e in kept)
-        Path(self.ledger).write_text(text, encoding="utf-8")
 
     def _check_acknowledged(self, where: str) -> None:
         self.problems += acknowledged_problems(self.store, self.runs, self.removed, where)
@@ -434,6 +424,13 @@ class Execution:
 
     def _final_checks(self) -> None:
         self.problems += final_problems(self.store, self.runs, self.ledger)
+
+
+def _keep_ledger_until(ledger: str, at: int) -> None:
+    """Effects made after the cut point never happened in the world of the cut."""
+    kept = [{**e, "pos": None} for e in read_ledger(ledger) if e["pos"] is None or e["pos"] <= at]
+    text = "".join(json.dumps(e) + "\n" for e in kept)
+    Path(ledger).write_text(text, encoding="utf-8")
 
 
 class SteppedClock:

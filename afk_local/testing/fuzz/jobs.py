@@ -27,8 +27,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from afk_local.runner.durable_function import durable
-from afk_local.runner.run_context import RunContext
+from afk_local.runner.run.durable_function import durable
+from afk_local.runner.run.run_context import RunContext
 
 PARK_SECONDS = 0.005
 """How long a ``park`` instruction sleeps (it parks at once: ``park_after=0``)."""

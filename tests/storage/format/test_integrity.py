@@ -27,7 +27,7 @@ from afk_local.storage.format.layout import parse_checkpoint_name
 from afk_local.storage.format.records import Checkpoint, Effect
 from afk_local.storage.ops.export import export_records, import_run
 from afk_local.storage.ops.retention import RetentionPolicy
-from afk_local.storage.rundir.reader import RunReader
+from afk_local.storage.rundir.read.reader import RunReader
 
 KEY = "integrity test key"
 HEAD = struct.Struct("<4sBBQQI")
@@ -133,7 +133,7 @@ def test_keyed_round_trip_signs_every_file_and_record(tmp_path: Path) -> None:
 
 def test_unkeyed_files_are_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No key: the format of today, byte for byte; the keyed file is that plus flag and MAC."""
-    monkeypatch.setattr("afk_local.storage.rundir.writer.now_ms", lambda: 1_700_000_000_000)
+    monkeypatch.setattr("afk_local.storage.rundir.write.writer.now_ms", lambda: 1_700_000_000_000)
     monkeypatch.setattr("afk_local.journal.journal.now_ms", lambda: 1_700_000_000_000)
     plain, signed = afk.Store(tmp_path / "plain"), keyed(tmp_path / "signed")
     for store in (plain, signed):

@@ -19,7 +19,7 @@ from afk_local.storage.format.layout import (
     parse_pack_name,
 )
 from afk_local.storage.format.records import RunStatus
-from afk_local.storage.rundir.reader import ResumeState, Skipped
+from afk_local.storage.rundir.read.reader import ResumeState, Skipped
 
 
 def test_a_checkpoint_is_the_same_checkpoint_loose_or_packed() -> None:

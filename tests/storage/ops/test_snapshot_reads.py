@@ -30,7 +30,7 @@ from afk_local.journal.journal import journal_of
 from afk_local.storage.ops.export import export_records, import_run
 from afk_local.storage.ops.fork import JOURNAL_TRIMMED_KEY
 from afk_local.storage.ops.retention import RetentionPolicy
-from afk_local.storage.rundir.reader import RunReader
+from afk_local.storage.rundir.read.reader import RunReader
 
 WRITER = "import sys, rewrite_jobs; rewrite_jobs.writer(*sys.argv[1:])"
 

@@ -1,4 +1,4 @@
-"""Creating a run directory (afk_local/storage/rundir/creation.py)."""
+"""Creating a run directory (afk_local/storage/rundir/write/creation.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from afk_local.errors import RunExistsError, UntrustedStoreError
 from afk_local.storage.format.layout import RunPaths
 from afk_local.storage.format.records import RunStatus
-from afk_local.storage.rundir.creation import begin_run_dir, new_run_meta, refuse_linked_dirs
+from afk_local.storage.rundir.write.creation import begin_run_dir, new_run_meta, refuse_linked_dirs
 
 
 def _paths(root: Path, run_id: str = "r") -> RunPaths:

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from afk_local.errors import WriterFailedError
-from afk_local.storage.rundir.lifetime import WriterLifetime
+from afk_local.storage.rundir.write.lifetime import WriterLifetime
 
 
 def _life() -> tuple[WriterLifetime, list[str]]:

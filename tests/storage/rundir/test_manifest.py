@@ -30,9 +30,9 @@ from afk_local.storage.format.manifest import (
     encode_manifest,
 )
 from afk_local.storage.ops.retention import RetentionPolicy
-from afk_local.storage.rundir.catalog import RunCatalog
 from afk_local.storage.rundir.options import StoreOptions
 from afk_local.storage.rundir.packing import pack_run
+from afk_local.storage.rundir.read.catalog import RunCatalog
 
 KEY = "manifest test key"
 COUNT = 30

@@ -13,10 +13,10 @@ from afk_local.storage import fsio
 from afk_local.storage.format import codec
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.records import RunMeta, RunStatus
-from afk_local.storage.rundir.meta_keeper import MetaKeeper, attempt_meta
 from afk_local.storage.rundir.mirror import REMOTE_COPY_KEY
 from afk_local.storage.rundir.ownership import current_owner
-from afk_local.storage.rundir.reader import read_meta
+from afk_local.storage.rundir.read.reader import read_meta
+from afk_local.storage.rundir.write.meta_keeper import MetaKeeper, attempt_meta
 
 
 def _run(tmp_path: Path) -> afk.Store:

@@ -8,8 +8,8 @@ import report_jobs
 
 import afk_local as afk
 from afk_local.storage.ops.retention import RetentionPolicy
-from afk_local.storage.rundir import metrics as metrics_module
-from afk_local.storage.rundir.metrics import ARCHIVE_NAME, add_batch, merge_batches
+from afk_local.storage.rundir.read import metrics as metrics_module
+from afk_local.storage.rundir.read.metrics import ARCHIVE_NAME, add_batch, merge_batches
 from afk_local.storage.views.run_filter import parse_since, parse_tag
 
 

@@ -9,10 +9,10 @@ import pytest
 
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import RunPaths
-from afk_local.storage.rundir import pack_trigger
 from afk_local.storage.rundir.delta_policy import DeltaPolicy
-from afk_local.storage.rundir.pack_trigger import PackTrigger
 from afk_local.storage.rundir.packing import PackReport
+from afk_local.storage.rundir.write import pack_trigger
+from afk_local.storage.rundir.write.pack_trigger import PackTrigger
 
 
 @pytest.fixture

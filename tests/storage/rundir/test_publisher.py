@@ -9,7 +9,7 @@ import pytest
 
 from afk_local.storage import fsio
 from afk_local.storage.format.layout import RunPaths, checkpoint_name
-from afk_local.storage.rundir.publisher import Publisher
+from afk_local.storage.rundir.write.publisher import Publisher
 
 
 def _paths(tmp_path: Path) -> RunPaths:

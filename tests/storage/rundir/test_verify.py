@@ -1,4 +1,4 @@
-"""verify (afk_local/storage/rundir/verify.py): a ``latest`` pointing below the newest
+"""verify (afk_local/storage/rundir/read/verify.py): a ``latest`` pointing below the newest
 checkpoint, and files a concurrent rewrite moved."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import afk_local as afk
 from afk_local.storage import fsio
 from afk_local.storage.ops.retention import RetentionPolicy
-from afk_local.storage.rundir.reader import RunReader
+from afk_local.storage.rundir.read.reader import RunReader
 
 
 def _run(store: afk.Store, *, finish: bool) -> None:

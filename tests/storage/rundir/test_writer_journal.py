@@ -7,7 +7,7 @@ from pathlib import Path
 
 import afk_local as afk
 from afk_local.storage.format.codec import RecordCodec
-from afk_local.storage.rundir.writer_journal import WriterJournal
+from afk_local.storage.rundir.write.writer_journal import WriterJournal
 
 
 def test_a_run_without_a_journal_is_at_zero_and_opens_nothing(tmp_path: Path) -> None:

@@ -1,0 +1,1 @@
+"""What a person does to a run: resume, restart, cancel, settle an effect, adopt, replay."""

@@ -1,0 +1,1 @@
+"""Reading a run directory: catalog, chains, head records, RunReader, verify, metric logs."""
