@@ -384,6 +384,28 @@ def test_a_journal_tail_rolled_back_at_a_frame_boundary_is_refused(
     assert calls(out) == {i: 1 for i in range(5)}
 
 
+def test_two_swapped_journal_frames_in_an_unkeyed_remote_are_refused(tmp_path: Path) -> None:
+    # Item 7b: each frame keeps its crc, and an unkeyed journal has no MAC chain; before,
+    # the take went on and reported the done call k1 in doubt (its intent now came last).
+    url = remote.file_url(tmp_path / "bucket")
+    a = afk.Store(tmp_path / "a")
+    make_run(a, "r", 3, effects=2)
+    remote.push_run(a, url, "r")
+    segment = segment_key("r", 1, 0)  # the whole journal: whole frames
+    data = remote.Bucket(url).get(segment, 1 << 20)
+    assert data is not None
+    frames, at = [], 0
+    while at < len(data):
+        size = 8 + int.from_bytes(data[at : at + 4], "little")
+        frames.append(data[at : at + size])
+        at += size
+    frames[2], frames[3] = frames[3], frames[2]  # k1's outcome before its intent
+    overwrite(url, segment, b"".join(frames))
+    refused = afk_cli(tmp_path / "b", "pull", "r", "--from", url, "--take", code=1)
+    assert "out of order" in one_line(refused.stderr)
+    assert read_leases(remote.Bucket(url), "r").keys() == {1}, "nothing moved"
+
+
 # -- 8, 10. refusals come before anything is published -----------------------------------
 
 

@@ -693,3 +693,58 @@ def test_two_threads_calling_one_key_execute_it_once(tmp_path: Path, trials) -> 
             thread.join()
         journal.close()
         assert (len(calls), results) == (1, [trial, trial]), f"trial {trial}"
+
+
+# -- frames swapped (issue 40, item 7b: an unkeyed journal has no chain) ------------------
+
+
+def swap_frames(path: Path, i: int, j: int) -> None:
+    """Exchange frames ``i`` < ``j`` of an unkeyed journal (each keeps its own crc)."""
+    bounds = frame_sizes(path)
+    data = path.read_bytes()
+    frames = [data[bounds[k] : bounds[k + 1]] for k in range(len(bounds) - 1)]
+    frames[i], frames[j] = frames[j], frames[i]
+    path.write_bytes(b"".join(frames))
+
+
+def test_an_outcome_swapped_before_its_intent_is_corruption_not_an_effect_in_doubt(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "effects.log"
+    with Journal(path, "run-x", writable=True) as journal:
+        journal.record_intent("a", name="f", input_hash="h", idempotency_key="i")
+        journal.record_outcome("a", status="ok", result=1)
+        journal.record_outcome("patch:x", status="ok", result=True)  # an outcome-only key
+    swap_frames(path, 0, 1)
+    # Before: accepted, and the done call "a" read as in doubt (its intent came last).
+    for writable in (False, True):
+        with pytest.raises(afk.EffectLogCorruptionError, match="out of order") as caught:
+            Journal(path, "run-x", writable=writable)
+        assert caught.value.offset == frame_sizes(path)[1]
+
+
+def test_a_retried_calls_outcome_swapped_with_its_next_intent_is_corruption(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "effects.log"
+    with Journal(path, "run-x", writable=True) as journal:
+        journal.record_intent("a", name="f", input_hash="h", idempotency_key="i")
+        journal.record_outcome("a", status="error", error=ErrorInfo(type="E", message="m"))
+        journal.record_intent("a", name="f", input_hash="h", idempotency_key="i")
+        journal.record_outcome("a", status="ok", result=1)
+    swap_frames(path, 1, 2)  # intent, intent, error, ok: two outcomes for one intent
+    with pytest.raises(afk.EffectLogCorruptionError, match="second outcome"):
+        Journal(path, "run-x", writable=False)
+
+
+def test_records_written_in_order_by_every_writer_path_open_cleanly(tmp_path: Path) -> None:
+    path = tmp_path / "effects.log"
+    with Journal(path, "run-x", writable=True) as journal:
+        journal.record_outcome("limit@a", status="ok", result={})  # outcome-only keys
+        journal.record_outcome("patch:p", status="ok", result=True)
+        journal.record_intent("b", name="f", input_hash="h", idempotency_key="i")
+        journal.record_intent("b", name="f", input_hash="h", idempotency_key="i")  # a retry
+        journal.record_outcome("b", status="ok", result=2)
+        journal.record_intent("b", name="f", input_hash="h", idempotency_key="i")  # unsettle
+    with Journal(path, "run-x", writable=False) as journal:
+        assert [s.key for s in journal.in_doubt()] == ["b"]
