@@ -22,8 +22,13 @@ monotonic clock: no effect starts
 (its journal append waits) while the last successful renewal is older than ``lease_s``
 minus the safety margin (``MARGIN_FRACTION``), since a taker may treat the lease as
 lapsed soon after; a pause of the whole process (SIGSTOP, a step holding the GIL) is
-seen at the next effect. A mirror that gave up stops the run: every later checkpoint
-and effect raises LeaseLostError.
+seen at the next effect. With the background mirror a renewal sent while not fresh (a
+session's first, or one after a lapse) is a revival: effects wait for a second renewal
+(renewer.py), and a session's first effect also waits for the batch that uploads the
+meta it wrote on opening (so a release an earlier session wrote, put back, no longer
+matches the remote). A mirror that gave up stops the run: every later checkpoint and
+effect raises LeaseLostError; one that found a newer epoch first uploads its journal's
+durable tail to its own epoch (a taker that raced a revival waits for it).
 
 A request that fails is retried with backoff for ``retry_for_s`` seconds; then the
 mirror stops and its error is raised by the writer's next flush and by its close
