@@ -47,6 +47,7 @@ from afk_local.storage.format.journal_format import (
     DEFAULT_MAX_FRAME_BYTES,
     EffectHead,
     FrameReader,
+    RecordOrder,
     TornTail,
 )
 from afk_local.storage.format.records import Effect, ErrorInfo, error_info, now_ms
@@ -205,6 +206,7 @@ class Journal:
         self._syncing = False
         self._pending: list[tuple[int, int, EffectHead]] = []  # written, not yet fsynced
         self._in_flight: dict[str, int] = {}  # key -> the thread running its call
+        self._order = RecordOrder(str(path), run_id)
         self._fd = self._open()
         self._frames = FrameReader(
             self._fd,
@@ -246,6 +248,8 @@ class Journal:
         if self._fd < 0:
             return 0
         scan = self._frames.scan(os.fstat(self._fd).st_size, self._apply)
+        if self._frames.order is not None:
+            self._order = self._frames.order
         self._last_mac = scan.last_mac
         self.signed_count = scan.signed_count
         torn = self.torn_tail = scan.torn_tail
@@ -350,6 +354,10 @@ class Journal:
         frame = encode_frame(body) if digest is None else b""
         with self._cond:
             self._check_writable()
+            problem = self._order.problem(head)
+            if problem is not None:  # readers would refuse the file (RecordOrder)
+                raise ValueError(f"run {self.run_id!r}: {problem}: refused, nothing was written")
+            self._order.note(head)
             mac = None
             if self._signer is not None and digest is not None:
                 # The chain follows file order, so the MAC is made under the append lock.

@@ -91,6 +91,10 @@ class LeaseRenewer:
         self._renewals = 0
         self._renewed_at: float | None = None
         """When the last successful renewal was sent (monotonic); None before the first."""
+        self._failed_at: float | None = None
+        """When the last renewal that failed was sent (monotonic)."""
+        self._sending_since: float | None = None
+        """When the renewal in flight was sent (None: none in flight)."""
         self._last_sent: float | None = None
         """When the last successful renewal, a revival included, was sent (monotonic)."""
         self._revived_at: float | None = None
@@ -108,9 +112,18 @@ class LeaseRenewer:
 
     def fresh(self) -> bool:
         """True while the last successful renewal is younger than ``lease_s`` minus the
-        safety margin by this process's monotonic clock: an effect may start."""
+        safety margin by this process's monotonic clock, and the remote answers: no
+        renewal failed since it, and none has been in flight for a renewal period (an
+        owner cut off from the remote starts no effect once it can tell, long before
+        its lease would lapse). An effect may start."""
         renewed = self._renewed_at
-        return renewed is not None and time.monotonic() - renewed < self._fence_after_s
+        now = time.monotonic()
+        if renewed is None or now - renewed >= self._fence_after_s:
+            return False
+        failed, sending = self._failed_at, self._sending_since
+        if failed is not None and failed > renewed:
+            return False
+        return sending is None or now - sending < self._lease_s / RENEWALS_PER_LEASE
 
     def pin(self) -> None:
         """Replace the renewal with the pins as they are now (serialised)."""
@@ -186,8 +199,14 @@ class LeaseRenewer:
         Raises:
             BucketRequestError / LeaseLostError / MirrorError: the renewal or a check failed.
         """
-        sent = time.monotonic()
-        self._renew_once()
+        sent = self._sending_since = time.monotonic()
+        try:
+            self._renew_once()
+        except BaseException:
+            self._failed_at = sent
+            raise
+        finally:
+            self._sending_since = None
         every = self._lease_s / RENEWALS_PER_LEASE
         with self._cond:
             # Valid from when it was SENT: the server stamps it later, never earlier.

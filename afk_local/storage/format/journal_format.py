@@ -110,22 +110,31 @@ class RecordOrder:
         self._path, self._run_id = path, run_id
         self._state: dict[str, int] = {}
 
-    def check(self, offset: int, head: EffectHead) -> None:
-        """Raise EffectLogCorruptionError when the record at ``offset`` is out of order."""
+    def problem(self, head: EffectHead) -> str | None:
+        """Why ``head`` may not come next (None: it may)."""
         state = self._state.get(head.key)
-        problem = None
+        if head.kind == "intent" and state == self._OUTCOMES:
+            return f"an intent of {head.key!r} follows an outcome recorded without one"
+        if head.kind != "intent" and state == self._CLOSED:
+            return f"a second outcome of {head.key!r} follows one intent"
+        return None
+
+    def note(self, head: EffectHead) -> None:
+        """``head`` came next."""
+        state = self._state.get(head.key)
         if head.kind == "intent":
-            if state == self._OUTCOMES:
-                problem = f"an intent of {head.key!r} follows an outcome recorded without one"
             self._state[head.key] = self._OPEN
-        elif state == self._CLOSED:
-            problem = f"a second outcome of {head.key!r} follows one intent"
         else:
             self._state[head.key] = self._CLOSED if state == self._OPEN else self._OUTCOMES
+
+    def check(self, offset: int, head: EffectHead) -> None:
+        """Raise EffectLogCorruptionError when the record at ``offset`` is out of order."""
+        problem = self.problem(head)
         if problem is not None:
             raise EffectLogCorruptionError(
                 self._path, offset, f"records out of order ({problem})", self._run_id
             )
+        self.note(head)
 
 
 class FrameReader:
@@ -155,6 +164,8 @@ class FrameReader:
         self._max_frame = max_frame
         self._signer = signer
         self._head_decoder = msgspec.msgpack.Decoder(EffectHead)
+        self.order: RecordOrder | None = None
+        """What the last ordered :meth:`scan` saw of each key (a writer goes on from it)."""
         self._decoder = msgspec.msgpack.Decoder(Effect, ext_hook=ext_hook)
 
     def scan(
@@ -177,6 +188,7 @@ class FrameReader:
         last_mac = NO_MAC
         signed = 0
         order = RecordOrder(str(self._path), self._run_id) if ordered else None
+        self.order = order
         try:
             keyed = self._signer is not None
             for pos, body, mac in iter_frames(self._fd, 0, size, self._max_frame):
