@@ -59,6 +59,10 @@ class JournalAppender(JournalFile):
         frame = encode_frame(body) if digest is None else b""
         with self._cond:
             self._check_writable()
+            problem = self._order.problem(head)
+            if problem is not None:  # readers would refuse the file (RecordOrder)
+                raise ValueError(f"run {self.run_id!r}: {problem}: refused, nothing was written")
+            self._order.note(head)
             mac = None
             if self._signer is not None and digest is not None:
                 # The chain follows file order, so the MAC is made under the append lock.

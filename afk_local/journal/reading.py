@@ -24,6 +24,7 @@ from afk_local.storage.format.journal_format import (
     DEFAULT_MAX_FRAME_BYTES,
     EffectHead,
     FrameReader,
+    RecordOrder,
     TornTail,
 )
 from afk_local.storage.format.records import Effect
@@ -157,6 +158,7 @@ class JournalFile:
         self._syncing = False
         self._pending: list[tuple[int, int, EffectHead]] = []  # written, not yet fsynced
         self._in_flight: dict[str, int] = {}  # key -> the thread running its call
+        self._order = RecordOrder(str(path), run_id)
         self._fd = self._open()
         self._frames = FrameReader(
             self._fd,
@@ -196,6 +198,8 @@ class JournalFile:
         if self._fd < 0:
             return 0
         scan = self._frames.scan(os.fstat(self._fd).st_size, self._apply)
+        if self._frames.order is not None:
+            self._order = self._frames.order
         self._last_mac = scan.last_mac
         self.signed_count = scan.signed_count
         torn = self.torn_tail = scan.torn_tail

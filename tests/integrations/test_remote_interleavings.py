@@ -285,11 +285,7 @@ def test_mutant_taker_that_lists_before_its_lease_is_caught(
         return found
 
     monkeypatch.setattr(pull_module, "read_remote_run", read_once)
-    monkeypatch.setattr(
-        pull_module,
-        "settled_snapshot",
-        lambda *args: first[0].snapshot(),  # type: ignore[attr-defined]
-    )
+    monkeypatch.setattr(pull_module, "settled_remote", lambda *args: first[0])
     # Without A's pins: with them, B's second read of A's renewal refuses the stale
     # listing (a second line of defence, explored above with tampered remotes).
     found = explore(tmp_path, list(interleavings())[::-1], first=True, pin=False)

@@ -41,8 +41,11 @@ ENV = {"PYTHONPATH": str(SUPPORT) + os.pathsep + os.environ.get("PYTHONPATH", ""
 # One owner: n items, each a journaled non-idempotent call then `per` checkpoints.
 # OWNER_PAUSE_AT=i: before item i's call, upload everything, print "paused i", sleep.
 # OWNER_HOLD_AT=i: after item i's call (uploaded), print "holding i" and never go on.
+# OWNER_GIL_AT=i: before item i's call, upload everything, print "gil i", then hold the
+# GIL in one C call (libc read() on the FIFO OWNER_GIL_FIFO, through ctypes.PyDLL, which
+# never releases it) until the test writes a byte: no thread of the owner runs meanwhile.
 OWNER = """
-import os, sys, time
+import ctypes, os, sys, time
 import afk_local as afk
 from afk_local.integrations.remote import RemoteMirror
 from remote_jobs import record_call
@@ -51,6 +54,7 @@ mirror = RemoteMirror(url, root=root, lease_s=float(lease_s), retry_for_s=float(
                       sync_effects=sync == "1", close_timeout_s=60)
 store = afk.Store(root, mirror=mirror, key=key.encode() or None)
 pause_at, hold_at = os.environ.get("OWNER_PAUSE_AT"), os.environ.get("OWNER_HOLD_AT")
+gil_at = os.environ.get("OWNER_GIL_AT")
 try:
     run = store.create("r") if mode == "create" else store.resume_writer("r")
     with run:
@@ -59,6 +63,12 @@ try:
                 run.flush_mirror(60)
                 print("paused", i, flush=True)
                 time.sleep(1.0)
+            if str(i) == gil_at:
+                fifo = os.open(os.environ["OWNER_GIL_FIFO"], os.O_RDWR)  # never blocks
+                run.flush_mirror(60)
+                print("gil", i, flush=True)
+                held = ctypes.PyDLL(None).read(fifo, ctypes.create_string_buffer(1), 1)
+                print("released", held, flush=True)
             run.effects.call(f"c{i}", record_call, (out, i))
             if str(i) == hold_at:
                 run.flush_mirror(60)
@@ -246,6 +256,36 @@ def test_an_owner_stopped_past_its_lease_runs_no_effect_after_it(
     assert sorted(calls(out)) == list(range(n))
 
 
+@pytest.mark.parametrize("sync", [False, True], ids=["background", "sync_effects"])
+def test_a_step_holding_the_gil_past_its_lease_runs_no_effect_after_it(
+    tmp_path: Path, sync: bool, request: pytest.FixtureRequest
+) -> None:
+    # Issue 40 item 3: a step whose one C call holds the GIL longer than the lease starves
+    # the renewer thread; the taker takes without --force once the lease lapsed, and the
+    # owner, its interpreter running again, must fence itself before its next effect.
+    if sync and not request.config.getoption("--torture"):
+        pytest.skip("the sync_effects variant runs with --torture (the lapse alone takes 2 s)")
+    url = remote.file_url(tmp_path / "bucket")
+    a, out, n, fifo = tmp_path / "a", tmp_path / "calls", 12, tmp_path / "gil"
+    os.mkfifo(fifo, 0o600)
+    env = {"OWNER_GIL_AT": "5", "OWNER_GIL_FIFO": str(fifo)}
+    child = owner(a, url, out, n, lease_s=1.0, sync=sync, env=env)
+    try:
+        assert read_until(child, "gil")[-1] == "gil 5"
+        b = afk.Store(tmp_path / "b")
+        assert take_when_lapsed(b, url).took  # no --force: the renewals stopped
+        fd = os.open(fifo, os.O_WRONLY)
+        os.write(fd, b"x")  # the C call returns: the owner goes on to item 5's call
+        os.close(fd)
+        lines = read_until(child, "fenced", "closed", "stopped")
+        assert lines[-2:] == ["released 1", "fenced 0"], lines
+        finish_on(b, out, n)
+    finally:
+        stop(child)
+    assert twice(out) == []
+    assert sorted(calls(out)) == list(range(n))
+
+
 # -- 4. a replayed release -------------------------------------------------------------
 
 
@@ -342,6 +382,28 @@ def test_a_journal_tail_rolled_back_at_a_frame_boundary_is_refused(
     assert "\n" not in str(caught.value)
     assert not bucket.exists(lease_key("r", 2))
     assert calls(out) == {i: 1 for i in range(5)}
+
+
+def test_two_swapped_journal_frames_in_an_unkeyed_remote_are_refused(tmp_path: Path) -> None:
+    # Item 7b: each frame keeps its crc, and an unkeyed journal has no MAC chain; before,
+    # the take went on and reported the done call k1 in doubt (its intent now came last).
+    url = remote.file_url(tmp_path / "bucket")
+    a = afk.Store(tmp_path / "a")
+    make_run(a, "r", 3, effects=2)
+    remote.push_run(a, url, "r")
+    segment = segment_key("r", 1, 0)  # the whole journal: whole frames
+    data = remote.Bucket(url).get(segment, 1 << 20)
+    assert data is not None
+    frames, at = [], 0
+    while at < len(data):
+        size = 8 + int.from_bytes(data[at : at + 4], "little")
+        frames.append(data[at : at + size])
+        at += size
+    frames[2], frames[3] = frames[3], frames[2]  # k1's outcome before its intent
+    overwrite(url, segment, b"".join(frames))
+    refused = afk_cli(tmp_path / "b", "pull", "r", "--from", url, "--take", code=1)
+    assert "out of order" in one_line(refused.stderr)
+    assert read_leases(remote.Bucket(url), "r").keys() == {1}, "nothing moved"
 
 
 # -- 8, 10. refusals come before anything is published -----------------------------------

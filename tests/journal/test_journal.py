@@ -61,27 +61,31 @@ outcomes = st.builds(
 
 
 def write_ops(journal: Journal, ops: list[tuple[object, ...]]) -> list[Effect]:
+    """Append ``ops``; those out of a key's order are refused, nothing written (skipped)."""
     written = []
     for op in ops:
-        if op[0] == "intent":
-            _, key, name, step = op
-            written.append(
-                journal.record_intent(
-                    str(key),
-                    name=str(name),
-                    input_hash=input_hash(str(name), (step,), {}),
-                    idempotency_key=idempotency_key(journal.run_id, str(key)),
-                    step=int(step),  # type: ignore[call-overload]
-                )
-            )
-        else:
-            _, key, ok, result = op
-            if ok:
-                written.append(journal.record_outcome(str(key), status="ok", result=result))
-            else:
-                info = ErrorInfo(type="ValueError", message=repr(result))
-                written.append(journal.record_outcome(str(key), status="error", error=info))
+        try:
+            written.append(write_op(journal, op))
+        except ValueError as exc:
+            assert "out of order" not in str(exc) and "refused, nothing was written" in str(exc)
     return written
+
+
+def write_op(journal: Journal, op: tuple[object, ...]) -> Effect:
+    if op[0] == "intent":
+        _, key, name, step = op
+        return journal.record_intent(
+            str(key),
+            name=str(name),
+            input_hash=input_hash(str(name), (step,), {}),
+            idempotency_key=idempotency_key(journal.run_id, str(key)),
+            step=int(step),  # type: ignore[call-overload]
+        )
+    _, key, ok, result = op
+    if ok:
+        return journal.record_outcome(str(key), status="ok", result=result)
+    info = ErrorInfo(type="ValueError", message=repr(result))
+    return journal.record_outcome(str(key), status="error", error=info)
 
 
 @settings(
@@ -693,3 +697,73 @@ def test_two_threads_calling_one_key_execute_it_once(tmp_path: Path, trials) -> 
             thread.join()
         journal.close()
         assert (len(calls), results) == (1, [trial, trial]), f"trial {trial}"
+
+
+# -- frames swapped (issue 40, item 7b: an unkeyed journal has no chain) ------------------
+
+
+def swap_frames(path: Path, i: int, j: int) -> None:
+    """Exchange frames ``i`` < ``j`` of an unkeyed journal (each keeps its own crc)."""
+    bounds = frame_sizes(path)
+    data = path.read_bytes()
+    frames = [data[bounds[k] : bounds[k + 1]] for k in range(len(bounds) - 1)]
+    frames[i], frames[j] = frames[j], frames[i]
+    path.write_bytes(b"".join(frames))
+
+
+def test_an_outcome_swapped_before_its_intent_is_corruption_not_an_effect_in_doubt(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "effects.log"
+    with Journal(path, "run-x", writable=True) as journal:
+        journal.record_intent("a", name="f", input_hash="h", idempotency_key="i")
+        journal.record_outcome("a", status="ok", result=1)
+        journal.record_outcome("patch:x", status="ok", result=True)  # an outcome-only key
+    swap_frames(path, 0, 1)
+    # Before: accepted, and the done call "a" read as in doubt (its intent came last).
+    for writable in (False, True):
+        with pytest.raises(afk.EffectLogCorruptionError, match="out of order") as caught:
+            Journal(path, "run-x", writable=writable)
+        assert caught.value.offset == frame_sizes(path)[1]
+
+
+def test_a_retried_calls_outcome_swapped_with_its_next_intent_is_corruption(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "effects.log"
+    with Journal(path, "run-x", writable=True) as journal:
+        journal.record_intent("a", name="f", input_hash="h", idempotency_key="i")
+        journal.record_outcome("a", status="error", error=ErrorInfo(type="E", message="m"))
+        journal.record_intent("a", name="f", input_hash="h", idempotency_key="i")
+        journal.record_outcome("a", status="ok", result=1)
+    swap_frames(path, 1, 2)  # intent, intent, error, ok: two outcomes for one intent
+    with pytest.raises(afk.EffectLogCorruptionError, match="second outcome"):
+        Journal(path, "run-x", writable=False)
+
+
+def test_a_record_out_of_its_keys_order_is_refused_before_it_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "effects.log"
+    with Journal(path, "run-x", writable=True) as journal:
+        journal.record_intent("a", name="f", input_hash="h", idempotency_key="i")
+        journal.record_outcome("a", status="ok", result=1)
+        with pytest.raises(ValueError, match="second outcome"):
+            journal.record_outcome("a", status="ok", result=2)
+        journal.record_outcome("limit@x", status="ok", result={})
+        with pytest.raises(ValueError, match="nothing was written"):
+            journal.record_intent("limit@x", name="f", input_hash="h", idempotency_key="i")
+        size = path.stat().st_size
+    with Journal(path, "run-x", writable=False) as reader:
+        assert len(reader) == 3 and path.stat().st_size == size
+
+
+def test_records_written_in_order_by_every_writer_path_open_cleanly(tmp_path: Path) -> None:
+    path = tmp_path / "effects.log"
+    with Journal(path, "run-x", writable=True) as journal:
+        journal.record_outcome("limit@a", status="ok", result={})  # outcome-only keys
+        journal.record_outcome("patch:p", status="ok", result=True)
+        journal.record_intent("b", name="f", input_hash="h", idempotency_key="i")
+        journal.record_intent("b", name="f", input_hash="h", idempotency_key="i")  # a retry
+        journal.record_outcome("b", status="ok", result=2)
+        journal.record_intent("b", name="f", input_hash="h", idempotency_key="i")  # unsettle
+    with Journal(path, "run-x", writable=False) as journal:
+        assert [s.key for s in journal.in_doubt()] == ["b"]

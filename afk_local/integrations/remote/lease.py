@@ -54,6 +54,13 @@ last renewal is older than ``lease_s - margin`` by its own clock; a taker waits 
 is older than ``lease_s + margin`` (plus :data:`TIMESTAMP_RESOLUTION_MS`) by the remote's."""
 TIMESTAMP_RESOLUTION_MS = 1000
 """How coarse a remote's object timestamps may be (S3's ``Last-Modified``: whole seconds)."""
+REVIVAL_WAIT_S = 1.0
+"""A background-mirrored holder renewing at its session's start or after a lapse waits this
+long (a second renewal and lease check) before its next effect; a taker whose lease create
+ends this long after its last read of the renewal, which changed since, waits for the
+holder's lease to lapse before it lists (docs/remote.md, "Revivals")."""
+MAX_REVIVAL_WAITS = 4
+"""How many lapse periods such a taker waits for the holder to stop renewing."""
 MAX_ALIVE_BYTES = 4096
 MAX_LEASES = 100_000
 _MAX_SEQ = 10**12 - 1
@@ -421,7 +428,9 @@ __all__ = [
     "DEFAULT_LEASE_S",
     "LEASE_FORMAT",
     "MARGIN_FRACTION",
+    "MAX_REVIVAL_WAITS",
     "RENEWAL_FORMAT",
+    "REVIVAL_WAIT_S",
     "TIMESTAMP_RESOLUTION_MS",
     "Bases",
     "Lease",

@@ -22,8 +22,13 @@ monotonic clock: no effect starts
 (its journal append waits) while the last successful renewal is older than ``lease_s``
 minus the safety margin (``MARGIN_FRACTION``), since a taker may treat the lease as
 lapsed soon after; a pause of the whole process (SIGSTOP, a step holding the GIL) is
-seen at the next effect. A mirror that gave up stops the run: every later checkpoint
-and effect raises LeaseLostError.
+seen at the next effect. With the background mirror a renewal sent while not fresh (a
+session's first, or one after a lapse) is a revival: effects wait for a second renewal
+(renewer.py), and a session's first effect also waits for the batch that uploads the
+meta it wrote on opening (so a release an earlier session wrote, put back, no longer
+matches the remote). A mirror that gave up stops the run: every later checkpoint and
+effect raises LeaseLostError; one that found a newer epoch first uploads its journal's
+durable tail to its own epoch (a taker that raced a revival waits for it).
 
 A request that fails is retried with backoff for ``retry_for_s`` seconds; then the
 mirror stops and its error is raised by the writer's next flush and by its close
@@ -110,6 +115,8 @@ class RunMirrorThread:
         self._requested = 1
         self._completed = 0
         self._error: BaseException | None = None
+        self._opened: int | None = None
+        """The batch that uploads the meta this session wrote when it opened the run."""
         self._surfaced = False
         self._stopping = False
         self._thread = threading.Thread(
@@ -177,6 +184,8 @@ class RunMirrorThread:
         with self._cond:
             self._meta_changes += 1
             self._requested += 1
+            if self._opened is None:
+                self._opened = self._requested
             self._cond.notify_all()
 
     def synced(self, end: int) -> None:
@@ -201,9 +210,16 @@ class RunMirrorThread:
             raise self._error
         self.check()
         with self._cond:
-            while self._error is None and not self._renewer.fresh():
+            while self._error is None and not (self._renewer.fresh() and self._session_shown()):
                 self._cond.wait(0.5)  # the renewer notifies; the bound re-reads the clock
         self.check()
+
+    def _session_shown(self) -> bool:
+        """(background) The meta this session wrote on opening is on the remote: a release an
+        earlier session wrote, replayed, no longer matches what the remote holds, so no take
+        treats this session as closed (with ``sync_effects`` each intent is fenced anyway).
+        Called with the condition held."""
+        return self._sync_effects or self._opened is None or self._completed >= self._opened
 
     def check(self) -> None:
         """Raise LeaseLostError once another store took the run, or once the mirror
@@ -355,6 +371,10 @@ class RunMirrorThread:
     def _fail(self, exc: BaseException) -> None:
         if isinstance(exc, LeaseLostError):
             log.error("run %s: %s", self.run_id, exc)
+            if self.uploader.lease is not None:
+                with self._cond:
+                    end = self._journal_end
+                self.uploader.upload_after_fence(end)
         else:
             log.error("run %s: mirror %s stopped: %s", self.run_id, self.url, exc)
         with self._cond:

@@ -49,11 +49,14 @@ from afk_local.integrations.remote.remote_run import RemoteFile, Snapshot, read_
 from afk_local.integrations.remote.take import (
     OwnerCheck,
     create_take_lease,
+    holder_may_live,
     holder_renewal,
     recheck_pins,
     record_bases,
     refuse_live_owner,
-    settled_snapshot,
+    reread_renewal,
+    settled_remote,
+    wait_for_lapse,
     warn_forced,
 )
 from afk_local.integrations.remote.upload import durable_journal_end
@@ -165,13 +168,21 @@ def pull_run(
             # Every check that can refuse runs BEFORE the lease moves: a refused take
             # publishes nothing, so it neither fences a live owner nor strands an epoch.
             meta = _check(store, tmp, bucket.url, paths if lock is not None else None)
+            reread = None
             if taking:  # the lease FIRST, then the old epoch again, then the bases
+                reread = reread_renewal(
+                    bucket, run_id, head.epoch, renewed[1], owner_check, signer=signer
+                )
                 lease = new_lease(run_id, head.epoch + 1, owner)
                 create_take_lease(bucket, lease, signer)
                 report.took, report.epoch, finishing = True, lease.epoch, True
             if finishing:
                 pinned = last_renewal(bucket, run_id, head.epoch, signer) if taking else None
-                snapshot = settled_snapshot(bucket, run_id, signer, owner)
+                listed = settled_remote(bucket, run_id, signer, owner)
+                snapshot = listed.snapshot()
+                if taking and holder_may_live(reread, pinned, listed, snapshot, head.epoch):
+                    pinned = wait_for_lapse(bucket, run_id, head.epoch, pinned, signer=signer)
+                    snapshot = settled_remote(bucket, run_id, signer, owner).snapshot()
                 recheck_pins(bucket, pinned, snapshot)
                 remote_meta = _download(
                     bucket, store, snapshot, tmp, report, fetched=fetched, workers=concurrency

@@ -12,6 +12,20 @@ older pins.
 
 :meth:`LeaseRenewer.fresh` is the self-fencing test: a renewal sent less than
 ``lease_s`` minus the safety margin ago, by this process's monotonic clock.
+
+A holder that was not fresh when it renewed (its session's first renewal, or one after a
+pause or an outage longer than the lease) may have been found lapsed by a taker that is
+about to create its lease: with the background mirror its next effect's intent would
+not be on the remote when that taker lists. So such a renewal is a *revival*: it makes
+the holder fresh only once a renewal sent :data:`~.lease.REVIVAL_WAIT_S` after it has checked
+the lease again. A taker re-reads the renewal right before its create and refuses a
+revived holder (:func:`~.take.reread_renewal`). A taker whose create ended longer than
+that wait after its re-read, the renewal changed meanwhile, waits for the holder's lease
+to lapse before it lists again (:func:`~.take.holder_may_live`): the holder sees the new epoch
+at its next renewal and uploads its journal's tail before it stops renewing
+(:meth:`~.upload.RunUploader.upload_after_fence`). Whichever comes first, the holder's
+check or the taker's re-read, sees the other. With ``sync_effects`` every intent is on the
+remote and the lease checked before its effect runs, so no wait is needed.
 """
 
 from __future__ import annotations
@@ -24,7 +38,12 @@ from collections.abc import Callable
 
 from afk_local.errors import LeaseLostError, MirrorError
 from afk_local.integrations.remote.bucket import BucketRequestError
-from afk_local.integrations.remote.lease import MARGIN_FRACTION, check_chain, renew
+from afk_local.integrations.remote.lease import (
+    MARGIN_FRACTION,
+    REVIVAL_WAIT_S,
+    check_chain,
+    renew,
+)
 from afk_local.integrations.remote.upload import RunUploader
 
 log = logging.getLogger("afk_local")
@@ -72,6 +91,15 @@ class LeaseRenewer:
         self._renewals = 0
         self._renewed_at: float | None = None
         """When the last successful renewal was sent (monotonic); None before the first."""
+        self._failed_at: float | None = None
+        """When the last renewal that failed was sent (monotonic)."""
+        self._sending_since: float | None = None
+        """When the renewal in flight was sent (None: none in flight)."""
+        self._last_sent: float | None = None
+        """When the last successful renewal, a revival included, was sent (monotonic)."""
+        self._revived_at: float | None = None
+        """When a revival was sent (monotonic), until a renewal after the wait confirms it."""
+        self._revival_wait_s = 0.0 if sync_effects else REVIVAL_WAIT_S
         self._running = True
         self._lock = threading.Lock()
         self._thread = threading.Thread(
@@ -84,9 +112,18 @@ class LeaseRenewer:
 
     def fresh(self) -> bool:
         """True while the last successful renewal is younger than ``lease_s`` minus the
-        safety margin by this process's monotonic clock: an effect may start."""
+        safety margin by this process's monotonic clock, and the remote answers: no
+        renewal failed since it, and none has been in flight for a renewal period (an
+        owner cut off from the remote starts no effect once it can tell, long before
+        its lease would lapse). An effect may start."""
         renewed = self._renewed_at
-        return renewed is not None and time.monotonic() - renewed < self._fence_after_s
+        now = time.monotonic()
+        if renewed is None or now - renewed >= self._fence_after_s:
+            return False
+        failed, sending = self._failed_at, self._sending_since
+        if failed is not None and failed > renewed:
+            return False
+        return sending is None or now - sending < self._lease_s / RENEWALS_PER_LEASE
 
     def pin(self) -> None:
         """Replace the renewal with the pins as they are now (serialised)."""
@@ -139,7 +176,7 @@ class LeaseRenewer:
                     return
             sent = time.monotonic()
             try:
-                self._renew_once()
+                due = self.tick()
             except BucketRequestError as exc:
                 failing_since = failing_since or sent
                 if exc.retryable and sent - failing_since < self._retry_for_s:
@@ -153,11 +190,41 @@ class LeaseRenewer:
             except (LeaseLostError, MirrorError) as exc:
                 self._fail(exc)
                 return
-            failing_since, due = None, sent + every
-            with self._cond:
-                # Valid from when it was SENT: the server stamps it later, never earlier.
-                self._renewed_at = sent
-                self._cond.notify_all()
+            failing_since = None
+
+    def tick(self) -> float:
+        """Renew once and check the chain (the timer's work, also what the interleaving
+        explorer drives); returns when the next renewal is due (monotonic).
+
+        Raises:
+            BucketRequestError / LeaseLostError / MirrorError: the renewal or a check failed.
+        """
+        sent = self._sending_since = time.monotonic()
+        try:
+            self._renew_once()
+        except BaseException:
+            self._failed_at = sent
+            raise
+        finally:
+            self._sending_since = None
+        every = self._lease_s / RENEWALS_PER_LEASE
+        with self._cond:
+            # Valid from when it was SENT: the server stamps it later, never earlier.
+            last, self._last_sent = self._last_sent, sent
+            if self._revival_wait_s > 0 and (last is None or sent - last >= self._fence_after_s):
+                self._revived_at = sent  # a revival: fresh only once confirmed (below)
+                log.info(
+                    "run %s: lease renewed at the session's start or after a lapse: effects "
+                    "wait %g s for a second renewal",
+                    self.uploader.run_id,
+                    self._revival_wait_s,
+                )
+            elif self._revived_at is None or sent - self._revived_at >= self._revival_wait_s:
+                self._renewed_at, self._revived_at = sent, None
+            self._cond.notify_all()
+            if self._revived_at is not None:
+                return min(sent + every, self._revived_at + self._revival_wait_s)
+        return sent + every
 
     def _renew_once(self) -> None:
         """Replace the renewal, then check the chain: a taker that read the renewal before

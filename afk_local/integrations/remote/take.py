@@ -1,7 +1,7 @@
 """The steps of the take protocol that :func:`~.pull.pull_run` runs with ``take=True``.
 
 1. (pull) download and verify the run as it is; 2. create the epoch+1 lease
-(:func:`create_take_lease`); 3. list the old epoch again (:func:`settled_snapshot`),
+(:func:`create_take_lease`); 3. list the old epoch again (:func:`settled_remote`),
 download and verify what it gained; 4. record the bases taken over in the new epoch's
 create-only bases object (:func:`record_bases`). Before step 2,
 :func:`refuse_live_owner` refuses to fence an owner that still renews its lease with
@@ -11,11 +11,14 @@ the background mirror. docs/remote.md tells why the order matters.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from afk_local.errors import MirrorError, RemoteIntegrityError, RunNotFoundError
 from afk_local.integrations.remote.bucket import Bucket
 from afk_local.integrations.remote.lease import (
+    MAX_REVIVAL_WAITS,
+    REVIVAL_WAIT_S,
     TIMESTAMP_RESOLUTION_MS,
     Bases,
     Lease,
@@ -84,11 +87,7 @@ def refuse_live_owner(
     if epoch != head.epoch:  # the lease moved meanwhile: creating ours fails anyway
         return OwnerCheck(age_ms)
     check_pins(bucket.url, renewal, snapshot, "refused, nothing was published")
-    released = renewal.released and (
-        renewal.journal_end,
-        renewal.head_seq,
-        renewal.meta_version,
-    ) == (snapshot.journal_end, snapshot.head_seq, max(remote.objects(head.epoch).metas, default=0))
+    released = release_holds(renewal, snapshot, remote.objects(head.epoch).metas)
     live = not (renewal.sync_effects or released) and age_ms < lapse_ms(renewal)
     if not live or force:
         return OwnerCheck(age_ms, forced=live)
@@ -99,6 +98,122 @@ def refuse_live_owner(
         f"run effects twice; wait until its lease lapses ({lapse_ms(renewal) / 1000:g} s without "
         "renewal) or pass --force",
     )
+
+
+@dataclass(frozen=True)
+class Reread:
+    """The holder's renewal as read right before step 2, and when (monotonic)."""
+
+    renewal: Renewal | None
+    read_at: float
+
+
+def reread_renewal(
+    bucket: Bucket,
+    run_id: str,
+    epoch: int,
+    renewed: tuple[Renewal, int] | None,
+    check: OwnerCheck,
+    *,
+    signer: Signer | None,
+) -> Reread | None:
+    """Right before step 2, for a take that goes on because a background holder's lease
+    lapsed, was released or was never renewed: read the renewal again (the pull took a
+    while). MirrorError (nothing published) if it changed and is recent: the holder
+    revived meanwhile. None when nothing needs re-reading (a ``sync_effects`` holder's
+    effects are fenced one by one; a forced take was warned)."""
+    if check.forced or (renewed is not None and renewed[0].sync_effects):
+        return None
+    read_at = time.monotonic()
+    found = last_renewal(bucket, run_id, epoch, signer)
+    renewal = found[0] if found is not None else None
+    if renewal != (renewed[0] if renewed is not None else None) and (
+        found is not None and found[1] < lapse_ms(found[0])
+    ):
+        raise MirrorError(
+            bucket.url,
+            f"run {run_id}: its holder renewed its lease {found[1] / 1000:.1f} s ago, while "
+            "this take was under way (it is alive again): refused, nothing was published; "
+            f"wait until its lease lapses ({lapse_ms(found[0]) / 1000:g} s without renewal)",
+        )
+    return Reread(renewal, read_at)
+
+
+def holder_may_live(
+    reread: Reread | None,
+    pinned: tuple[Renewal, int] | None,
+    remote: RemoteRun,
+    snapshot: Snapshot,
+    epoch: int,
+) -> bool:
+    """Step 3, after the listing: True when the holder (background, not forced) may have
+    started effects that are not on the remote yet although the take went on:
+
+    - its renewal (``pinned``, read after the create) changed since the re-read and the
+      create ended :data:`REVIVAL_WAIT_S` or more after that re-read (a revival whose
+      confirming check may have come before the create);
+    - its renewal is a release that the listing no longer matches (a later session wrote
+      since: the release was an earlier session's, put back).
+
+    The holder sees the new epoch at its next renewal, uploads its journal's tail to its
+    own epoch and stops renewing: :func:`wait_for_lapse`, then list again."""
+    if reread is None or pinned is None:
+        return False
+    renewal = pinned[0]
+    revived = renewal != reread.renewal and time.monotonic() - reread.read_at >= REVIVAL_WAIT_S
+    replayed = renewal.released and not release_holds(
+        renewal, snapshot, remote.objects(epoch).metas
+    )
+    return revived or replayed
+
+
+def wait_for_lapse(
+    bucket: Bucket,
+    run_id: str,
+    epoch: int,
+    pinned: tuple[Renewal, int] | None,
+    *,
+    signer: Signer | None,
+) -> tuple[Renewal, int] | None:
+    """Wait until the holder's renewal of ``epoch`` lapsed (it saw the new lease and
+    stopped); returns the renewal as last read.
+
+    Raises:
+        MirrorError: it still renewed after :data:`MAX_REVIVAL_WAITS` lapse periods (the
+            take stops before its listing; ``pull --take`` again finishes it).
+    """
+    log.warning(
+        "run %s: its holder may have been alive while this take created its lease: waiting "
+        "for it to see the new lease and stop before listing the run again",
+        run_id,
+    )
+    found = pinned
+    deadline = time.monotonic() + (
+        MAX_REVIVAL_WAITS * lapse_ms(pinned[0]) / 1000 if pinned is not None else 0
+    )
+    while found is not None and found[1] < lapse_ms(found[0]):  # a release too: put back?
+        if time.monotonic() >= deadline:
+            raise MirrorError(
+                bucket.url,
+                f"run {run_id}: its holder still renews its lease after this take created its "
+                "own: the take stops before listing, nothing was published locally; "
+                "`pull --take` again finishes it once the holder stopped",
+            )
+        time.sleep(min(1.0, (lapse_ms(found[0]) - found[1]) / 1000))
+        found = last_renewal(bucket, run_id, epoch, signer)
+    return found
+
+
+def release_holds(renewal: Renewal, snapshot: Snapshot, metas: dict[int, int]) -> bool:
+    """True when ``renewal`` is a release and the remote holds exactly what the releasing
+    session left (journal length, newest seq, the newest of ``metas``, its epoch's meta
+    versions): a release an earlier session wrote, put back later, no longer matches once
+    a later session uploaded its meta."""
+    return renewal.released and (
+        renewal.journal_end,
+        renewal.head_seq,
+        renewal.meta_version,
+    ) == (snapshot.journal_end, snapshot.head_seq, max(metas, default=0))
 
 
 def check_pins(url: str, renewal: Renewal, snapshot: Snapshot, outcome: str) -> None:
@@ -141,7 +256,7 @@ def warn_forced(head: Lease, check: OwnerCheck) -> None:
         )
 
 
-def settled_snapshot(bucket: Bucket, run_id: str, signer: Signer | None, owner: str) -> Snapshot:
+def settled_remote(bucket: Bucket, run_id: str, signer: Signer | None, owner: str) -> RemoteRun:
     """Step 3: the old epochs as listed now, after this store's lease exists."""
     remote = read_remote_run(bucket, run_id, signer)
     if remote is None or remote.head.owner != owner:
@@ -149,7 +264,7 @@ def settled_snapshot(bucket: Bucket, run_id: str, signer: Signer | None, owner: 
         if holder is None:
             raise RunNotFoundError(run_id, bucket.url)
         raise lease_lost(bucket, run_id, holder, None)
-    return remote.snapshot()
+    return remote
 
 
 def record_bases(bucket: Bucket, bases: Bases, signer: Signer | None) -> None:
@@ -180,13 +295,18 @@ def create_take_lease(bucket: Bucket, lease: Lease, signer: Signer | None) -> No
 
 __all__ = [
     "OwnerCheck",
+    "Reread",
     "check_pins",
     "create_take_lease",
+    "holder_may_live",
     "holder_renewal",
     "lapse_ms",
     "recheck_pins",
     "record_bases",
     "refuse_live_owner",
-    "settled_snapshot",
+    "release_holds",
+    "reread_renewal",
+    "settled_remote",
+    "wait_for_lapse",
     "warn_forced",
 ]

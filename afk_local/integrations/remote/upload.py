@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from afk_local.errors import LeaseLostError, MirrorError
-from afk_local.integrations.remote.bucket import Bucket
+from afk_local.integrations.remote.bucket import Bucket, BucketRequestError
 from afk_local.integrations.remote.layout import (
     MAX_META_BYTES,
     SEGMENT_CUT_BYTES,
@@ -88,7 +88,8 @@ def durable_journal_end(paths: RunPaths) -> int:
         return 0
     try:
         frames = FrameReader(fd, paths.journal, paths.run_id, MAX_FRAME_BYTES, None)
-        return frames.scan(os.fstat(fd).st_size, lambda _o, _n, _h: None).end
+        # Whole frames only: readers judge their order (a pull refuses it, in one line).
+        return frames.scan(os.fstat(fd).st_size, lambda _o, _n, _h: None, ordered=False).end
     finally:
         os.close(fd)
 
@@ -242,6 +243,16 @@ class RunUploader:
                 raise MirrorError(self.bucket.url, f"{key} exists but is empty")
             self.journal_uploaded = offset + size
         return sent
+
+    def upload_after_fence(self, end: int) -> None:
+        """Once a newer epoch exists: upload the journal up to ``end`` to this (old) epoch
+        all the same, best effort. Past the new epoch's bases it is ignored by readers; a
+        taker that waits for this holder's lease to lapse before it lists (a revival raced
+        its take) finds there the intents of effects this holder started meanwhile."""
+        try:
+            self.upload_journal(end)
+        except (BucketRequestError, MirrorError, OSError) as exc:
+            log.info("run %s: journal tail not uploaded after the fence: %s", self.run_id, exc)
 
     def upload_file(self, name: str) -> int:
         """Upload one immutable run file unless our epoch has it; bytes sent."""

@@ -97,6 +97,46 @@ class Scan:
     torn_tail: TornTail | None
 
 
+class RecordOrder:
+    """The order every writer appends one key's records in: a call's outcome follows its
+    intent, once (a retry appends a new intent first); a key written only as outcomes (a
+    patch decision, a limit) never gets an intent. Frames swapped or moved break it: in
+    an unkeyed journal, whose frames carry a crc each and no chain, that is the only trace
+    (docs/journal.md, "Frames out of order"), so a done call is never read as in doubt."""
+
+    _OUTCOMES, _OPEN, _CLOSED = 0, 1, 2
+
+    def __init__(self, path: str, run_id: str | None) -> None:
+        self._path, self._run_id = path, run_id
+        self._state: dict[str, int] = {}
+
+    def problem(self, head: EffectHead) -> str | None:
+        """Why ``head`` may not come next (None: it may)."""
+        state = self._state.get(head.key)
+        if head.kind == "intent" and state == self._OUTCOMES:
+            return f"an intent of {head.key!r} follows an outcome recorded without one"
+        if head.kind != "intent" and state == self._CLOSED:
+            return f"a second outcome of {head.key!r} follows one intent"
+        return None
+
+    def note(self, head: EffectHead) -> None:
+        """``head`` came next."""
+        state = self._state.get(head.key)
+        if head.kind == "intent":
+            self._state[head.key] = self._OPEN
+        else:
+            self._state[head.key] = self._CLOSED if state == self._OPEN else self._OUTCOMES
+
+    def check(self, offset: int, head: EffectHead) -> None:
+        """Raise EffectLogCorruptionError when the record at ``offset`` is out of order."""
+        problem = self.problem(head)
+        if problem is not None:
+            raise EffectLogCorruptionError(
+                self._path, offset, f"records out of order ({problem})", self._run_id
+            )
+        self.note(head)
+
+
 class FrameReader:
     """Reads and checks the frames of one open ``effects.log`` descriptor.
 
@@ -124,10 +164,17 @@ class FrameReader:
         self._max_frame = max_frame
         self._signer = signer
         self._head_decoder = msgspec.msgpack.Decoder(EffectHead)
+        self.order: RecordOrder | None = None
+        """What the last ordered :meth:`scan` saw of each key (a writer goes on from it)."""
         self._decoder = msgspec.msgpack.Decoder(Effect, ext_hook=ext_hook)
 
-    def scan(self, size: int, apply: Callable[[int, int, EffectHead], None]) -> Scan:
+    def scan(
+        self, size: int, apply: Callable[[int, int, EffectHead], None], *, ordered: bool = True
+    ) -> Scan:
         """Check every frame in ``[0, size)`` and hand each to ``apply(offset, length, head)``.
+
+        With ``ordered`` (every reader but one that only looks for the last whole frame)
+        each key's records are checked to come in :class:`RecordOrder`.
 
         ``length`` is the frame's size after its header (msgpack bytes and any MAC).
         A bad frame with no valid frame after it is a torn tail (returned, not
@@ -135,18 +182,26 @@ class FrameReader:
 
         Raises:
             EffectLogCorruptionError: a bad frame before good ones, a record that
-                does not decode, or (keyed) a signature that does not verify.
+                does not decode, (keyed) a signature that does not verify, or (``ordered``)
+                records out of order.
         """
         last_mac = NO_MAC
         signed = 0
+        order = RecordOrder(str(self._path), self._run_id) if ordered else None
+        self.order = order
         try:
             keyed = self._signer is not None
             for pos, body, mac in iter_frames(self._fd, 0, size, self._max_frame):
                 if mac is None and not keyed:  # the unkeyed path stays as lean as before
-                    apply(pos, len(body), self._decode_head(pos, body))
+                    head = self._decode_head(pos, body)
+                    if order is not None:
+                        order.check(pos, head)
+                    apply(pos, len(body), head)
                     continue
                 last_mac = self._check_mac(pos, body, mac, last_mac)
                 head = self._decode_head(pos, body)
+                if order is not None:
+                    order.check(pos, head)
                 if mac is not None:
                     signed += 1
                 apply(pos, len(body) + (0 if mac is None else MAC_SIZE), head)
