@@ -66,7 +66,7 @@ import afk_local as afk
 with afk.Store(sys.argv[1]).create("live", entrypoint="cli_jobs:count_job") as run:
     run.checkpoint("runtime_state", {"state": {"total": 0}, "cursors": {}}, step=0)
     print("ready", flush=True)
-    time.sleep(120)
+    time.sleep(3600)  # killed when the module's tests end, however long a loaded machine takes
 """
 
 CRASH = """
