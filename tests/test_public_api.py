@@ -258,14 +258,16 @@ def test_entry_points_import_only_what_a_call_needs(
     prelude: str, entry: str, modules: list[str]
 ) -> None:
     """Importing the package or the LangGraph saver loads no storage engine, no msgspec,
-    no zstandard and no lock library: the first call that needs them loads them. (Before,
+    no zstandard, no lock library (and the package not even pathlib): the first call
+    that needs them loads them. (Before,
     the saver pulled in the store, the listing, the meta index and most of storage:
     ~10x the import of LangGraph's own SqliteSaver.)"""
     child = run(
         f"import sys\n{prelude}\nbefore = set(sys.modules)\n{entry}\n"
         "new = set(sys.modules) - before\n"
         "print(sorted(m for m in new if m.startswith('afk_local')))\n"
-        "print(sorted(m for m in ('msgspec', 'zstandard', 'filelock', 'watchfiles') if m in new))",
+        "libraries = ('msgspec', 'zstandard', 'filelock', 'watchfiles', 'pathlib')\n"
+        "print(sorted(m for m in libraries if m in new))",
         env={"PYTHONPATH": str(REPO)},
     )
     assert child.returncode == 0, child.stderr
