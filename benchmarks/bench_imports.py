@@ -6,8 +6,9 @@ Fresh interpreters, interleaved round by round, with warm bytecode caches (the s
 compiles afk_local first and unsets PYTHONDONTWRITEBYTECODE for its children, as an
 installed package would run):
 
-- ``python -c pass`` against ``python -c "import afk_local"``: wall time of the whole
-  process, so "beyond Python's start" is the difference of the medians;
+- ``import afk_local``, timed by the child itself (what it costs beyond Python's
+  start), and the wall time of ``python -c pass`` and ``python -c "import afk_local"``
+  for reference (on a busy machine the process wall times are mostly scheduling);
 - the LangGraph savers: each child imports LangGraph's checkpoint base (which both
   savers need) and then times, itself, importing ``SqliteSaver`` or ``AfkLocalSaver``.
 """
@@ -26,6 +27,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
+_PACKAGE = (
+    "import time\n"
+    "t = time.perf_counter()\n"
+    "import afk_local\n"
+    "print((time.perf_counter() - t) * 1000)\n"
+)
 _SAVER = (
     "import time, langgraph.checkpoint.base\n"
     "t = time.perf_counter()\n"
@@ -44,16 +51,22 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _run(code: str, env: dict[str, str], *, capture: bool = False) -> bytes:
+    # In the directory of the afk_local being measured: ``python -c`` puts the working
+    # directory first on sys.path (PYTHONPATH=<checkout> measures another checkout).
+    where = env.get("PYTHONPATH", "").split(os.pathsep)[0] or str(REPO)
+    argv = [sys.executable, "-c", code]
+    return subprocess.run(argv, env=env, cwd=where, check=True, capture_output=capture).stdout
+
+
 def _wall_ms(code: str, env: dict[str, str]) -> float:
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+    _run(code, env)
     return (time.perf_counter() - started) * 1000
 
 
-def _saver_ms(statement: str, env: dict[str, str]) -> float:
-    code = _SAVER.format(statement=statement)
-    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
-    return float(out.stdout)
+def _timed_ms(code: str, env: dict[str, str]) -> float:
+    return float(_run(code, env, capture=True))
 
 
 def main() -> None:
@@ -64,24 +77,24 @@ def main() -> None:
     env = _env()
     savers = SAVERS if importlib.util.find_spec("langgraph.checkpoint.sqlite") else {}
     wall: dict[str, list[float]] = {"python -c pass": [], "import afk_local": []}
-    inner: dict[str, list[float]] = {name: [] for name in savers}
+    inner: dict[str, list[float]] = {name: [] for name in [*savers, "import afk_local"]}
     for _ in range(2):  # warm the caches: bytecode, page cache
         _wall_ms("import afk_local", env)
         for statement in savers.values():
-            _saver_ms(statement, env)
+            _timed_ms(_SAVER.format(statement=statement), env)
     for _ in range(args.rounds):
         wall["python -c pass"].append(_wall_ms("pass", env))
         wall["import afk_local"].append(_wall_ms("import afk_local", env))
         for name, statement in savers.items():
-            inner[name].append(_saver_ms(statement, env))
+            inner[name].append(_timed_ms(_SAVER.format(statement=statement), env))
+        inner["import afk_local"].append(_timed_ms(_PACKAGE, env))
     start = statistics.median(wall["python -c pass"])
     package = statistics.median(wall["import afk_local"])
     print(f"{args.rounds} interleaved rounds, medians, ms\n")
     print(f"python -c pass                 {start:7.1f}")
-    print(
-        f"python -c 'import afk_local'   {package:7.1f}   beyond Python's start: "
-        f"{package - start:.1f}"
-    )
+    print(f"python -c 'import afk_local'   {package:7.1f}   (process wall times)")
+    inside = statistics.median(inner["import afk_local"])
+    print(f"import afk_local, timed inside the process     {inside:7.1f}")
     if savers:
         sqlite = statistics.median(inner["SqliteSaver"])
         afk = statistics.median(inner["AfkLocalSaver"])
