@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import re
 from typing import Any
 
@@ -217,3 +218,74 @@ def test_entry_points_load_no_lock_library_until_a_lock_is_taken(entry: str) -> 
     )
     assert child.returncode == 0, child.stderr
     assert child.stdout.split() == ["False", "False"]
+
+
+_LANGGRAPH = importlib.util.find_spec("langgraph") is not None
+
+
+@pytest.mark.parametrize(
+    ("prelude", "entry", "modules"),
+    [
+        pytest.param(
+            "",
+            "import afk_local",
+            [
+                "afk_local",
+                "afk_local.storage",
+                "afk_local.storage.rundir",
+                "afk_local.storage.rundir.effects",
+            ],
+            id="afk_local",
+        ),
+        pytest.param(
+            "import langgraph.checkpoint.base",
+            "from afk_local.integrations.langgraph import AfkLocalSaver",
+            [
+                "afk_local",
+                "afk_local.integrations",
+                "afk_local.integrations.langgraph",
+                "afk_local.integrations.langgraph.saver",
+                "afk_local.storage",
+                "afk_local.storage.rundir",
+                "afk_local.storage.rundir.effects",
+            ],
+            id="langgraph-saver",
+            marks=pytest.mark.skipif(not _LANGGRAPH, reason="needs the [langgraph] extra"),
+        ),
+    ],
+)
+def test_entry_points_import_only_what_a_call_needs(
+    prelude: str, entry: str, modules: list[str]
+) -> None:
+    """Importing the package or the LangGraph saver loads no storage engine, no msgspec,
+    no zstandard, no lock library (and the package not even pathlib): the first call
+    that needs them loads them. (Before,
+    the saver pulled in the store, the listing, the meta index and most of storage:
+    ~10x the import of LangGraph's own SqliteSaver.)"""
+    child = run(
+        f"import sys\n{prelude}\nbefore = set(sys.modules)\n{entry}\n"
+        "new = set(sys.modules) - before\n"
+        "print(sorted(m for m in new if m.startswith('afk_local')))\n"
+        "libraries = ('msgspec', 'zstandard', 'filelock', 'watchfiles', 'pathlib')\n"
+        "print(sorted(m for m in libraries if m in new))",
+        env={"PYTHONPATH": str(REPO)},
+    )
+    assert child.returncode == 0, child.stderr
+    afk_modules, libraries = child.stdout.splitlines()
+    assert afk_modules == repr(modules)
+    assert libraries == "[]"
+
+
+@pytest.mark.skipif(not _LANGGRAPH, reason="needs the [langgraph] extra")
+def test_the_savers_lazy_names_are_the_owning_modules() -> None:
+    import afk_local.integrations.langgraph as package  # noqa: PLC0415
+    from afk_local.integrations.langgraph import index, threads, writes  # noqa: PLC0415
+
+    assert package.INDEX_NAME == index.INDEX_NAME
+    assert package.PHASE == index.PHASE
+    assert package.RUN_PREFIX == threads.RUN_PREFIX
+    assert package.INTEGRATION == threads.INTEGRATION
+    assert package.thread_run_id is threads.thread_run_id
+    assert package.WRITES_NAME == writes.WRITES_NAME
+    with pytest.raises(AttributeError):
+        _ = package.no_such_name

@@ -35,13 +35,12 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import importlib
 import os
 import random
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
-
-import msgspec
+from typing import TYPE_CHECKING, Any
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -63,24 +62,39 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "afk_local.integrations.langgraph needs LangGraph: pip install 'afk_local[langgraph]'"
     ) from exc
 
-from afk_local.errors import CheckpointCorruptionError, RunNotFoundError
-from afk_local.integrations.langgraph.index import (
-    INDEX_NAME,
-    PAYLOAD_FORMAT,
-    PHASE,
-    IndexEntry,
-    Payload,
-    ThreadIndex,
-)
-from afk_local.integrations.langgraph.threads import (
-    INTEGRATION,
-    RUN_PREFIX,
-    ThreadFiles,
-    thread_run_id,
-)
-from afk_local.integrations.langgraph.writes import WRITES_NAME, Typed, WriteFrame, encode_writes
-from afk_local.storage.format.frames import encode_msgpack_frame
-from afk_local.storage.store import Store
+# The storage side loads on first use, not on import: importing the saver costs about
+# what importing LangGraph's own SqliteSaver does (docs/benchmarks.md, "Imports").
+if TYPE_CHECKING:
+    from afk_local.integrations.langgraph.index import (
+        INDEX_NAME,
+        PHASE,
+        IndexEntry,
+        Payload,
+        ThreadIndex,
+    )
+    from afk_local.integrations.langgraph.threads import INTEGRATION, RUN_PREFIX, thread_run_id
+    from afk_local.integrations.langgraph.writes import WRITES_NAME, Typed, WriteFrame
+    from afk_local.storage.store import Store
+
+_INDEX = "afk_local.integrations.langgraph.index"
+_THREADS = "afk_local.integrations.langgraph.threads"
+_WRITES = "afk_local.integrations.langgraph.writes"
+_REEXPORTED = {
+    "INDEX_NAME": _INDEX,
+    "PHASE": _INDEX,
+    "INTEGRATION": _THREADS,
+    "RUN_PREFIX": _THREADS,
+    "thread_run_id": _THREADS,
+    "WRITES_NAME": _WRITES,
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names this module re-exports from the modules that own them, on first use."""
+    module = _REEXPORTED.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 class AfkLocalSaver(BaseCheckpointSaver[str]):
@@ -110,6 +124,9 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
         lock_timeout: float = 0.0,
         max_open_threads: int = 32,
     ) -> None:
+        from afk_local.integrations.langgraph.threads import ThreadFiles  # noqa: PLC0415
+        from afk_local.storage.store import Store  # noqa: PLC0415
+
         super().__init__(serde=serde or JsonPlusSerializer(pickle_fallback=False))
         self.store = store if isinstance(store, Store) else Store(store)
         self._lock = threading.RLock()
@@ -125,7 +142,7 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
             >>> with AfkLocalSaver.from_path(".afk") as saver:  # doctest: +SKIP
             ...     graph = builder.compile(checkpointer=saver)
         """
-        return cls(Store(path), **options)
+        return cls(path, **options)
 
     def __repr__(self) -> str:
         return f"AfkLocalSaver(root={str(self.store.root)!r})"
@@ -175,6 +192,8 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
         thread_id = str(conf["thread_id"])
         ns = str(conf.get("checkpoint_ns", ""))
         checkpoint_id = get_checkpoint_id(config)
+        from afk_local.errors import CheckpointCorruptionError  # noqa: PLC0415
+
         with self._lock:
             if not checkpoint_id:
                 cold = self._threads.newest_cold(thread_id, ns)
@@ -264,6 +283,11 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = str(conf.get("checkpoint_ns", ""))
+        from afk_local.integrations.langgraph.index import (  # noqa: PLC0415
+            PAYLOAD_FORMAT,
+            Payload,
+        )
+
         full_metadata = get_checkpoint_metadata(config, metadata)
         run_id = full_metadata.get("run_id")
         payload = Payload(
@@ -300,6 +324,8 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
         Idempotent per ``(task_id, index)``: a regular write stored once is kept,
         special channels (errors, interrupts, ...) keep the newest value.
         """
+        from afk_local.storage.format.frames import encode_msgpack_frame  # noqa: PLC0415
+
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         items = [
@@ -319,6 +345,9 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of ``thread_id`` (its whole run directory)."""
+        from afk_local.errors import RunNotFoundError  # noqa: PLC0415
+        from afk_local.integrations.langgraph.threads import thread_run_id  # noqa: PLC0415
+
         thread = str(thread_id)
         run_id = thread_run_id(thread)
         with self._lock:
@@ -344,6 +373,11 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint (same ids, parents, metadata) and write to another thread."""
+        import msgspec  # noqa: PLC0415
+
+        from afk_local.integrations.langgraph.threads import thread_run_id  # noqa: PLC0415
+        from afk_local.integrations.langgraph.writes import encode_writes  # noqa: PLC0415
+
         source, target = str(source_thread_id), str(target_thread_id)
         if source == target:
             return
@@ -486,6 +520,8 @@ class AfkLocalSaver(BaseCheckpointSaver[str]):
         if payload is None:  # else: loaded and checked by the caller
             payload = index.payload(index.reader.load(entry.file).payload, entry)
         if payload.thread_id != thread_id or payload.ns != entry.ns:
+            from afk_local.errors import CheckpointCorruptionError  # noqa: PLC0415
+
             raise CheckpointCorruptionError(
                 index.reader.location(entry.file),
                 f"holds thread {payload.thread_id!r}, namespace {payload.ns!r}, not what the "

@@ -91,6 +91,9 @@ class StateCheckpoint:
         self.durability = durability
         self.store = Store(self.path, enc_hook=enc_hook, dec_hook=dec_hook)
         self._step: int | None = None
+        # The key of this directory's shared writer, resolved once: resolving a path
+        # costs a system call per component, more than the rest of a save's bookkeeping.
+        self._key = self.path.resolve()
 
     def __repr__(self) -> str:
         return f"StateCheckpoint({str(self.path)!r}, status={self.status})"
@@ -151,7 +154,6 @@ class StateCheckpoint:
             StoreMovedError: the directory was copied or moved since the run began
                 (``afk-local --root PATH adopt`` makes the new place its home).
         """
-        install_script_excepthook()
         writer = self._writer(create=True)
         assert writer is not None
         if self._step is None:
@@ -194,7 +196,7 @@ class StateCheckpoint:
     def close(self) -> None:
         """Write what is queued and release the lock (also done at process exit)."""
         with _open_lock:
-            writer = _open_writers.pop(self._key(), None)
+            writer = _open_writers.pop(self._key, None)
         if writer is not None:
             writer.close()
 
@@ -204,11 +206,8 @@ class StateCheckpoint:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _key(self) -> Path:
-        return self.path.resolve()
-
     def _writer(self, *, create: bool) -> DurableWriter | None:
-        key = self._key()
+        key = self._key
         with _open_lock:
             writer = _open_writers.get(key)
             if writer is not None and (writer.closed or writer.failed is not None):
@@ -226,6 +225,7 @@ class StateCheckpoint:
                 run = self.store.create(RUN_ID, extra={"kind": "StateCheckpoint"})
             writer = DurableWriter(run, self.durability)
             _open_writers[key] = writer
+            install_script_excepthook()  # once per writer, not per save
             return writer
 
 

@@ -57,6 +57,8 @@ UNSIGNED_REASON = "unsigned record in a keyed store"
 _HEADER = struct.Struct("<4sBBQQI")
 HEADER_SIZE = _HEADER.size
 _CRC_COVERED = HEADER_SIZE - 4  # every header byte before the crc field
+_COVERED = struct.Struct("<4sBBQQ")  # those bytes
+_CRC = struct.Struct("<I")
 
 DEFAULT_MAX_RECORD_BYTES = 256 << 20
 """Largest decoded record a store writes or reads (256 MiB; ``Store(max_record_bytes=...)``
@@ -103,10 +105,10 @@ def pack_frame(
         if len(mac) != MAC_SIZE:
             raise ValueError(f"a MAC is {MAC_SIZE} bytes, not {len(mac)}")
         flags |= FLAG_SIGNED
-    head = _HEADER.pack(MAGIC, kind, flags, base_seq, len(body), 0)[:_CRC_COVERED]
-    crc = zlib.crc32(body, zlib.crc32(head))
-    frame = head + struct.pack("<I", crc) + body
-    return frame if mac is None else frame + mac
+    head = _COVERED.pack(MAGIC, kind, flags, base_seq, len(body))
+    crc = _CRC.pack(zlib.crc32(body, zlib.crc32(head)))
+    # One copy of the body, the frame's own: the body is most of a checkpoint's bytes.
+    return b"".join((head, crc, body) if mac is None else (head, crc, body, mac))
 
 
 def unpack_frame(data: bytes, path: str, *, expect_kind: int) -> tuple[FrameHeader, bytes]:

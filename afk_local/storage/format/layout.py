@@ -6,6 +6,7 @@ validated before a path is built from it.
 
 from __future__ import annotations
 
+import enum
 import functools
 import os
 import re
@@ -48,18 +49,23 @@ def validate_run_id(run_id: object) -> str:
     return run_id
 
 
-_valid_phases: set[str] = set()  # phase names already checked (a run uses a handful)
+# Phases already checked, names and Phase members alike, to the name (a run uses a
+# handful; every checkpoint asks).
+_valid_phases: dict[object, str] = {}
 
 
 def validate_phase(phase: object) -> str:
     """Return ``phase`` if it can be part of a checkpoint file name, else raise ValueError."""
-    if type(phase) is str and phase in _valid_phases:
-        return phase
+    cacheable = type(phase) is str or isinstance(phase, enum.Enum)
+    if cacheable:
+        known = _valid_phases.get(phase)
+        if known is not None:
+            return known
     text = str(phase.value if hasattr(phase, "value") else phase)
     if _PHASE.fullmatch(text) is None:
         raise ValueError(f"invalid phase {phase!r}: use 1-32 of a-z 0-9 _, starting with a letter")
-    if len(_valid_phases) < 1024:
-        _valid_phases.add(text)
+    if cacheable and len(_valid_phases) < 1024:
+        _valid_phases[phase] = text
     return text
 
 

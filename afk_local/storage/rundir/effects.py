@@ -15,10 +15,11 @@ notebook view, the runner's observers): the lower layer declares what it needs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # ``import afk_local`` loads this module: it must not load pathlib
+    from pathlib import Path
+
     from afk_local.storage.format.codec import RecordCodec
     from afk_local.storage.fsio import Env
     from afk_local.storage.rundir.mirror import RunMirror

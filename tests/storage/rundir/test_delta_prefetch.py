@@ -9,7 +9,11 @@ from hypothesis import strategies as st
 
 import afk_local as afk
 from afk_local.storage.format import codec
-from afk_local.storage.rundir.delta_prefetch import MAX_PREFETCH_BASE_BYTES, DeltaPrefetch
+from afk_local.storage.rundir.delta_prefetch import (
+    MAX_PREFETCH_BASE_BYTES,
+    WAITS_KEPT,
+    DeltaPrefetch,
+)
 
 
 def _wait_ready(prefetch: DeltaPrefetch, phase: str) -> None:
@@ -73,9 +77,42 @@ def test_a_writer_uses_prepared_compressors_and_the_run_reads_back(tmp_path) -> 
     store = afk.Store(tmp_path)
     states = [{"step": i, "log": [f"line {j} " * 30 for j in range(40 + i)]} for i in range(12)]
     with store.create("r") as run:
+        run._delta.prefetch.overlap = True  # whatever this disk's waits
         for i, state in enumerate(states):
             if i:
                 _wait_ready(run._delta.prefetch, "runtime_state")
             run.checkpoint("runtime_state", state, step=i)
         assert run._delta.prefetch.hits == len(states) - 1
     assert [c.payload for c in store.open("r").history()] == states
+
+
+def test_bases_stay_on_the_callers_path_while_the_disk_waits_are_too_short_to_hide_them() -> None:
+    """On a fast disk (tmpfs, NVMe) waking the thread costs more than the delta it spares:
+    nothing is handed over while the waits are shorter than twice a preparation."""
+    prefetch = DeltaPrefetch()
+    prefetch.prepared_ns = 10**12  # a preparation far longer than any wait below
+    for _ in range(3):
+        prefetch.submit("runtime_state", b"state " * 2000)
+        prefetch.start()
+        prefetch.synced()
+    assert not prefetch.worth_overlapping()
+    time.sleep(0.05)
+    assert prefetch._slots["runtime_state"].ready is None  # never handed to the thread
+    base = b"state " * 2000
+    frame = prefetch.compress("runtime_state", base, base + b"!")
+    assert frame == codec.compress(base + b"!", base)
+    assert (prefetch.hits, prefetch.misses) == (0, 1)
+
+
+def test_bases_go_to_the_thread_while_the_disk_waits_are_long_enough() -> None:
+    prefetch = DeltaPrefetch()
+    prefetch.prepared_ns = 1
+    for _ in range(WAITS_KEPT):  # every recent wait long: the shortest decides
+        prefetch.start()
+        time.sleep(0.001)
+        prefetch.synced()
+    assert prefetch.worth_overlapping()
+    prefetch.submit("runtime_state", b"state " * 2000)
+    prefetch.start()
+    _wait_ready(prefetch, "runtime_state")
+    assert prefetch._slots["runtime_state"].prepared_ns > 0

@@ -300,6 +300,7 @@ class RunWriter:
                     self._life.failed = exc
                     self._publisher.unpublish(name, self._seq)
                     raise
+                self._delta.prefetch.synced()  # how long the disk's wait was: worth overlapping?
             self._seq = record.seq
             if mac is not None:
                 self._prev_mac = mac
