@@ -231,6 +231,7 @@ _LANGGRAPH = importlib.util.find_spec("langgraph") is not None
             "import afk_local",
             [
                 "afk_local",
+                "afk_local._moved",  # old module paths of a moved room, kept for a release
                 "afk_local.storage",
                 "afk_local.storage.rundir",
                 "afk_local.storage.rundir.effects",
@@ -242,6 +243,7 @@ _LANGGRAPH = importlib.util.find_spec("langgraph") is not None
             "from afk_local.integrations.langgraph import AfkLocalSaver",
             [
                 "afk_local",
+                "afk_local._moved",
                 "afk_local.integrations",
                 "afk_local.integrations.langgraph",
                 "afk_local.integrations.langgraph.saver",
