@@ -9,13 +9,15 @@ patches both. Only paths are kept here; every public name stays ``afk_local.X``.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
-import importlib.util
 import sys
 import types
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
 
 _ROOMS: dict[str, dict[str, tuple[str, ...]]] = {
     "afk_local.runner": {
@@ -77,8 +79,12 @@ MOVED: dict[str, str] = {
 """Each old module path and its new one."""
 
 
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds a moved module under its old path and hands out the module at its new one."""
+class _MovedModules:
+    """Finds a moved module under its old path and hands out the module at its new one.
+
+    A meta path finder and loader by protocol (``find_spec``, ``create_module``,
+    ``exec_module``): subclassing ``importlib.abc``'s would import ``importlib.resources``
+    and with it pathlib and tempfile into every ``import afk_local``."""
 
     def find_spec(
         self,
@@ -89,7 +95,7 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """A spec for an old path (None for every other name)."""
         if fullname not in MOVED:
             return None
-        return importlib.util.spec_from_loader(fullname, self)
+        return importlib.machinery.ModuleSpec(fullname, cast("Loader", self))
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         """The module at its new path (imported now), which the old name then points at."""
