@@ -31,7 +31,9 @@ from pydantic_core import to_jsonable_python
 from afk_local.integrations.openai_agents.in_job import run_in_job
 from afk_local.runner.durable_function import DurableFunction
 from afk_local.runner.entrypoints import import_entrypoint, is_entrypoint, name_in_module
+from afk_local.runner.limits import Limit
 from afk_local.runner.resume import JobSource, StandaloneJob
+from afk_local.runner.retry import Retry
 from afk_local.runner.run_context import RunContext
 from afk_local.storage.store import StoreLike
 
@@ -55,6 +57,8 @@ class _Call:
     kwargs: dict[str, Any] = field(default_factory=dict)
     in_process_only: str | None = None
     result: RunResult | None = None
+    model_retry: Retry | None = None
+    model_limit: Limit | None = None
 
 
 _call: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
@@ -74,6 +78,7 @@ async def _agent_run(
     call = _call.get()
     if call is not None:
         found, kwargs = call.agent, dict(call.kwargs)
+        kwargs.update(model_retry=call.model_retry, model_limit=call.model_limit)
     else:
         found, kwargs = _import_agent(ctx.run_id, agent), {}
     kwargs.update({k: v for k, v in options.items() if k in _STORED_OPTIONS})
@@ -164,10 +169,21 @@ def standalone_call(
     idempotent_tools: frozenset[str],
     pause_for_approvals: bool,
     kwargs: dict[str, Any],
+    model_retry: Retry | None = None,
+    model_limit: Limit | None = None,
 ) -> tuple[DurableFunction[Any], tuple[Any, ...], _Call]:
-    """The job, its arguments and the in-process call of a standalone run of ``agent``."""
+    """The job, its arguments and the in-process call of a standalone run of ``agent``.
+
+    ``model_retry`` and ``model_limit`` are not stored (a ``Retry`` holds exception
+    types): a run given one is continued by the calling code only.
+    """
     found = find_agent(agent)
     unstored = sorted(k for k in kwargs if k not in _STORED_OPTIONS)
+    unstored += [
+        name
+        for name, value in (("model_retry", model_retry), ("model_limit", model_limit))
+        if value is not None
+    ]
     reason = None
     if found is None:
         reason = (
@@ -188,7 +204,8 @@ def standalone_call(
     }
     plain_input = to_jsonable_python(input)
     job = _JOB.with_store(store) if store is not None else _JOB
-    return job, (found, plain_input, options), _Call(agent, kwargs, reason)
+    call = _Call(agent, kwargs, reason, model_retry=model_retry, model_limit=model_limit)
+    return job, (found, plain_input, options), call
 
 
 def set_call(call: _Call) -> contextvars.Token[_Call | None]:
