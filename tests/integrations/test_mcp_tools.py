@@ -68,5 +68,5 @@ def test_an_mcp_tool_run_killed_at_any_durable_io_call_ends_as_uninterrupted(
     job = _job(framework)
     import mcp_jobs  # noqa: PLC0415
 
-    swept = kill_sweep(job, mcp_jobs.PROMPT, timeout=180).check()
+    swept = kill_sweep(job, mcp_jobs.PROMPT, timeout=300).check()
     assert swept.effects == ("model asked 1", "charge ada 42", "model asked 2")
