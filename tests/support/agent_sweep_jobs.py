@@ -3,15 +3,17 @@
 Importable as ``agent_sweep_jobs`` by the sweep's children, and by ``afk-local resume``
 and the watcher, which import the module-level ``DurableAgent`` and ``Agent`` a
 standalone run names. Each model asks for ``record`` of ``a``, then of ``b``, then
-reports; it writes ``model asked N`` to the sweep's effect log for every question it is
-asked, and the tool writes ``record ITEM`` each time it runs (it is not idempotent), so
-the sweep sees a repeated question or a repeated effect.
+reports; it writes ``model asked N`` to the sweep's effect log for each question it is
+asked (once: see ``sweep_jobs.asked``), and the tool writes ``record ITEM`` each time it runs
+(it is not idempotent), so the sweep sees a repeated effect.
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
+
+from sweep_jobs import asked
 
 import afk_local as afk
 from afk_local.testing import record_effect
@@ -44,7 +46,7 @@ else:
 
     def _pai_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         done = [str(p.content) for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
-        record_effect(f"model asked {len(done) + 1}")
+        asked(len(done) + 1)
         if len(done) < 2:
             item = "ab"[len(done)]
             return ModelResponse(parts=[ToolCallPart("record", {"item": item}, f"call-{item}")])
@@ -90,7 +92,7 @@ else:
         ) -> Any:
             items = [{"role": "user", "content": input}] if isinstance(input, str) else input
             done = tool_outputs(list(items))
-            record_effect(f"model asked {len(done) + 1}")
+            asked(len(done) + 1)
             if len(done) < 2:
                 item = "ab"[len(done)]
                 output = [tool_call("record", {"item": item}, f"call-{item}")]

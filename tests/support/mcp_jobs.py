@@ -2,7 +2,7 @@
 
 Importable as ``mcp_jobs`` by the children of the MCP tests and sweeps. Each model is
 scripted: it asks the MCP tool ``charge`` for ada once, then reports what it returned;
-every question it is asked writes ``model asked N`` to the sweep's effect log (and the
+each question it is asked writes ``model asked N`` to the sweep's effect log once (and the
 server's tool writes ``charge ada 42``), so a sweep sees a repeated question or charge.
 The server is started by the agent run (stdio), with this process's environment.
 """
@@ -14,15 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sweep_jobs import asked
+
 import afk_local as afk
-from afk_local.testing import record_effect
 
 SERVER = Path(__file__).with_name("mcp_server.py")
 PROMPT = "Charge ada 42 EUR."
-
-
-def _asked(step: int) -> None:
-    record_effect(f"model asked {step}")
 
 
 # -- pydantic-ai: an MCPToolset ---------------------------------------------------------
@@ -47,7 +44,7 @@ else:
 
     def _pai_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         returned = [p.content for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
-        _asked(len(returned) + 1)
+        asked(len(returned) + 1)
         if not returned:
             call = ToolCallPart("charge", {"customer": "ada", "amount": 42}, tool_call_id="mcp-1")
             return ModelResponse(parts=[call])
@@ -94,7 +91,7 @@ else:
                 for i in items
                 if isinstance(i, dict) and i.get("type") == "function_call_output"
             ]
-            _asked(len(returned) + 1)
+            asked(len(returned) + 1)
             if not returned:
                 output = [tool_call("charge", {"customer": "ada", "amount": 42}, "mcp-1")]
             else:
