@@ -321,3 +321,50 @@ def test_models_named_by_string_or_set_in_the_run_config_are_journaled(
         assert [k for k in keys if k.startswith("openai-agents.model")] == [
             f"openai-agents.model#{n}" for n in (1, 2, 3)
         ]
+
+
+class FlakyModel(Model):
+    """Drops the connection on its first call, then answers; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        self.calls += 1
+        if self.calls == 1:
+            raise ConnectionError("the provider dropped the connection")
+        return ModelResponse(output=[jobs.message("fine")], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+def test_model_calls_take_a_retry_and_a_limit(tmp_path: Path) -> None:
+    """Parity with DurableAgent: afk.Retry and afk.Limit on model calls, as on any step."""
+    model = FlakyModel()
+    agent = Agent(name="flaky", model=model)
+    store = afk.Store(tmp_path / "store")
+    options = {"model_retry": afk.Retry(3, initial=0), "model_limit": afk.Limit("provider", 1)}
+
+    @afk.durable(store=store)
+    def job(ctx: afk.RunContext) -> str:
+        return str(DurableRunner.run_sync(agent, "hi", **options).final_output)
+
+    assert job.run(run_id="flaky") == "fine"
+    assert model.calls == 2
+    effects = store.open("flaky").effects()
+    tries = [e.status for e in effects if e.kind == "outcome" and e.key == "openai-agents.model#1"]
+    assert tries == ["error", "ok"]  # each try journaled, the failed one with its error
+    assert (store.root / "limits" / "provider").is_dir()  # the call took a slot
+    assert job.run(run_id="flaky") == "fine" and model.calls == 2  # replayed, not asked
+
+
+def test_a_standalone_run_with_a_model_retry_is_continued_by_its_caller_only(
+    tmp_path: Path,
+) -> None:
+    store = afk.Store(tmp_path / "store")
+    retry = afk.Retry(2, initial=0)
+    result = DurableRunner.run_sync(jobs.chat, "hi", run_id="alone", store=store, model_retry=retry)
+    assert result.final_output == "turn 1: hi"
+    reason = store.read_meta("alone").extra["in_process_only"]
+    assert "model_retry" in reason  # a Retry holds exception types: it is not stored

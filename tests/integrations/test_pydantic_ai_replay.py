@@ -27,7 +27,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
 import afk_local as afk
 from afk_local.errors import AgentRequestMismatchError, EffectMismatchError
@@ -217,17 +217,53 @@ def test_model_calls_take_a_retry_and_a_limit(tmp_path: Path) -> None:
     assert outcomes == ["error", "ok"]
 
 
-def test_an_event_stream_handler_is_refused_in_one_line(tmp_path: Path) -> None:
-    durable_agent = DurableAgent(agent_with_tool(Charges([5]), "charge", []))
+def test_an_event_stream_handler_sees_the_run_and_its_replay_without_asking_again(
+    tmp_path: Path,
+) -> None:
+    """Parity with DBOS: an event_stream_handler streams the model requests, which are
+    journaled as any; on replay it gets each recorded answer whole (no deltas) and the
+    recorded tool result, while neither the model nor the tool runs again."""
+    asked, charged = [], []
 
-    async def handler(ctx: Any, events: Any) -> None:
-        async for _ in events:
-            pass
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> Any:
+        asked.append(len(messages))
+        done = [p.content for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not done:
+            yield {0: DeltaToolCall("charge", '{"amount": 5}', tool_call_id="c1")}
+        else:
+            yield "charged "
+            yield str(done)
+
+    agent = Agent(FunctionModel(stream_function=stream))
+
+    @agent.tool_plain
+    def charge(amount: int) -> str:
+        charged.append(amount)
+        return f"ok {amount}"
+
+    events: list[list[str]] = []
+
+    async def handler(ctx: Any, stream: Any) -> None:
+        async for event in stream:
+            events[-1].append(type(event).__name__)
+
+    durable_agent = DurableAgent(agent)
+    attempts = []
 
     @afk.durable(store=afk.Store(tmp_path))
     def job(ctx: afk.RunContext) -> str:
-        return durable_agent.run_sync(ctx, "charge", event_stream_handler=handler).output
+        events.append([])
+        output = durable_agent.run_sync("charge 5", event_stream_handler=handler).output
+        attempts.append(output)
+        if len(attempts) == 1:
+            raise RuntimeError("the first attempt fails after the agent ran")
+        return output
 
-    with pytest.raises(NotImplementedError, match="event_stream_handler") as caught:
+    with pytest.raises(RuntimeError, match="first attempt"):
         job.run(run_id="events")
-    assert "\n" not in str(caught.value)
+    assert job.run(run_id="events") == "charged ['ok 5']"
+    assert (len(asked), charged) == (2, [5])  # replayed: neither asked nor charged again
+    live, replayed = events
+    assert "PartDeltaEvent" in live and "PartDeltaEvent" not in replayed
+    for seen in (live, replayed):
+        assert {"PartStartEvent", "FunctionToolCallEvent", "FunctionToolResultEvent"} <= set(seen)

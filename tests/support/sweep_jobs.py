@@ -73,6 +73,19 @@ def flaky_charge(order: int, failures: int) -> str:
     return f"receipt {order}"
 
 
+def asked(step: int) -> None:
+    """Note that the model was asked its ``step``-th question, the first time only.
+
+    A kill between the model's answer and the journal's record of it loses the answer,
+    and the resumed run asks again (a model call reads; docs/agents.md): like a service
+    that drops a repeated request, the question is noted once. What must not repeat,
+    the tool's effect, is noted every time (``agent_sweep_jobs``, ``mcp_jobs``).
+    """
+    line = f"model asked {step}"
+    if line not in _lines(os.environ.get("AFK_SWEEP_LOG", "")):
+        record_effect(line)
+
+
 def _lines(path: str) -> list[str]:
     try:
         with open(path, encoding="utf-8") as fh:

@@ -17,6 +17,8 @@ from agents.run_state import RunState
 from afk_local.integrations.openai_agents.journaled import JournaledSession, Wrapping
 from afk_local.integrations.openai_agents.responses import call_arguments
 from afk_local.runner.run.run_context import RunContext
+from afk_local.runner.time.limits import Limit
+from afk_local.runner.time.retry import Retry
 
 APPROVAL_PAUSE = "approval"
 
@@ -28,6 +30,8 @@ async def run_in_job(
     *,
     idempotent_tools: Iterable[str] = (),
     pause_for_approvals: bool = True,
+    model_retry: Retry | None = None,
+    model_limit: Limit | None = None,
     **kwargs: Any,
 ) -> RunResult:
     """``Runner.run(starting_agent, input, **kwargs)`` with every call a step of ``ctx``.
@@ -39,10 +43,13 @@ async def run_in_job(
         idempotent_tools: names of tools (and handoff tools) that may be called again
             after a crash.
         pause_for_approvals: False returns a result with ``interruptions`` to the caller.
+        model_retry: an ``afk.Retry`` for each model call (each failed try journaled, the
+            backoff a durable sleep).
+        model_limit: an ``afk.Limit`` each model call waits for a place under.
         **kwargs: the other arguments of ``Runner.run`` (``context``, ``max_turns``,
             ``hooks``, ``run_config``, ``session``, ...).
     """
-    wrap = _wrapping(ctx, idempotent_tools)
+    wrap = _wrapping(ctx, idempotent_tools, model_retry, model_limit)
     agent = wrap.agent(starting_agent)
     run_config, owned = _run_config(kwargs.get("run_config"))
     kwargs["run_config"] = wrap.run_config(run_config)
@@ -65,13 +72,20 @@ async def run_in_job(
     return result
 
 
-def _wrapping(ctx: RunContext, idempotent_tools: Iterable[str]) -> Wrapping:
+def _wrapping(
+    ctx: RunContext,
+    idempotent_tools: Iterable[str],
+    model_retry: Retry | None,
+    model_limit: Limit | None,
+) -> Wrapping:
     if not isinstance(ctx, RunContext):
         raise TypeError(
             "DurableRunner.run takes the durable job's afk.RunContext first, "
             f"not {type(ctx).__name__}"
         )
-    return Wrapping(ctx, frozenset(idempotent_tools))
+    return Wrapping(
+        ctx, frozenset(idempotent_tools), model_retry=model_retry, model_limit=model_limit
+    )
 
 
 def _run_config(value: RunConfig | dict[str, Any] | None) -> tuple[RunConfig, bool]:

@@ -32,6 +32,8 @@ from afk_local.integrations.openai_agents.responses import (
 )
 from afk_local.integrations.openai_agents.session import RunSession
 from afk_local.runner.run.run_context import RunContext
+from afk_local.runner.time.limits import Limit
+from afk_local.runner.time.retry import Retry
 from afk_local.storage.views.conversation import OPENAI_AGENTS_HANDOFF_STEP as HANDOFF_STEP
 from afk_local.storage.views.conversation import OPENAI_AGENTS_MODEL_STEP as MODEL_STEP
 from afk_local.storage.views.conversation import OPENAI_AGENTS_TOOL_STEP as TOOL_STEP
@@ -87,12 +89,24 @@ _SENT: weakref.WeakKeyDictionary[RunContext, _Sent] = weakref.WeakKeyDictionary(
 
 
 class JournaledModel(Model):
-    """A model whose ``get_response`` is a journaled step of the job."""
+    """A model whose ``get_response`` is a journaled step of the job.
 
-    def __init__(self, model: Model, ctx: RunContext, sent: _Sent | None = None) -> None:
+    ``step_options`` go to that step (``retry=`` an ``afk.Retry``, ``limit=`` an
+    ``afk.Limit``): each failed try is journaled with its error and the backoff is a
+    durable sleep; the call waits for a place under the limit first.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        ctx: RunContext,
+        sent: _Sent | None = None,
+        step_options: dict[str, Any] | None = None,
+    ) -> None:
         self._model = model
         self._ctx = ctx
         self._sent = sent if sent is not None else _Sent()
+        self._step_options = dict(step_options or {})
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
         """Replay a journaled response, or ask the wrapped model and journal its answer."""
@@ -118,7 +132,9 @@ class JournaledModel(Model):
             self._ctx, MODEL_STEP, fingerprint, describe=described, legacy=[legacy]
         )
         # A model call reads: when a crash cut it short, asking again is harmless.
-        stored: Any = await self._ctx.astep(MODEL_STEP, request, argument, idempotent=True)
+        stored: Any = await self._ctx.astep(
+            MODEL_STEP, request, argument, idempotent=True, **self._step_options
+        )
         if isinstance(stored, dict):  # older runs stored the response alone
             stored = stored["messages"]
         return load_response(stored)
@@ -182,9 +198,21 @@ class Wrapping:
     sees the same agent object each time a handoff returns to it.
     """
 
-    def __init__(self, ctx: RunContext, idempotent_tools: frozenset[str]) -> None:
+    def __init__(
+        self,
+        ctx: RunContext,
+        idempotent_tools: frozenset[str],
+        *,
+        model_retry: Retry | None = None,
+        model_limit: Limit | None = None,
+    ) -> None:
         self.ctx = ctx
         self.idempotent_tools = idempotent_tools
+        self._model_step_options: dict[str, Any] = {}
+        if model_retry is not None:
+            self._model_step_options["retry"] = model_retry
+        if model_limit is not None:
+            self._model_step_options["limit"] = model_limit
         self._agents: dict[int, Agent[Any]] = {}
         self._models: dict[int, JournaledModel] = {}
         # one per job attempt, so that a second DurableRunner call in the job (a session's
@@ -196,7 +224,9 @@ class Wrapping:
         if isinstance(model, JournaledModel):
             return model
         if id(model) not in self._models:
-            self._models[id(model)] = JournaledModel(model, self.ctx, self._sent)
+            self._models[id(model)] = JournaledModel(
+                model, self.ctx, self._sent, self._model_step_options
+            )
         return self._models[id(model)]
 
     def run_config(self, run_config: RunConfig) -> RunConfig:
@@ -220,7 +250,25 @@ class Wrapping:
             clone.model = self.model(agent.model)
         clone.tools = [self._tool(tool) for tool in agent.tools]
         clone.handoffs = [self._handoff(target) for target in agent.handoffs]
+        if clone.mcp_servers:
+            self._journal_mcp_tools(clone)
         return clone
+
+    def _journal_mcp_tools(self, clone: Agent[Any]) -> None:
+        """Make the tools ``clone``'s MCP servers offer journaled steps, as its own tools are.
+
+        The SDK lists an MCP server's tools at every turn (``Agent.get_mcp_tools``), each
+        as a function tool calling the server: each such call becomes a tool step keyed by
+        its call id (an MCP tool acts outside the process, so it is in doubt when a kill
+        cut it short, unless it is named in ``idempotent_tools``).
+        """
+        listed = clone.get_mcp_tools
+
+        async def get_mcp_tools(run_context: RunContextWrapper[Any]) -> list[Tool]:
+            return [self._tool(tool) for tool in await listed(run_context)]
+
+        # on the clone only (the caller's agent is not changed); the SDK calls it by name
+        object.__setattr__(clone, "get_mcp_tools", get_mcp_tools)
 
     def _tool(self, tool: Tool) -> Tool:
         if not isinstance(tool, FunctionTool):

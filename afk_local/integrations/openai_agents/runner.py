@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from agents import Agent, RunResult
@@ -17,6 +18,8 @@ from afk_local.integrations.openai_agents.standalone import (
 )
 from afk_local.runner.run.current import current_run_context
 from afk_local.runner.run.run_context import RunContext
+from afk_local.runner.time.limits import Limit
+from afk_local.runner.time.retry import Retry
 from afk_local.storage.store import StoreLike
 
 _USAGE = (
@@ -61,6 +64,8 @@ class DurableRunner:
         *args: Any,
         idempotent_tools: Iterable[str] = (),
         pause_for_approvals: bool = True,
+        model_retry: Retry | None = None,
+        model_limit: Limit | None = None,
         **kwargs: Any,
     ) -> RunResult:
         """``Runner.run(starting_agent, input, **kwargs)``, durable (see the class docstring).
@@ -71,6 +76,10 @@ class DurableRunner:
             idempotent_tools: names of tools (and handoff tools) that may be called again
                 after a crash.
             pause_for_approvals: False returns a result with ``interruptions`` to the caller.
+            model_retry: an ``afk.Retry`` for each model call: a failed try is journaled
+                with its error, the backoff is a durable sleep (``ctx.step(..., retry=)``).
+            model_limit: an ``afk.Limit`` each model call waits for a place under (shared
+                by every process of the store).
             **kwargs: the other arguments of ``Runner.run`` (``context``, ``max_turns``,
                 ``hooks``, ``run_config``, ``session``, ...); outside a job also ``run_id``
                 and ``store``.
@@ -79,23 +88,11 @@ class DurableRunner:
             TypeError: no agent, or called outside any job without ``run_id``.
         """
         ctx, agent, input, run_id, store = _split(args, kwargs)
-        tools = frozenset(idempotent_tools)
+        options = _Options(idempotent_tools, pause_for_approvals, model_retry, model_limit)
         if ctx is not None:
-            return await run_in_job(
-                ctx,
-                agent,
-                input,
-                idempotent_tools=tools,
-                pause_for_approvals=pause_for_approvals,
-                **kwargs,
-            )
+            return await run_in_job(ctx, agent, input, **options.in_job(), **kwargs)
         job, job_args, call = standalone_call(
-            agent,
-            input,
-            store=store,
-            idempotent_tools=tools,
-            pause_for_approvals=pause_for_approvals,
-            kwargs=kwargs,
+            agent, input, store=store, kwargs=kwargs, **options.in_job()
         )
         token = set_call(call)
         try:
@@ -110,29 +107,17 @@ class DurableRunner:
         *args: Any,
         idempotent_tools: Iterable[str] = (),
         pause_for_approvals: bool = True,
+        model_retry: Retry | None = None,
+        model_limit: Limit | None = None,
         **kwargs: Any,
     ) -> RunResult:
         """:meth:`run` on a new event loop, as ``Runner.run_sync`` (not inside a running loop)."""
         ctx, agent, input, run_id, store = _split(args, kwargs)
-        tools = frozenset(idempotent_tools)
+        options = _Options(idempotent_tools, pause_for_approvals, model_retry, model_limit)
         if ctx is not None:
-            return asyncio.run(
-                run_in_job(
-                    ctx,
-                    agent,
-                    input,
-                    idempotent_tools=tools,
-                    pause_for_approvals=pause_for_approvals,
-                    **kwargs,
-                )
-            )
+            return asyncio.run(run_in_job(ctx, agent, input, **options.in_job(), **kwargs))
         job, job_args, call = standalone_call(
-            agent,
-            input,
-            store=store,
-            idempotent_tools=tools,
-            pause_for_approvals=pause_for_approvals,
-            kwargs=kwargs,
+            agent, input, store=store, kwargs=kwargs, **options.in_job()
         )
         token = set_call(call)
         try:
@@ -140,6 +125,24 @@ class DurableRunner:
         finally:
             reset_call(token)
         return result_of(call, stored, agent, input)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """``DurableRunner``'s own options of one call (the rest are ``Runner.run``'s)."""
+
+    idempotent_tools: Iterable[str]
+    pause_for_approvals: bool
+    model_retry: Retry | None
+    model_limit: Limit | None
+
+    def in_job(self) -> dict[str, Any]:
+        return {
+            "idempotent_tools": frozenset(self.idempotent_tools),
+            "pause_for_approvals": self.pause_for_approvals,
+            "model_retry": self.model_retry,
+            "model_limit": self.model_limit,
+        }
 
 
 def _split(

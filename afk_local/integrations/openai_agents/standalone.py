@@ -34,6 +34,8 @@ from afk_local.runner.code.entrypoints import import_entrypoint, is_entrypoint, 
 from afk_local.runner.operations.resume import JobSource, StandaloneJob
 from afk_local.runner.run.durable_function import DurableFunction
 from afk_local.runner.run.run_context import RunContext
+from afk_local.runner.time.limits import Limit
+from afk_local.runner.time.retry import Retry
 from afk_local.storage.store import StoreLike
 
 __all__ = ["AGENT_RUN_KIND", "STANDALONE_ENTRYPOINT", "Standalone", "agent_runs"]
@@ -56,6 +58,8 @@ class _Call:
     kwargs: dict[str, Any] = field(default_factory=dict)
     in_process_only: str | None = None
     result: RunResult | None = None
+    model_retry: Retry | None = None
+    model_limit: Limit | None = None
 
 
 _call: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
@@ -75,6 +79,7 @@ async def _agent_run(
     call = _call.get()
     if call is not None:
         found, kwargs = call.agent, dict(call.kwargs)
+        kwargs.update(model_retry=call.model_retry, model_limit=call.model_limit)
     else:
         found, kwargs = _import_agent(ctx.run_id, agent), {}
     kwargs.update({k: v for k, v in options.items() if k in _STORED_OPTIONS})
@@ -165,10 +170,21 @@ def standalone_call(
     idempotent_tools: frozenset[str],
     pause_for_approvals: bool,
     kwargs: dict[str, Any],
+    model_retry: Retry | None = None,
+    model_limit: Limit | None = None,
 ) -> tuple[DurableFunction[Any], tuple[Any, ...], _Call]:
-    """The job, its arguments and the in-process call of a standalone run of ``agent``."""
+    """The job, its arguments and the in-process call of a standalone run of ``agent``.
+
+    ``model_retry`` and ``model_limit`` are not stored (a ``Retry`` holds exception
+    types): a run given one is continued by the calling code only.
+    """
     found = find_agent(agent)
     unstored = sorted(k for k in kwargs if k not in _STORED_OPTIONS)
+    unstored += [
+        name
+        for name, value in (("model_retry", model_retry), ("model_limit", model_limit))
+        if value is not None
+    ]
     reason = None
     if found is None:
         reason = (
@@ -189,7 +205,8 @@ def standalone_call(
     }
     plain_input = to_jsonable_python(input)
     job = _JOB.with_store(store) if store is not None else _JOB
-    return job, (found, plain_input, options), _Call(agent, kwargs, reason)
+    call = _Call(agent, kwargs, reason, model_retry=model_retry, model_limit=model_limit)
+    return job, (found, plain_input, options), call
 
 
 def set_call(call: _Call) -> contextvars.Token[_Call | None]:

@@ -44,12 +44,6 @@ _NOT_STREAMED = (
     "(durable_agent.wrapped.{method}) knowing that it is not durable"
 )
 
-_NO_EVENT_STREAM = (
-    "DurableAgent does not journal the events an event_stream_handler is sent (a resumed "
-    "run would not send them again): run without event_stream_handler, or use the "
-    "wrapped agent (durable_agent.wrapped) knowing that it is not durable"
-)
-
 
 @dataclass
 class _Call:
@@ -90,6 +84,11 @@ class DurableAgent(JobSource, Generic[DepsT, OutputT]):
       (``afk-local resume``, the watcher) can continue it when this object is defined at
       the top level of an importable module and no other keyword arguments were given;
       otherwise ``afk-local show`` says why only your code can.
+
+    An ``event_stream_handler`` (or an ``on_event`` hook) is called as pydantic-ai calls
+    it: the model requests are streamed, and journaled as any; a replayed answer reaches
+    it whole (its parts, no deltas), with the tool events of the replayed results. It
+    runs again on every attempt: keep it to showing or logging what happens.
 
     A run that ends with tool calls waiting for approval (tools with
     ``requires_approval=True``, ``DeferredToolRequests`` in the agent's output types)
@@ -166,7 +165,7 @@ class DurableAgent(JobSource, Generic[DepsT, OutputT]):
         call a step of ``ctx``); ``run(prompt, run_id=..., store=None, **kwargs)`` on its
         own (see the class docstring). Tool calls waiting for approval pause the run.
         """
-        ctx, user_prompt, run_id, store = _split(self._agent, first, second, kwargs)
+        ctx, user_prompt, run_id, store = _split(first, second, kwargs)
         if ctx is None:
             job, call = self._standalone(run_id, store, kwargs)
             token = _call.set(call)
@@ -211,7 +210,7 @@ class DurableAgent(JobSource, Generic[DepsT, OutputT]):
         **kwargs)`` on its own (see the class docstring). Tool calls waiting for approval
         pause the run.
         """
-        ctx, user_prompt, run_id, store = _split(self._agent, first, second, kwargs)
+        ctx, user_prompt, run_id, store = _split(first, second, kwargs)
         if ctx is None:
             job, call = self._standalone(run_id, store, kwargs)
             token = _call.set(call)
@@ -369,7 +368,7 @@ class DurableAgent(JobSource, Generic[DepsT, OutputT]):
 
 
 def _split(
-    agent: AbstractAgent[Any, Any], first: Any, second: Any, kwargs: dict[str, Any]
+    first: Any, second: Any, kwargs: dict[str, Any]
 ) -> tuple[RunContext | None, Any, str | None, StoreLike]:
     """``(ctx, user_prompt, run_id, store)`` of a call; pops ``user_prompt``/``run_id``/``store``.
 
@@ -401,10 +400,6 @@ def _split(
     if ctx is None and run_id is None and store is None:
         # Called as pydantic-ai's run_sync(prompt) is, inside a job: the job's steps.
         ctx = current_run_context()
-    if kwargs.get("event_stream_handler") is not None or (
-        getattr(agent, "event_stream_handler", None) is not None
-    ):
-        raise NotImplementedError(_NO_EVENT_STREAM)
     return ctx, user_prompt, run_id, store
 
 
