@@ -57,6 +57,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 SLOW = (
     # Agent frameworks imported by each of many child processes (2-5 s of CPU each).
     "tests/integrations/test_agent_sweep.py",
+    "tests/integrations/test_agent_forms_sweep.py",
+    "tests/integrations/test_mcp_tools.py",
     "tests/integrations/test_agent_parallel_tools.py",
     "tests/integrations/test_agent_replay.py",
     "tests/integrations/test_openai_agents_crash.py",
