@@ -12,7 +12,18 @@ import hashlib
 
 import msgspec
 
-from afk_local.storage.format.integrity import Signer
+from afk_local.errors import AfkLocalError
+from afk_local.storage.format.frames import (
+    FRAME_HEADER,
+    FRAME_HEADER_SIZE,
+    MAX_FRAME_BYTES,
+    SIGNED_FRAME,
+    BadFrame,
+    encode_frame,
+    iter_frames,
+)
+from afk_local.storage.format.integrity import MAC_SIZE, Signer
+from afk_local.storage.format.layout import validate_run_id
 
 UNREADABLE = ""
 """The status of a run whose ``run.meta`` could not be read (damaged, newer schema...)."""
@@ -20,10 +31,16 @@ UNREADABLE = ""
 CHUNK = 1024
 """Runs per chunk of the listing order."""
 
-VERSION = 3
+VERSION = 4
 """The file's version; a file of another is not used (and is rewritten)."""
 
 _TAG = "afk-local/runs-index"
+
+CHANGES_TAG = "afk-local/runs-changes"
+"""What a keyed store's ``runs.changes`` records are signed as (a document MAC)."""
+
+MAX_CHANGE_BYTES = 4096
+"""The largest body of one ``runs.changes`` record (a run id and a summary need ~120)."""
 
 Entry = tuple[int, str, int]
 """One run in the listing order: (created_ms, run id, directory inode), newest first."""
@@ -80,6 +97,9 @@ class IndexFile(msgspec.Struct):
     deleted: tuple[int, int] | None = None
     """The (inode, mtime_ns) of the store's ``runs.deleted`` marker when every summary was
     last checked against its run (None: there was no marker)."""
+    changes: tuple[int, int] | None = None
+    """``(inode, offset)``: how much of the store's ``runs.changes`` the summaries hold
+    (None: none of it)."""
     check: bytes = b""
     """A digest of every field above (:func:`_check`): BLAKE2b, or in a keyed store an
     HMAC with the store's key, so a flipped bit, or an index planted without the key,
@@ -95,7 +115,15 @@ _RUNS_DECODER = msgspec.msgpack.Decoder(dict[str, MetaSummary])
 def _check(index: IndexFile, signer: Signer | None) -> bytes:
     """The digest of every field of ``index`` but ``check`` itself."""
     fields = _ENCODER.encode(
-        [index.version, index.stamp, index.unlisted, index.order, index.runs, index.deleted]
+        [
+            index.version,
+            index.stamp,
+            index.unlisted,
+            index.order,
+            index.runs,
+            index.deleted,
+            index.changes,
+        ]
     )
     if signer is not None:
         return signer.document_mac(_TAG, fields)
@@ -109,6 +137,7 @@ def encode_index(
     runs: dict[str, MetaSummary],
     deleted: tuple[int, int] | None,
     *,
+    changes: tuple[int, int] | None = None,
     signer: Signer | None = None,
 ) -> bytes:
     """The file's bytes (``order``: newest first, as :func:`listing_order` makes it);
@@ -118,7 +147,7 @@ def encode_index(
         part = order[start : start + CHUNK]
         chunk = Chunk([e[1] for e in part], [e[2] for e in part], [e[0] for e in part])
         chunks.append(_ENCODER.encode(chunk))
-    index = IndexFile(VERSION, stamp, unlisted, chunks, _ENCODER.encode(runs), deleted)
+    index = IndexFile(VERSION, stamp, unlisted, chunks, _ENCODER.encode(runs), deleted, changes)
     return _ENCODER.encode(msgspec.structs.replace(index, check=_check(index, signer)))
 
 
@@ -164,18 +193,84 @@ def listing_order(runs: dict[str, MetaSummary]) -> list[Entry]:
     )
 
 
+class Change(msgspec.Struct, array_like=True, frozen=True):
+    """One record of ``runs.changes``: a run's meta as its writer just left it, or (no
+    summary) the run deleted."""
+
+    run_id: str
+    summary: MetaSummary | None
+
+
+_CHANGE_DECODER = msgspec.msgpack.Decoder(Change)
+
+
+def encode_change(run_id: str, summary: MetaSummary | None, signer: Signer | None) -> bytes:
+    """One framed ``runs.changes`` record (signed with ``signer``, a keyed store's)."""
+    body = _ENCODER.encode(Change(run_id, summary))
+    if signer is None:
+        return encode_frame(body)
+    return encode_frame(body, signer.document_mac(CHANGES_TAG, body))
+
+
+def decode_changes(
+    data: bytes, start: int, signer: Signer | None
+) -> tuple[list[Change], int, str | None]:
+    """The records of ``runs.changes`` (its bytes ``data``) from offset ``start``:
+    ``(records, end, problem)``.
+
+    Reading stops at the first record that cannot be used, at offset ``end``. A frame
+    cut short by the end of ``data`` is a record still being appended (or torn by a
+    crash): ``problem`` is None. Anything else is damage, and ``problem`` says what: a
+    frame that fails its crc or is oversized, a body that is not a record, a run id
+    that is not one, or in a keyed store a record without a valid MAC. Records are
+    checked one by one; none is ever a path until its run id is validated.
+    """
+    records: list[Change] = []
+    try:
+        for pos, body, mac in iter_frames(data, start, len(data), MAX_CHANGE_BYTES):
+            if signer is not None:
+                expected = signer.document_mac(CHANGES_TAG, bytes(body))
+                if mac is None or not Signer.matches(expected, mac):
+                    return records, pos, "a record without the store key's MAC"
+            try:
+                change = _CHANGE_DECODER.decode(body)
+                validate_run_id(change.run_id)
+            except (ValueError, AfkLocalError) as exc:
+                return records, pos, f"a record that is not one ({exc})"
+            records.append(change)
+    except BadFrame as bad:
+        return records, bad.offset, None if _cut_short(data, bad.offset) else bad.reason
+    return records, len(data), None
+
+
+def _cut_short(data: bytes, pos: int) -> bool:
+    """True when the frame at ``pos`` runs past the end of ``data`` (a tail being written)."""
+    if len(data) - pos < FRAME_HEADER_SIZE:
+        return True
+    length: int = FRAME_HEADER.unpack_from(data, pos)[0]
+    size = FRAME_HEADER_SIZE + (length & MAX_FRAME_BYTES)
+    if length & SIGNED_FRAME:
+        size += MAC_SIZE
+    return 0 < length & MAX_FRAME_BYTES <= MAX_CHANGE_BYTES and pos + size > len(data)
+
+
 __all__ = [
+    "CHANGES_TAG",
     "CHUNK",
+    "MAX_CHANGE_BYTES",
     "UNREADABLE",
     "VERSION",
+    "Change",
     "Chunk",
     "Entry",
     "IndexFile",
     "MetaSummary",
     "Stamp",
+    "decode_changes",
     "decode_chunk",
     "decode_index",
     "decode_summaries",
+    "encode_change",
     "encode_index",
     "listing_order",
 ]

@@ -69,6 +69,7 @@ from afk_local.storage.rundir.pack_trigger import PackTrigger
 from afk_local.storage.rundir.packing import PackReport
 from afk_local.storage.rundir.publisher import Publisher
 from afk_local.storage.rundir.reader import RunReader
+from afk_local.storage.rundir.run_changes import tell_meta
 from afk_local.storage.rundir.writer_journal import WriterJournal
 
 # filelock is loaded where a lock is taken (ownership.acquire_lock), not on import.
@@ -331,6 +332,7 @@ class RunWriter:
             raise
         self._new_run = None
         self._metas.on_disk = True
+        tell_meta(self.paths, self._metas.meta, self._codec.signer, self._env)
 
     def publish(self) -> None:
         """Publish a new run made with ``publish_with_first_write`` now, with its meta as it
@@ -590,6 +592,7 @@ def open_writer(
         if mirror is not None:
             run_mirror = mirror.attach(paths, record_codec)
         options.env.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))
+        tell_meta(paths, meta, record_codec.signer, options.env)
         writer = _writer_on(
             paths, lock, meta, options, record_codec=record_codec, mirror=run_mirror, heads=heads
         )
@@ -625,6 +628,7 @@ def _create(
         if defer_publish:
             return RunWriter(paths, lock, meta, options, record_codec=record_codec, new_run=new_run)
         new_run.publish(codec.encode_meta(record_codec, meta))
+        tell_meta(paths, meta, record_codec.signer, options.env)
         if mirror is not None:
             run_mirror = mirror.attach(paths, record_codec)
         writer = _writer_on(
