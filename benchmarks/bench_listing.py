@@ -32,12 +32,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from many_runs import build_store  # noqa: E402
+from many_runs import build_store
 
-from afk_local.storage.meta_index import INDEX_NAME  # noqa: E402
-from afk_local.storage.rundir.run_changes import CHANGES_NAME  # noqa: E402
-from afk_local.storage.store import Store  # noqa: E402
-from afk_local.watcher.watcher import Watcher  # noqa: E402
+from afk_local.storage.meta_index import INDEX_NAME
+from afk_local.storage.rundir.run_changes import CHANGES_NAME
+from afk_local.storage.store import Store
+from afk_local.watcher.watcher import Watcher
 
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 """Children write and use bytecode caches, as an installed afk_local does."""
