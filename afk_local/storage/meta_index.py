@@ -72,6 +72,9 @@ MAX_INDEX_BYTES = 256 << 20
 DELETED_NAME = "runs.deleted"
 """An empty file in the store's root, replaced (a new inode) after every run deletion."""
 
+AWAKE = frozenset({"created", "running", "sleeping", UNREADABLE})
+"""The statuses of runs a watcher may have to act on (:meth:`MetaIndex.steady_summaries`)."""
+
 RESAVE_AFTER = 256
 """A listing rewrites the index once this many runs came or went since it was written
 (fewer are cheaper to read again than the index is to rewrite)."""
@@ -125,6 +128,8 @@ class MetaIndex:
         """``runs/`` when :meth:`steady_summaries` last listed it (None: list it again)."""
         self._cursor: list[str] = []
         """The runs the safety slices of :meth:`steady_summaries` have still to check."""
+        self._awake: dict[str, MetaSummary] = {}
+        """The checked summaries whose status is in :data:`AWAKE`."""
         self._loaded = False
         self._saved = False
 
@@ -169,6 +174,7 @@ class MetaIndex:
         if changed or len(fresh) != len(old):
             self._saved = False
         self._checked_all, self._sweep_stamp = True, stamp
+        self._awake = {name: s for name, s in fresh.items() if s.status in AWAKE}
         self._runs, self._entries, self._chunks = fresh, None, None
         self._made_from(stamp, unlisted)
         if deleted != self._deleted:
@@ -180,10 +186,11 @@ class MetaIndex:
         return fresh
 
     def steady_summaries(self, slices: int) -> dict[str, MetaSummary]:
-        """Every run's summary, checking only what may have changed since the last call:
-        for a watcher that sweeps again and again (run id -> summary).
+        """The summaries of the runs a watcher may have to act on (status in
+        :data:`AWAKE`), checking only what may have changed since the last call: for a
+        watcher that sweeps again and again (run id -> summary).
 
-        The first call is :meth:`summaries`. Later ones check the runs that
+        The first call checks every run (:meth:`summaries`). Later ones check the runs that
         ``runs.changes`` names since (:meth:`catch_up`), the directories that came to or
         left ``runs/`` (listed only when its stamp moved), and the next of ``slices``
         slices of every run: a change that no record tells (a writer killed between its
@@ -191,7 +198,8 @@ class MetaIndex:
         run is one ``stat`` of its ``run.meta``, and a read when that changed.
         """
         if not self._checked_all:
-            return self.summaries()
+            self.summaries()
+            return self._awake
         names = self.catch_up()
         known = self._known()
         stamp = dir_stamp(self._runs_dir)
@@ -228,9 +236,16 @@ class MetaIndex:
                     changed |= known.pop(name, None) is not None
                 else:
                     known[name], changed = summary, True
+        awake = self._awake
+        for name in names:
+            summary = known.get(name)
+            if summary is not None and summary.status in AWAKE:
+                awake[name] = summary
+            else:
+                awake.pop(name, None)
         if changed:
             self._entries, self._chunks, self._saved = None, None, False
-        return known
+        return awake
 
     def newest_first(self) -> Iterator[str]:
         """Ids of the runs with a readable ``run.meta``, newest created first (ties: the
