@@ -9,18 +9,19 @@ or chunk that cannot be used; nothing in it is ever a path.
 from __future__ import annotations
 
 import hashlib
+import re
+import struct
+import zlib
 
 import msgspec
 
-from afk_local.errors import AfkLocalError
+from afk_local.errors import InvalidRunIdError
 from afk_local.storage.format.frames import (
     FRAME_HEADER,
     FRAME_HEADER_SIZE,
     MAX_FRAME_BYTES,
     SIGNED_FRAME,
-    BadFrame,
     encode_frame,
-    iter_frames,
 )
 from afk_local.storage.format.integrity import MAC_SIZE, Signer
 from afk_local.storage.format.layout import validate_run_id
@@ -198,15 +199,20 @@ class Change(msgspec.Struct, array_like=True, frozen=True):
     summary) the run deleted."""
 
     run_id: str
+    """Checked by :func:`decode_changes` before any record is returned."""
     summary: MetaSummary | None
 
 
 _CHANGE_DECODER = msgspec.msgpack.Decoder(Change)
+_CHANGES_DECODER = msgspec.msgpack.Decoder(list[Change])
+_ARRAY32 = struct.Struct(">BI")
+_RUN_IDS = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._-]{0,127}\n)*")
+"""Run ids, each followed by a newline (one regex call checks them all)."""
 
 
 def encode_change(run_id: str, summary: MetaSummary | None, signer: Signer | None) -> bytes:
     """One framed ``runs.changes`` record (signed with ``signer``, a keyed store's)."""
-    body = _ENCODER.encode(Change(run_id, summary))
+    body = _ENCODER.encode(Change(validate_run_id(run_id), summary))
     if signer is None:
         return encode_frame(body)
     return encode_frame(body, signer.document_mac(CHANGES_TAG, body))
@@ -225,33 +231,69 @@ def decode_changes(
     that is not one, or in a keyed store a record without a valid MAC. Records are
     checked one by one; none is ever a path until its run id is validated.
     """
-    records: list[Change] = []
+    bodies, starts, problem = _frames(data, start, signer)
+    # Every body decoded in one call (a msgpack array of them), checked as one: the
+    # common case of a lister catching up on 100,000 records.
     try:
-        for pos, body, mac in iter_frames(data, start, len(data), MAX_CHANGE_BYTES):
-            if signer is not None:
-                expected = signer.document_mac(CHANGES_TAG, bytes(body))
-                if mac is None or not Signer.matches(expected, mac):
-                    return records, pos, "a record without the store key's MAC"
-            try:
-                change = _CHANGE_DECODER.decode(body)
-                validate_run_id(change.run_id)
-            except (ValueError, AfkLocalError) as exc:
-                return records, pos, f"a record that is not one ({exc})"
-            records.append(change)
-    except BadFrame as bad:
-        return records, bad.offset, None if _cut_short(data, bad.offset) else bad.reason
-    return records, len(data), None
+        whole = _ARRAY32.pack(0xDD, len(bodies)) + b"".join(bodies)
+        records = _CHANGES_DECODER.decode(whole)
+    except (ValueError, msgspec.DecodeError):
+        pass
+    else:
+        ids = "".join(f"{r.run_id}\n" for r in records)
+        # a newline inside an id would pass the pattern as two ids: counted apart
+        if ids.count("\n") == len(records) and _RUN_IDS.fullmatch(ids) is not None:
+            return records, starts[-1], problem
+    records = []
+    for at, body in zip(starts, bodies, strict=False):
+        try:
+            record = _CHANGE_DECODER.decode(body)
+            validate_run_id(record.run_id)
+        except (ValueError, msgspec.DecodeError, InvalidRunIdError) as exc:
+            return records, at, f"a record that is not one ({exc})"
+        records.append(record)
+    return records, starts[-1], problem
 
 
-def _cut_short(data: bytes, pos: int) -> bool:
-    """True when the frame at ``pos`` runs past the end of ``data`` (a tail being written)."""
-    if len(data) - pos < FRAME_HEADER_SIZE:
-        return True
-    length: int = FRAME_HEADER.unpack_from(data, pos)[0]
-    size = FRAME_HEADER_SIZE + (length & MAX_FRAME_BYTES)
-    if length & SIGNED_FRAME:
-        size += MAC_SIZE
-    return 0 < length & MAX_FRAME_BYTES <= MAX_CHANGE_BYTES and pos + size > len(data)
+def _frames(
+    data: bytes, start: int, signer: Signer | None
+) -> tuple[list[memoryview], list[int], str | None]:
+    """The bodies of the whole, crc-checked (and in a keyed store, signed) frames from
+    ``start``, their offsets followed by where reading stopped, and why (None: the end,
+    or a frame cut short by it). The frame format is
+    :mod:`~afk_local.storage.format.frames`'; this loop is its hot reader for one file
+    of many small frames."""
+    unpack, crc32, view, end = FRAME_HEADER.unpack_from, zlib.crc32, memoryview(data), len(data)
+    bodies: list[memoryview] = []
+    starts: list[int] = []
+    pos = start
+    while pos < end:
+        if end - pos < FRAME_HEADER_SIZE:
+            break
+        length, crc = unpack(data, pos)
+        size = length & MAX_FRAME_BYTES
+        if not 0 < size <= MAX_CHANGE_BYTES:
+            starts.append(pos)
+            return bodies, starts, f"frame length {size} outside 1..{MAX_CHANGE_BYTES}"
+        body_end = pos + FRAME_HEADER_SIZE + size
+        frame_end = body_end + (MAC_SIZE if length & SIGNED_FRAME else 0)
+        if frame_end > end:
+            break
+        if crc32(view[pos + FRAME_HEADER_SIZE : frame_end]) != crc:
+            starts.append(pos)
+            return bodies, starts, "crc32 mismatch"
+        body = view[pos + FRAME_HEADER_SIZE : body_end]
+        if signer is not None:
+            mac = view[body_end:frame_end] if frame_end > body_end else None
+            expected = signer.document_mac(CHANGES_TAG, bytes(body))
+            if mac is None or not Signer.matches(expected, mac):
+                starts.append(pos)
+                return bodies, starts, "a record without the store key's MAC"
+        bodies.append(body)
+        starts.append(pos)
+        pos = frame_end
+    starts.append(pos)  # the end, or a frame still being appended (or torn by a crash)
+    return bodies, starts, None
 
 
 __all__ = [
