@@ -530,13 +530,11 @@ class MetaIndex:
         if not records:
             return set()
         known = self._known()
-        named = set()
-        for change in records:
-            named.add(change.run_id)
-            if change.summary is None:
-                known.pop(change.run_id, None)
-            else:
-                known[change.run_id] = change.summary
+        latest = {change.run_id: change.summary for change in records}  # the newest stands
+        known.update({run_id: s for run_id, s in latest.items() if s is not None})
+        for run_id in [run_id for run_id, summary in latest.items() if summary is None]:
+            known.pop(run_id, None)  # deleted since
+        named = set(latest)
         # The order is made again from the summaries when it is needed; the stamp no
         # longer vouches for it.
         self._entries, self._chunks = None, None

@@ -231,7 +231,7 @@ def decode_changes(
     that is not one, or in a keyed store a record without a valid MAC. Records are
     checked one by one; none is ever a path until its run id is validated.
     """
-    bodies, starts, problem = _frames(data, start, signer)
+    bodies, end, problem = _frames(data, start, signer)
     # Every body decoded in one call (a msgpack array of them), checked as one: the
     # common case of a lister catching up on 100,000 records.
     try:
@@ -243,57 +243,54 @@ def decode_changes(
         ids = "".join(f"{r.run_id}\n" for r in records)
         # a newline inside an id would pass the pattern as two ids: counted apart
         if ids.count("\n") == len(records) and _RUN_IDS.fullmatch(ids) is not None:
-            return records, starts[-1], problem
+            return records, end, problem
     records = []
-    for at, body in zip(starts, bodies, strict=False):
+    for body in bodies:
         try:
             record = _CHANGE_DECODER.decode(body)
             validate_run_id(record.run_id)
         except (ValueError, msgspec.DecodeError, InvalidRunIdError) as exc:
+            at = _frames(data, start, signer, count=len(records))[1]
             return records, at, f"a record that is not one ({exc})"
         records.append(record)
-    return records, starts[-1], problem
+    return records, end, problem
 
 
 def _frames(
-    data: bytes, start: int, signer: Signer | None
-) -> tuple[list[memoryview], list[int], str | None]:
+    data: bytes, start: int, signer: Signer | None, count: int = -1
+) -> tuple[list[memoryview], int, str | None]:
     """The bodies of the whole, crc-checked (and in a keyed store, signed) frames from
-    ``start``, their offsets followed by where reading stopped, and why (None: the end,
-    or a frame cut short by it). The frame format is
+    ``start`` (at most ``count`` of them, if not negative), where reading stopped, and
+    why (None: the end, or a frame cut short by it). The frame format is
     :mod:`~afk_local.storage.format.frames`'; this loop is its hot reader for one file
     of many small frames."""
     unpack, crc32, view, end = FRAME_HEADER.unpack_from, zlib.crc32, memoryview(data), len(data)
     bodies: list[memoryview] = []
-    starts: list[int] = []
+    append = bodies.append
     pos = start
-    while pos < end:
+    while pos < end and count != 0:
+        count -= 1
         if end - pos < FRAME_HEADER_SIZE:
             break
         length, crc = unpack(data, pos)
         size = length & MAX_FRAME_BYTES
         if not 0 < size <= MAX_CHANGE_BYTES:
-            starts.append(pos)
-            return bodies, starts, f"frame length {size} outside 1..{MAX_CHANGE_BYTES}"
+            return bodies, pos, f"frame length {size} outside 1..{MAX_CHANGE_BYTES}"
         body_end = pos + FRAME_HEADER_SIZE + size
         frame_end = body_end + (MAC_SIZE if length & SIGNED_FRAME else 0)
         if frame_end > end:
             break
         if crc32(view[pos + FRAME_HEADER_SIZE : frame_end]) != crc:
-            starts.append(pos)
-            return bodies, starts, "crc32 mismatch"
+            return bodies, pos, "crc32 mismatch"
         body = view[pos + FRAME_HEADER_SIZE : body_end]
         if signer is not None:
             mac = view[body_end:frame_end] if frame_end > body_end else None
             expected = signer.document_mac(CHANGES_TAG, bytes(body))
             if mac is None or not Signer.matches(expected, mac):
-                starts.append(pos)
-                return bodies, starts, "a record without the store key's MAC"
-        bodies.append(body)
-        starts.append(pos)
+                return bodies, pos, "a record without the store key's MAC"
+        append(body)
         pos = frame_end
-    starts.append(pos)  # the end, or a frame still being appended (or torn by a crash)
-    return bodies, starts, None
+    return bodies, pos, None  # the end, or a frame still being appended (or torn by a crash)
 
 
 __all__ = [
