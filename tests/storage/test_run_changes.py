@@ -120,8 +120,8 @@ print("done", flush=True)
 
 def test_writers_creating_runs_at_the_same_instant_lose_no_record(tmp_path: Path) -> None:
     afk.Store(tmp_path).create("first").close()  # the store's identity, made once
-    writers, each = 4, 15
-    at = time.time() + 2.0  # every child starts creating at this instant
+    writers, each = 4, 10
+    at = time.time() + 1.0  # every child starts creating at this instant (once started)
     children = [spawn(CREATOR, str(tmp_path), f"w{k}", str(each), str(at)) for k in range(writers)]
     for child in children:
         out, err = child.communicate(timeout=120)

@@ -34,7 +34,7 @@ NEVER = 3600.0
 
 def _interrupted(root: Path, out: Path) -> None:
     """Run ``counter`` as ``r1`` and SIGKILL it after two items: an interrupted run."""
-    job = spawn(JOB_SCRIPT, "counter", str(root), "r1", json.dumps([str(out), 6, 0.1]), env=ENV)
+    job = spawn(JOB_SCRIPT, "counter", str(root), "r1", json.dumps([str(out), 4, 0.1]), env=ENV)
     killed = kill_after(job, acks=2, seconds=60)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
 
@@ -68,9 +68,9 @@ def test_a_change_told_to_runs_changes_is_acted_on_without_a_timer_sweep(tmp_pat
     finally:
         watcher.stop()
         thread.join(60)
-    assert Store(root).open("r1").resume_state().result == sum(range(6))
+    assert Store(root).open("r1").resume_state().result == sum(range(4))
     items = sorted(int(line.split()[0]) for line in out.read_text().splitlines())
-    assert items == list(range(6))  # each item's effect once, across the kill
+    assert items == list(range(4))  # each item's effect once, across the kill
 
 
 def test_a_steady_sweep_finds_a_run_a_killed_resume_left_running(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def test_a_steady_sweep_finds_a_run_a_killed_resume_left_running(tmp_path: Path)
     assert watcher.sweep() == []  # the full sweep: r1 is parked
     # a real resume, killed: running, its lock free, told to runs.changes by its writer
     assert update_meta_unowned(store, "r1", lambda meta: {"status": RunStatus.RUNNING})
-    job = spawn(JOB_SCRIPT, "counter", str(root), "r1", json.dumps([str(out), 6, 0.1]), env=ENV)
+    job = spawn(JOB_SCRIPT, "counter", str(root), "r1", json.dumps([str(out), 4, 0.1]), env=ENV)
     killed = kill_after(job, acks=1, seconds=60)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert watcher.sweep(full=False) == ["r1"]
