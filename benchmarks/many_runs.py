@@ -20,7 +20,7 @@ import msgspec
 
 from afk_local.storage.format import codec
 from afk_local.storage.format.codec import RecordCodec
-from afk_local.storage.format.layout import checkpoint_name
+from afk_local.storage.format.layout import RunPaths, checkpoint_name
 from afk_local.storage.format.records import (
     SCHEMA_VERSION,
     Checkpoint,
@@ -28,6 +28,7 @@ from afk_local.storage.format.records import (
     RunStatus,
 )
 from afk_local.storage.rundir.delta_policy import DeltaPolicy
+from afk_local.storage.rundir.run_changes import tell_meta
 from afk_local.storage.rundir.write.creation import new_run_meta
 from afk_local.storage.store import Store
 
@@ -40,8 +41,12 @@ def _write(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def build_store(root: Path, runs: int, *, every_interrupted: int = 1000) -> Store:
-    """A store at ``root`` holding ``runs`` finished one-step runs (see the module doc)."""
+def build_store(
+    root: Path, runs: int, *, every_interrupted: int = 1000, told: bool = True
+) -> Store:
+    """A store at ``root`` holding ``runs`` finished one-step runs (see the module doc);
+    ``told``: each run appended to ``runs.changes`` as the library's writers do (False:
+    a store an older afk_local wrote, whose first lister reads every meta)."""
     store = Store(root)
     store.create("r-template").close()  # the store's identity and runs/, made durable
     record_codec = RecordCodec()
@@ -83,6 +88,8 @@ def build_store(root: Path, runs: int, *, every_interrupted: int = 1000) -> Stor
             _write(f"{d}/{name}", policy.frame(seq, phase, record_codec.encode(record), None))
         os.symlink(name, f"{d}/latest")
         _write(f"{d}/run.meta", codec.encode_meta(record_codec, meta))
+        if told:  # what the library's writers append as they create and finish a run
+            tell_meta(RunPaths(run_id, Path(d)), meta, None)
     return store
 
 

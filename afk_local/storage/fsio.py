@@ -309,6 +309,34 @@ def replace_unsynced(path: str | os.PathLike[str], data: bytes, env: Env | None 
     recorder._record(IoCall("rename", target, source=tmp))
 
 
+def append_unsynced(path: str | os.PathLike[str], data: bytes, env: Env | None = None) -> None:
+    """Append ``data`` to ``path`` (created 0600) in one ``write``, with no fsync.
+
+    For records of a cache that many processes append to (``runs.changes``): with
+    ``O_APPEND`` each write lands whole at the end, so appenders never overwrite nor
+    interleave with each other on a local filesystem. A symlink, FIFO or device there is
+    refused without blocking. Like :func:`replace_unsynced`, not seen by the I/O hook
+    (a lost record costs its readers a re-read, never a decision); seen by the recorder
+    of ``env`` (else of :data:`DEFAULT_ENV`).
+
+    Raises:
+        OSError: the file cannot be opened, or the write failed or was short.
+    """
+    recorder = env if env is not None else DEFAULT_ENV
+    target = os.fspath(path)
+    fd = open_regular(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    try:
+        recorder._record(IoCall("open", target, append=True))
+        written = os.write(fd, data)
+        if written != len(data):
+            raise OSError(f"short write ({written} of {len(data)} bytes)")
+        if recorder.recorder is not None:
+            end = os.lseek(fd, 0, os.SEEK_CUR)
+            recorder._record(IoCall("write", target, data=bytes(data), offset=end - len(data)))
+    finally:
+        os.close(fd)
+
+
 def overwrite_unsynced(fd: int, data: bytes, path: str | os.PathLike[str]) -> None:
     """Write ``data`` at offset 0 of the file behind ``fd`` (one ``pwrite``), with no fsync.
 

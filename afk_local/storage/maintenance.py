@@ -34,6 +34,7 @@ from afk_local.storage.meta_index import note_deletion
 from afk_local.storage.rundir.ownership import acquire_lock, lock_is_held
 from afk_local.storage.rundir.read.heads import HeadStore
 from afk_local.storage.rundir.read.reader import RunReader, read_meta
+from afk_local.storage.rundir.run_changes import tell_gone
 
 # Like the Store, the operations and their reports are imported where they are used.
 if TYPE_CHECKING:
@@ -280,6 +281,7 @@ def delete(
         store.env.rename(paths.dir, trash)
         store.env.fsync_dir(store.runs_dir)
         note_deletion(store.root, store.env)  # the listings' index checks every run again
+        tell_gone(store.root, run_id, store.codec.signer, store.env)
     finally:
         lock.release()
     shutil.rmtree(trash, ignore_errors=True)

@@ -45,6 +45,7 @@ from afk_local.storage.format.records import RunMeta, later_ms
 from afk_local.storage.ops.export import IMPORTED_KEY, imported_mark
 from afk_local.storage.rundir.ownership import acquire_lock
 from afk_local.storage.rundir.read.reader import read_meta
+from afk_local.storage.rundir.run_changes import tell_meta
 from afk_local.storage.store import Store
 from afk_local.storage.store_identity import require_home
 from afk_local.storage.store_key import marker_path
@@ -199,6 +200,7 @@ def trust_run(store: Store, run_id: str) -> RunMeta:
         if extra.pop(IMPORTED_KEY, None) is not None or store.heads is not None:
             meta = msgspec.structs.replace(meta, extra=extra, updated_ms=later_ms(meta.updated_ms))
             store.env.atomic_write(paths.meta, codec.encode_meta(store.codec, meta))
+            tell_meta(paths, meta, store.codec.signer, store.env)
         if store.heads is not None:
             store.heads.anchor(paths, meta.updated_ms)
         return meta

@@ -32,6 +32,7 @@ from afk_local.storage.format.records import Phase, RunMeta, RunStatus, later_ms
 from afk_local.storage.rundir.ownership import acquire_lock
 from afk_local.storage.rundir.read.catalog import RunCatalog
 from afk_local.storage.rundir.read.reader import read_meta
+from afk_local.storage.rundir.run_changes import tell_meta
 from afk_local.storage.store import Store
 from afk_local.watcher.wakeups import due_to_wake
 
@@ -91,6 +92,7 @@ def update_meta_unowned(
             return None
         new = msgspec.structs.replace(meta, updated_ms=later_ms(meta.updated_ms), **changes)
         fsio.atomic_write(paths.meta, codec.encode_meta(store.codec, new))
+        tell_meta(paths, new, store.codec.signer)
         if store.heads is not None:
             store.heads.update_meta(run_id, new.updated_ms)
         return new

@@ -5,10 +5,17 @@ holds its ``owner.lock`` (the one definition:
 :func:`~afk_local.storage.rundir.ownership.is_interrupted`); the lock is the truth,
 whatever ``run.meta`` says about the owner (a run from an earlier boot with a free
 lock is interrupted, a run whose lock is held is never touched). :class:`Watcher`
-sweeps the store, then watches ``runs/`` and ``requests/`` with watchfiles and sweeps
-again on a timer (a dying process makes no filesystem event). Every resume is a child process,
-``python -m afk_local resume RUN``, that takes the lock itself; its output goes
-to ``runs/<id>/logs/attempt-<n>.log``.
+sweeps the store, then watches the store's root, ``runs/`` and ``requests/`` with
+watchfiles: the writers of runs append to ``runs.changes`` in the root, so an event
+says which runs to look at, and a steady sweep on a timer probes the locks of the runs
+that expect an owner (a dying process makes no filesystem event) and checks a slice of
+the others (a change nothing told). Every resume is a child process, ``python -m
+afk_local resume RUN``, that takes the lock itself; its output goes to
+``runs/<id>/logs/attempt-<n>.log``.
+
+The work is in rooms of its own: finding runs (:mod:`.sweeping`), children
+(:mod:`.children`), attempts (:mod:`.attempts`), requests (:mod:`.requests`) and
+schedules (:mod:`.schedules`); :class:`Watcher` holds the settings and the loop.
 
 Crash loops: every automatic resume is an *attempt*, claimed under the run's lock
 with a lease, backed off after each death without progress and given up past
@@ -21,136 +28,31 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
+import math
 import signal
-import subprocess
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from afk_local.clock import child_clock_env
-from afk_local.errors import (
-    AfkLocalError,
-    CheckpointCorruptionError,
-    SchemaVersionError,
-    UntrustedStoreError,
-)
-from afk_local.runner.code.origin import cannot_resume, reentry_plan
+from afk_local.errors import UntrustedStoreError
 from afk_local.storage import fsio
-from afk_local.storage.format.integrity import KEY_ENV
-from afk_local.storage.format.records import RunMeta, RunStatus, now_ms
-from afk_local.storage.meta_index import UNREADABLE
-from afk_local.storage.rundir.mirror import fenced_reason
-from afk_local.storage.rundir.options import MAX_RECORD_BYTES_ENV
-from afk_local.storage.rundir.ownership import boot_id, is_interrupted, probe_owner
-from afk_local.storage.rundir.read.heads import HEAD_DIR_ENV
-from afk_local.storage.rundir.read.reader import read_meta
+from afk_local.storage.format.records import RunMeta
+from afk_local.storage.rundir.run_changes import CHANGES_NAME
 from afk_local.storage.store import Store
-from afk_local.storage.trust import path_problem, require_trusted_run, store_problems
-from afk_local.watcher.attempts import (
-    attempt_died,
-    attempt_log,
-    claim,
-    release,
-    update_meta_unowned,
-)
+from afk_local.storage.trust import store_problems
+from afk_local.watcher.attempts import update_meta_unowned
+from afk_local.watcher.children import LOCKED_EXIT, Child, Children
+from afk_local.watcher.events import WatchEvent
 from afk_local.watcher.requests import process_requests
 from afk_local.watcher.schedules import Scheduler
-from afk_local.watcher.wakeups import due_to_wake, wake_time_text
+from afk_local.watcher.sweeping import Sweeper
 
 log = logging.getLogger("afk_local")
-
-LOCKED_EXIT = 75
-"""Exit code of ``afk-local resume`` when another process holds the run (EX_TEMPFAIL)."""
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    """One thing the watcher did: printed as a line, or as JSON with ``--json``.
-
-    ``kind`` is one of ``started``, ``resumed``, ``completed``, ``paused``,
-    ``failed``, ``sleeping`` (parked in a long ``ctx.sleep``), ``scheduled`` (a schedule's
-    slot got its run), ``backoff``, ``gave_up``,
-    ``stopped``, ``taken`` (another
-    process holds the run), ``skipped`` (an interrupted run no process can resume, or
-    whose ``run.meta`` cannot be read, e.g. a newer schema version; said once),
-    ``damaged`` (its ``owner.lock`` is not a lock: left for a person), ``refused``
-    (the trust gate refused the run: nothing was started; said once per change of
-    the run), ``submitted``, ``request``, ``rejected``, ``stopping``.
-    """
-
-    kind: str
-    run_id: str | None = None
-    message: str = ""
-    attempt: int = 0
-    delay_s: float | None = None
-    exit_code: int | None = None
-    log: str | None = None
-    ts_ms: int = field(default_factory=now_ms)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The event as a JSON-able dict (None fields left out)."""
-        out = {
-            "event": self.kind,
-            "run_id": self.run_id,
-            "message": self.message,
-            "attempt": self.attempt,
-            "delay_s": self.delay_s,
-            "exit_code": self.exit_code,
-            "log": self.log,
-            "ts_ms": self.ts_ms,
-        }
-        return {k: v for k, v in out.items() if v is not None}
-
-
-@dataclass
-class _Child:
-    run_id: str
-    proc: subprocess.Popen[bytes]
-    attempt: int
-    seq_at_start: int
-    log_path: Path
-    started: float
-
-
-@dataclass
-class _Cached:
-    key: tuple[int, int, int]
-    meta: RunMeta
-
-
-def _child_key_env(store: Store) -> dict[str, str]:
-    """The environment that gives a keyed store's key to the children that resume its runs.
-
-    ``$AFK_LOCAL_KEY``, as ``afk-local watch`` passes it (its children inherit it):
-    the environment of a process is readable only by its user, never on a command
-    line or in a file. Empty for a store without a key.
-
-    Raises:
-        ValueError: a ``bytes`` key that is not UTF-8 text without NUL cannot travel
-            in the environment; give the key as text.
-    """
-    key = store.options.key
-    if key is None:
-        return {}
-    if isinstance(key, bytes):
-        try:
-            key = key.decode()
-        except UnicodeDecodeError:
-            key = "\0"  # refused below
-    if "\0" in key:
-        raise ValueError(
-            f"the watcher hands the store's key to its children in ${KEY_ENV}, which cannot "
-            "hold this key (not UTF-8 text, or it holds NUL): use a text key"
-        )
-    return {KEY_ENV: key}
 
 
 class Watcher:
@@ -172,6 +74,10 @@ class Watcher:
             recorded one is gone); a run's own interpreter, recorded where its job
             ran, comes first (:func:`afk_local.runner.code.origin.reentry_plan`).
         env: extra environment for children.
+        safety_period: seconds within which a serving watcher has checked every run's
+            ``run.meta`` once more, a slice per sweep: for a change that made no event
+            (a writer killed before it told ``runs.changes``, a filesystem without
+            inotify).
     """
 
     def __init__(
@@ -188,6 +94,7 @@ class Watcher:
         on_event: Callable[[WatchEvent], None] | None = None,
         python: str | None = None,
         env: dict[str, str] | None = None,
+        safety_period: float = 60.0,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -195,6 +102,8 @@ class Watcher:
             raise ValueError("max_attempts must be >= 1")
         if interval <= 0:
             raise ValueError("interval must be > 0 seconds")
+        if safety_period <= 0:
+            raise ValueError("safety_period must be > 0 seconds")
         self.store = store
         self.concurrency = concurrency
         self.max_attempts = max_attempts
@@ -206,22 +115,17 @@ class Watcher:
         self.on_event = on_event
         self.python = python or sys.executable
         self.env = env or {}
-        self._key_env = _child_key_env(store)
-        self.children: dict[str, _Child] = {}
+        self.safety_period = safety_period
+        self.launcher = Children(self)
+        self.children: dict[str, Child] = self.launcher.children
         self.pending: deque[str] = deque()
         self.stop_event = threading.Event()
         self.counts: dict[str, int] = {}
-        self._cache: dict[str, _Cached] = {}
-        self._skipped: dict[str, str] = {}  # run id -> why it cannot be resumed (said once)
-        self._damaged: dict[str, str] = {}  # run id -> the lock problem already reported
-        self._reported: dict[str, tuple[int, ...]] = {}  # refused/skipped, by _state_key
-        self._stopping = False
+        self.sweeper = Sweeper(self, slices=max(1, math.ceil(safety_period / interval)))
         self.scheduler = Scheduler(self)
 
     def __repr__(self) -> str:
         return f"Watcher(root={str(self.store.root)!r}, children={len(self.children)})"
-
-    # -- events -------------------------------------------------------------------
 
     def emit(self, kind: str, run_id: str | None = None, message: str = "", **fields: Any) -> None:
         """Record an event: count it, log it, hand it to ``on_event``."""
@@ -231,73 +135,13 @@ class Watcher:
         if self.on_event is not None:
             self.on_event(event)
 
-    # -- finding interrupted runs ---------------------------------------------------
-
-    def _meta(self, run_id: str) -> RunMeta | None:
-        """``run.meta`` of a run, decoded only when its file changed since the last sweep."""
-        paths = self.store.paths(run_id)
-        try:
-            st = os.stat(paths.meta, follow_symlinks=False)
-        except OSError:
-            self._cache.pop(run_id, None)
-            return None
-        key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        cached = self._cache.get(run_id)
-        if cached is not None and cached.key == key:
-            return cached.meta
-        reported = self._reported.get(run_id)
-        if reported is not None and reported == self._state_key(run_id):
-            return None  # refused or unreadable, and unchanged since: said so already
-        try:
-            meta = read_meta(paths, self.store.codec)
-        except (SchemaVersionError, CheckpointCorruptionError) as exc:
-            # A newer schema, or damaged (keyed: unsigned) meta: said once, left alone.
-            self._cache.pop(run_id, None)
-            self._report(run_id, "skipped", f"{exc}; the watcher leaves it alone")
-            return None
-        except AfkLocalError:
-            self._cache.pop(run_id, None)
-            return None
-        self._cache[run_id] = _Cached(key, meta)
-        return meta
+    # -- finding interrupted runs (afk_local.watcher.sweeping) ---------------------------
 
     def forget(self, run_id: str) -> None:
         """Drop the cached ``run.meta`` of ``run_id``: it changed (or is about to)."""
-        self._cache.pop(run_id, None)
+        self.sweeper.forget(run_id)
 
-    def _report(self, run_id: str, kind: str, message: str) -> None:
-        self._reported[run_id] = self._state_key(run_id)
-        self.emit(kind, run_id, message)
-
-    def _state_key(self, run_id: str) -> tuple[int, ...]:
-        """What must change for a refused run to be looked at again: its ``run.meta``
-        (``--trust``, a new attempt) or its directory (``chmod``, ``chown``)."""
-        paths = self.store.paths(run_id)
-        key: list[int] = []
-        for path in (paths.meta, paths.dir):
-            try:
-                st = os.stat(path, follow_symlinks=False)
-                key += [st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_mode]
-            except OSError:
-                key += [0, 0, 0, 0, 0]
-        return tuple(key)
-
-    def _trusted(self, run_id: str) -> bool:
-        """Run the trust gate on ``run_id`` before starting anything for it.
-
-        A refusal is reported once (per version of the run's meta) and the run is
-        left alone; the watcher goes on with the others.
-        """
-        try:
-            require_trusted_run(self.store, run_id, from_origin=True)
-            self._logs_dir(run_id)
-        except (AfkLocalError, OSError) as exc:
-            self.forget(run_id)
-            self._report(run_id, "refused", f"nothing started: {exc}")
-            return False
-        return True
-
-    def interrupted(self, now: int | None = None) -> list[str]:
+    def interrupted(self, now: int | None = None, *, full: bool = True) -> list[str]:
         """Runs a watcher should resume now: interrupted, resumable, not backing off.
 
         A run without an entrypoint (not an ``@afk.durable`` job nor an agent run
@@ -305,72 +149,26 @@ class Watcher:
         subagent's child run) has nothing to re-import and is left alone; so is
         every run whose lock is held, and every run whose ``owner.lock`` is damaged
         (reported once as a ``damaged`` event; the sweep goes on with the others).
+        ``full``: every run's meta is checked; else only what may have changed
+        (:mod:`afk_local.watcher.sweeping`).
         """
-        stamp = now_ms() if now is None else now
-        found = []
-        # The store's meta index says, with a stat per run, which metas may need a look:
-        # a run that needs no owner and is not sleeping, or has no entrypoint, is never
-        # decoded here.
-        sleeping = RunStatus.SLEEPING.value
-        candidates = sorted(
-            run_id
-            for run_id, summary in self.store.meta_index().summaries().items()
-            if run_id not in self.children
-            and (
-                summary.status == UNREADABLE
-                or (
-                    (summary.expects_owner or summary.status == sleeping)
-                    and summary.entrypoint
-                    and summary.next_attempt_ms <= stamp
-                )
-            )
-        )
-        for run_id in candidates:
-            meta = self._meta(run_id)
-            if meta is None or meta.entrypoint is None:
-                continue
-            waking = due_to_wake(meta, stamp)  # a parked run whose ctx.sleep is over
-            if not (meta.status.expects_owner or waking) or meta.next_attempt_ms > stamp:
-                continue
-            owner = probe_owner(self.store.paths(run_id).lock)
-            if owner.problem is not None:
-                self._report_damage(run_id, owner.problem)
-                continue
-            self._damaged.pop(run_id, None)
-            if not (is_interrupted(meta.status, owner) or (waking and not owner.held)):
-                continue
-            reason = cannot_resume(meta) or fenced_reason(self.store.paths(run_id))
-            if reason is not None:  # knowable now: no doomed attempts, never marked failed
-                if self._skipped.get(run_id) != reason:
-                    self._skipped[run_id] = reason
-                    self.emit("skipped", run_id, f"cannot be resumed: {reason}")
-                continue
-            self._skipped.pop(run_id, None)
-            found.append(run_id)
-        return found
+        return self.sweeper.interrupted(now, full=full)
 
-    def _report_damage(self, run_id: str, problem: str) -> None:
-        if self._damaged.get(run_id) == problem:
-            return  # said already; a person has to act
-        self._damaged[run_id] = problem
-        self.emit(
-            "damaged",
-            run_id,
-            f"{problem}: not resumed; remove it once no process uses the run "
-            f"(`afk-local verify {run_id}`)",
-        )
+    def sweep(self, *, full: bool = True) -> list[str]:
+        """Start due schedule slots, then queue every interrupted run (once); returns them.
 
-    def sweep(self) -> list[str]:
-        """Start due schedule slots, then queue every interrupted run (once); returns them."""
+        ``full``: every run's meta checked; else a steady sweep (what changed, and a
+        slice of the rest), as :meth:`serve` makes after its first.
+        """
         self.scheduler.start_due_runs()  # as `created` runs, which the sweep below finds
-        found = self.interrupted()
+        found = self.interrupted(full=full)
         queued = set(self.pending)
         for run_id in found:
             if run_id not in queued:
                 self.pending.append(run_id)
         return found
 
-    # -- claiming and starting ---------------------------------------------------------
+    # -- children (afk_local.watcher.children) ------------------------------------------
 
     def update_meta_unowned(
         self, run_id: str, change: Callable[[RunMeta], dict[str, Any] | None]
@@ -381,21 +179,9 @@ class Watcher:
         """
         return update_meta_unowned(self.store, run_id, change)
 
-    def _logs_dir(self, run_id: str) -> Path:
+    def logs_dir(self, run_id: str) -> Path:
         """``runs/<id>/logs``, made if missing; a symlink or non-directory there is refused."""
-        logs = attempt_log(self.store.paths(run_id).dir, 1).parent
-        problem = path_problem(logs, directory=True)
-        if problem is not None:
-            raise UntrustedStoreError(
-                str(logs), problem, "remove it; the watcher writes attempt logs there", run_id
-            )
-        fsio.make_dir(logs, exist_ok=True)
-        return logs
-
-    def _open_log(self, run_id: str, attempt: int) -> tuple[int, Path]:
-        path = attempt_log(self._logs_dir(run_id).parent, attempt)
-        fd = fsio.open_append(path)  # a symlink, FIFO or device there is refused, unblocked
-        return fd, path
+        return self.launcher.logs_dir(run_id)
 
     def child_command(
         self,
@@ -410,13 +196,7 @@ class Watcher:
         An answer goes with the pause it answers, which the child checks under the
         run's lock: a request delivered twice is applied once.
         """
-        cmd = [python or self.python, "-m", "afk_local", "resume", run_id]
-        cmd += ["--root", str(self.store.root.absolute())]
-        if input_json is not None:
-            cmd += ["--input", input_json]
-            if pause_seq is not None:
-                cmd += ["--pause-seq", str(pause_seq)]
-        return cmd
+        return self.launcher.command(run_id, input_json, pause_seq, python=python)
 
     def start(
         self,
@@ -427,127 +207,22 @@ class Watcher:
         pause_seq: int | None = None,
     ) -> bool:
         """Claim ``run_id`` and start its child; False when it is not ours to resume."""
-        if run_id in self.children or self._stopping:
+        if run_id in self.children or self.launcher.stopping:
             return False
-        if not self._trusted(run_id):
+        if not self.sweeper.trusted(run_id):
             return False
-        claimed = claim(self, run_id, manual=manual)
-        if claimed is None:
-            return False
-        meta, seq = claimed.meta, claimed.seq_at_start
-        attempt = meta.attempt + 1
-        # A run made for the watcher (a schedule's slot, a submitted or restarted run)
-        # records attempt 0: this child is its first start, not a resume.
-        verb = "starting" if meta.attempt == 0 else "resuming"
-        try:
-            fd, log_path = self._open_log(run_id, attempt)
-        except (OSError, AfkLocalError) as exc:
-            self.emit("refused", run_id, f"cannot open its attempt log: {exc}")
-            release(self, run_id, meta.watcher_attempts)
-            return False
-        try:
-            header = (
-                f"# afk-local watcher (pid {os.getpid()}, boot {boot_id()[:8]}) "
-                f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {verb} {run_id}, attempt {attempt}, "
-                f"watcher attempt {meta.watcher_attempts}/{self.max_attempts}\n"
-            )
-            fsio.write_all(fd, header.encode(), log_path)
-            # The run's own interpreter and working directory (where it was started),
-            # else the watcher's: the child finds the job where it ran (runner.origin).
-            plan = reentry_plan(meta)
-            env = dict(os.environ)
-            if self.store.head_dir_given:  # the child's Store must find the same head records
-                env[HEAD_DIR_ENV] = str(self.store.head_dir)
-            env[MAX_RECORD_BYTES_ENV] = str(self.store.max_record_bytes)
-            env.update(self._key_env)
-            env.update(child_clock_env())  # a test's clock reaches the run it wakes
-            env.update(self.env)
-            env.update(plan.env)
-            env.setdefault("PYTHONUNBUFFERED", "1")
-            proc = subprocess.Popen(
-                self.child_command(run_id, input_json, pause_seq, python=plan.python),
-                stdin=subprocess.DEVNULL,
-                stdout=fd,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=plan.cwd,
-                start_new_session=True,  # signals reach it only through the watcher
-            )
-        except OSError as exc:
-            os.close(fd)
-            self.emit("failed", run_id, f"cannot start the child: {exc}")
-            attempt_died(
-                self, run_id, meta.watcher_attempts, seq_at_start=seq, code=None, log_path=log_path
-            )
-            return False
-        os.close(fd)
-        self.children[run_id] = _Child(
-            run_id, proc, meta.watcher_attempts, seq, log_path, time.monotonic()
+        return self.launcher.start(
+            run_id, manual=manual, input_json=input_json, pause_seq=pause_seq
         )
-        self.emit(
-            "started" if meta.attempt == 0 else "resumed",
-            run_id,
-            f"attempt {attempt} (pid {proc.pid})",
-            attempt=meta.watcher_attempts,
-            log=str(log_path),
-        )
-        return True
 
     def start_pending(self) -> None:
         """Start queued runs while there is room under ``concurrency``."""
-        while self.pending and len(self.children) < self.concurrency and not self._stopping:
+        while self.pending and len(self.children) < self.concurrency and not self.launcher.stopping:
             self.start(self.pending.popleft())
-
-    # -- children ending -----------------------------------------------------------
 
     def reap(self) -> None:
         """Collect children that exited and decide what their exit means."""
-        for run_id, child in list(self.children.items()):
-            code = child.proc.poll()
-            if code is None:
-                continue
-            del self.children[run_id]
-            self._finished(child, code)
-
-    def _finished(self, child: _Child, code: int) -> None:
-        run_id = child.run_id
-        self.forget(run_id)
-        try:
-            meta = self.store.read_meta(run_id)
-        except AfkLocalError as exc:
-            self.emit("failed", run_id, f"cannot read run.meta after the attempt: {exc}")
-            return
-        logged = str(child.log_path)
-        if code == LOCKED_EXIT:
-            self.emit("taken", run_id, "another process holds the run", exit_code=code)
-            return
-        if meta.status is RunStatus.COMPLETED:
-            self.emit("completed", run_id, "", exit_code=code, log=logged, attempt=child.attempt)
-        elif meta.status is RunStatus.PAUSED:
-            kind = meta.pause.kind if meta.pause else "input"
-            self.emit("paused", run_id, f"waiting for {kind}", exit_code=code, log=logged)
-        elif meta.status is RunStatus.FAILED:
-            why = meta.error.message if meta.error else f"exit code {code}"
-            self.emit("failed", run_id, why, exit_code=code, log=logged)
-        elif meta.status is RunStatus.CANCELLED:
-            self.emit("stopped", run_id, "cancelled", exit_code=code, log=logged)
-        elif meta.status is RunStatus.SLEEPING:
-            when = wake_time_text(meta.wake_at_ms)
-            self.emit("sleeping", run_id, f"until {when}", exit_code=code, log=logged)
-        elif self._stopping:
-            self.emit("stopped", run_id, "stopped with the watcher", exit_code=code, log=logged)
-            release(self, run_id, child.attempt)
-        else:
-            attempt_died(
-                self,
-                run_id,
-                child.attempt,
-                seq_at_start=child.seq_at_start,
-                code=code,
-                log_path=child.log_path,
-            )
-
-    # -- requests -------------------------------------------------------------------
+        self.launcher.reap()
 
     def handle_requests(self) -> None:
         """Run every request file in ``requests/`` (see :mod:`afk_local.watcher.requests`)."""
@@ -579,7 +254,13 @@ class Watcher:
         return 1 if bad else 0
 
     def serve(self, on_tick: Callable[[], None] | None = None) -> int:
-        """Sweep, then watch ``runs/`` and ``requests/`` until :meth:`stop`; returns 0."""
+        """Sweep, then watch the store until :meth:`stop`; returns 0.
+
+        Events in ``requests/`` run the requests; events in ``runs/`` or on
+        ``runs.changes`` make a steady sweep, which reads only what the writers told
+        since. Every ``interval`` a steady sweep runs all the same: it probes the
+        locks of the runs that expect an owner and checks the next slice of the rest.
+        """
         import watchfiles  # noqa: PLC0415 - only the serving watcher needs it
 
         self._prepare()
@@ -589,9 +270,12 @@ class Watcher:
         last_sweep = time.monotonic()
         poll_ms = max(int(min(self.interval, 0.5) * 1000), 20)
         requests_dir = str(self.store.requests_dir.resolve())
-        for changes in watchfiles.watch(
-            self.store.runs_dir,
-            self.store.requests_dir,
+        root = self.store.root.resolve()
+        runs_dir, changes = str(self.store.runs_dir.resolve()), str(root / CHANGES_NAME)
+        for events in watchfiles.watch(
+            root,
+            runs_dir,
+            requests_dir,
             watch_filter=None,
             debounce=max(poll_ms, 50),
             step=20,
@@ -605,10 +289,11 @@ class Watcher:
                 break
             self.reap()
             timer = time.monotonic() - last_sweep >= self.interval
-            if timer or any(path.startswith(requests_dir) for _, path in changes):
+            paths = {path for _, path in events}
+            if timer or any(path.startswith(requests_dir) for path in paths):
                 self.handle_requests()  # on the timer too: a request may have waited for room
-            if changes or timer:
-                self.sweep()
+            if timer or any(p == changes or p.startswith(runs_dir) for p in paths):
+                self.sweep(full=False)
                 last_sweep = time.monotonic()
             self.start_pending()
             if on_tick is not None:
@@ -639,22 +324,7 @@ class Watcher:
 
     def shutdown(self) -> None:
         """Tell children to stop (SIGTERM), wait ``grace`` seconds, then SIGKILL the rest."""
-        if not self.children:
-            return
-        self._stopping = True
-        self.emit("stopping", None, f"stopping {len(self.children)} run(s)")
-        for child in self.children.values():
-            with contextlib.suppress(OSError):
-                child.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.grace
-        while self.children and time.monotonic() < deadline:
-            self.reap()
-            time.sleep(0.02)
-        for child in self.children.values():
-            with contextlib.suppress(OSError):
-                child.proc.kill()
-            child.proc.wait()
-        self.reap()
+        self.launcher.shutdown()
 
     def install_signal_handlers(self) -> Callable[[], None]:
         """SIGTERM/SIGINT stop the watcher cleanly; returns a function restoring the old ones."""
@@ -674,14 +344,7 @@ class Watcher:
 
     def summary(self) -> str:
         """One line about what runs now: for the live status on a terminal."""
-        now = time.monotonic()
-        running = ", ".join(
-            f"{c.run_id} ({now - c.started:.0f}s)" for c in list(self.children.values())[:4]
-        )
-        more = len(self.children) - 4
-        text = f"{len(self.children)} running" + (f": {running}" if running else "")
-        if more > 0:
-            text += f" +{more}"
+        text = self.launcher.summary()
         if self.pending:
             text += f"; {len(self.pending)} queued"
         return text

@@ -138,9 +138,12 @@ def test_every_write_of_a_store_goes_through_its_env(tmp_path: Path) -> None:
     )
     assert any(c.path.endswith("effects.log") for c in recorder.calls)  # the journal too
     assert any(".pack" in c.path for c in recorder.calls)  # and the writer's packing
-    # the deletion marker is written unsynced (fsio.replace_unsynced): recorded, not hooked
-    durable = [c for c in recorder.calls if "runs.deleted" not in c.path]
+    # the deletion marker and the runs.changes records are written unsynced
+    # (fsio.replace_unsynced, fsio.append_unsynced): recorded by this store's Env, not hooked
+    unsynced = ("runs.deleted", "runs.changes")
+    durable = [c for c in recorder.calls if not any(name in c.path for name in unsynced)]
     assert any("runs.deleted" in c.path for c in recorder.calls)
+    assert any(c.path.endswith("runs.changes") and c.append for c in recorder.calls)
     assert len(hooked) >= len(durable)
 
 

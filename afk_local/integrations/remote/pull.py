@@ -68,6 +68,7 @@ from afk_local.storage.ops.fork import JOURNAL_TRIMMED_KEY
 from afk_local.storage.rundir.mirror import FENCED_NAME, REMOTE_COPY_KEY
 from afk_local.storage.rundir.ownership import acquire_lock
 from afk_local.storage.rundir.read.reader import RunReader, read_meta
+from afk_local.storage.rundir.run_changes import tell_meta
 from afk_local.storage.store import Store
 
 log = logging.getLogger("afk_local")
@@ -220,6 +221,7 @@ def pull_run(
             meta = msgspec.structs.replace(meta, owner=None, extra=extra)
             fsio.atomic_write(tmp.meta, codec.encode_meta(store.codec, meta), sync_dir=False)
             _publish(store, tmp, paths, replace=lock is not None)
+            tell_meta(paths, meta, store.codec.signer)
             report.replaced = lock is not None
         except BaseException:
             shutil.rmtree(tmp.dir, ignore_errors=True)

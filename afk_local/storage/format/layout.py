@@ -18,7 +18,9 @@ import msgspec
 
 from afk_local.errors import InvalidRunIdError
 
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z"
+"""What a run id is (for ``re.search``; ``.``, ``..``, ``/`` and NUL never match)."""
+_RUN_ID = re.compile(RUN_ID_PATTERN)
 _PHASE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _CHECKPOINT_NAME = re.compile(r"(\d{12})\.([a-z][a-z0-9_]{0,31})\.ckpt")
 ENTRYPOINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")

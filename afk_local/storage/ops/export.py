@@ -53,6 +53,7 @@ from afk_local.storage.format.records import SCHEMA_VERSION, Checkpoint, Effect,
 from afk_local.storage.ops.fork import JOURNAL_TRIMMED_KEY
 from afk_local.storage.rundir.read.heads import HeadStore
 from afk_local.storage.rundir.read.reader import RunReader
+from afk_local.storage.rundir.run_changes import tell_meta
 
 _T = TypeVar("_T")
 
@@ -309,6 +310,7 @@ def import_run(
             env.publish_dir(tmp_dir, target.dir)
         except FileExistsError:
             raise RunExistsError(run_id, str(target.dir)) from None
+        tell_meta(target, meta, store.codec.signer, env)
     except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise

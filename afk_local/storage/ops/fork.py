@@ -84,6 +84,7 @@ from afk_local.storage.ops.state_edit import apply_updates
 from afk_local.storage.rundir.read.metrics import METRICS_KEY, copy_archive
 from afk_local.storage.rundir.read.reader import CheckpointNotFoundError, RunReader
 from afk_local.storage.rundir.rewrite import publish_manifest
+from afk_local.storage.rundir.run_changes import tell_meta
 
 log = logging.getLogger("afk_local")
 
@@ -228,6 +229,7 @@ def _fork_once(
             env.publish_dir(tmp_dir, target.dir)
         except FileExistsError:
             raise RunExistsError(target_id, str(target.dir)) from None
+        tell_meta(target, new_meta, record_codec.signer, env)
     except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise

@@ -63,6 +63,7 @@ from afk_local.storage.rundir.read.chain import is_signed_file
 from afk_local.storage.rundir.read.metrics import archive_metrics
 from afk_local.storage.rundir.read.reader import RunReader
 from afk_local.storage.rundir.rewrite import publish_manifest, remove_garbage, write_packs
+from afk_local.storage.rundir.run_changes import tell_meta
 
 log = logging.getLogger("afk_local")
 
@@ -391,6 +392,7 @@ def compact_run(
         # updated_ms stays: compaction does not make a run younger (gc's age order)
         meta = msgspec.structs.replace(reader.meta, extra=extra)
         reader.env.atomic_write(paths.meta, codec.encode_meta(reader.record_codec, meta))
+        tell_meta(paths, meta, reader.record_codec.signer, reader.env)
         reader.refresh()
     # 0c. the metrics the doomed checkpoints carry go to the run's metrics.archive (durably).
     archive_metrics(
@@ -503,6 +505,7 @@ def _mark_journal_trimmed(reader: RunReader, dropped: int) -> None:
     extra[JOURNAL_TRIMMED_KEY] = int(extra.get(JOURNAL_TRIMMED_KEY) or 0) + dropped
     meta = msgspec.structs.replace(reader.meta, extra=extra)
     reader.env.atomic_write(reader.paths.meta, codec.encode_meta(reader.record_codec, meta))
+    tell_meta(reader.paths, meta, reader.record_codec.signer, reader.env)
     reader.refresh()
 
 

@@ -102,7 +102,7 @@ UNMODELLED_SITES: dict[str, str] = {
     "command.open_store": "the CLI creating a store root",
     "read.cmd_export": "the CLI writing an export file the user named",
     "service.install": "the watcher's login service file",
-    "watcher._logs_dir": "the watcher's log directory",
+    "children.logs_dir": "the watcher's log directory",
     "watcher._prepare": "the watcher's own state directory",
     "identity.store_id": "the remote extra's store id",
     "pull._download": "the remote extra (tests/integrations/test_remote*.py)",

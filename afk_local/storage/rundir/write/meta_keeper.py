@@ -25,6 +25,7 @@ from afk_local.storage.fsio import DEFAULT_ENV, Env
 from afk_local.storage.rundir.mirror import REMOTE_COPY_KEY, RunMirror, refuse_fenced
 from afk_local.storage.rundir.read.heads import HeadKeeper, HeadStore
 from afk_local.storage.rundir.read.reader import read_meta
+from afk_local.storage.rundir.run_changes import tell_meta
 
 
 def attempt_meta(
@@ -161,6 +162,7 @@ class MetaKeeper:
             self._on_failure(exc)
             raise
         self.meta = meta
+        tell_meta(self.paths, meta, self._codec.signer, self._env)
         if self._head is not None:
             self._head.meta(meta.updated_ms)
         if self._mirror is not None:

@@ -64,6 +64,7 @@ from afk_local.storage.rundir.read.catalog import RunCatalog
 from afk_local.storage.rundir.read.chain import is_signed_file, read_link_value
 from afk_local.storage.rundir.read.heads import HeadKeeper, HeadStore
 from afk_local.storage.rundir.read.reader import RunReader
+from afk_local.storage.rundir.run_changes import tell_meta
 from afk_local.storage.rundir.write.creation import NewRunDir, begin_run_dir
 from afk_local.storage.rundir.write.lifetime import WriterLifetime
 from afk_local.storage.rundir.write.meta_keeper import MetaKeeper, attempt_meta
@@ -332,6 +333,7 @@ class RunWriter:
             raise
         self._new_run = None
         self._metas.on_disk = True
+        tell_meta(self.paths, self._metas.meta, self._codec.signer, self._env)
 
     def publish(self) -> None:
         """Publish a new run made with ``publish_with_first_write`` now, with its meta as it
@@ -593,6 +595,7 @@ def open_writer(
         if mirror is not None:
             run_mirror = mirror.attach(paths, record_codec)
         options.env.atomic_write(paths.meta, codec.encode_meta(record_codec, meta))
+        tell_meta(paths, meta, record_codec.signer, options.env)
         writer = _writer_on(
             paths, lock, meta, options, record_codec=record_codec, mirror=run_mirror, heads=heads
         )
@@ -631,6 +634,7 @@ def _create(
         if defer_publish:
             return RunWriter(paths, lock, meta, options, record_codec=record_codec, new_run=new_run)
         new_run.publish(codec.encode_meta(record_codec, meta))
+        tell_meta(paths, meta, record_codec.signer, options.env)
         if mirror is not None:
             run_mirror = mirror.attach(paths, record_codec)
         writer = _writer_on(
