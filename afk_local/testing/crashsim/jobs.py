@@ -147,6 +147,30 @@ def sleepy_job(ctx: RunContext, hours: int) -> str:
     return "woke"
 
 
+@durable(durability="sync")
+def approval_job(ctx: RunContext, amount: int) -> dict[str, Any]:
+    """A checkpoint, then a pause for a person's answer; the answer is tagged on the run
+    and checkpointed, then returned (answered with ``afk.resume(..., input=...)``)."""
+    ctx.state["asked"] = amount
+    _checkpoint(ctx)
+    answer = ctx.pause({"approve": amount})
+    ctx.state["answer"] = answer
+    _checkpoint(ctx)
+    return {"amount": amount, "answer": answer}
+
+
+@durable(durability="sync")
+def tagged_job(ctx: RunContext, n: int) -> dict[str, Any]:
+    """Tags set by the job as it goes (each a rewrite of ``run.meta``), checkpoints between."""
+    ctx.tags["phase"] = "first"
+    items: list[int] = ctx.state.setdefault("items", [])
+    while len(items) < n:
+        items.append(len(items))
+        _checkpoint(ctx)
+        ctx.tags.update_all({"phase": f"after {len(items)}", "model": "small"})
+    return {"count": len(items)}
+
+
 def _journal_in_threads(
     ctx: RunContext, keys: list[str]
 ) -> tuple[list[threading.Thread], dict[str, Any], list[BaseException]]:
@@ -196,6 +220,7 @@ __all__ = [
     "PADDING",
     "EffectLedger",
     "Probe",
+    "approval_job",
     "batch_job",
     "count_job",
     "count_job_at_exit",
@@ -205,5 +230,6 @@ __all__ = [
     "perform",
     "probe",
     "sleepy_job",
+    "tagged_job",
     "use_probe",
 ]
