@@ -83,6 +83,9 @@ OPERATION_SITES: tuple[tuple[str, str], ...] = (
     ("requests.reject", "dir"),
     ("store_identity.adopt_identity", "file"),  # afk-local adopt: the store's new home
     ("store_identity.adopt_identity", "dir"),
+    ("fork._write_edited", "file"),  # afk-local state edit: the fork's edited checkpoint
+    ("trust.trust_run", "file"),  # resume --trust: the import mark cleared
+    ("trust.trust_run", "dir"),
 )
 """The fsyncs of the other operations that write: attempts, status changes, rm, fork,
 import, the watcher's bookkeeping, schedules, limits, requests, the store's own files."""
@@ -96,11 +99,10 @@ merge and gc paths and of a new run, one at a time
 (:attr:`~afk_local.testing.crashsim.trace.Op.site`)."""
 
 UNMODELLED_SITES: dict[str, str] = {
-    # Not yet in any workload (issue 38 names them): each is a gap, not a proof.
-    "trust.trust_run": "resume --trust of a rolled-back run: no trust workload yet",
+    # In no workload yet: each is a gap, not a proof.
     "fork._link_or_copy": "fork where hard links are refused (a copy): not on the model's disk",
-    "fork._write_edited": "fork with edited state (afk-local state edit): no workload yet",
-    "metrics.write_archive": "gc archiving metrics points: no metrics workload yet",
+    "metrics.write_archive": "gc archiving metrics points: no metrics workload (its promise, "
+    "points readable after gc, needs a metrics check the explorer does not make yet)",
     "mirror.mark_fenced": "remote fencing: the remote extra has its own interleaving tests",
     "journal._open": "opening a journal repairs a torn tail: done by resumes, not recorded",
     "journal._load": "as journal._open",

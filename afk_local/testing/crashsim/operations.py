@@ -9,6 +9,7 @@ acknowledged, as for the job workloads (:mod:`.workloads`).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -23,7 +24,9 @@ from afk_local.runner.resume import resume_job
 from afk_local.runner.settle import settle
 from afk_local.storage import fsio
 from afk_local.storage.format.records import RunStatus
+from afk_local.storage.ops.export import IMPORTED_KEY, export_records, import_run, to_jsonable
 from afk_local.storage.store import Store
+from afk_local.storage.trust import trust_run
 from afk_local.testing.clock import SkippingClock
 from afk_local.testing.crashsim.jobs import (
     approval_job,
@@ -282,6 +285,30 @@ def _claim_record(session: Session, _prepared: Any) -> None:
     session.meta_acked("run", "next_attempt_ms")  # the backoff: no attempt before it
 
 
+def _source_setup(store: Store, _scratch: Path) -> None:
+    write_run(store, "source", 4, effects=2)
+
+
+def _edit_record(session: Session, _prepared: Any) -> None:
+    session.checkpoints_acked("source", since=0)  # a fork leaves its source alone
+    session.store.fork("source", 3, "edited", updates={"i": 99})  # afk-local state edit
+    session.checkpoints_acked("edited")  # the edited state, its own checkpoint 4
+    session.outcomes_acked("edited")
+    session.status_acked("edited")
+
+
+def _imported_setup(store: Store, scratch: Path) -> None:
+    source = Store(scratch / "exporting-store")
+    write_run(source, "exported", 3, effects=1)
+    text = "\n".join(json.dumps(to_jsonable(r)) for r in export_records(source.open("exported")))
+    import_run(store, text, new_run_id="run", source="crashsim export")  # marked imported
+
+
+def _trust_record(session: Session, _prepared: Any) -> None:
+    trust_run(session.store, "run")  # afk-local resume run --trust: the mark goes
+    session.meta_acked("run", f"extra.{IMPORTED_KEY}")
+
+
 OPERATION_WORKLOADS: tuple[Workload, ...] = (
     Workload(
         "park",
@@ -386,6 +413,24 @@ OPERATION_WORKLOADS: tuple[Workload, ...] = (
         continue_runs("run"),
         {"run": "resumed"},
         setup=_unowned_setup,
+    ),
+    Workload(
+        "fork-edited",
+        "afk-local state edit: a fork of a 4-checkpoint run at checkpoint 3 whose state is "
+        "edited, written as the fork's own checkpoint 4",
+        _edit_record,
+        continue_runs("source", "edited"),
+        {"source": "resumed", "edited": "resumed"},
+        setup=_source_setup,
+    ),
+    Workload(
+        "trust",
+        "afk-local resume --trust of an imported run: the import mark cleared in run.meta, "
+        "so the run is resumed from then on",
+        _trust_record,
+        continue_runs("run"),
+        {"run": "resumed"},
+        setup=_imported_setup,
     ),
 )
 """The operation workloads, in the order the explorer runs them."""
