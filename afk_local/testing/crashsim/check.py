@@ -33,6 +33,7 @@ from afk_local.testing.crashsim.trace import (
     GoneAck,
     KeptAck,
     MetaAck,
+    MetricsAck,
     OutcomeAck,
     RemovedAck,
     meta_field,
@@ -145,6 +146,17 @@ def _check_acks(
             problems += _cold_get(store, ack, what)
         elif isinstance(ack, OutcomeAck):
             problems += _check_outcome(ack, journals.get(ack.run_id))
+        elif isinstance(ack, MetricsAck):
+            try:
+                points = tuple(store.open(ack.run_id).metrics().to_records())
+            except AfkLocalError as exc:
+                problems.append(f"run {ack.run_id}: its metrics cannot be read: {exc}")
+                continue
+            if points != ack.points:
+                problems.append(
+                    f"run {ack.run_id}: {len(points)} metric points read back, not the "
+                    f"{len(ack.points)} acknowledged after call #{ack.at}"
+                )
         elif isinstance(ack, MetaAck):
             try:
                 value = meta_field(store.read_meta(ack.run_id), ack.field)

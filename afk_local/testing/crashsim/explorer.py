@@ -62,6 +62,7 @@ from afk_local.testing.crashsim.trace import (
     GoneAck,
     KeptAck,
     MetaAck,
+    MetricsAck,
     OutcomeAck,
     Recorder,
     RecordingError,
@@ -219,7 +220,7 @@ def _rebased(acks: tuple[Ack, ...]) -> tuple[Ack, ...]:
                 out.append(KeptAck(0, a.path, a.sha256))
         elif isinstance(a, RemovedAck):
             out.append(RemovedAck(0, a.run_id))
-        elif isinstance(a, (MetaAck, GoneAck)):
+        elif isinstance(a, (MetaAck, GoneAck, MetricsAck)):
             out.append(dataclasses.replace(a, at=0))
         # a DoneAck does not carry over: the rerun rewrites the run again
     return tuple(out)

@@ -14,6 +14,7 @@ boundaries and a crash can tear it at one.
 
 from __future__ import annotations
 
+import secrets
 import threading
 from typing import Any, Protocol
 
@@ -171,6 +172,20 @@ def tagged_job(ctx: RunContext, n: int) -> dict[str, Any]:
     return {"count": len(items)}
 
 
+@durable(durability="sync")
+def metered_job(ctx: RunContext, n: int) -> dict[str, Any]:
+    """A metric point per item, each carried by the item's checkpoint; the state is new
+    random bytes each time, so every checkpoint is a keyframe (gc deletes without
+    rewriting any)."""
+    items: list[int] = ctx.state.setdefault("items", [])
+    while len(items) < n:
+        items.append(len(items))
+        ctx.state["noise"] = secrets.token_hex(256)
+        ctx.metric("item", float(len(items)))
+        _checkpoint(ctx)
+    return {"count": len(items)}
+
+
 def _journal_in_threads(
     ctx: RunContext, keys: list[str]
 ) -> tuple[list[threading.Thread], dict[str, Any], list[BaseException]]:
@@ -226,6 +241,7 @@ __all__ = [
     "count_job_at_exit",
     "decline",
     "ledger_job",
+    "metered_job",
     "one_step_job",
     "perform",
     "probe",

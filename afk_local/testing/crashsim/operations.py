@@ -25,12 +25,14 @@ from afk_local.runner.settle import settle
 from afk_local.storage import fsio
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.ops.export import IMPORTED_KEY, export_records, import_run, to_jsonable
+from afk_local.storage.ops.retention import RetentionPolicy
 from afk_local.storage.store import Store
 from afk_local.storage.trust import trust_run
 from afk_local.testing.clock import SkippingClock
 from afk_local.testing.crashsim.jobs import (
     approval_job,
     count_job,
+    metered_job,
     one_step_job,
     sleepy_job,
     tagged_job,
@@ -309,6 +311,20 @@ def _trust_record(session: Session, _prepared: Any) -> None:
     session.meta_acked("run", f"extra.{IMPORTED_KEY}")
 
 
+def _metered_setup(store: Store, _scratch: Path) -> None:
+    metered_job.with_store(store).run(5, run_id="metered")
+
+
+def _metrics_gc_record(session: Session, _prepared: Any) -> None:
+    store = session.store
+    session.metrics_acked("metered", since=0)  # recorded before: every point stays readable
+    session.checkpoints_acked("metered", since=0)
+    before = session.position
+    store.gc(RetentionPolicy(keep_runtime_states=1))  # the others' points to the archive
+    session.checkpoints_released("metered", since=before)
+    session.rewrite_done("metered", "gc")
+
+
 OPERATION_WORKLOADS: tuple[Workload, ...] = (
     Workload(
         "park",
@@ -431,6 +447,15 @@ OPERATION_WORKLOADS: tuple[Workload, ...] = (
         continue_runs("run"),
         {"run": "resumed"},
         setup=_imported_setup,
+    ),
+    Workload(
+        "metrics-gc",
+        "gc of a completed run with a metric point per checkpoint: the points of the "
+        "checkpoints it deletes moved to the run's metrics archive first",
+        _metrics_gc_record,
+        continue_runs("metered"),
+        {"metered": {"completed": {"count": 5}}},
+        setup=_metered_setup,
     ),
 )
 """The operation workloads, in the order the explorer runs them."""

@@ -180,6 +180,16 @@ class GoneAck:
     path: str
 
 
+@dataclass(frozen=True)
+class MetricsAck:
+    """The metric points of ``run_id`` (``MetricLog.to_records()``) were acknowledged, and
+    stay readable: gc moves those of the checkpoints it deletes to the run's archive."""
+
+    at: int
+    run_id: str
+    points: tuple[Any, ...]
+
+
 def meta_field(meta: Any, dotted: str) -> Any:
     """The value at ``dotted`` (``extra.tags``) of a :class:`RunMeta`; None when absent."""
     value = meta
@@ -188,7 +198,17 @@ def meta_field(meta: Any, dotted: str) -> Any:
     return value
 
 
-Ack = CheckpointAck | OutcomeAck | StatusAck | DoneAck | KeptAck | RemovedAck | MetaAck | GoneAck
+Ack = (
+    CheckpointAck
+    | OutcomeAck
+    | StatusAck
+    | DoneAck
+    | KeptAck
+    | RemovedAck
+    | MetaAck
+    | GoneAck
+    | MetricsAck
+)
 
 
 _IO_MODULES = frozenset({"afk_local.storage.fsio", __name__})
@@ -332,6 +352,12 @@ class Session:
         for name in fields:
             self.acks.append(MetaAck(self.position, run_id, name, meta_field(meta, name)))
 
+    def metrics_acked(self, run_id: str, *, since: int | None = None) -> None:
+        """Every metric point of ``run_id`` now is acknowledged (a :class:`MetricsAck`)."""
+        at = self.position if since is None else since
+        points = tuple(self.store.open(run_id).metrics().to_records())
+        self.acks.append(MetricsAck(at, run_id, points))
+
     def file_kept(self, path: Path) -> None:
         """The file at ``path`` (under the store's root) holds its bytes of now from now on
         (a :class:`KeptAck`): a schedule, a mark, a request, the store's identity."""
@@ -405,6 +431,7 @@ __all__ = [
     "GoneAck",
     "KeptAck",
     "MetaAck",
+    "MetricsAck",
     "Op",
     "OutcomeAck",
     "Recorder",
