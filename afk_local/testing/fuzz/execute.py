@@ -315,8 +315,8 @@ class Execution:
     def _watch(self, *, in_child: bool) -> _Pending:
         """``afk-local watch --once``: the watcher resumes every interrupted run. Only
         where no power cut is recorded (its children's I/O is theirs, not this process's)."""
-        if self._recording:
-            return _Pending()
+        if self._recording or not self.root.is_dir():
+            return _Pending()  # no store yet: watch --once refuses a root that is not one
         with self._child_env():
             done = watch_once(self.root)
         unexpected = watch_problems(done)
