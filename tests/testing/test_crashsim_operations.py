@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from afk_local.testing.crashsim import explore
+from afk_local.testing.crashsim.edits import EDIT_WORKLOADS
 from afk_local.testing.crashsim.operations import OPERATION_WORKLOADS
 from afk_local.testing.crashsim.report import counterexample_text
 from afk_local.testing.crashsim.store_files import STORE_FILE_WORKLOADS
@@ -32,7 +33,7 @@ every state)."""
 
 
 @pytest.mark.parametrize(
-    "workload", [w.name for w in (*OPERATION_WORKLOADS, *STORE_FILE_WORKLOADS)]
+    "workload", [w.name for w in (*OPERATION_WORKLOADS, *EDIT_WORKLOADS, *STORE_FILE_WORKLOADS)]
 )
 def test_every_crash_state_of_every_operation_recovers(
     workload: str, full: bool, explorer_seeds: list[int]

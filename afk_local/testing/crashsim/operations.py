@@ -1,15 +1,14 @@
 """Workloads of the operations that write besides checkpoints: status changes, removal, time.
 
 Each is one thing a user or the watcher does to a run (cancel it, pause it and answer,
-settle an effect, tag it, remove it, adopt it, park it asleep, take a schedule slot, a
-shared limit), or a condition the run meets (a keyed store with head records, a wall
-clock that steps back): the explorer holds every crash state to what the operation
+settle an effect, tag it, remove it, park it asleep, claim an attempt and back off), or
+a condition the run meets (a keyed store with head records, a wall clock that steps
+back): the explorer holds every crash state to what the operation
 acknowledged, as for the job workloads (:mod:`.workloads`).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
@@ -24,15 +23,11 @@ from afk_local.runner.resume import resume_job
 from afk_local.runner.settle import settle
 from afk_local.storage import fsio
 from afk_local.storage.format.records import RunStatus
-from afk_local.storage.ops.export import IMPORTED_KEY, export_records, import_run, to_jsonable
-from afk_local.storage.ops.retention import RetentionPolicy
 from afk_local.storage.store import Store
-from afk_local.storage.trust import trust_run
 from afk_local.testing.clock import SkippingClock
 from afk_local.testing.crashsim.jobs import (
     approval_job,
     count_job,
-    metered_job,
     one_step_job,
     sleepy_job,
     tagged_job,
@@ -287,44 +282,6 @@ def _claim_record(session: Session, _prepared: Any) -> None:
     session.meta_acked("run", "next_attempt_ms")  # the backoff: no attempt before it
 
 
-def _source_setup(store: Store, _scratch: Path) -> None:
-    write_run(store, "source", 4, effects=2)
-
-
-def _edit_record(session: Session, _prepared: Any) -> None:
-    session.checkpoints_acked("source", since=0)  # a fork leaves its source alone
-    session.store.fork("source", 3, "edited", updates={"i": 99})  # afk-local state edit
-    session.checkpoints_acked("edited")  # the edited state, its own checkpoint 4
-    session.outcomes_acked("edited")
-    session.status_acked("edited")
-
-
-def _imported_setup(store: Store, scratch: Path) -> None:
-    source = Store(scratch / "exporting-store")
-    write_run(source, "exported", 3, effects=1)
-    text = "\n".join(json.dumps(to_jsonable(r)) for r in export_records(source.open("exported")))
-    import_run(store, text, new_run_id="run", source="crashsim export")  # marked imported
-
-
-def _trust_record(session: Session, _prepared: Any) -> None:
-    trust_run(session.store, "run")  # afk-local resume run --trust: the mark goes
-    session.meta_acked("run", f"extra.{IMPORTED_KEY}")
-
-
-def _metered_setup(store: Store, _scratch: Path) -> None:
-    metered_job.with_store(store).run(5, run_id="metered")
-
-
-def _metrics_gc_record(session: Session, _prepared: Any) -> None:
-    store = session.store
-    session.metrics_acked("metered", since=0)  # recorded before: every point stays readable
-    session.checkpoints_acked("metered", since=0)
-    before = session.position
-    store.gc(RetentionPolicy(keep_runtime_states=1))  # the others' points to the archive
-    session.checkpoints_released("metered", since=before)
-    session.rewrite_done("metered", "gc")
-
-
 OPERATION_WORKLOADS: tuple[Workload, ...] = (
     Workload(
         "park",
@@ -429,33 +386,6 @@ OPERATION_WORKLOADS: tuple[Workload, ...] = (
         continue_runs("run"),
         {"run": "resumed"},
         setup=_unowned_setup,
-    ),
-    Workload(
-        "fork-edited",
-        "afk-local state edit: a fork of a 4-checkpoint run at checkpoint 3 whose state is "
-        "edited, written as the fork's own checkpoint 4",
-        _edit_record,
-        continue_runs("source", "edited"),
-        {"source": "resumed", "edited": "resumed"},
-        setup=_source_setup,
-    ),
-    Workload(
-        "trust",
-        "afk-local resume --trust of an imported run: the import mark cleared in run.meta, "
-        "so the run is resumed from then on",
-        _trust_record,
-        continue_runs("run"),
-        {"run": "resumed"},
-        setup=_imported_setup,
-    ),
-    Workload(
-        "metrics-gc",
-        "gc of a completed run with a metric point per checkpoint: the points of the "
-        "checkpoints it deletes moved to the run's metrics archive first",
-        _metrics_gc_record,
-        continue_runs("metered"),
-        {"metered": {"completed": {"count": 5}}},
-        setup=_metered_setup,
     ),
 )
 """The operation workloads, in the order the explorer runs them."""
