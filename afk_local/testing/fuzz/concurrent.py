@@ -94,10 +94,15 @@ IN_DOUBT = "was started but has no recorded outcome"
 outcome leaves one, and the watcher's child rightly stops there."""
 
 
+FLAKY = "fails the first time"
+"""How a ``flaky`` instruction's step fails (:mod:`.jobs`): its run fails and is retried, so
+the watcher rightly reports it failed."""
+
+
 def watch_problems(done: CommandResult) -> list[str]:
     """What a ``watch --once`` child did that the model does not allow: any exit but 0,
     unless every run it reported failing (exit 1) stopped at an effect in doubt (the
-    liveness phase settles it, as a person would)."""
+    liveness phase settles it, as a person would) or at a step made to fail once."""
     if done.returncode == 0:
         return []
     if done.returncode != 1:
@@ -109,7 +114,8 @@ def watch_problems(done: CommandResult) -> list[str]:
         except ValueError:
             continue
         bad = event.get("event") in ("failed", "gave_up", "backoff", "damaged", "refused")
-        if bad and IN_DOUBT not in _log_text(event):
+        text = _log_text(event)
+        if bad and IN_DOUBT not in text and FLAKY not in text:
             problems.append(f"{event.get('event')} {event.get('run_id')}: {event.get('message')}")
     return problems or ([] if done.stdout.strip() else [f"no events: {done.stderr[-500:]}"])
 
@@ -124,4 +130,4 @@ def _log_text(event: dict[str, object]) -> str:
     return text
 
 
-__all__ = ["IN_DOUBT", "WATCH_ARGS", "Maintainer", "watch_once", "watch_problems"]
+__all__ = ["FLAKY", "IN_DOUBT", "WATCH_ARGS", "Maintainer", "watch_once", "watch_problems"]

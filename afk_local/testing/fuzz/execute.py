@@ -193,6 +193,8 @@ class Execution:
     def _command(self, action: Action, run_id: str) -> _Pending:
         """A store operation as ``afk-local`` in a child, SIGKILLed at a random I/O call."""
         kill_at = random.Random(f"{self.program.seed}:{self.counter}").randint(1, 20)
+        if not self.root.is_dir():  # every attempt so far was killed before the store was
+            return _Pending()  # made: afk-local refuses a root that is not a store (exit 2)
         completed = run_id in self.runs and self._completed_on_disk(run_id)
         new_id = f"{run_id}-{action.kind[0]}{self.counter}"
         pending = _Pending()
