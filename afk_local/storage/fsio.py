@@ -489,12 +489,26 @@ class Env:
             os.close(fd)
 
     def rename(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-        """Atomically rename ``src`` over ``dst`` (same directory)."""
+        """Atomically rename ``src`` over ``dst`` (same directory, or another one of the
+        same file system).
+
+        Across directories a rename is two directory changes, and a crash may keep the new
+        name and not the removal of the old: both then name one file, and rename(2) of a
+        file onto itself does nothing. The old name is then removed here, so moving it
+        again after such a crash moves it.
+        """
         self._before("rename", dst)
         with _disk_full_named(dst):
             os.replace(src, dst)
         if self.recorder is not None:
             self.recorder(IoCall("rename", os.fspath(dst), source=os.fspath(src)))
+        if os.path.dirname(os.fspath(src)) != os.path.dirname(os.fspath(dst)):
+            try:
+                left = os.stat(src, follow_symlinks=False)
+            except FileNotFoundError:
+                return
+            if os.path.samestat(left, os.stat(dst, follow_symlinks=False)):
+                self.unlink(src)
 
     def hard_link(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
         """Make ``dst`` a new hard link to the file ``src`` (a symlink is linked, not followed)."""

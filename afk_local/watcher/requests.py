@@ -199,7 +199,7 @@ def reject(store: Store, path: Path, reason: str) -> Path | None:
     fsio.make_dir(rejected, exist_ok=True)
     target = rejected / path.name
     try:
-        os.replace(path, target)  # another directory of the same store: one rename
+        fsio.rename(path, target)  # another directory of the same store: one rename
     except FileNotFoundError:
         return None  # another watcher handled it
     fsio.fsync_dir(rejected)

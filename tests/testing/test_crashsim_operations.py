@@ -1,5 +1,6 @@
-"""The explorer's operation workloads (status changes, removal, keyed heads, a clock that
-steps): every crash state recovers, head records included.
+"""The explorer's operation workloads (status changes, answers, tags, removal, keyed heads,
+a clock that steps, the watcher's bookkeeping) and those of the store's own files
+(schedules, limits, requests, adopt): every crash state recovers, head records included.
 
 The default run explores each with a small budget and today's explorer seed
 (``AFK_EXPLORER_SEED``); ``--torture`` every state, with many seeds.
@@ -10,8 +11,10 @@ from __future__ import annotations
 import pytest
 
 from afk_local.testing.crashsim import explore
+from afk_local.testing.crashsim.edits import EDIT_WORKLOADS
 from afk_local.testing.crashsim.operations import OPERATION_WORKLOADS
 from afk_local.testing.crashsim.report import counterexample_text
+from afk_local.testing.crashsim.store_files import STORE_FILE_WORKLOADS
 
 
 @pytest.fixture
@@ -24,13 +27,20 @@ DEFAULT_STATES = 60
 """Default suite: crash states per operation workload (most have fewer in all; --torture:
 every one)."""
 
+SMALL_STATES = {"answer": 20, "tags": 20}
+"""Default suite: a smaller draw for workloads whose every state resumes a job (--torture:
+every state)."""
 
-@pytest.mark.parametrize("workload", [w.name for w in OPERATION_WORKLOADS])
+
+@pytest.mark.parametrize(
+    "workload", [w.name for w in (*OPERATION_WORKLOADS, *EDIT_WORKLOADS, *STORE_FILE_WORKLOADS)]
+)
 def test_every_crash_state_of_every_operation_recovers(
     workload: str, full: bool, explorer_seeds: list[int]
 ) -> None:
     budgets = [(None, explorer_seeds[0])] if full else []  # --torture: every state once
-    budgets += [(DEFAULT_STATES, seed) for seed in explorer_seeds]  # then each seed's draw
+    states = SMALL_STATES.get(workload, DEFAULT_STATES)
+    budgets += [(states, seed) for seed in explorer_seeds]  # then each seed's draw
     for max_states, seed in budgets:
         result = explore(workload, max_states=max_states, seed=seed)
         assert result.ok, f"seed {seed}: {counterexample_text(result.counterexample)}"  # type: ignore[arg-type]
@@ -61,4 +71,13 @@ def test_latest_left_two_behind_by_two_kills_is_repaired_not_reported() -> None:
     """Issue 38 item 5: gc-then-pack crashed twice with the default seed (0) left ``latest``
     two checkpoints behind, and verify called it a rollback by a second writer."""
     result = explore("gc-then-pack", depth=2, seed=0)
+    assert result.ok, counterexample_text(result.counterexample)  # type: ignore[arg-type]
+
+
+def test_a_request_rejected_before_a_power_cut_is_not_pending_for_ever() -> None:
+    """Found by the requests workload: ``reject`` moved a request to ``rejected/`` around
+    the I/O seam, and a crash that kept the new name and not the removal of the old left
+    one file under both; moving it again did nothing (rename(2) onto itself), so every
+    sweep read it and rejected it again."""
+    result = explore("requests", max_states=40, seed=1)
     assert result.ok, counterexample_text(result.counterexample)  # type: ignore[arg-type]

@@ -10,12 +10,15 @@ diverge: it would notice a library without that fsync.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import KILL_SEED
 
 from afk_local.testing.crashsim import MUTANTS
 from afk_local.testing.fuzz import fuzz, generate, run_program, shrink
 from afk_local.testing.fuzz.__main__ import main
+from afk_local.testing.fuzz.execute import Execution
 from afk_local.testing.fuzz.program import Action, Program, RunSpec, Segment, expected_result
 
 
@@ -108,3 +111,39 @@ def test_the_command_prints_its_seed_and_replays_one_program(capsys) -> None:
     assert replay.startswith("--seed mutants --program ")
     assert main(replay.split()) == 1  # the printed command plays the failure again
     assert "1 diverged" in capsys.readouterr().out
+
+
+def test_the_watcher_resumes_runs_a_sigkill_interrupted_and_they_agree_with_the_model(
+    tmp_path: Path,
+) -> None:
+    """A real ``afk-local watch --once`` child is the resumer: each run's attempt is
+    SIGKILLed mid-run, then the watcher finishes them (its own children) with their
+    model results, before the liveness phase would (idempotent steps: nothing is left
+    in doubt, which the watcher would rightly stop at)."""
+    steps = (("istep", "istep0", 3), ("iterate", "iterate1", 2), ("istep", "istep2", 4))
+    program = Program(
+        "watcher",
+        (RunSpec("r0", "sync", steps),),  # killed after its run exists, before it ends
+        (Segment("kill", (Action("attempt", 0, kill_at=20),)), Segment("none", (Action("watch"),))),
+    )
+    execution = Execution(program, tmp_path)
+    assert execution.play() == []
+    assert execution.watched == ["r0"]
+
+
+def test_gc_and_verify_running_beside_attempts_agree_with_the_model() -> None:
+    """Every attempt of these programs has gc and verify of the whole store running in a
+    thread beside it (a person's afk-local gc and verify during a run), under power cuts
+    that fall anywhere in the interleaving."""
+    every = (("step", "step0", 3), ("iterate", "iterate1", 3), ("checkpoint", "c2"))
+    for mode in ("sync", "async", "exit"):
+        for cut in range(1):  # the seed puts the cut somewhere else
+            program = Program(
+                f"busy-{mode}-{cut}",
+                (RunSpec("r0", mode, every), RunSpec("r1", "sync", every)),
+                (
+                    Segment("cut", (Action("busy", 0, 1), Action("busy", 1, 2))),
+                    Segment("cut", (Action("busy", 0, 5), Action("busy", 1, 4))),
+                ),
+            )
+            assert run_program(program) == [], program.describe()

@@ -30,9 +30,13 @@ from afk_local.testing.crashsim.trace import (
     CheckpointAck,
     DoneAck,
     EffectCall,
+    GoneAck,
     KeptAck,
+    MetaAck,
+    MetricsAck,
     OutcomeAck,
     RemovedAck,
+    meta_field,
     run_listing,
 )
 from afk_local.testing.crashsim.workloads import InDoubt, Workload
@@ -49,7 +53,7 @@ def check_state(
     store = workload.store(root / "store")  # its head records are the crash state's
     acked: dict[str, int] = {}
     for ack in sorted(acks, key=lambda a: a.at):
-        if isinstance(ack, (KeptAck, RemovedAck)):
+        if isinstance(ack, (KeptAck, RemovedAck, GoneAck)):
             continue  # a kept file names no run; a removed one may be gone
         if isinstance(ack, DoneAck) and ack.names is None:
             continue  # deleted, and stays so
@@ -122,6 +126,10 @@ def _check_acks(
         if isinstance(ack, KeptAck):
             problems += _check_kept(store, ack)
             continue
+        if isinstance(ack, GoneAck):
+            if os.path.lexists(store.root / ack.path):
+                problems.append(f"{ack.path} (removed after call #{ack.at}) is back")
+            continue
         if isinstance(ack, RemovedAck):
             continue
         if not store.exists(ack.run_id):
@@ -138,6 +146,27 @@ def _check_acks(
             problems += _cold_get(store, ack, what)
         elif isinstance(ack, OutcomeAck):
             problems += _check_outcome(ack, journals.get(ack.run_id))
+        elif isinstance(ack, MetricsAck):
+            try:
+                points = tuple(store.open(ack.run_id).metrics().to_records())
+            except AfkLocalError as exc:
+                problems.append(f"run {ack.run_id}: its metrics cannot be read: {exc}")
+                continue
+            if points != ack.points:
+                problems.append(
+                    f"run {ack.run_id}: {len(points)} metric points read back, not the "
+                    f"{len(ack.points)} acknowledged after call #{ack.at}"
+                )
+        elif isinstance(ack, MetaAck):
+            try:
+                value = meta_field(store.read_meta(ack.run_id), ack.field)
+            except AfkLocalError:
+                continue  # reported by _check_run
+            if value != ack.value:
+                problems.append(
+                    f"run {ack.run_id}: run.meta {ack.field} is {value!r}, not {ack.value!r} "
+                    f"as acknowledged after call #{ack.at}"
+                )
         else:
             try:
                 status = store.read_meta(ack.run_id).status.value

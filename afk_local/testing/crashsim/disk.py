@@ -114,11 +114,19 @@ def tree_digest(tree: Tree, *, temporaries_by_name: bool = False) -> str:
     return digest.hexdigest()
 
 
-def tree_differences(expected: Tree, actual: Tree, *, ignore: tuple[str, ...] = ()) -> list[str]:
-    """What differs between two trees (paths whose last part is in ``ignore`` are skipped)."""
+def tree_differences(
+    expected: Tree,
+    actual: Tree,
+    *,
+    ignore: tuple[str, ...] = (),
+    ignore_suffixes: tuple[str, ...] = (),
+) -> list[str]:
+    """What differs between two trees (paths whose last part is in ``ignore``, or ends
+    with one of ``ignore_suffixes``, are skipped)."""
 
     def kept(path: str) -> bool:
-        return path.rsplit("/", 1)[-1] not in ignore
+        name = path.rsplit("/", 1)[-1]
+        return name not in ignore and not name.endswith(ignore_suffixes or ("\0",))
 
     found = []
     for path in sorted(set(expected) | set(actual)):

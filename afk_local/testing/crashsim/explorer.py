@@ -31,6 +31,7 @@ call (at most :data:`FULL_CAP` states per call, drawn at random beyond that).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import shutil
@@ -58,7 +59,10 @@ from afk_local.testing.crashsim.registry import WORKLOADS
 from afk_local.testing.crashsim.trace import (
     Ack,
     CheckpointAck,
+    GoneAck,
     KeptAck,
+    MetaAck,
+    MetricsAck,
     OutcomeAck,
     Recorder,
     RecordingError,
@@ -188,7 +192,10 @@ def _recorded(
     # owner.lock is made by filelock; runs.index is a cache and runs.deleted a hint to it,
     # never fsynced (meta_index)
     ignored = ("owner.lock", INDEX_NAME, DELETED_NAME)
-    differences = tree_differences(expected, read_tree(base), ignore=ignored)
+    # *.lock: the file locks of schedules and shared limits, made by filelock (no data)
+    differences = tree_differences(
+        expected, read_tree(base), ignore=ignored, ignore_suffixes=(".lock",)
+    )
     if differences:
         raise RecordingError(
             f"workload {workload.name}: the disk differs from the recorded calls (a write that "
@@ -209,9 +216,12 @@ def _rebased(acks: tuple[Ack, ...]) -> tuple[Ack, ...]:
         elif isinstance(a, StatusAck):
             out.append(StatusAck(0, a.run_id, a.status))
         elif isinstance(a, KeptAck):
-            out.append(KeptAck(0, a.path, a.sha256))
+            if a.until is None:
+                out.append(KeptAck(0, a.path, a.sha256))
         elif isinstance(a, RemovedAck):
             out.append(RemovedAck(0, a.run_id))
+        elif isinstance(a, (MetaAck, GoneAck, MetricsAck)):
+            out.append(dataclasses.replace(a, at=0))
         # a DoneAck does not carry over: the rerun rewrites the run again
     return tuple(out)
 

@@ -14,6 +14,7 @@ boundaries and a crash can tear it at one.
 
 from __future__ import annotations
 
+import secrets
 import threading
 from typing import Any, Protocol
 
@@ -147,6 +148,44 @@ def sleepy_job(ctx: RunContext, hours: int) -> str:
     return "woke"
 
 
+@durable(durability="sync")
+def approval_job(ctx: RunContext, amount: int) -> dict[str, Any]:
+    """A checkpoint, then a pause for a person's answer; the answer is tagged on the run
+    and checkpointed, then returned (answered with ``afk.resume(..., input=...)``)."""
+    ctx.state["asked"] = amount
+    _checkpoint(ctx)
+    answer = ctx.pause({"approve": amount})
+    ctx.state["answer"] = answer
+    _checkpoint(ctx)
+    return {"amount": amount, "answer": answer}
+
+
+@durable(durability="sync")
+def tagged_job(ctx: RunContext, n: int) -> dict[str, Any]:
+    """Tags set by the job as it goes (each a rewrite of ``run.meta``), checkpoints between."""
+    ctx.tags["phase"] = "first"
+    items: list[int] = ctx.state.setdefault("items", [])
+    while len(items) < n:
+        items.append(len(items))
+        _checkpoint(ctx)
+        ctx.tags.update_all({"phase": f"after {len(items)}", "model": "small"})
+    return {"count": len(items)}
+
+
+@durable(durability="sync")
+def metered_job(ctx: RunContext, n: int) -> dict[str, Any]:
+    """A metric point per item, each carried by the item's checkpoint; the state is new
+    random bytes each time, so every checkpoint is a keyframe (gc deletes without
+    rewriting any)."""
+    items: list[int] = ctx.state.setdefault("items", [])
+    while len(items) < n:
+        items.append(len(items))
+        ctx.state["noise"] = secrets.token_hex(256)
+        ctx.metric("item", float(len(items)))
+        _checkpoint(ctx)
+    return {"count": len(items)}
+
+
 def _journal_in_threads(
     ctx: RunContext, keys: list[str]
 ) -> tuple[list[threading.Thread], dict[str, Any], list[BaseException]]:
@@ -196,14 +235,17 @@ __all__ = [
     "PADDING",
     "EffectLedger",
     "Probe",
+    "approval_job",
     "batch_job",
     "count_job",
     "count_job_at_exit",
     "decline",
     "ledger_job",
+    "metered_job",
     "one_step_job",
     "perform",
     "probe",
     "sleepy_job",
+    "tagged_job",
     "use_probe",
 ]

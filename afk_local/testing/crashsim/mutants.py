@@ -67,9 +67,30 @@ OPERATION_SITES: tuple[tuple[str, str], ...] = (
     ("store_identity.ensure_identity", "dir"),
     ("store_key.write_marker", "file"),  # the keyed-store marker
     ("store_key.write_marker", "dir"),
+    ("attempts.update_meta_unowned", "file"),  # the watcher's claim of an attempt, backoff
+    ("attempts.update_meta_unowned", "dir"),
+    ("schedules.write_schedule", "file"),  # afk-local schedule add
+    ("schedules.write_schedule", "dir"),
+    ("schedules.remove_schedule", "dir"),  # afk-local schedule rm
+    ("schedules._mark", "file"),  # the newest slot a watcher started
+    ("schedules._mark", "dir"),
+    ("limits.limited", "dir"),  # a shared limit's directory
+    ("limits._take_start", "file"),  # the starts a limit counted in the last minute
+    ("limits._take_start", "dir"),
+    ("requests.write_request", "file"),  # afk-local resume --via-watcher, submit
+    ("requests.write_request", "dir"),
+    ("requests.reject", "file"),  # a request the watcher moved aside, and why
+    ("requests.reject", "dir"),
+    ("store_identity.adopt_identity", "file"),  # afk-local adopt: the store's new home
+    ("store_identity.adopt_identity", "dir"),
+    ("fork._write_edited", "file"),  # afk-local state edit: the fork's edited checkpoint
+    ("trust.trust_run", "file"),  # resume --trust: the import mark cleared
+    ("trust.trust_run", "dir"),
+    ("metrics.write_archive", "file"),  # gc: the deleted checkpoints' metric points
+    ("metrics.write_archive", "dir"),
 )
 """The fsyncs of the other operations that write: attempts, status changes, rm, fork,
-import, the store's own files."""
+import, the watcher's bookkeeping, schedules, limits, requests, the store's own files."""
 
 SITE_MUTANTS: dict[str, tuple[str, str]] = {
     f"no-fsync@{site}:{kind}": (site, kind)
@@ -80,20 +101,8 @@ merge and gc paths and of a new run, one at a time
 (:attr:`~afk_local.testing.crashsim.trace.Op.site`)."""
 
 UNMODELLED_SITES: dict[str, str] = {
-    # Not yet in any workload (issue 38 names them): each is a gap, not a proof.
-    "attempts.update_meta_unowned": "the watcher's attempt bookkeeping: no watcher workload yet",
-    "limits._take_start": "afk.Limit slots: no limits workload yet",
-    "limits.limited": "afk.Limit slots: no limits workload yet",
-    "schedules._mark": "schedule slots: no schedule workload yet",
-    "schedules.write_schedule": "schedule files: no schedule workload yet",
-    "schedules.remove_schedule": "schedule files: no schedule workload yet",
-    "requests.write_request": "watcher resume requests: no watcher workload yet",
-    "requests.reject": "watcher resume requests: no watcher workload yet",
-    "store_identity.adopt_identity": "afk-local adopt: no adopt workload yet",
-    "trust.trust_run": "resume --trust of a rolled-back run: no trust workload yet",
+    # In no workload yet: each is a gap, not a proof.
     "fork._link_or_copy": "fork where hard links are refused (a copy): not on the model's disk",
-    "fork._write_edited": "fork with edited state (afk-local state edit): no workload yet",
-    "metrics.write_archive": "gc archiving metrics points: no metrics workload yet",
     "mirror.mark_fenced": "remote fencing: the remote extra has its own interleaving tests",
     "journal._open": "opening a journal repairs a torn tail: done by resumes, not recorded",
     "journal._load": "as journal._open",

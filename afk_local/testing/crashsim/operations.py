@@ -1,9 +1,9 @@
 """Workloads of the operations that write besides checkpoints: status changes, removal, time.
 
 Each is one thing a user or the watcher does to a run (cancel it, pause it and answer,
-settle an effect, tag it, remove it, adopt it, park it asleep, take a schedule slot, a
-shared limit), or a condition the run meets (a keyed store with head records, a wall
-clock that steps back): the explorer holds every crash state to what the operation
+settle an effect, tag it, remove it, park it asleep, claim an attempt and back off), or
+a condition the run meets (a keyed store with head records, a wall clock that steps
+back): the explorer holds every crash state to what the operation
 acknowledged, as for the job workloads (:mod:`.workloads`).
 """
 
@@ -15,15 +15,23 @@ from pathlib import Path
 from typing import Any
 
 from afk_local.clock import using_clock, wall_ns
-from afk_local.errors import EffectInDoubtError, RunSleeping
+from afk_local.errors import EffectInDoubtError, RunPaused, RunSleeping
 from afk_local.journal.journal import journal_of
 from afk_local.runner.operations.cancel import cancel
+from afk_local.runner.operations.resume import resume_job
 from afk_local.runner.operations.settle import settle
+from afk_local.runner.run.answers import waiting_at
 from afk_local.storage import fsio
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.store import Store
 from afk_local.testing.clock import SkippingClock
-from afk_local.testing.crashsim.jobs import count_job, one_step_job, sleepy_job
+from afk_local.testing.crashsim.jobs import (
+    approval_job,
+    count_job,
+    one_step_job,
+    sleepy_job,
+    tagged_job,
+)
 from afk_local.testing.crashsim.trace import Session
 from afk_local.testing.crashsim.workloads import (
     InDoubt,
@@ -33,6 +41,7 @@ from afk_local.testing.crashsim.workloads import (
     state_payload,
     write_run,
 )
+from afk_local.watcher.attempts import attempt_died, claim
 
 _KEY = "crashsim key"
 
@@ -192,6 +201,87 @@ def _park_resume(store: Store) -> dict[str, Any]:
     return {"sleeper": "did not park"}
 
 
+_ANSWER = "approved"
+
+
+def _paused_setup(store: Store, _scratch: Path) -> None:
+    try:
+        approval_job.with_store(store).run(5, run_id="asked")
+    except RunPaused:
+        return
+    raise ResumeFailed("the job did not pause")
+
+
+def _answer_record(session: Session, _prepared: Any) -> None:
+    store = session.store
+    seq = waiting_at(store.read_meta("asked"))  # afk-local resume asked --input ...
+    done = resume_job(store, "asked", input=_ANSWER, pause_seq=seq)
+    session.outcomes_acked("asked")  # the answer, journaled: later resumes return it
+    session.checkpoints_acked("asked")
+    session.status_acked("asked")  # completed: the answer is never asked for again
+    if done != {"amount": 5, "answer": _ANSWER}:
+        raise ResumeFailed(f"the answered run returned {done!r}")
+
+
+def _answer_resume(store: Store) -> dict[str, Any]:
+    if store.read_meta("asked").status is not RunStatus.PAUSED:
+        try:  # completed (the stored result), or interrupted: the attempt runs again
+            return {"asked": approval_job.with_store(store).run(5, run_id="asked")}
+        except RunPaused:
+            pass  # the answer was not journaled yet: the run asks again
+    seq = waiting_at(store.read_meta("asked"))  # a person answers the pause it shows
+    return {"asked": resume_job(store, "asked", input=_ANSWER, pause_seq=seq)}
+
+
+def _tags_record(session: Session, _prepared: Any) -> None:
+    done = tagged_job.with_store(session.store).run(2, run_id="tagged", tags={"owner": "ann"})
+    session.checkpoints_acked("tagged")
+    session.status_acked("tagged")
+    session.meta_acked("tagged", "extra.tags")  # the tags as the job left them
+    if done != {"count": 2}:
+        raise ResumeFailed(f"the recorded run returned {done!r}")
+
+
+def _tags_resume(store: Store) -> dict[str, Any]:
+    return {"tagged": tagged_job.with_store(store).run(2, run_id="tagged")}
+
+
+class _Attempts:
+    """The settings and events of a watcher, for its attempt bookkeeping (AttemptHost)."""
+
+    max_attempts = 3
+    backoff = 30.0
+    max_backoff = 600.0
+    lease = 60.0
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def emit(self, kind: str, run_id: str | None = None, message: str = "", **fields: Any) -> None:
+        """Events are not checked here."""
+
+    def forget(self, run_id: str) -> None:
+        """Nothing is cached."""
+
+
+def _unowned_setup(store: Store, _scratch: Path) -> None:
+    params = {"args": [3], "kwargs": {}}
+    with store.create("run", entrypoint=count_job.entrypoint, params=params) as run:
+        run.checkpoint("runtime_state", state_payload(0), step=0)  # interrupted
+
+
+def _claim_record(session: Session, _prepared: Any) -> None:
+    host = _Attempts(session.store)
+    taken = claim(host, "run", manual=False)
+    if taken is None or taken.meta.watcher_attempts != 1:
+        raise ResumeFailed(f"the watcher did not claim the run: {taken!r}")
+    session.meta_acked("run", "watcher_attempts")  # counted: max_attempts holds across
+    # crashes (the attempt's death below keeps the count)
+    log = session.base / "attempt.log"
+    attempt_died(host, "run", 1, seq_at_start=taken.seq_at_start, code=-9, log_path=log)
+    session.meta_acked("run", "next_attempt_ms")  # the backoff: no attempt before it
+
+
 OPERATION_WORKLOADS: tuple[Workload, ...] = (
     Workload(
         "park",
@@ -270,6 +360,32 @@ OPERATION_WORKLOADS: tuple[Workload, ...] = (
         _clock_step_resume,
         {"stepped": {"count": 3}},
         key=_KEY,
+    ),
+    Workload(
+        "answer",
+        "the answer to a paused run (afk-local resume RUN --input, bound to its pause): "
+        "journaled, then the run goes on and completes",
+        _answer_record,
+        _answer_resume,
+        {"asked": {"amount": 5, "answer": _ANSWER}},
+        setup=_paused_setup,
+    ),
+    Workload(
+        "tags",
+        "a job run with tags that changes them as it goes (ctx.tags): each change a "
+        "rewrite of run.meta, the last ones kept with the completed run",
+        _tags_record,
+        _tags_resume,
+        {"tagged": {"count": 2}},
+    ),
+    Workload(
+        "watcher-claim",
+        "the watcher's bookkeeping of an interrupted run nobody owns: an attempt claimed "
+        "(watcher_attempts, lease) under the run's lock, then its death and backoff",
+        _claim_record,
+        continue_runs("run"),
+        {"run": "resumed"},
+        setup=_unowned_setup,
     ),
 )
 """The operation workloads, in the order the explorer runs them."""

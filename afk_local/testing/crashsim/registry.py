@@ -1,14 +1,24 @@
 """Every workload the explorer knows, by name: the single operations, the composed rewrites,
-then the operations that write besides checkpoints (:mod:`.operations`)."""
+then the operations that write besides checkpoints (:mod:`.operations`), the edits of
+a run (:mod:`.edits`) and the store's own files (:mod:`.store_files`)."""
 
 from __future__ import annotations
 
+from afk_local.testing.crashsim.edits import EDIT_WORKLOADS
 from afk_local.testing.crashsim.operations import OPERATION_WORKLOADS
 from afk_local.testing.crashsim.rewrites import REWRITE_WORKLOADS
+from afk_local.testing.crashsim.store_files import STORE_FILE_WORKLOADS
 from afk_local.testing.crashsim.workloads import BASIC_WORKLOADS, Workload
 
 WORKLOADS: dict[str, Workload] = {
-    w.name: w for w in (*BASIC_WORKLOADS, *REWRITE_WORKLOADS, *OPERATION_WORKLOADS)
+    w.name: w
+    for w in (
+        *BASIC_WORKLOADS,
+        *REWRITE_WORKLOADS,
+        *OPERATION_WORKLOADS,
+        *EDIT_WORKLOADS,
+        *STORE_FILE_WORKLOADS,
+    )
 }
 """Every workload by name, in the order the explorer runs them."""
 

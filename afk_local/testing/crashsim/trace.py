@@ -14,6 +14,7 @@ recorded binds every crash after call ``n``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import sys
@@ -145,6 +146,9 @@ class KeptAck:
     path: str
     """Relative to the store's root, ``/``-separated."""
     sha256: str
+    until: int | None = None
+    """Binds crashes up to (not after) this call: the file was let go there (a request
+    the watcher handled)."""
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,55 @@ class RemovedAck:
     run_id: str
 
 
-Ack = CheckpointAck | OutcomeAck | StatusAck | DoneAck | KeptAck | RemovedAck
+@dataclass(frozen=True)
+class MetaAck:
+    """A field of ``run_id``'s ``run.meta`` (``attempts``, ``extra.tags``: a dotted path)
+    was acknowledged with ``value``, and stays so."""
+
+    at: int
+    run_id: str
+    field: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class GoneAck:
+    """The file at ``path`` (relative to the store's root) was removed, and stays gone: a
+    schedule a person removed, a request the watcher moved aside."""
+
+    at: int
+    path: str
+
+
+@dataclass(frozen=True)
+class MetricsAck:
+    """The metric points of ``run_id`` (``MetricLog.to_records()``) were acknowledged, and
+    stay readable: gc moves those of the checkpoints it deletes to the run's archive."""
+
+    at: int
+    run_id: str
+    points: tuple[Any, ...]
+
+
+def meta_field(meta: Any, dotted: str) -> Any:
+    """The value at ``dotted`` (``extra.tags``) of a :class:`RunMeta`; None when absent."""
+    value = meta
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
+    return value
+
+
+Ack = (
+    CheckpointAck
+    | OutcomeAck
+    | StatusAck
+    | DoneAck
+    | KeptAck
+    | RemovedAck
+    | MetaAck
+    | GoneAck
+    | MetricsAck
+)
 
 
 _IO_MODULES = frozenset({"afk_local.storage.fsio", __name__})
@@ -293,6 +345,38 @@ class Session:
         at = self.position if since is None else since
         self.acks.append(StatusAck(at, run_id, self.store.read_meta(run_id).status.value))
 
+    def meta_acked(self, run_id: str, *fields: str) -> None:
+        """``fields`` of ``run_id``'s ``run.meta`` (dotted paths) as they are now are
+        acknowledged: a :class:`MetaAck` for each."""
+        meta = self.store.read_meta(run_id)
+        for name in fields:
+            self.acks.append(MetaAck(self.position, run_id, name, meta_field(meta, name)))
+
+    def metrics_acked(self, run_id: str, *, since: int | None = None) -> None:
+        """Every metric point of ``run_id`` now is acknowledged (a :class:`MetricsAck`)."""
+        at = self.position if since is None else since
+        points = tuple(self.store.open(run_id).metrics().to_records())
+        self.acks.append(MetricsAck(at, run_id, points))
+
+    def file_kept(self, path: Path) -> None:
+        """The file at ``path`` (under the store's root) holds its bytes of now from now on
+        (a :class:`KeptAck`): a schedule, a mark, a request, the store's identity."""
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        relative = path.relative_to(self.store.root).as_posix()
+        self.acks.append(KeptAck(self.position, relative, digest))
+
+    def file_released(self, path: Path, *, since: int) -> None:
+        """The file at ``path`` was acknowledged (:meth:`file_kept`) and then let go on
+        purpose (a handled request): it binds only crashes up to ``since``."""
+        relative = path.relative_to(self.store.root).as_posix()
+        for i, ack in enumerate(self.acks):
+            if isinstance(ack, KeptAck) and ack.path == relative and ack.until is None:
+                self.acks[i] = dataclasses.replace(ack, until=since)
+
+    def file_gone(self, path: Path) -> None:
+        """The file at ``path`` (under the store's root) was removed and stays so."""
+        self.acks.append(GoneAck(self.position, path.relative_to(self.store.root).as_posix()))
+
     def rewrite_done(self, run_id: str, what: str) -> None:
         """``what`` (``gc``, ``pack``) returned for ``run_id``: its result stays (a
         :class:`DoneAck`). Only for a run nothing later in the recording touches."""
@@ -305,11 +389,8 @@ class Session:
     def files_kept(self, directory: Path) -> None:
         """Every file in ``directory`` (under the store's root) is kept as it is now: a
         :class:`KeptAck` for each."""
-        root = self.store.root
         for path in sorted(directory.iterdir()):
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            relative = path.relative_to(root).as_posix()
-            self.acks.append(KeptAck(self.position, relative, digest))
+            self.file_kept(path)
 
     def effect_called(self, idempotency_key: str, label: str) -> None:
         """A side-effecting function of the workload ran (noted at the current position)."""
@@ -330,7 +411,11 @@ class Trace:
             a
             for a in self.acks
             if a.at <= position
-            and (not isinstance(a, CheckpointAck) or a.until is None or position <= a.until)
+            and (
+                not isinstance(a, (CheckpointAck, KeptAck))
+                or a.until is None
+                or position <= a.until
+            )
         )
 
     def calls_at(self, position: int) -> tuple[EffectCall, ...]:
@@ -343,7 +428,10 @@ __all__ = [
     "CheckpointAck",
     "DoneAck",
     "EffectCall",
+    "GoneAck",
     "KeptAck",
+    "MetaAck",
+    "MetricsAck",
     "Op",
     "OutcomeAck",
     "Recorder",
@@ -352,5 +440,6 @@ __all__ = [
     "Session",
     "StatusAck",
     "Trace",
+    "meta_field",
     "run_listing",
 ]

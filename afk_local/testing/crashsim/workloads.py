@@ -79,6 +79,9 @@ class Workload:
     """Crashing twice: what a new process does first in a crash state (the interrupted
     operation again: gc after a killed gc), recorded and crashed in turn. It reports the
     promises it gets, like ``record``; those of the first recording still bind."""
+    at_home: bool = True
+    """Re-home each crash state before its check (see :func:`_take_home`); False for a
+    workload whose promise is about the store's identity itself (adopt)."""
 
     def store(self, root: Path) -> Store:
         """The workload's store at ``root``.
@@ -91,7 +94,8 @@ class Workload:
         store = Store(root, key=self.key, head_dir=root.parent / HEADS_DIR)
         if store.heads is not None:
             _take_heads(root.parent / HEADS_DIR, store.heads.dir)
-        _take_home(store)
+        if self.at_home:
+            _take_home(store)
         return store
 
 

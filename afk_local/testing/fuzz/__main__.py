@@ -51,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--clock-steps",
         action="store_true",
-        help="programs may step the wall clock back 3 s (in this process)",
+        help="programs may step the wall clock (in this process): back 3 s at once, or back "
+        "or forward 3 s in the middle of the next attempt",
     )
     parser.add_argument(
         "--mutant",

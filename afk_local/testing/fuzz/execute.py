@@ -29,6 +29,7 @@ import json
 import logging
 import random
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,7 +38,13 @@ from typing import Any
 
 from afk_local.agent.resume import resume
 from afk_local.clock import using_clock, wall_ns
-from afk_local.errors import AfkLocalError, EffectInDoubtError, RunPaused, RunSleeping
+from afk_local.errors import (
+    AfkLocalError,
+    EffectInDoubtError,
+    RunLockedError,
+    RunPaused,
+    RunSleeping,
+)
 from afk_local.runner.operations.settle import settle
 from afk_local.storage.format.records import RunStatus
 from afk_local.storage.ops.export import export_records, import_run, to_jsonable
@@ -47,6 +54,7 @@ from afk_local.testing import run_and_kill
 from afk_local.testing.crashsim.disk import read_tree
 from afk_local.testing.crashsim.mutants import MUTANTS
 from afk_local.testing.fuzz.command import afk_local_command, child_environ
+from afk_local.testing.fuzz.concurrent import Maintainer, watch_once, watch_problems
 from afk_local.testing.fuzz.jobs import JOBS, answer_for, read_ledger
 from afk_local.testing.fuzz.model import RunModel, acknowledged_problems, final_problems
 from afk_local.testing.fuzz.power import cut_power, recording
@@ -92,6 +100,10 @@ class Execution:
     gone: set[str] = field(default_factory=set)
     """Runs removed by an action, acknowledged or not: no later attempt makes them again."""
     counter: int = 0
+    _recording: bool = False
+    """A power-cut segment is being recorded (no child may write meanwhile)."""
+    watched: list[str] = field(default_factory=list)
+    """Runs a ``watch`` action's children finished."""
 
     def __post_init__(self) -> None:
         self.base = self.work / "disk"
@@ -148,9 +160,16 @@ class Execution:
         self.counter += 1
         if action.kind == "attempt":
             return self._attempt(run_id, kill_at=action.kill_at if in_child else None)
+        if action.kind == "busy":
+            return self._busy(action, run_id, kill_at=action.kill_at if in_child else None)
         if action.kind == "clock":
-            self.clock.offset -= 3.0  # NTP or a person steps the clock back
+            if action.arg % 3 == 0:
+                self.clock.offset -= 3.0  # NTP or a person steps the clock back
+            else:  # ... or it steps while the next attempt runs, back or forward
+                self.clock.step_after(1 + action.arg % 25, -3.0 if action.arg % 3 == 1 else 3.0)
             return _Pending()
+        if action.kind == "watch":
+            return self._watch(in_child=in_child)
         if in_child:
             return self._command(action, self._source(run_id))
         if action.kind == "gc":
@@ -174,6 +193,8 @@ class Execution:
     def _command(self, action: Action, run_id: str) -> _Pending:
         """A store operation as ``afk-local`` in a child, SIGKILLed at a random I/O call."""
         kill_at = random.Random(f"{self.program.seed}:{self.counter}").randint(1, 20)
+        if not self.root.is_dir():  # every attempt so far was killed before the store was
+            return _Pending()  # made: afk-local refuses a root that is not a store (exit 2)
         completed = run_id in self.runs and self._completed_on_disk(run_id)
         new_id = f"{run_id}-{action.kind[0]}{self.counter}"
         pending = _Pending()
@@ -279,6 +300,41 @@ class Execution:
             self._diverge(f"run {run_id}: returned {result!r}, the model says {model.expected!r}")
         return self._acknowledged(run_id, completed=True, result=result)
 
+    def _busy(self, action: Action, run_id: str, *, kill_at: int | None) -> _Pending:
+        """An attempt with gc and verify of the whole store running beside it."""
+        effects = (None, 1)[action.arg % 2]
+        policy = RetentionPolicy(keep_runtime_states=action.arg % 3, max_effects_per_run=effects)
+        with Maintainer(self._open_store, policy) as maintainer:
+            try:
+                pending = self._attempt(run_id, kill_at=kill_at)
+            except RunLockedError:  # gc holds the run's lock for a moment: nothing ran
+                pending = None
+        self.problems += maintainer.problems
+        if pending is None:  # "wait for that process to finish, then try again"
+            pending = self._attempt(run_id, kill_at=kill_at)
+        return pending
+
+    def _watch(self, *, in_child: bool) -> _Pending:
+        """``afk-local watch --once``: the watcher resumes every interrupted run. Only
+        where no power cut is recorded (its children's I/O is theirs, not this process's)."""
+        if self._recording or not self.root.is_dir():
+            return _Pending()  # no store yet: watch --once refuses a root that is not one
+        with self._child_env():
+            done = watch_once(self.root)
+        unexpected = watch_problems(done)
+        if unexpected:
+            self._diverge(f"afk-local watch --once: exit {done.returncode}: {unexpected}")
+        before = set(self.watched) | {r for r, m in self.runs.items() if m.completed}
+        finished = [r for r in self.runs if r not in self.gone and self._completed_on_disk(r)]
+        self.watched += [r for r in finished if r not in before]
+
+        def commit() -> None:  # what its children finished, they acknowledged by exiting
+            for run_id in finished:
+                if run_id in self.runs:
+                    self.runs[run_id].exists = self.runs[run_id].completed = True
+
+        return _Pending(commit)
+
     def _acknowledged(self, run_id: str, *, completed: bool, result: Any) -> _Pending:
         model = self.runs[run_id]
 
@@ -377,13 +433,17 @@ class Execution:
         rng = random.Random(f"{self.program.seed}:cut{number}")
         initial = read_tree(self.base)
         done: list[tuple[int, int, _Pending]] = []
-        with recording(self.base) as recorder:
-            for action in segment.actions:
-                start = len(recorder)
-                pending = self._act(action)
-                done.append((start, len(recorder), pending))
-                if self.problems:
-                    return
+        self._recording = True
+        try:
+            with recording(self.base) as recorder:
+                for action in segment.actions:
+                    start = len(recorder)
+                    pending = self._act(action)
+                    done.append((start, len(recorder), pending))
+                    if self.problems:
+                        return
+        finally:
+            self._recording = False
         ops = recorder.ops
         at = cut_power(self.base, initial, ops, rng, self.mutant)
         _keep_ledger_until(self.ledger, at)
@@ -434,14 +494,30 @@ def _keep_ledger_until(ledger: str, at: int) -> None:
 
 
 class SteppedClock:
-    """The wall clock plus an offset that ``clock`` actions step back."""
+    """The wall clock plus an offset that ``clock`` actions step, at once or after some
+    more readings (in the middle of an attempt)."""
 
     def __init__(self) -> None:
         self.offset = 0.0
+        self._armed: tuple[int, float] | None = None
+        self._lock = threading.Lock()
+
+    def step_after(self, readings: int, by: float) -> None:
+        """Step the clock by ``by`` seconds once it was read ``readings`` more times."""
+        with self._lock:
+            self._armed = (readings, by)
 
     def time(self) -> float:
         """Now, stepped."""
-        return wall_ns() / 1e9 + self.offset
+        with self._lock:
+            if self._armed is not None:
+                left, by = self._armed
+                if left <= 1:
+                    self.offset += by
+                    self._armed = None
+                else:
+                    self._armed = (left - 1, by)
+            return wall_ns() / 1e9 + self.offset
 
     def sleep(self, seconds: float) -> None:
         """Really wait (the fuzzer's sleeps are milliseconds)."""

@@ -80,7 +80,8 @@ def fuzz(
             (each attempt there costs a fresh interpreter); the rest cut power in this
             process. 0: none does.
         keyed_every: every this-many-th program (1, N + 1...) has a keyed store. 0: none.
-        clock_steps: programs may step the wall clock back (3 s a step).
+        clock_steps: programs may step the wall clock (3 s a step): back at once, or back
+            or forward in the middle of the next attempt.
         stop_at_first: stop at the first failing program.
         mutant: a crash explorer kind mutant for the power cuts (the fuzzer must fail).
         progress: called after each program with its index and the report so far.

@@ -5,8 +5,11 @@ named by its seed and index and replays identically. It has
 
 - runs (:class:`RunSpec`): a run id, a durability mode and the instructions its job
   interprets (:mod:`.jobs`);
-- segments (:class:`Segment`): actions in order (an attempt of a run, ``gc``, ``pack``,
-  ``fork``, ``export`` (and import), ``verify``, ``rm``), each segment under one kind of
+- segments (:class:`Segment`): actions in order (an attempt of a run, ``busy`` (an
+  attempt with ``gc`` and ``verify`` running beside it), ``gc``, ``pack``, ``fork``,
+  ``export`` (and import), ``verify``, ``rm``, in programs with kills ``watch`` (the
+  watcher resuming what is interrupted), with clock steps ``clock`` (a step of the wall
+  clock now or in the middle of the next attempt)), each segment under one kind of
   fault: ``cut`` (recorded in this process, then a power cut at a random point of the
   recording, as the crash explorer models one), ``kill`` (attempts run in child
   processes SIGKILLed at a random durable I/O call) or ``none``.
@@ -35,6 +38,7 @@ _INSTRUCTIONS = (
 )
 _ACTIONS = (
     ("attempt", 6),
+    ("busy", 1),
     ("gc", 1),
     ("pack", 1),
     ("fork", 1),
@@ -153,7 +157,8 @@ def generate(
         kills: some segments (the first always) SIGKILL child processes (each attempt
             there costs a fresh interpreter); without, segments cut power or have no fault.
         keyed: the program's store is keyed.
-        clock_steps: some actions step the wall clock back (``clock``).
+        clock_steps: some actions step the wall clock (``clock``): back now, or back or
+            forward in the middle of the next attempt.
     """
     rng = random.Random(seed)
     runs = tuple(
@@ -167,6 +172,8 @@ def generate(
     actions = [Action("attempt", i) for i in range(len(runs))]
     rng.shuffle(actions)
     table = (*_ACTIONS, ("clock", 2)) if clock_steps else _ACTIONS
+    if kills:  # the watcher's children are processes too
+        table = (*table, ("watch", 1))
     for _ in range(rng.randint(1, size + 1)):
         actions.append(Action(_weighted(rng, table), rng.randrange(len(runs)), rng.randrange(1000)))
     cuts = sorted(rng.sample(range(1, len(actions)), min(rng.randint(0, 2), len(actions) - 1)))
@@ -178,7 +185,9 @@ def generate(
         chosen = actions[start:end]
         if fault == "kill":
             chosen = [
-                replace(a, kill_at=rng.randint(1, KILL_AT_MAX)) if a.kind == "attempt" else a
+                replace(a, kill_at=rng.randint(1, KILL_AT_MAX))
+                if a.kind in ("attempt", "busy")
+                else a
                 for a in chosen
             ]
         segments.append(Segment(fault, tuple(chosen)))
