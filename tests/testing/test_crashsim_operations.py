@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from afk_local.testing.crashsim import explore
-from afk_local.testing.crashsim.edits import EDIT_WORKLOADS
-from afk_local.testing.crashsim.operations import OPERATION_WORKLOADS
 from afk_local.testing.crashsim.report import counterexample_text
-from afk_local.testing.crashsim.store_files import STORE_FILE_WORKLOADS
+from afk_local.testing.crashsim.suites.edits import EDIT_WORKLOADS
+from afk_local.testing.crashsim.suites.operations import OPERATION_WORKLOADS
+from afk_local.testing.crashsim.suites.store_files import STORE_FILE_WORKLOADS
 
 
 @pytest.fixture

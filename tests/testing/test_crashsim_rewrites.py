@@ -24,7 +24,7 @@ from afk_local.testing.crashsim.explorer import DEFAULT_MAX_STATES
 from afk_local.testing.crashsim.hunt import fsync_sites, hunt_mutant
 from afk_local.testing.crashsim.mutants import OPERATION_SITES, REWRITE_MODULES, SITE_MUTANTS
 from afk_local.testing.crashsim.report import counterexample_text, hunt_line
-from afk_local.testing.crashsim.rewrites import REWRITE_WORKLOADS
+from afk_local.testing.crashsim.suites.rewrites import REWRITE_WORKLOADS
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ RUN_SITES: tuple[tuple[str, str], ...] = (
     # run's first checkpoint, published with it (a durable function's run has none)
     ("creation._seal", "dir"),  # their names, before the directory can appear
     ("creation._appear", "dir"),  # the run findable: its rename into runs/
-    ("journal._sync_locked", "journal"),  # an intent before its effect, an outcome after
+    ("appending._sync_locked", "journal"),  # an intent before its effect, an outcome after
     ("publisher.publish", "file"),  # a checkpoint's bytes (the terminal one)
     ("publisher.publish", "dir"),  # its name and latest
 )
@@ -104,9 +104,9 @@ UNMODELLED_SITES: dict[str, str] = {
     # In no workload yet: each is a gap, not a proof.
     "fork._link_or_copy": "fork where hard links are refused (a copy): not on the model's disk",
     "mirror.mark_fenced": "remote fencing: the remote extra has its own interleaving tests",
-    "journal._open": "opening a journal repairs a torn tail: done by resumes, not recorded",
-    "journal._load": "as journal._open",
-    "journal._discard_unsynced_locked": "only after a failed journal fsync",
+    "reading._open": "opening a journal repairs a torn tail: done by resumes, not recorded",
+    "reading._load": "as reading._open",
+    "appending._discard_unsynced_locked": "only after a failed journal fsync",
     # Outside the store's runs: not what the explorer's checks promise.
     "command.open_store": "the CLI creating a store root",
     "read.cmd_export": "the CLI writing an export file the user named",

@@ -4,10 +4,10 @@ a run (:mod:`.edits`) and the store's own files (:mod:`.store_files`)."""
 
 from __future__ import annotations
 
-from afk_local.testing.crashsim.edits import EDIT_WORKLOADS
-from afk_local.testing.crashsim.operations import OPERATION_WORKLOADS
-from afk_local.testing.crashsim.rewrites import REWRITE_WORKLOADS
-from afk_local.testing.crashsim.store_files import STORE_FILE_WORKLOADS
+from afk_local.testing.crashsim.suites.edits import EDIT_WORKLOADS
+from afk_local.testing.crashsim.suites.operations import OPERATION_WORKLOADS
+from afk_local.testing.crashsim.suites.rewrites import REWRITE_WORKLOADS
+from afk_local.testing.crashsim.suites.store_files import STORE_FILE_WORKLOADS
 from afk_local.testing.crashsim.workloads import BASIC_WORKLOADS, Workload
 
 WORKLOADS: dict[str, Workload] = {

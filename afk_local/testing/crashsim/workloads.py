@@ -16,7 +16,7 @@ A :class:`Workload` has three parts:
 
 Adding one (the ``pack`` workloads are the newest): write the three functions, give the expected
 outcomes, add the :class:`Workload` to :data:`BASIC_WORKLOADS` (or, composing rewrites, to
-:data:`~afk_local.testing.crashsim.rewrites.REWRITE_WORKLOADS`). The explorer, the
+:data:`~afk_local.testing.crashsim.suites.rewrites.REWRITE_WORKLOADS`). The explorer, the
 command line and the tests pick it up by name; docs/guarantees.md lists the
 state counts per workload.
 """

@@ -31,7 +31,6 @@ import random
 import shutil
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,6 @@ from typing import Any
 from afk_local.agent.resume import resume
 from afk_local.clock import using_clock, wall_ns
 from afk_local.errors import (
-    AfkLocalError,
     EffectInDoubtError,
     RunLockedError,
     RunPaused,
@@ -47,7 +45,6 @@ from afk_local.errors import (
 )
 from afk_local.runner.operations.settle import settle
 from afk_local.storage.format.records import RunStatus
-from afk_local.storage.ops.export import export_records, import_run, to_jsonable
 from afk_local.storage.ops.retention import RetentionPolicy
 from afk_local.storage.store import Store
 from afk_local.testing import run_and_kill
@@ -64,6 +61,7 @@ from afk_local.testing.fuzz.program import (
     Segment,
     expected_result,
 )
+from afk_local.testing.fuzz.store_actions import Pending, StoreActions
 
 logger = logging.getLogger("afk_local")
 
@@ -75,18 +73,7 @@ LIVENESS_ATTEMPTS = 40
 
 
 @dataclass
-class _Pending:
-    """The model change an action makes once it is acknowledged, and what to do when a
-    power cut came while it ran (``in_flight``: look at the disk and decide)."""
-
-    commit: Callable[[], None] = lambda: None
-    in_flight: Callable[[], None] = lambda: None
-    undone: Callable[[], None] = lambda: None
-    """The power cut came before the action started: it never happened."""
-
-
-@dataclass
-class Execution:
+class Execution(StoreActions):
     """One program being played (see the module docstring)."""
 
     program: Program
@@ -154,7 +141,7 @@ class Execution:
     def _diverge(self, text: str) -> None:
         self.problems.append(text)
 
-    def _act(self, action: Action, *, in_child: bool = False) -> _Pending:
+    def _act(self, action: Action, *, in_child: bool = False) -> Pending:
         spec = self.program.runs[action.run]
         run_id = spec.run_id
         self.counter += 1
@@ -167,7 +154,7 @@ class Execution:
                 self.clock.offset -= 3.0  # NTP or a person steps the clock back
             else:  # ... or it steps while the next attempt runs, back or forward
                 self.clock.step_after(1 + action.arg % 25, -3.0 if action.arg % 3 == 1 else 3.0)
-            return _Pending()
+            return Pending()
         if action.kind == "watch":
             return self._watch(in_child=in_child)
         if in_child:
@@ -188,16 +175,16 @@ class Execution:
             return self._export(self._source(run_id))
         elif action.kind == "rm":
             return self._remove(run_id)
-        return _Pending()
+        return Pending()
 
-    def _command(self, action: Action, run_id: str) -> _Pending:
+    def _command(self, action: Action, run_id: str) -> Pending:
         """A store operation as ``afk-local`` in a child, SIGKILLed at a random I/O call."""
         kill_at = random.Random(f"{self.program.seed}:{self.counter}").randint(1, 20)
         if not self.root.is_dir():  # every attempt so far was killed before the store was
-            return _Pending()  # made: afk-local refuses a root that is not a store (exit 2)
+            return Pending()  # made: afk-local refuses a root that is not a store (exit 2)
         completed = run_id in self.runs and self._completed_on_disk(run_id)
         new_id = f"{run_id}-{action.kind[0]}{self.counter}"
-        pending = _Pending()
+        pending = Pending()
         if action.kind == "gc":
             args = ["gc", "--keep-runtime-states", str(1 + action.arg % 3)]
             args += ["--max-effects-per-run", "1"] if action.arg % 4 == 2 else []
@@ -222,24 +209,24 @@ class Execution:
                 self._diverge(
                     f"afk-local export {run_id}: exit {export.returncode}: {export.stderr[-500:]}"
                 )
-                return _Pending()
+                return Pending()
             args = ["import", str(exported), "--as", new_id]
             pending = self._made(new_id, self.runs[run_id], "import")
         else:
-            return _Pending()
+            return Pending()
         if action.kind == "rm":
             self.gone.add(run_id)
         with self._child_env():
             done = afk_local_command(self.root, args, kill_at=kill_at)
         if done.killed:
             pending.in_flight()
-            return _Pending()
+            return Pending()
         refused = "gc trimmed its effect journal" in done.stderr  # fork: documented refusal
         if done.returncode != 0 and not refused:
             self._diverge(
                 f"afk-local {' '.join(args)}: exit {done.returncode}: {done.stderr[-500:]}"
             )
-        return _Pending() if refused else pending
+        return Pending() if refused else pending
 
     def _source(self, run_id: str) -> str:
         """A run of the model to fork or export: ``run_id`` or the newest run made from it."""
@@ -248,10 +235,10 @@ class Execution:
 
     # -- attempts ---------------------------------------------------------------
 
-    def _attempt(self, run_id: str, *, kill_at: int | None) -> _Pending:
+    def _attempt(self, run_id: str, *, kill_at: int | None) -> Pending:
         model = self.runs.get(run_id)
         if model is None or model.kind == "import" or run_id in self.gone:
-            return _Pending()
+            return Pending()
         job = JOBS[model.spec.mode]
         meta = self.store.read_meta(run_id) if self.store.exists(run_id) else None
         if kill_at is not None and (meta is None or meta.status is not RunStatus.PAUSED):
@@ -265,7 +252,7 @@ class Execution:
                     run_id=run_id,
                 )
             if killed.killed:
-                return _Pending()
+                return Pending()
             if killed.returncode not in (0, 3, 4, 1):
                 self._diverge(
                     f"run {run_id}: the child exited {killed.returncode}: {killed.stderr[-800:]}"
@@ -300,7 +287,7 @@ class Execution:
             self._diverge(f"run {run_id}: returned {result!r}, the model says {model.expected!r}")
         return self._acknowledged(run_id, completed=True, result=result)
 
-    def _busy(self, action: Action, run_id: str, *, kill_at: int | None) -> _Pending:
+    def _busy(self, action: Action, run_id: str, *, kill_at: int | None) -> Pending:
         """An attempt with gc and verify of the whole store running beside it."""
         effects = (None, 1)[action.arg % 2]
         policy = RetentionPolicy(keep_runtime_states=action.arg % 3, max_effects_per_run=effects)
@@ -314,11 +301,11 @@ class Execution:
             pending = self._attempt(run_id, kill_at=kill_at)
         return pending
 
-    def _watch(self, *, in_child: bool) -> _Pending:
+    def _watch(self, *, in_child: bool) -> Pending:
         """``afk-local watch --once``: the watcher resumes every interrupted run. Only
         where no power cut is recorded (its children's I/O is theirs, not this process's)."""
         if self._recording or not self.root.is_dir():
-            return _Pending()  # no store yet: watch --once refuses a root that is not one
+            return Pending()  # no store yet: watch --once refuses a root that is not one
         with self._child_env():
             done = watch_once(self.root)
         unexpected = watch_problems(done)
@@ -333,16 +320,16 @@ class Execution:
                 if run_id in self.runs:
                     self.runs[run_id].exists = self.runs[run_id].completed = True
 
-        return _Pending(commit)
+        return Pending(commit)
 
-    def _acknowledged(self, run_id: str, *, completed: bool, result: Any) -> _Pending:
+    def _acknowledged(self, run_id: str, *, completed: bool, result: Any) -> Pending:
         model = self.runs[run_id]
 
         def commit() -> None:
             model.exists = True
             model.completed = model.completed or completed
 
-        return _Pending(commit)
+        return Pending(commit)
 
     def _settle(self, run_id: str, exc: EffectInDoubtError) -> None:
         """Decide an effect in doubt as a careful person would: look at the world."""
@@ -358,66 +345,6 @@ class Execution:
 
     # -- store operations --------------------------------------------------------
 
-    def _completed_on_disk(self, run_id: str) -> bool:
-        return (
-            self.store.exists(run_id) and self.store.read_meta(run_id).status is RunStatus.COMPLETED
-        )
-
-    def _fork(self, run_id: str, pick: int) -> _Pending:
-        if run_id not in self.runs or not self._completed_on_disk(run_id):
-            return _Pending()
-        history = self.store.open(run_id).history()
-        new_id = f"{run_id}-f{self.counter}"
-        try:
-            self.store.fork(run_id, history[pick % len(history)].seq, new_id)
-        except AfkLocalError as exc:
-            if "gc trimmed its effect journal" not in str(exc):
-                raise
-            return _Pending()  # documented refusal (docs/cli.md, fork): nothing changes
-        return self._made(new_id, self.runs[run_id], "fork")
-
-    def _export(self, run_id: str) -> _Pending:
-        if run_id not in self.runs or not self._completed_on_disk(run_id):
-            return _Pending()
-        records = export_records(self.store.open(run_id))
-        text = "\n".join(json.dumps(to_jsonable(r)) for r in records)
-        new_id = f"{run_id}-i{self.counter}"
-        import_run(self.store, text, new_run_id=new_id, source="fuzz export")
-        return self._made(new_id, self.runs[run_id], "import")
-
-    def _made(self, new_id: str, source: RunModel, kind: str) -> _Pending:
-        made = RunModel(source.spec, kind, source.expected, exists=True, completed=kind == "import")
-
-        def commit() -> None:
-            self.runs[new_id] = made
-
-        def in_flight() -> None:
-            if self.store.exists(new_id):
-                made.exists = made.completed = False  # not acknowledged: must merely work
-                self.runs[new_id] = made
-
-        return _Pending(commit, in_flight)
-
-    def _remove(self, run_id: str) -> _Pending:
-        if run_id not in self.runs or not self.store.exists(run_id):
-            return _Pending()
-        self.store.delete(run_id)
-        self.gone.add(run_id)
-        return self._removal(run_id)
-
-    def _removal(self, run_id: str) -> _Pending:
-        def commit() -> None:
-            self.runs.pop(run_id, None)
-            self.removed.add(run_id)
-
-        def in_flight() -> None:
-            if self.store.exists(run_id):
-                self.gone.discard(run_id)
-            else:
-                commit()
-
-        return _Pending(commit, in_flight, lambda: self.gone.discard(run_id))
-
     def _verify_completed(self) -> None:
         for run_id in list(self.runs):
             if self._completed_on_disk(run_id):
@@ -432,7 +359,7 @@ class Execution:
         it leaves (crash explorer model) and go on from there as a new process."""
         rng = random.Random(f"{self.program.seed}:cut{number}")
         initial = read_tree(self.base)
-        done: list[tuple[int, int, _Pending]] = []
+        done: list[tuple[int, int, Pending]] = []
         self._recording = True
         try:
             with recording(self.base) as recorder:
