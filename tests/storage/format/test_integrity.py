@@ -133,7 +133,9 @@ def test_keyed_round_trip_signs_every_file_and_record(tmp_path: Path) -> None:
 
 def test_unkeyed_files_are_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No key: the format of today, byte for byte; the keyed file is that plus flag and MAC."""
-    monkeypatch.setattr("afk_local.storage.rundir.write.checkpointing.now_ms", lambda: 1_700_000_000_000)
+    monkeypatch.setattr(
+        "afk_local.storage.rundir.write.checkpointing.now_ms", lambda: 1_700_000_000_000
+    )
     monkeypatch.setattr("afk_local.journal.appending.now_ms", lambda: 1_700_000_000_000)
     plain, signed = afk.Store(tmp_path / "plain"), keyed(tmp_path / "signed")
     for store in (plain, signed):
