@@ -40,10 +40,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import threading
-import time
-from collections import deque
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -54,9 +51,10 @@ from afk_local.errors import (
     WriterFailedError,
 )
 from afk_local.journal.journal import journal_of
+from afk_local.runner.write_queue import CheckpointQueue, QueuedCheckpoint
 from afk_local.storage.format.layout import validate_phase
 from afk_local.storage.format.records import Checkpoint, ErrorInfo, Phase
-from afk_local.storage.rundir.read.metrics import METRICS_KEY, Batch, add_batch, merge_batches
+from afk_local.storage.rundir.read.metrics import METRICS_KEY, Batch
 from afk_local.storage.rundir.write.writer import RunWriter
 
 if TYPE_CHECKING:
@@ -69,23 +67,17 @@ DURABILITY_MODES: tuple[str, ...] = ("sync", "async", "exit")
 DEFAULT_MAX_QUEUE = 1024
 """Queued checkpoints at which ``async`` :meth:`DurableWriter.checkpoint` waits (backpressure)."""
 
-_RUNTIME_STATE = Phase.RUNTIME_STATE.value
-
-
-class _Pending(NamedTuple):
-    phase: str
-    payload: msgspec.Raw
-    step: int
-    journal_records: int
-    """The journal position when the state was snapshotted, not when it is written."""
-    metrics: Batch | None = None
-    """Kept apart from the encoded payload, so a coalesced checkpoint hands its points on."""
-
-    def record_payload(self) -> msgspec.Raw:
-        """The payload as written: with its metrics entry, when it has one."""
-        if not self.metrics:
-            return self.payload
-        return msgspec.Raw(add_batch(bytes(self.payload), self.metrics))
+__all__ = [
+    "DEFAULT_MAX_QUEUE",
+    "DURABILITY_MODES",
+    "CheckpointQueue",
+    "Durability",
+    "DurableWriter",
+    "FlushTimeoutError",
+    "ForkedWriterError",
+    "WriterFailedError",
+    "validate_durability",
+]
 
 
 def validate_durability(durability: str) -> str:
@@ -97,8 +89,13 @@ def validate_durability(durability: str) -> str:
     return durability
 
 
-class DurableWriter:
+class DurableWriter(CheckpointQueue):
     """A run writer with a durability mode; the one object a runner writes through.
+
+    Its queue (``async`` and ``exit``) is the base class's,
+    :class:`~afk_local.runner.write_queue.CheckpointQueue`; this class holds the modes'
+    policy: what each mode does at a checkpoint, the flush before a pause or terminal
+    write, closing and interpreter exit.
 
     Args:
         run: the run's :class:`~afk_local.storage.rundir.write.writer.RunWriter` (this object owns
@@ -121,36 +118,17 @@ class DurableWriter:
         coalesce_runtime_state: bool = True,
         max_queue: int = DEFAULT_MAX_QUEUE,
     ) -> None:
-        self.run = run
-        self.durability: str = validate_durability(durability)
-        if flush_timeout_s <= 0:
-            raise ValueError("flush_timeout_s must be positive")
-        self.flush_timeout_s = flush_timeout_s
-        self.coalesce_runtime_state = coalesce_runtime_state
-        self._max_queue = max(1, max_queue)
-        self._pid = os.getpid()
+        super().__init__(
+            run,
+            validate_durability(durability),
+            flush_timeout_s=flush_timeout_s,
+            coalesce_runtime_state=coalesce_runtime_state,
+            max_queue=max_queue,
+        )
         # Encode with the run's own hooks so custom payload types behave as in sync mode.
         self._encode = run.record_codec.encode
         self._max_record_bytes = run.max_record_bytes
-        self._cond = threading.Condition()
-        self._io_lock = threading.RLock()  # serialises every call into the RunWriter
-        self._queue: deque[_Pending] = deque()
-        self._busy = False
-        self._stopping = False
-        self._error: BaseException | None = None
-        self._error_surfaced = False
-        self._closed = False
         self._last_step: int | None = None
-        self.written = 0
-        """Checkpoints written to disk through this writer."""
-        self.coalesced = 0
-        """Queued checkpoints replaced by a newer one before they were written."""
-        self._thread: threading.Thread | None = None
-        if self.durability == "async":
-            self._thread = threading.Thread(
-                target=self._write_behind, name=f"afk-writer-{run.run_id}", daemon=True
-            )
-            self._thread.start()
         if self.durability != "sync":
             atexit.register(self._at_exit)
 
@@ -163,30 +141,14 @@ class DurableWriter:
     # -- properties ---------------------------------------------------------------
 
     @property
-    def run_id(self) -> str:
-        """The run being written."""
-        return self.run.run_id
-
-    @property
     def effects(self) -> Journal:
         """The run's effect journal; synchronous in every durability mode."""
         return journal_of(self.run)
 
     @property
-    def pending(self) -> int:
-        """Checkpoints accepted but not yet on disk (queued or being written)."""
-        with self._cond:
-            return len(self._queue) + (1 if self._busy else 0)
-
-    @property
     def closed(self) -> bool:
         """True once :meth:`close` ran."""
         return self._closed
-
-    @property
-    def failed(self) -> BaseException | None:
-        """The error that made this writer refuse further writes, if any."""
-        return self._error
 
     # -- checkpoints --------------------------------------------------------------
 
@@ -233,26 +195,10 @@ class DurableWriter:
                 f"run {self.run_id!r}: checkpoint payload of {len(data)} bytes exceeds "
                 f"max_record_bytes={self._max_record_bytes}"
             )
-        item = _Pending(
+        item = QueuedCheckpoint(
             phase_name, msgspec.Raw(data), step, self.run.journal_records(), metrics or None
         )
-        with self._cond:
-            if self.durability == "async":
-                while len(self._queue) >= self._max_queue and self._error is None:
-                    self._cond.wait(0.1)
-            self._raise_error_locked()
-            if (
-                self.coalesce_runtime_state
-                and phase_name == _RUNTIME_STATE
-                and self._queue
-                and self._queue[-1].phase == _RUNTIME_STATE
-            ):
-                replaced = self._queue[-1]
-                self._queue[-1] = item._replace(metrics=merge_batches(replaced.metrics, metrics))
-                self.coalesced += 1
-            else:
-                self._queue.append(item)
-            self._cond.notify_all()
+        self._enqueue(item)
 
     def flush(self) -> None:
         """Write everything queued, in order; return when it is durable (and mirrored).
@@ -269,46 +215,6 @@ class DurableWriter:
         """
         self._flush_local()
         self.run.flush_mirror(self.flush_timeout_s)
-
-    def _flush_local(self) -> None:
-        # Pause and terminal writes wait for the disk only: a slow or failed mirror must
-        # not keep a finished run from being recorded as finished (close() raises it).
-        if os.getpid() != self._pid:
-            raise ForkedWriterError(self.run_id, self._pid, os.getpid())
-        if self.durability == "exit":
-            self._drain_here()
-            return
-        with self._cond:
-            deadline = time.monotonic() + self.flush_timeout_s
-            while (self._queue or self._busy) and self._error is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise FlushTimeoutError(
-                        self.run_id, len(self._queue) + self._busy, self.flush_timeout_s
-                    )
-                self._cond.wait(remaining)
-            self._raise_error_locked()
-
-    def _drain_here(self) -> None:
-        with self._io_lock:
-            while True:
-                with self._cond:
-                    self._raise_error_locked()
-                    if not self._queue:
-                        return
-                    item = self._queue.popleft()
-                try:
-                    self.run.checkpoint(
-                        item.phase,
-                        item.record_payload(),
-                        step=item.step,
-                        journal_records=item.journal_records,
-                    )
-                except BaseException as exc:
-                    self._set_error(exc)
-                    self._error_surfaced = True
-                    raise
-                self.written += 1
 
     # -- terminal and pause writes (always synchronous, after a flush) ---------------
 
@@ -367,12 +273,7 @@ class DurableWriter:
                 self._flush_local()  # the run's close then waits for its mirror
         finally:
             self._closed = True
-            with self._cond:
-                self._stopping = True
-                self._queue.clear()
-                self._cond.notify_all()
-            if self._thread is not None and self._thread is not threading.current_thread():
-                self._thread.join(self.flush_timeout_s)
+            self._stop()
             if self.durability != "sync":
                 atexit.unregister(self._at_exit)
             self.run.close()
@@ -393,66 +294,3 @@ class DurableWriter:
             self._flush_local()
         except BaseException:
             log.exception("run %s: could not write queued checkpoints at exit", self.run_id)
-
-    # -- background writer --------------------------------------------------------
-
-    def _write_behind(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._stopping:
-                    self._cond.wait()
-                if not self._queue:
-                    return
-                item = self._queue.popleft()
-                self._busy = True
-                self._cond.notify_all()
-            try:
-                with self._io_lock:
-                    self.run.checkpoint(
-                        item.phase,
-                        item.record_payload(),
-                        step=item.step,
-                        journal_records=item.journal_records,
-                    )
-            except BaseException as exc:
-                log.error(
-                    "run %s: background checkpoint write failed, writer stopped: %s",
-                    self.run_id,
-                    exc,
-                )
-                self._set_error(exc)
-                return
-            with self._cond:
-                self._busy = False
-                self.written += 1
-                self._cond.notify_all()
-
-    # -- errors -------------------------------------------------------------------
-
-    def _set_error(self, exc: BaseException) -> None:
-        with self._cond:
-            if self._error is None:
-                self._error = exc
-            dropped = len(self._queue)
-            self._queue.clear()
-            self._busy = False
-            self._cond.notify_all()
-        if dropped:
-            log.error("run %s: %d queued checkpoint(s) were not written", self.run_id, dropped)
-
-    def _check_usable(self) -> None:
-        if os.getpid() != self._pid:  # before any lock: one held at the fork stays held
-            raise ForkedWriterError(self.run_id, self._pid, os.getpid())
-        if self._closed:
-            raise WriterFailedError(self.run_id, RuntimeError("writer is closed"))
-        with self._cond:
-            self._raise_error_locked()
-
-    def _raise_error_locked(self) -> None:
-        error = self._error
-        if error is None:
-            return
-        if not self._error_surfaced:
-            self._error_surfaced = True
-            raise error
-        raise WriterFailedError(self.run_id, error) from error

@@ -133,8 +133,10 @@ def test_keyed_round_trip_signs_every_file_and_record(tmp_path: Path) -> None:
 
 def test_unkeyed_files_are_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No key: the format of today, byte for byte; the keyed file is that plus flag and MAC."""
-    monkeypatch.setattr("afk_local.storage.rundir.write.writer.now_ms", lambda: 1_700_000_000_000)
-    monkeypatch.setattr("afk_local.journal.journal.now_ms", lambda: 1_700_000_000_000)
+    monkeypatch.setattr(
+        "afk_local.storage.rundir.write.checkpointing.now_ms", lambda: 1_700_000_000_000
+    )
+    monkeypatch.setattr("afk_local.journal.appending.now_ms", lambda: 1_700_000_000_000)
     plain, signed = afk.Store(tmp_path / "plain"), keyed(tmp_path / "signed")
     for store in (plain, signed):
         write_run(store, "r")
@@ -617,7 +619,7 @@ def test_langgraph_delete_on_a_keyed_store_keeps_the_thread_verifiable(
     def unsigned_cache(path: Path) -> dict[str, Any]:
         raise AssertionError(f"a keyed store read the index cache {path}")
 
-    for where in ("index", "threads"):  # the index build and the cold get_tuple
+    for where in ("index", "thread_reads"):  # the index build and the cold get_tuple
         monkeypatch.setattr(
             f"afk_local.integrations.langgraph.{where}.read_index_cache", unsigned_cache
         )
