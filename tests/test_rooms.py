@@ -25,7 +25,6 @@ BEING_SPLIT = {
     # the same wave): remove each name once its class is under the limit.
     "DurableWriter",
     "RunWriter",
-    "MetaIndex",
 }
 
 

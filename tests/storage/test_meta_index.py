@@ -24,6 +24,7 @@ from afk_local.storage.format import codec, meta_index_file
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.integrity import signer_for
 from afk_local.storage.format.records import RunStatus
+from afk_local.storage.index import index_file
 from afk_local.storage.meta_index import INDEX_MIN_RUNS, INDEX_NAME
 from afk_local.storage.rundir.write.creation import new_run_meta
 
@@ -202,7 +203,7 @@ def test_a_listing_while_another_process_creates_runs_misses_none(
     settle: Callable[[], None],
     trials: Callable[[int, int], int],
 ) -> None:
-    monkeypatch.setattr(meta_index, "INDEX_MIN_RUNS", 10)  # the index on disk from the start
+    monkeypatch.setattr(index_file, "INDEX_MIN_RUNS", 10)  # the index on disk from the start
     _build(tmp_path, 20)
     settle()
     afk.Store(tmp_path).runs(limit=1)  # with runs/'s stamp
@@ -280,7 +281,7 @@ def test_a_damaged_or_planted_index_is_rebuilt_or_ignored_never_followed(
         "group-writable": lambda: (index.write_bytes(good), index.chmod(0o660)),
         "over the bound": lambda: (
             index.write_bytes(good),
-            monkeypatch.setattr(meta_index, "MAX_INDEX_BYTES", 1000),
+            monkeypatch.setattr(index_file, "MAX_INDEX_BYTES", 1000),
         ),
     }
     for name, damage in damages.items():
@@ -290,7 +291,7 @@ def test_a_damaged_or_planted_index_is_rebuilt_or_ignored_never_followed(
         damage()
         assert _listed(tmp_path) == truth, name
         assert afk.Store(tmp_path).interrupted() == [], name
-        monkeypatch.setattr(meta_index, "MAX_INDEX_BYTES", 256 << 20)
+        monkeypatch.setattr(index_file, "MAX_INDEX_BYTES", 256 << 20)
         if name not in ("symlink", "group-writable"):
             data = index.read_bytes()
             assert meta_index_file.decode_index(data).version == meta_index_file.VERSION, name
