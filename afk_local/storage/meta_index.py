@@ -63,7 +63,7 @@ class MetaIndex(MetaSweeps):
     :meth:`newest_first` lists them.
 
     Built on its parts (``afk_local/storage/index/``): ``MetaScan`` (``runs/`` and each
-    ``run.meta``) <- ``IndexFile`` (``runs.index``: load, save, the listing order it
+    ``run.meta``) <- ``StoredIndex`` (``runs.index``: load, save, the listing order it
     holds) <- ``IndexChanges`` (catching up from ``runs.changes``) <- ``MetaSweeps``
     (the full and the steady check) <- ``MetaIndex`` (the listing order).
 

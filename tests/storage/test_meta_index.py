@@ -1,7 +1,8 @@
-"""The store's meta index (afk_local/storage/meta_index.py): listings of many runs, newest
-created first, that read only the runs they show, and never trust the index over a run:
-a status shown is the run's own, a run another process created or deleted is seen, and a
-damaged or planted ``runs.index`` is rebuilt or ignored, never followed."""
+"""The store's meta index (afk_local/storage/meta_index.py, over its parts in
+storage/index/): listings of many runs, newest created first, that read only the runs
+they show, and never trust the index over a run: a status shown is the run's own, a run
+another process created or deleted is seen, and a damaged or planted ``runs.index`` is
+rebuilt or ignored, never followed."""
 
 from __future__ import annotations
 

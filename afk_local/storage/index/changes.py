@@ -14,7 +14,7 @@ from pathlib import Path
 from afk_local.storage import fsio
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.meta_index_file import decode_changes
-from afk_local.storage.index.index_file import IndexFile
+from afk_local.storage.index.index_file import StoredIndex
 from afk_local.storage.rundir.run_changes import changes_path
 
 log = logging.getLogger("afk_local")
@@ -28,7 +28,7 @@ ROTATE_CHANGES_BYTES = 4 << 20
 is in the index."""
 
 
-class IndexChanges(IndexFile):
+class IndexChanges(StoredIndex):
     """A store's index that takes in ``runs.changes`` (:meth:`catch_up`).
 
     Args:

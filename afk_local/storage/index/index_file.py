@@ -42,7 +42,7 @@ MAX_INDEX_BYTES = 256 << 20
 """The largest index file read (about a million runs)."""
 
 
-class IndexFile(MetaScan):
+class StoredIndex(MetaScan):
     """What a store's index holds (summaries, listing order, the stamp of ``runs/`` it
     was made from) and the file it is kept in.
 
