@@ -381,3 +381,20 @@ def test_verify_reports_an_index_that_disagrees_with_its_run(
     report = json.loads(capsys.readouterr().out)
     (problem,) = report["index"]["problems"]
     assert "r-00007" in problem and "'completed'" in problem and "'running'" in problem
+
+
+def test_the_index_s_names_stay_importable_from_meta_index() -> None:
+    # MetaIndex was split into the parts under storage/index/; callers keep the old path.
+    from afk_local.storage.index import changes, scan, sweeps  # noqa: PLC0415
+
+    assert meta_index.MetaIndex.__mro__[1:5] == (
+        sweeps.MetaSweeps,
+        changes.IndexChanges,
+        index_file.StoredIndex,
+        scan.MetaScan,
+    )
+    for name in meta_index.__all__:
+        assert getattr(meta_index, name) is not None, name
+    assert meta_index.INDEX_MIN_RUNS == index_file.INDEX_MIN_RUNS
+    assert meta_index.note_deletion is scan.note_deletion
+    assert meta_index.AWAKE is sweeps.AWAKE
