@@ -1,7 +1,8 @@
-"""The store's meta index (afk_local/storage/meta_index.py): listings of many runs, newest
-created first, that read only the runs they show, and never trust the index over a run:
-a status shown is the run's own, a run another process created or deleted is seen, and a
-damaged or planted ``runs.index`` is rebuilt or ignored, never followed."""
+"""The store's meta index (afk_local/storage/meta_index.py, over its parts in
+storage/index/): listings of many runs, newest created first, that read only the runs
+they show, and never trust the index over a run: a status shown is the run's own, a run
+another process created or deleted is seen, and a damaged or planted ``runs.index`` is
+rebuilt or ignored, never followed."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from afk_local.storage.format import codec, meta_index_file
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.integrity import signer_for
 from afk_local.storage.format.records import RunStatus
+from afk_local.storage.index import index_file
 from afk_local.storage.meta_index import INDEX_MIN_RUNS, INDEX_NAME
 from afk_local.storage.rundir.write.creation import new_run_meta
 
@@ -202,7 +204,7 @@ def test_a_listing_while_another_process_creates_runs_misses_none(
     settle: Callable[[], None],
     trials: Callable[[int, int], int],
 ) -> None:
-    monkeypatch.setattr(meta_index, "INDEX_MIN_RUNS", 10)  # the index on disk from the start
+    monkeypatch.setattr(index_file, "INDEX_MIN_RUNS", 10)  # the index on disk from the start
     _build(tmp_path, 20)
     settle()
     afk.Store(tmp_path).runs(limit=1)  # with runs/'s stamp
@@ -280,7 +282,7 @@ def test_a_damaged_or_planted_index_is_rebuilt_or_ignored_never_followed(
         "group-writable": lambda: (index.write_bytes(good), index.chmod(0o660)),
         "over the bound": lambda: (
             index.write_bytes(good),
-            monkeypatch.setattr(meta_index, "MAX_INDEX_BYTES", 1000),
+            monkeypatch.setattr(index_file, "MAX_INDEX_BYTES", 1000),
         ),
     }
     for name, damage in damages.items():
@@ -290,7 +292,7 @@ def test_a_damaged_or_planted_index_is_rebuilt_or_ignored_never_followed(
         damage()
         assert _listed(tmp_path) == truth, name
         assert afk.Store(tmp_path).interrupted() == [], name
-        monkeypatch.setattr(meta_index, "MAX_INDEX_BYTES", 256 << 20)
+        monkeypatch.setattr(index_file, "MAX_INDEX_BYTES", 256 << 20)
         if name not in ("symlink", "group-writable"):
             data = index.read_bytes()
             assert meta_index_file.decode_index(data).version == meta_index_file.VERSION, name
@@ -379,3 +381,20 @@ def test_verify_reports_an_index_that_disagrees_with_its_run(
     report = json.loads(capsys.readouterr().out)
     (problem,) = report["index"]["problems"]
     assert "r-00007" in problem and "'completed'" in problem and "'running'" in problem
+
+
+def test_the_index_s_names_stay_importable_from_meta_index() -> None:
+    # MetaIndex was split into the parts under storage/index/; callers keep the old path.
+    from afk_local.storage.index import changes, scan, sweeps  # noqa: PLC0415
+
+    assert meta_index.MetaIndex.__mro__[1:5] == (
+        sweeps.MetaSweeps,
+        changes.IndexChanges,
+        index_file.StoredIndex,
+        scan.MetaScan,
+    )
+    for name in meta_index.__all__:
+        assert getattr(meta_index, name) is not None, name
+    assert meta_index.INDEX_MIN_RUNS == index_file.INDEX_MIN_RUNS
+    assert meta_index.note_deletion is scan.note_deletion
+    assert meta_index.AWAKE is sweeps.AWAKE
