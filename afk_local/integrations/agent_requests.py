@@ -2,7 +2,7 @@
 
 A model step of an agent integration is journaled with a *request fingerprint*: a short
 digest of each message the call sends, one of each tool it offers (name, description,
-argument schema) and one of the output type it asks for. The journal compares the
+argument schema), one of the output type it asks for, and the model's name. The journal compares the
 fingerprint's hash on replay; the fingerprint itself is kept in the step's outcome, so
 that a resume whose request differs can say which message, which tool, or the output
 type (:class:`~afk_local.errors.AgentRequestMismatchError`) instead of printing hashes.
@@ -25,7 +25,13 @@ from afk_local.errors import AgentRequestMismatchError
 from afk_local.journal.replay import input_hash
 from afk_local.runner.run.run_context import RunContext
 
-__all__ = ["REQUEST_KEY", "check_request", "data_digest", "request_fingerprint"]
+__all__ = [
+    "REQUEST_KEY",
+    "check_request",
+    "data_digest",
+    "request_fingerprint",
+    "without_model",
+]
 
 REQUEST_KEY = "request"
 """Where a model step's outcome keeps the fingerprint of the request it answered."""
@@ -39,7 +45,7 @@ def data_digest(value: Any) -> str:
 
 
 def request_fingerprint(
-    messages: Iterable[Any], tools: Mapping[str, Any], output: Any
+    messages: Iterable[Any], tools: Mapping[str, Any], output: Any, model: str | None = None
 ) -> dict[str, Any]:
     """The fingerprint of a model request: what decides the call, each part digested.
 
@@ -47,12 +53,24 @@ def request_fingerprint(
         messages: each message as sent (plain data, nothing volatile in it).
         tools: tool name -> what the model is told about it (description, schema).
         output: what the model is asked to answer with (mode, schema), or None.
+        model: the name of the model asked (``openai:gpt-4o``), kept as it is so that a
+            mismatch can name both; None: not part of the fingerprint (as recorded
+            before models were).
     """
-    return {
+    fingerprint: dict[str, Any] = {
         "messages": [data_digest(m) for m in messages],
         "tools": {name: data_digest(spec) for name, spec in sorted(tools.items())},
         "output": data_digest(output),
     }
+    if model is not None:
+        fingerprint["model"] = model
+    return fingerprint
+
+
+def without_model(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """``fingerprint`` as recorded before the model's name was part of it (a legacy form
+    :func:`check_request` accepts, so that those runs stay replayable)."""
+    return {name: value for name, value in fingerprint.items() if name != "model"}
 
 
 def check_request(
@@ -111,6 +129,9 @@ def differences(
     found += _tool_differences(recorded.get("tools"), current["tools"])
     if recorded.get("output") != current["output"]:
         found.append("the output type (or its schema) is not the one recorded")
+    then, now = recorded.get("model"), current.get("model")
+    if then is not None and now is not None and then != now:
+        found.append(f"the model is {now!r} now, {then!r} then")
     return found
 
 

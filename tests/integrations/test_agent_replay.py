@@ -1,4 +1,4 @@
-"""``afk-local replay`` reports an agent run whose tool list changed (issue 41).
+"""``afk-local replay`` reports an agent run whose tool list or model changed (issue 41).
 
 The run is made in a child under one version of the code; the replay runs in another
 child under the version with one tool more (``REPLAY_TOOLS=more``), as a user would
@@ -32,10 +32,10 @@ def env_for(tmp_path: Path, **more: str) -> dict[str, str]:
 
 
 def replayed_with_more_tools(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: str, **change: str
 ) -> tuple[str, str]:
     """Run ``job`` to its end here, then replay it in a child as it is and in another with
-    one tool more; returns what each printed."""
+    one tool more (or the environment ``change``); returns what each printed."""
     for name, value in env_for(tmp_path).items():
         if name != "PYTHONPATH":
             monkeypatch.setenv(name, value)
@@ -46,7 +46,11 @@ def replayed_with_more_tools(
     same = proc.afk_local_cli(env_for(tmp_path), "--root", root, "replay", "agent-run")
     assert same.returncode == 0, same.stdout + same.stderr
     more = proc.afk_local_cli(
-        env_for(tmp_path, REPLAY_TOOLS="more"), "--root", root, "replay", "agent-run"
+        env_for(tmp_path, **(change or {"REPLAY_TOOLS": "more"})),
+        "--root",
+        root,
+        "replay",
+        "agent-run",
     )
     assert (tmp_path / "effects.txt").read_text("utf-8") == effects  # no tool ran again
     return same.stdout, more.stdout + more.stderr
@@ -66,3 +70,18 @@ def test_a_pydantic_ai_run_with_a_changed_tool_list_diverges(
     _, more = replayed_with_more_tools(tmp_path, monkeypatch, "pydantic_ai_job")
     assert "DIVERGES at call 1 (pydantic-ai.model#1)" in more, more
     assert "tool 'lookup' is offered now, not then" in more, more
+
+
+@pytest.mark.parametrize(
+    ("job", "step", "now"),
+    [
+        ("openai_agents_job", "openai-agents.model#1", "'gpt-other'"),
+        ("pydantic_ai_job", "pydantic-ai.model#1", "'function:gpt-other'"),
+    ],
+)
+def test_an_agent_run_asked_of_another_model_diverges_naming_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: str, step: str, now: str
+) -> None:
+    _, other = replayed_with_more_tools(tmp_path, monkeypatch, job, REPLAY_MODEL="gpt-other")
+    assert f"DIVERGES at call 1 ({step})" in other, other
+    assert f"the model is {now} now" in other, other

@@ -1,7 +1,8 @@
 """Agent jobs whose tool list changes between attempts, for ``afk-local replay`` (issue 41).
 
 Importable as ``replay_agent_jobs``. ``REPLAY_TOOLS=more`` gives the agent a second tool
-(``lookup``), as if the code had been edited between two attempts; the model and its
+(``lookup``), and ``REPLAY_MODEL=NAME`` another model (by name), as if the code had been
+edited between two attempts; the model and its
 answers are those of the crash suites' jobs (``openai_agents_jobs``, ``pydantic_ai_jobs``,
 whose environment variables they need: ``OA_EFFECTS``; ``PAI_EFFECTS``, ``PAI_MODEL_LOG``).
 """
@@ -33,7 +34,10 @@ def openai_agents_job(ctx: afk.RunContext, prompt: str) -> str:
     from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     tools = [oa.record, function_tool(lookup)] if _more_tools() else [oa.record]
-    agent = oa.recorder.clone(model=oa.ScriptedModel(oa.record_twice, "recorder"), tools=tools)
+    model = oa.ScriptedModel(oa.record_twice, "recorder")
+    if os.environ.get("REPLAY_MODEL"):
+        model.model = os.environ["REPLAY_MODEL"]  # type: ignore[attr-defined]
+    agent = oa.recorder.clone(model=model, tools=tools)
     result = DurableRunner.run_sync(ctx, agent, prompt, idempotent_tools={"record"})
     return str(result.final_output)
 
@@ -47,7 +51,8 @@ def pydantic_ai_job(ctx: afk.RunContext, prompt: str) -> str:
 
     from afk_local.integrations.pydantic_ai import DurableAgent  # noqa: PLC0415
 
-    agent = Agent(FunctionModel(pai.answer), instructions="Record a, then b.")
+    model = FunctionModel(pai.answer, model_name=os.environ.get("REPLAY_MODEL"))
+    agent = Agent(model, instructions="Record a, then b.")
     agent.tool_plain(pai.record)
     if _more_tools():
         agent.tool_plain(lookup)

@@ -22,11 +22,12 @@ from agents.tool import FunctionTool, Tool
 from agents.tool_context import ToolContext
 from pydantic_core import to_jsonable_python
 
-from afk_local.integrations.agent_requests import REQUEST_KEY, check_request
+from afk_local.integrations.agent_requests import REQUEST_KEY, check_request, without_model
 from afk_local.integrations.openai_agents.responses import (
     call_arguments,
     dump_response,
     load_response,
+    model_name,
     request_digest,
     request_fingerprint_of,
 )
@@ -116,7 +117,7 @@ class JournaledModel(Model):
             "input": self._sent.new_items(named.get("input", [])),
         }
 
-        fingerprint, described = request_fingerprint_of(named)
+        fingerprint, described = request_fingerprint_of(named, model_name(self._model))
 
         async def request(argument: Any) -> dict[str, Any]:
             # the request is kept beside the response for `afk-local show`, and what
@@ -129,7 +130,11 @@ class JournaledModel(Model):
             named["system_instructions"], named["input"], named["tools"], named["handoffs"]
         )
         argument = check_request(
-            self._ctx, MODEL_STEP, fingerprint, describe=described, legacy=[legacy]
+            self._ctx,
+            MODEL_STEP,
+            fingerprint,
+            describe=described,
+            legacy=[without_model(fingerprint), legacy],
         )
         # A model call reads: when a crash cut it short, asking again is harmless.
         stored: Any = await self._ctx.astep(

@@ -81,11 +81,13 @@ def request_digest(
     return hashlib.blake2b(stable.encode(), digest_size=16).hexdigest()
 
 
-def request_fingerprint_of(named: dict[str, Any]) -> tuple[dict[str, Any], Callable[[int], str]]:
+def request_fingerprint_of(
+    named: dict[str, Any], model: str | None = None
+) -> tuple[dict[str, Any], Callable[[int], str]]:
     """What decides a model call (``Model.get_response``'s arguments by name), and a way to
     say what message ``i`` of it is: the instructions first, then each input item as sent;
-    each tool (description, argument schema), each handoff (its target, its schema) and
-    the output schema."""
+    each tool (description, argument schema), each handoff (its target, its schema), the
+    output schema and the ``model``'s name."""
     items = named.get("input")
     listed = [{"role": "user", "content": items}] if isinstance(items, str) else list(items or ())
     messages = [{"instructions": named.get("system_instructions")}]
@@ -122,7 +124,14 @@ def request_fingerprint_of(named: dict[str, Any]) -> tuple[dict[str, Any], Calla
             return f"the result of call {item.get('call_id')!r}"
         return f"an input item of type {kind or type(item).__name__}"
 
-    return request_fingerprint(messages, tools, output), describe
+    return request_fingerprint(messages, tools, output, model), describe
+
+
+def model_name(model: Any) -> str:
+    """The name of an Agents SDK ``Model`` for a fingerprint: the model it asks
+    (``OpenAIResponsesModel.model``, ``"gpt-4o"``), else its class's name."""
+    name = getattr(model, "model", None)
+    return name if isinstance(name, str) else type(model).__name__
 
 
 def _cut(text: str, limit: int = 60) -> str:

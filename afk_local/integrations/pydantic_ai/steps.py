@@ -47,7 +47,12 @@ from pydantic_ai.tools import RunContext as AgentRunContext
 from pydantic_ai.tools import ToolDefinition
 from pydantic_core import to_jsonable_python
 
-from afk_local.integrations.agent_requests import REQUEST_KEY, check_request, request_fingerprint
+from afk_local.integrations.agent_requests import (
+    REQUEST_KEY,
+    check_request,
+    request_fingerprint,
+    without_model,
+)
 from afk_local.runner.run.run_context import RunContext
 from afk_local.runner.time.limits import Limit
 from afk_local.runner.time.retry import Retry
@@ -186,7 +191,9 @@ def request_fingerprint_of(context: ModelRequestContext) -> dict[str, Any]:
         "text": params.allow_text_output,
         "image": params.allow_image_output,
     }
-    return request_fingerprint([_as_sent(m) for m in messages], tools, output)
+    model = context.model
+    name = f"{model.system}:{model.model_name}"
+    return request_fingerprint([_as_sent(m) for m in messages], tools, output, name)
 
 
 def _describe(messages: Sequence[ModelMessage]) -> Callable[[int], str]:
@@ -282,7 +289,7 @@ class Journaled(AbstractCapability[Any]):
             MODEL_STEP,
             fingerprint,
             describe=_describe(request_context.messages),
-            legacy=_legacy_digests(request_context),
+            legacy=[without_model(fingerprint), *_legacy_digests(request_context)],
         )
         # A model request reads: when a crash cut it short, asking again is harmless.
         stored: Any = await self._ctx.astep(
