@@ -20,6 +20,7 @@ ALLOWED_LARGE = {
     "AfkLocalSaver",
 }
 
+
 def crowded_packages(root: Path) -> dict[str, int]:
     """Every package under ``root`` that directly holds more than MAX_MODULES modules
     (``__init__.py`` is the package itself and does not count)."""
