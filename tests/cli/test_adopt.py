@@ -225,8 +225,13 @@ def test_adopt_asks_whether_the_project_moved_and_can_be_told_later(tmp_path: Pa
     advice = stayed.stdout.splitlines()[-1]
     command = advice.split("if the scripts moved too: ")[1]
     assert command == f"afk-local --root {copy / '.afk'} adopt --project-moved"
+    program, *words = command.split()  # afk-local, as this interpreter runs it
+    assert program == "afk-local"
     told = subprocess.run(
-        command.split(), capture_output=True, text=True, env=test_script_jobs.no_pythonpath()
+        [sys.executable, "-m", "afk_local", *words],
+        capture_output=True,
+        text=True,
+        env=test_script_jobs.no_pythonpath(),
     )
     assert told.returncode == 0, told.stderr
     assert "1 run(s) now continue from here: script-job" in told.stdout

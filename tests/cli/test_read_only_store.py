@@ -83,6 +83,7 @@ def test_a_read_only_store_says_so_in_one_line_and_still_reads(tmp_path: Path) -
 
         saved = run(project, "-c", CHECKPOINT)
         assert saved.returncode == 1
+        assert len(saved.stderr.splitlines()) == 1, saved.stderr
         [line] = saved.stderr.splitlines()
         assert line.startswith(f"StoreReadOnlyError: the store {project / 'ckpt'} is read-only")
 

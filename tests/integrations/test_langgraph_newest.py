@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import afk_local as afk
 from afk_local.integrations.langgraph import AfkLocalSaver, thread_run_id
-from afk_local.integrations.langgraph import threads as threads_module
+from afk_local.integrations.langgraph import thread_reads as threads_module
 from afk_local.integrations.langgraph import writes as writes_module
 
 NAMESPACES = ("", "sub")
@@ -91,7 +91,7 @@ class _Shortcuts:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.newest = self.writes = 0
-        newest = threads_module.ThreadFiles.newest_cold
+        newest = threads_module.ThreadReads.newest_cold
         after = writes_module.read_writes_after
 
         def counting_newest(files: Any, thread_id: str, ns: str) -> Any:
@@ -104,7 +104,7 @@ class _Shortcuts:
             self.writes += found is not None
             return found
 
-        monkeypatch.setattr(threads_module.ThreadFiles, "newest_cold", counting_newest)
+        monkeypatch.setattr(threads_module.ThreadReads, "newest_cold", counting_newest)
         monkeypatch.setattr(threads_module, "read_writes_after", counting_after)
 
 

@@ -60,9 +60,9 @@ def test_the_creation_workload_catches_a_torn_completed_meta_when_nothing_stands
     """The completed run.meta has no fsync (its copy rides in the terminal checkpoint):
     the explorer reaches the state where a power cut tore it, and without the copy that
     state loses the run."""
-    import afk_local.storage.rundir.read.reader as reader  # noqa: PLC0415
+    import afk_local.storage.rundir.read.loading as loading  # noqa: PLC0415
 
-    monkeypatch.setattr(reader, "_terminal_copy", lambda paths, record_codec: None)
+    monkeypatch.setattr(loading, "_terminal_copy", lambda paths, record_codec: None)
     result = explore("create", max_states=None, seed=1)
     found = result.counterexample
     assert found is not None, "a torn run.meta was never reached"

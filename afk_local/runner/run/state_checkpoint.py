@@ -215,6 +215,9 @@ class StateCheckpoint:
                 writer = None
             if writer is not None or not create:
                 return writer
+            # once per writer, not per save; before it is opened, whose refusals (a
+            # read-only or moved store) are what a script should end with in one line
+            install_script_excepthook()
             if self.store.exists(RUN_ID):
                 run = self.store.resume_writer(RUN_ID)
                 if run.meta.status.is_terminal:  # saving again after completion starts over
@@ -225,7 +228,6 @@ class StateCheckpoint:
                 run = self.store.create(RUN_ID, extra={"kind": "StateCheckpoint"})
             writer = DurableWriter(run, self.durability)
             _open_writers[key] = writer
-            install_script_excepthook()  # once per writer, not per save
             return writer
 
 
