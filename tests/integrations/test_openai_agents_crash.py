@@ -82,7 +82,7 @@ def test_killed_agent_resumes_without_asking_the_model_again(tmp_path: Path) -> 
     ]
     assert json.loads(first.result["messages"])["output"][0]["call_id"] == "call-a"
     # beside it, what decided the call: one digest per message, per tool, the output type
-    assert set(first.result["request"]) == {"messages", "tools", "output"}
+    assert set(first.result["request"]) == {"messages", "tools", "output", "model"}
     assert list(first.result["request"]["tools"]) == ["record"]
 
 
