@@ -13,13 +13,17 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from proc import spawn
 
 import afk_local as afk
 from afk_local.storage import meta_index
-from afk_local.storage.format import codec
-from afk_local.storage.format.frames import encode_frame
+from afk_local.storage.format import codec, meta_index_file
+from afk_local.storage.format.frames import FRAME_HEADER, encode_frame
+from afk_local.storage.format.integrity import MAC_SIZE
 from afk_local.storage.format.meta_index_file import (
+    MAX_CHANGE_BYTES,
     MetaSummary,
     decode_changes,
     encode_change,
@@ -238,3 +242,38 @@ def meta_index_file_changes(root: Path) -> tuple[int, int] | None:
     from afk_local.storage.format.meta_index_file import decode_index  # noqa: PLC0415
 
     return decode_index((root / meta_index.INDEX_NAME).read_bytes()).changes
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    frames=st.lists(
+        st.tuples(
+            st.binary(min_size=0, max_size=40),
+            st.sampled_from(["plain", "signed", "bad crc", "huge", "cut"]),
+        ),
+        max_size=8,
+    ),
+    count=st.integers(min_value=-1, max_value=9),
+)
+def test_the_fast_frame_reader_reads_what_the_general_one_does(
+    frames: list[tuple[bytes, str]], count: int
+) -> None:
+    """The reader of a store without a key (one crc per unsigned frame, and the general
+    loop from a signed one on) stops where, and for the reason, the general loop does."""
+    data = b""
+    for body, kind in frames:
+        if kind == "signed":
+            frame = encode_frame(body or b"x", b"m" * MAC_SIZE)
+        elif kind == "huge":
+            frame = FRAME_HEADER.pack(MAX_CHANGE_BYTES + 1, 0) + body
+        else:
+            frame = encode_frame(body or b"x")
+            if kind == "bad crc":
+                frame = frame[:4] + bytes([frame[4] ^ 1]) + frame[5:]
+            elif kind == "cut":
+                frame = frame[:-1]
+        data += frame
+    fast = meta_index_file._frames(data, 0, None, count)
+    general = meta_index_file._checked_frames(data, 0, None, count)
+    assert [bytes(b) for b in fast[0]] == [bytes(b) for b in general[0]]
+    assert fast[1:] == general[1:]

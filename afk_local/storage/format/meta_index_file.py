@@ -50,8 +50,12 @@ Stamp = tuple[int, int, int, int]
 """``runs/``'s (st_dev, st_ino, st_mtime_ns, st_ctime_ns)."""
 
 
-class MetaSummary(msgspec.Struct, array_like=True, frozen=True):
-    """What the index keeps of one run's ``run.meta``, and the stat it was read at."""
+class MetaSummary(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """What the index keeps of one run's ``run.meta``, and the stat it was read at.
+
+    Only numbers, strings and a bool: it can hold no reference cycle, so it is never
+    tracked by the garbage collector (``gc=False``), which a listing that decodes
+    100,000 of them would otherwise run again and again."""
 
     ino: int
     mtime_ns: int
@@ -194,9 +198,10 @@ def listing_order(runs: dict[str, MetaSummary]) -> list[Entry]:
     )
 
 
-class Change(msgspec.Struct, array_like=True, frozen=True):
+class Change(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """One record of ``runs.changes``: a run's meta as its writer just left it, or (no
-    summary) the run deleted."""
+    summary) the run deleted. Untracked by the garbage collector, as
+    :class:`MetaSummary` (a string and one of those: no cycle)."""
 
     run_id: str
     """Checked by :func:`decode_changes` before any record is returned."""
@@ -262,8 +267,52 @@ def _frames(
     """The bodies of the whole, crc-checked (and in a keyed store, signed) frames from
     ``start`` (at most ``count`` of them, if not negative), where reading stopped, and
     why (None: the end, or a frame cut short by it). The frame format is
-    :mod:`~afk_local.storage.format.frames`'; this loop is its hot reader for one file
-    of many small frames."""
+    :mod:`~afk_local.storage.format.frames`'; this is its hot reader for one file of
+    many small frames."""
+    if signer is None:
+        bodies, pos, problem = _plain_frames(data, start, count)
+        if problem is not _SIGNED:
+            return bodies, pos, problem
+        # a signed frame in a store without a key: the general loop from there on
+        more, pos, problem = _checked_frames(data, pos, None, count - len(bodies))
+        return bodies + more, pos, problem
+    return _checked_frames(data, start, signer, count)
+
+
+_SIGNED = "a signed frame"
+
+
+def _plain_frames(data: bytes, start: int, count: int) -> tuple[list[memoryview], int, str | None]:
+    """:func:`_frames` of a store without a key, while the frames are unsigned (the
+    common case: one slice and one crc per frame). Stops with the problem
+    :data:`_SIGNED` at the first signed frame, for :func:`_checked_frames` to go on."""
+    unpack, crc32, view = FRAME_HEADER.unpack_from, zlib.crc32, memoryview(data)
+    header, last = FRAME_HEADER_SIZE, len(data) - FRAME_HEADER_SIZE
+    bodies: list[memoryview] = []
+    append = bodies.append
+    pos = start
+    while pos <= last and count != 0:
+        count -= 1
+        length, crc = unpack(data, pos)
+        if not 0 < length <= MAX_CHANGE_BYTES:
+            if length & SIGNED_FRAME:
+                return bodies, pos, _SIGNED
+            return bodies, pos, f"frame length {length} outside 1..{MAX_CHANGE_BYTES}"
+        body_end = pos + header + length
+        if body_end > last + header:
+            break  # a frame still being appended (or torn by a crash)
+        body = view[pos + header : body_end]
+        if crc32(body) != crc:
+            return bodies, pos, "crc32 mismatch"
+        append(body)
+        pos = body_end
+    return bodies, pos, None
+
+
+def _checked_frames(
+    data: bytes, start: int, signer: Signer | None, count: int
+) -> tuple[list[memoryview], int, str | None]:
+    """:func:`_frames` for any frame, signed or not (``signer``: the MAC each must carry)."""
     unpack, crc32, view, end = FRAME_HEADER.unpack_from, zlib.crc32, memoryview(data), len(data)
     bodies: list[memoryview] = []
     append = bodies.append
