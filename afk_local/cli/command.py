@@ -9,7 +9,6 @@ wires them into argparse and turns errors into exit codes.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -17,7 +16,6 @@ from typing import Any
 
 from afk_local.errors import RunNotFoundError
 from afk_local.storage import fsio
-from afk_local.storage.ops.export import to_jsonable
 from afk_local.storage.rundir.options import ROOT_ENV, store_root
 from afk_local.storage.store import Store
 from afk_local.storage.trust import trust_warnings
@@ -40,7 +38,17 @@ class CliError(Exception):
 
 def emit_json(value: Any) -> None:
     """Write ``value`` to stdout as indented JSON (``--json``)."""
-    sys.stdout.write(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.write(_json_text(value, indent=2) + "\n")
+
+
+def _json_text(value: Any, indent: int | None = None) -> str:
+    """``value`` as JSON text: json and the export module's conversion are loaded by
+    the commands that print JSON, not by every command's start-up."""
+    import json  # noqa: PLC0415
+
+    from afk_local.storage.ops.export import to_jsonable  # noqa: PLC0415
+
+    return json.dumps(to_jsonable(value), indent=indent, ensure_ascii=False)
 
 
 def out(text: str = "") -> None:
@@ -121,7 +129,7 @@ def info_dict(info: RunInfo) -> dict[str, Any]:
 
 def short(value: Any, limit: int = 80) -> str:
     """``value`` as JSON on one line, cut to ``limit`` characters."""
-    text = json.dumps(to_jsonable(value), ensure_ascii=False)
+    text = _json_text(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

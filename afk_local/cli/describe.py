@@ -14,7 +14,6 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
-from afk_local.cli.render import effect_rows
 from afk_local.errors import AfkLocalError, UntrustedStoreError
 from afk_local.runner.code.origin import cannot_resume, origin_of
 from afk_local.runner.time.durable_time import WAITING_KEY
@@ -23,6 +22,7 @@ from afk_local.storage.ops.export import to_jsonable
 from afk_local.storage.rundir.read.reader import RunReader
 from afk_local.storage.store import Store
 from afk_local.storage.views.conversation import conversation
+from afk_local.storage.views.effect_table import effect_rows
 from afk_local.storage.views.notebook import format_bytes, format_ms
 
 SHOWN_ENTRIES = 20

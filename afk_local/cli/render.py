@@ -18,9 +18,6 @@ from afk_local.cli.command import CliError
 from afk_local.errors import AfkLocalError, RunLockedError, run_failure
 from afk_local.storage.format import codec
 from afk_local.storage.format.layout import parse_checkpoint_name
-from afk_local.storage.rundir.read.verify import special_checkpoint_names
-from afk_local.storage.views.effect_table import effect_rows
-from afk_local.storage.views.payload_diff import structural_diff
 from afk_local.storage.views.run_progress import progress_of
 
 if TYPE_CHECKING:
@@ -116,6 +113,8 @@ def log_rows(reader: RunReader, *, limit: int | None = None) -> list[dict[str, A
         except (AfkLocalError, OSError) as exc:
             row["error"] = str(getattr(exc, "reason", exc))
         rows.append(row)
+    from afk_local.storage.rundir.read.verify import special_checkpoint_names  # noqa: PLC0415
+
     for path, kind in special_checkpoint_names(reader.paths.dir):  # never opened: named
         parsed = parse_checkpoint_name(os.path.basename(path))
         assert parsed is not None
@@ -247,10 +246,8 @@ def _repair_journal(store: Store, run_id: str) -> str | None:
 
 
 __all__ = [
-    "effect_rows",
     "log_rows",
     "payload_at",
     "print_table",
-    "structural_diff",
     "verify_run",
 ]

@@ -18,8 +18,6 @@ import contextlib
 import errno
 import itertools
 import os
-import secrets
-import shutil
 import stat
 import sys
 from collections.abc import Callable
@@ -65,7 +63,8 @@ class _disk_full_named:
         directory = where if os.path.isdir(where) else os.path.dirname(where) or "."
         mount = _mount_of(directory)
         try:
-            free = shutil.disk_usage(mount).free
+            vfs = os.statvfs(mount)
+            free = vfs.f_bavail * vfs.f_frsize  # what shutil.disk_usage calls free
         except OSError:
             free = 0
         raise DiskFullError(directory, mount, free, exc.errno or errno.ENOSPC) from None
@@ -161,12 +160,12 @@ _DARWIN = sys.platform == "darwin"
 # among processes (pid, token) and within one (counter), and far cheaper per write
 # than drawing random bytes (a getrandom call) every time.
 class _TempNames:
-    token = secrets.token_hex(4)
+    token = os.urandom(4).hex()
     counter = itertools.count()
 
     @classmethod
     def renew(cls) -> None:
-        cls.token = secrets.token_hex(4)
+        cls.token = os.urandom(4).hex()
 
 
 if hasattr(os, "register_at_fork"):
@@ -716,6 +715,8 @@ class Env:
             return
         if stat.S_ISDIR(st.st_mode):
             self._before("unlink", path)
+            import shutil  # noqa: PLC0415 - shutil (bz2, lzma, fnmatch) only to remove a tree
+
             shutil.rmtree(path)
         else:
             self.unlink(path)

@@ -11,7 +11,6 @@ does the work, on anything shaped like a store (:class:`MaintainedStore`).
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -284,6 +283,8 @@ def delete(
         tell_gone(store.root, run_id, store.codec.signer, store.env)
     finally:
         lock.release()
+    import shutil  # noqa: PLC0415 - shutil (bz2, lzma, fnmatch) only to remove a tree
+
     shutil.rmtree(trash, ignore_errors=True)
     if store.heads is not None:
         store.heads.remove(run_id)  # deleted on purpose: not a rollback

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from afk_local.errors import (
     RunLockedError,
 )
-from afk_local.storage import maintenance
 from afk_local.storage.format.records import RunMeta
 from afk_local.storage.rundir.ownership import (
     lock_is_held,
@@ -93,6 +92,8 @@ class Store(StoreRuns):
         ``check`` is called with the run's meta under the run's lock, before anything
         changes: it raises to keep the run (a status that changed since it was listed).
         """
+        from afk_local.storage import maintenance  # noqa: PLC0415 - loaded by what maintains
+
         return maintenance.delete(
             self, run_id, only_final=False, keep_effects=keep_effects, check=check
         )[1]
@@ -104,6 +105,8 @@ class Store(StoreRuns):
         cancelled) lose effects or are deleted, decided under each run's lock; kill -9
         at any instant leaves every run resumable.
         """
+        from afk_local.storage import maintenance  # noqa: PLC0415 - loaded by what maintains
+
         return maintenance.gc(self, policy, dry_run=dry_run)
 
     def pack(
@@ -130,6 +133,8 @@ class Store(StoreRuns):
             keep_loose: the newest loose files of each run that stay loose (>= 1).
             dry_run: say what would happen, change nothing.
         """
+        from afk_local.storage import maintenance  # noqa: PLC0415 - loaded by what maintains
+
         return maintenance.pack(
             self, run_ids, full=full, merge=merge, keep_loose=keep_loose, dry_run=dry_run
         )
@@ -151,6 +156,8 @@ class Store(StoreRuns):
         with ``at_seq=None``, continues from the newest checkpoint taken before the
         damage (docs/cli.md, ``fork --salvage``).
         """
+        from afk_local.storage import maintenance  # noqa: PLC0415 - loaded by what maintains
+
         return maintenance.fork(self, run_id, at_seq, new_run_id, updates=updates, salvage=salvage)
 
     def ensure_unlocked(self, run_id: str) -> None:

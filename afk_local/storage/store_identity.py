@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 from pathlib import Path
 
 import msgspec
@@ -122,9 +121,7 @@ def ensure_identity(
     path = identity_path(root)
     if os.path.lexists(path):
         return
-    identity = StoreIdentity(
-        store_id=secrets.token_hex(16), path=home_of(root), created_ms=now_ms()
-    )
+    identity = StoreIdentity(store_id=os.urandom(16).hex(), path=home_of(root), created_ms=now_ms())
     env.make_dirs(path.parent)
     tmp = fsio.temp_path(path.parent, IDENTITY_NAME)
     try:
@@ -218,7 +215,7 @@ def adopt_identity(
     if old is not None and old.path == here and (moved_from is None or not project_moved):
         return None, old
     new = StoreIdentity(
-        store_id=old.store_id if old is not None else secrets.token_hex(16),
+        store_id=old.store_id if old is not None else os.urandom(16).hex(),
         path=here,
         created_ms=old.created_ms if old is not None else now_ms(),
         adopted_ms=now_ms(),

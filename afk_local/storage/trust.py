@@ -41,8 +41,7 @@ from afk_local.errors import RunNotFoundError, UntrustedStoreError
 from afk_local.storage import fsio
 from afk_local.storage.format import codec
 from afk_local.storage.format.layout import RunPaths
-from afk_local.storage.format.records import RunMeta, later_ms
-from afk_local.storage.ops.export import IMPORTED_KEY, imported_mark
+from afk_local.storage.format.records import IMPORTED_KEY, RunMeta, imported_mark, later_ms
 from afk_local.storage.rundir.ownership import acquire_lock
 from afk_local.storage.rundir.read.reader import read_meta
 from afk_local.storage.rundir.run_changes import tell_meta

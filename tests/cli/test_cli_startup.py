@@ -68,6 +68,58 @@ print(json.dumps({"code": code, "listed": json.loads(out.getvalue()), "layers": 
     ], seen["modules"]
 
 
+_NOT_FOR_LISTING = (
+    "afk_local.storage.maintenance",
+    "afk_local.storage.ops.export",
+    "afk_local.storage.ops.fork",
+    "afk_local.storage.rundir.delta_prefetch",
+    "afk_local.storage.rundir.read.metrics",
+    "afk_local.storage.rundir.read.verify",
+    "afk_local.storage.views.effect_table",
+    "filelock",
+    "html",
+    "json",
+    "queue",
+    "secrets",
+    "socket",
+)
+"""What ``afk-local runs`` (a table) never needs: gc, export and fork, the writer's delta
+compressor, metrics, verify, the notebook's HTML, JSON output, a lock, the hostname."""
+
+
+def test_runs_imports_only_what_a_listing_uses(tmp_path) -> None:
+    script = """
+import io, json, sys, contextlib
+import afk_local as afk
+root = sys.argv[1]
+with afk.Store(root).create("r") as run:
+    run.checkpoint("runtime_state", {"n": 1}, step=1)
+    run.finish(1)
+for name in [m for m in sys.modules if m.startswith("afk_local")] + ["filelock"]:
+    sys.modules.pop(name, None)  # what creating the run loaded: start again from the CLI
+before = set(sys.modules)
+from afk_local.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = main(["--root", root, "runs", "--limit", "5"])
+loaded = sorted(set(sys.modules) - before)
+sys.stdout = sys.__stdout__
+print(json.dumps({"code": code, "table": out.getvalue(), "loaded": loaded}))
+"""
+    # json, socket, secrets and html are unloaded too, where creating the run loaded them
+    done = run(
+        "import sys\nfor m in ('json', 'socket', 'secrets', 'html', 'queue'):\n"
+        "    sys.modules.pop(m, None)\n" + script.replace("import io, json,", "import io,")
+        .replace("print(json.dumps(", "import json\nprint(json.dumps("),
+        str(tmp_path / "store"),
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["code"] == 0, seen["table"]
+    assert [line.split()[:2] for line in seen["table"].splitlines()[1:]] == [["r", "completed"]]
+    assert [m for m in _NOT_FOR_LISTING if m in seen["loaded"]] == []
+
+
 def test_every_command_still_declares_its_arguments() -> None:
     full = build_parser()
     for command, argv in {

@@ -26,20 +26,15 @@ from afk_local.cli.command import (
 from afk_local.cli.commands.listing import cmd_runs
 from afk_local.cli.commands.metrics import metric_lines, on_terminal
 from afk_local.cli.describe import CONVERSATION_CHARS, describe_failure, describe_run
-from afk_local.cli.render import (
-    effect_rows,
-    log_rows,
-    payload_at,
-    print_table,
-    structural_diff,
-    verify_run,
-)
+from afk_local.cli.render import log_rows, payload_at, print_table, verify_run
 from afk_local.errors import IN_DOUBT_CAUSES
 from afk_local.storage import fsio
 from afk_local.storage.ops.export import export_records, to_jsonable
 from afk_local.storage.store import Store
 from afk_local.storage.views.conversation import conversation, conversation_lines
+from afk_local.storage.views.effect_table import effect_rows
 from afk_local.storage.views.notebook import format_bytes, format_ms
+from afk_local.storage.views.payload_diff import structural_diff
 from afk_local.storage.views.run_progress import (
     format_duration,
     format_progress,

@@ -10,7 +10,6 @@ import enum
 import functools
 import os
 import re
-import secrets
 import time
 from pathlib import Path
 
@@ -255,4 +254,4 @@ class RunPaths(msgspec.Struct, frozen=True):
 
 def new_run_id() -> str:
     """A fresh, sortable run id: ``YYYYmmdd-HHMMSS-<8 hex>``."""
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(4)
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(4).hex()

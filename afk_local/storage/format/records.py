@@ -229,6 +229,17 @@ def now_ms() -> int:
     return clock_ms()
 
 
+IMPORTED_KEY = "imported"
+"""``RunMeta.extra`` key of a run made by ``afk-local import``: ``{"source": FILE,
+"imported_ms": ms}``. Such a run is never executed until someone trusts it (the trust
+gate, ``afk_local.storage.trust``, reads it)."""
+
+
+def imported_mark(source: str) -> dict[str, Any]:
+    """The ``RunMeta.extra[IMPORTED_KEY]`` an import records."""
+    return {"source": source, "imported_ms": now_ms()}
+
+
 def later_ms(previous: int) -> int:
     """The ``updated_ms`` of a record replacing one stamped ``previous``: now, but always later.
 

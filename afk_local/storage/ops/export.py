@@ -49,7 +49,14 @@ from afk_local.storage.format.layout import (
     validate_phase,
     validate_run_id,
 )
-from afk_local.storage.format.records import SCHEMA_VERSION, Checkpoint, Effect, RunMeta, now_ms
+from afk_local.storage.format.records import (
+    IMPORTED_KEY,
+    SCHEMA_VERSION,
+    Checkpoint,
+    Effect,
+    RunMeta,
+    imported_mark,
+)
 from afk_local.storage.ops.fork import JOURNAL_TRIMMED_KEY
 from afk_local.storage.rundir.read.heads import HeadStore
 from afk_local.storage.rundir.read.reader import RunReader
@@ -58,17 +65,6 @@ from afk_local.storage.rundir.run_changes import tell_meta
 _T = TypeVar("_T")
 
 EXPORT_FORMAT = "afk-local-export"
-
-
-IMPORTED_KEY = "imported"
-"""``RunMeta.extra`` key of a run made by ``afk-local import``: ``{"source": FILE,
-"imported_ms": ms}``. Such a run is never executed until someone trusts it (the trust
-gate, ``afk_local.storage.trust``, reads it)."""
-
-
-def imported_mark(source: str) -> dict[str, Any]:
-    """The ``RunMeta.extra[IMPORTED_KEY]`` an import records."""
-    return {"source": source, "imported_ms": now_ms()}
 
 
 class ImportTarget(Protocol):

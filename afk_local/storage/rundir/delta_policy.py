@@ -23,11 +23,13 @@ Example:
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from afk_local.storage.format import codec
 from afk_local.storage.format.records import Phase
-from afk_local.storage.rundir.delta_prefetch import DeltaPrefetch
+
+if TYPE_CHECKING:
+    from afk_local.storage.rundir.delta_prefetch import DeltaPrefetch
 
 _LAST_PHASE = Phase.RUN_TERMINAL.value
 
@@ -78,7 +80,10 @@ class DeltaPolicy:
         self._delta_fraction = delta_fraction
         self._level = level
         self._chains: OrderedDict[str, Chain] = OrderedDict()
-        self.prefetch = DeltaPrefetch(level)
+        # queue and a thread pool: loaded by a writer, not by a reader of the options
+        from afk_local.storage.rundir.delta_prefetch import DeltaPrefetch  # noqa: PLC0415
+
+        self.prefetch: DeltaPrefetch = DeltaPrefetch(level)
         """Prepares the next delta's compressor; its ``start`` runs while the disk syncs."""
         self._key_ratio = 0.3  # full frame / raw of the last keyframe: a delta's yardstick
         self.keyframe_written = False

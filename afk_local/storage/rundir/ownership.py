@@ -26,7 +26,6 @@ import functools
 import hashlib
 import os
 import random
-import socket
 import stat
 import sys
 import time
@@ -80,7 +79,15 @@ def boot_id() -> str:
             ).stdout.strip()
     if not boot:
         boot = str(int(now_ms() / 1000 - time.monotonic()) // 60)  # minutes: tolerate clock jitter
-    return hashlib.blake2b(f"{socket.gethostname()}|{boot}".encode(), digest_size=16).hexdigest()
+    return hashlib.blake2b(f"{_hostname()}|{boot}".encode(), digest_size=16).hexdigest()
+
+
+def _hostname() -> str:
+    """This machine's name (``socket.gethostname()``; the socket module, about 10 ms to
+    import here, is loaded only by a process that owns or probes a run)."""
+    import socket  # noqa: PLC0415
+
+    return socket.gethostname()
 
 
 def process_start(pid: int) -> int:
@@ -113,7 +120,7 @@ def current_owner() -> OwnerInfo:
     if owner is None or owner.pid != pid:
         owner = _owner = OwnerInfo(
             pid=pid,
-            hostname=socket.gethostname(),
+            hostname=_hostname(),
             boot_id=boot_id(),
             process_start=process_start(pid),
         )

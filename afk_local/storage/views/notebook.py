@@ -11,7 +11,6 @@ draws: they call in.
 
 from __future__ import annotations
 
-import html
 import math
 import os
 import time
@@ -23,7 +22,6 @@ from afk_local.errors import AfkLocalError
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import CheckpointFile, RunPaths
 from afk_local.storage.format.records import Checkpoint, RunMeta
-from afk_local.storage.rundir.read.metrics import read_metrics
 from afk_local.storage.views.run_progress import (
     format_duration,
     format_position,
@@ -46,6 +44,14 @@ STATUS_COLOURS = {
 _SPARKS = "▁▂▃▄▅▆▇█"
 
 
+def _escape(text: str) -> str:
+    """``html.escape``: the html module (with html.entities, large) is loaded only when a
+    notebook renders a table, not by every listing that formats a size or a time."""
+    import html  # noqa: PLC0415
+
+    return html.escape(text)
+
+
 def format_ms(ms: int | None) -> str:
     """A wall-clock millisecond stamp as local ``YYYY-mm-dd HH:MM:SS`` ('-' for none)."""
     if not ms:
@@ -65,14 +71,13 @@ def format_bytes(size: int) -> str:
 
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], caption: str = "") -> str:
     """A small escaped HTML table."""
-    import html  # noqa: PLC0415 - only notebooks render HTML; html.entities is large
 
     parts = ['<table class="afk-local">']
     if caption:
-        parts.append(f"<caption>{html.escape(caption)}</caption>")
-    parts.append("<tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in headers) + "</tr>")
+        parts.append(f"<caption>{_escape(caption)}</caption>")
+    parts.append("<tr>" + "".join(f"<th>{_escape(str(h))}</th>" for h in headers) + "</tr>")
     for row in rows:
-        parts.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>")
+        parts.append("<tr>" + "".join(f"<td>{_escape(str(c))}</td>" for c in row) + "</tr>")
     parts.append("</table>")
     return "".join(parts)
 
@@ -119,7 +124,7 @@ def runs_table_html(rows: Sequence[RunRow], caption: str = "") -> str:
     headers = ("run", "status", "progress", "step", "attempts", "elapsed", "ETA", "updated")
     parts = ['<table class="afk-local afk-local-runs">']
     if caption:
-        parts.append(f"<caption>{html.escape(caption)}</caption>")
+        parts.append(f"<caption>{_escape(caption)}</caption>")
     parts.append("<tr>" + "".join(f"<th>{h}</th>" for h in (*headers, "size", "tags")) + "</tr>")
     for row in rows:
         colour = STATUS_COLOURS.get(row.status, "inherit")
@@ -127,12 +132,11 @@ def runs_table_html(rows: Sequence[RunRow], caption: str = "") -> str:
         if row.fraction is not None:
             bar = f'<progress max="100" value="{row.fraction * 100:.1f}"></progress> '
         cells = [
-            f"<td>{html.escape(row.run_id)}</td>",
-            f'<td><span style="color:{colour};font-weight:600">'
-            f"{html.escape(row.label)}</span></td>",
-            f"<td>{bar}{html.escape(row.progress)}</td>",
+            f"<td>{_escape(row.run_id)}</td>",
+            f'<td><span style="color:{colour};font-weight:600">{_escape(row.label)}</span></td>',
+            f"<td>{bar}{_escape(row.progress)}</td>",
             *(
-                f"<td>{html.escape(str(v))}</td>"
+                f"<td>{_escape(str(v))}</td>"
                 for v in (
                     "-" if row.step is None else row.step,
                     row.attempt,
@@ -174,10 +178,10 @@ def metrics_svg(
         charts.append(
             '<figure class="afk-local-metric" style="display:inline-block;margin:4px 12px 4px 0">'
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img"><title>{html.escape(name)}</title>'
+            f'viewBox="0 0 {width} {height}" role="img"><title>{_escape(name)}</title>'
             f'<rect width="{width}" height="{height}" fill="none" stroke="#d0d7de"/>'
             f'<polyline fill="none" stroke="#0969da" stroke-width="1.5" points="{coords}"/>'
-            f"</svg><figcaption>{html.escape(label)}</figcaption></figure>"
+            f"</svg><figcaption>{_escape(label)}</figcaption></figure>"
         )
     return f'<div class="afk-local-metrics">{"".join(charts)}</div>' if charts else ""
 
@@ -248,6 +252,8 @@ def run_reader_html(reader: RunView, limit: int = RECENT_CHECKPOINTS) -> str:
     if meta.error is not None:
         head += html_table(("error", "message"), [(meta.error.type, meta.error.message)])
     try:
+        from afk_local.storage.rundir.read.metrics import read_metrics  # noqa: PLC0415
+
         metrics = read_metrics(reader)
     except (AfkLocalError, OSError):
         metrics = None

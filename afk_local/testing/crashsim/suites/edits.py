@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from afk_local.storage.ops.export import IMPORTED_KEY, export_records, import_run, to_jsonable
+from afk_local.storage.format.records import IMPORTED_KEY
+from afk_local.storage.ops.export import export_records, import_run, to_jsonable
 from afk_local.storage.ops.retention import RetentionPolicy
 from afk_local.storage.store import Store
 from afk_local.storage.trust import trust_run
