@@ -47,6 +47,7 @@ from afk_local.storage.format.meta_index_file import (
     listing_order,
 )
 from afk_local.storage.index.changes import MAX_CHANGES_BYTES, ROTATE_CHANGES_BYTES
+from afk_local.storage.index.collector import bulk
 from afk_local.storage.index.index_file import INDEX_MIN_RUNS, INDEX_NAME, MAX_INDEX_BYTES
 from afk_local.storage.index.scan import DELETED_NAME, is_run_id, note_deletion
 from afk_local.storage.index.sweeps import AWAKE, MetaSweeps
@@ -129,6 +130,7 @@ class MetaIndex(MetaSweeps):
             return None
         return known
 
+    @bulk
     def _rescan(self, stamp: Stamp | None) -> tuple[list[Entry], dict[str, MetaSummary]]:
         """List ``runs/``: the known runs still in their directory, and the others read
         (``stamp``: ``runs/``'s, taken just before, if it may vouch for what is listed)."""

@@ -109,8 +109,10 @@ print(json.dumps({"code": code, "table": out.getvalue(), "loaded": loaded}))
     # json, socket, secrets and html are unloaded too, where creating the run loaded them
     done = run(
         "import sys\nfor m in ('json', 'socket', 'secrets', 'html', 'queue'):\n"
-        "    sys.modules.pop(m, None)\n" + script.replace("import io, json,", "import io,")
-        .replace("print(json.dumps(", "import json\nprint(json.dumps("),
+        "    sys.modules.pop(m, None)\n"
+        + script.replace("import io, json,", "import io,").replace(
+            "print(json.dumps(", "import json\nprint(json.dumps("
+        ),
         str(tmp_path / "store"),
     )
     assert done.returncode == 0, done.stderr

@@ -14,6 +14,7 @@ from pathlib import Path
 from afk_local.storage import fsio
 from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.meta_index_file import decode_changes
+from afk_local.storage.index.collector import bulk
 from afk_local.storage.index.index_file import StoredIndex
 from afk_local.storage.rundir.run_changes import changes_path
 
@@ -42,6 +43,7 @@ class IndexChanges(StoredIndex):
         super().__init__(root, runs_dir, record_codec)
         self._changes_damaged = False
 
+    @bulk
     def catch_up(self) -> set[str]:
         """Take in what the store's writers appended to ``runs.changes`` since the index
         last read it; returns the ids of the runs it names (created, changed or deleted).

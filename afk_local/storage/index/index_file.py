@@ -28,6 +28,7 @@ from afk_local.storage.format.meta_index_file import (
     encode_index,
     listing_order,
 )
+from afk_local.storage.index.collector import bulk
 from afk_local.storage.index.scan import MetaScan, is_run_id
 
 log = logging.getLogger("afk_local")
@@ -137,6 +138,7 @@ class StoredIndex(MetaScan):
                 last = entries[-1]
             yield from entries
 
+    @bulk
     def _load(self) -> None:
         """Read the file once: its order and summaries, kept undecoded until needed."""
         self._loaded = True

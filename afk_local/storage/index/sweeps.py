@@ -18,6 +18,7 @@ from afk_local.storage.format.codec import RecordCodec
 from afk_local.storage.format.layout import META_NAME
 from afk_local.storage.format.meta_index_file import UNREADABLE, MetaSummary, Stamp
 from afk_local.storage.index.changes import IndexChanges
+from afk_local.storage.index.collector import bulk
 from afk_local.storage.index.scan import RunsDir
 
 AWAKE = frozenset({"created", "running", "sleeping", UNREADABLE})
@@ -44,6 +45,7 @@ class MetaSweeps(IndexChanges):
         self._awake: dict[str, MetaSummary] = {}
         """The checked summaries whose status is in :data:`AWAKE`."""
 
+    @bulk
     def summaries(self) -> dict[str, MetaSummary]:
         """Every run's summary, checked against its ``run.meta`` now (run id -> summary).
 
