@@ -55,6 +55,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 SLOW = (
+    # Threads listing while another creates and deletes runs (a stress test; the
+    # interleavings themselves are in the default tier, each forced).
+    "tests/storage/test_listing_threads.py::test_threads_sharing_a_store_list_while_runs_come_and_go",
     # Agent frameworks imported by each of many child processes (2-5 s of CPU each).
     "tests/integrations/test_agent_sweep.py",
     "tests/integrations/test_agent_forms_sweep.py",

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from afk_local.errors import AfkLocalError, run_failure
+from afk_local.errors import AfkLocalError, RunNotFoundError, run_failure
 from afk_local.storage.format.layout import META_NAME, RunPaths, parse_pack_name
 from afk_local.storage.format.records import Checkpoint, RunMeta, RunStatus
 from afk_local.storage.meta_index import MetaIndex
@@ -348,7 +348,11 @@ def _listed(store: ListedStore, run_id: str, wanted: RunFilter) -> RunInfo | Non
         return None  # a run being created, or a damaged meta: `verify` reports it
     try:
         info = store.info(run_id)
+    except RunNotFoundError:
+        return None  # deleted since its meta was read: not a damaged run
     except Exception as exc:  # one damaged run is one marked line, never the listing
+        if not os.path.lexists(store.paths(run_id).meta):
+            return None  # deleted while it was read (a file gone under the reader)
         log.debug("run %s: cannot be listed", run_id, exc_info=True)
         info = _damaged_info(run_id, meta, run_failure(exc))
     return info if wanted.admits(info) else None

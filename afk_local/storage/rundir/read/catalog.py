@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from afk_local.errors import CheckpointCorruptionError
+from afk_local.errors import CheckpointCorruptionError, RunNotFoundError
 from afk_local.storage import fsio
 from afk_local.storage.format import codec
 from afk_local.storage.format.integrity import NO_MAC, Signer
@@ -99,8 +99,15 @@ class RunCatalog:
         """List the directory: its loose checkpoint files and its pack files, in order.
 
         Every file is listed, live or not; :meth:`live` applies the manifest.
+
+        Raises:
+            RunNotFoundError: the run's directory is gone (the run was deleted while
+                it was read: a reader that listed it skips it, as if it had never seen it).
         """
-        loose, packs = scan_run_files(self.paths.dir)
+        try:
+            loose, packs = scan_run_files(self.paths.dir)
+        except FileNotFoundError:
+            raise RunNotFoundError(self.paths.run_id, str(self.paths.dir.parent.parent)) from None
         names = {p.name for p in packs}
         for gone in [n for n in self._readers if n not in names]:
             del self._readers[gone]
