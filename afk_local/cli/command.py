@@ -16,6 +16,7 @@ from typing import Any
 
 from afk_local.errors import RunNotFoundError
 from afk_local.storage import fsio
+from afk_local.storage.format.values import plain
 from afk_local.storage.rundir.options import ROOT_ENV, store_root
 from afk_local.storage.store import Store
 from afk_local.storage.trust import trust_warnings
@@ -42,13 +43,11 @@ def emit_json(value: Any) -> None:
 
 
 def _json_text(value: Any, indent: int | None = None) -> str:
-    """``value`` as JSON text: json and the export module's conversion are loaded by
-    the commands that print JSON, not by every command's start-up."""
+    """``value`` as JSON text (:func:`~afk_local.storage.format.values.plain`, as
+    exports write it): json is loaded by the commands that print JSON."""
     import json  # noqa: PLC0415
 
-    from afk_local.storage.ops.export import to_jsonable  # noqa: PLC0415
-
-    return json.dumps(to_jsonable(value), indent=indent, ensure_ascii=False)
+    return json.dumps(plain(value), indent=indent, ensure_ascii=False)
 
 
 def out(text: str = "") -> None:

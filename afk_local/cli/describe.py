@@ -16,9 +16,8 @@ from typing import Any
 
 from afk_local.errors import AfkLocalError, UntrustedStoreError
 from afk_local.runner.code.origin import cannot_resume, origin_of
-from afk_local.runner.time.durable_time import WAITING_KEY
-from afk_local.storage.format.records import RunMeta, RunStatus
-from afk_local.storage.ops.export import to_jsonable
+from afk_local.storage.format.records import WAITING_KEY, RunMeta, RunStatus
+from afk_local.storage.format.values import plain as to_jsonable
 from afk_local.storage.rundir.read.reader import RunReader
 from afk_local.storage.store import Store
 from afk_local.storage.views.conversation import conversation

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import plistlib
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -182,6 +181,8 @@ def launchd_plist(
         "StandardOutPath": log_file,
         "StandardErrorPath": log_file,
     }
+    import plistlib  # noqa: PLC0415 - macOS only (it loads an XML parser)
+
     return plistlib.dumps(content)
 
 

@@ -131,3 +131,46 @@ def test_every_command_still_declares_its_arguments() -> None:
         "runs": ["runs", "--status", "failed", "--limit", "3"],
     }.items():
         assert vars(build_parser(command).parse_args(argv)) == vars(full.parse_args(argv))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["show", "r"],
+        ["log", "r"],
+        ["effects", "r"],
+        ["verify", "r"],
+        ["gc", "--dry-run"],
+        ["rm", "r"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_reading_and_maintenance_commands_load_no_runner_agent_or_watcher(
+    tmp_path, argv: list[str]
+) -> None:
+    """Every ``afk-local`` child a test, the fuzzer or a person starts pays its imports:
+    a command that reads or maintains the store never loads the runner, the agent, the
+    watcher or asyncio (``show`` loaded all four for one constant)."""
+    script = """
+import io, json, sys, contextlib
+import afk_local as afk
+root, argv = sys.argv[1], json.loads(sys.argv[2])
+with afk.Store(root).create("r") as run:
+    run.checkpoint("runtime_state", {"n": 1}, step=1)
+    run.finish(1)
+for name in [m for m in sys.modules if m.startswith(("afk_local", "asyncio"))]:
+    del sys.modules[name]
+before = set(sys.modules)
+from afk_local.cli import main
+out, err = io.StringIO(), io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    code = main(["--root", root, *argv])
+loaded = sorted(set(sys.modules) - before)
+print(json.dumps({"code": code, "err": err.getvalue(), "loaded": loaded}))
+"""
+    done = run(script, str(tmp_path / "store"), json.dumps(argv))
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["code"] == 0, seen["err"]
+    heavy = ("asyncio", "afk_local.agent", "afk_local.runner.run", "afk_local.watcher.watcher")
+    assert [m for m in seen["loaded"] if m.startswith(heavy)] == []

@@ -24,7 +24,6 @@ from afk_local.cli.command import (
 )
 from afk_local.cli.commands.write import cmd_resume
 from afk_local.runner.code.origin import cannot_resume
-from afk_local.runner.operations.restart import restart_run
 from afk_local.storage.format.records import RunMeta, RunStatus
 from afk_local.storage.store import Store
 
@@ -119,6 +118,8 @@ def cmd_restart(args: argparse.Namespace) -> int:
         reason = "it is an agent run (restart repeats @afk.durable jobs)"
     if reason is not None:
         raise CliError(f"run {args.run!r} cannot be restarted: {reason}")
+    from afk_local.runner.operations.restart import restart_run  # noqa: PLC0415 - the runner
+
     new_id = restart_run(args.run, store=store, new_run_id=args.as_id)
     if args.no_start:
         if args.json:

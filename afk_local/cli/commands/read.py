@@ -29,7 +29,7 @@ from afk_local.cli.describe import CONVERSATION_CHARS, describe_failure, describ
 from afk_local.cli.render import log_rows, payload_at, print_table, verify_run
 from afk_local.errors import IN_DOUBT_CAUSES
 from afk_local.storage import fsio
-from afk_local.storage.ops.export import export_records, to_jsonable
+from afk_local.storage.format.values import plain as to_jsonable
 from afk_local.storage.store import Store
 from afk_local.storage.views.conversation import conversation, conversation_lines
 from afk_local.storage.views.effect_table import effect_rows
@@ -343,6 +343,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     store = open_store(args)
     require_run(store, args.run)
     warn_untrusted(store, args.run)
+    from afk_local.storage.ops.export import export_records  # noqa: PLC0415 - export only
+
     records = export_records(store.open(args.run))
     if args.format == "jsonl":
         text = "".join(json.dumps(to_jsonable(r), ensure_ascii=False) + "\n" for r in records)

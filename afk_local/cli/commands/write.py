@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from afk_local.agent.resume import resume_run
 from afk_local.cli.command import (
     EXIT_LOCKED,
     EXIT_OK,
@@ -30,7 +29,6 @@ from afk_local.cli.command import (
     short,
     suggest,
 )
-from afk_local.cli.commands.watch import request_resume
 from afk_local.cli.render import print_table
 from afk_local.errors import (
     IN_DOUBT_CAUSES,
@@ -42,16 +40,11 @@ from afk_local.errors import (
     RunSleeping,
 )
 from afk_local.runner.code.origin import REENTERED_ENV, ReentryPlan, cannot_resume, reentry_plan
-from afk_local.runner.operations.cancel import cancel
-from afk_local.storage.format.journal_format import read_journal
 from afk_local.storage.format.records import RunStatus
-from afk_local.storage.ops.export import import_run
-from afk_local.storage.ops.retention import DEFAULT_ALWAYS_KEEP, RetentionPolicy
 from afk_local.storage.ops.state_edit import parse_updates
 from afk_local.storage.store import Store
 from afk_local.storage.trust import require_trusted_run, trust_run
 from afk_local.storage.views.notebook import format_bytes
-from afk_local.watcher.wakeups import wake_time_text
 
 
 def parse_json_option(name: str, text: str) -> Any:
@@ -67,6 +60,8 @@ def parse_json_option(name: str, text: str) -> Any:
 
 def cmd_import(args: argparse.Namespace) -> int:
     """``import FILE``: recreate an exported run in this store (created if missing)."""
+    from afk_local.storage.ops.export import import_run  # noqa: PLC0415
+
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text("utf-8")
     except OSError as exc:
@@ -131,6 +126,8 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 def salvage_report(store: Store, args: argparse.Namespace, fork_id: str) -> dict[str, Any]:
     """What ``fork --salvage`` kept, lost and left in doubt, with the commands to settle it."""
+    from afk_local.storage.format.journal_format import read_journal  # noqa: PLC0415
+
     extra = store.read_meta(fork_id).extra
     saved = extra.get("salvaged") if isinstance(extra, dict) else None
     saved = saved if isinstance(saved, dict) else {}
@@ -175,6 +172,9 @@ def salvage_report(store: Store, args: argparse.Namespace, fork_id: str) -> dict
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """``resume RUN [--input JSON [--pause-seq SEQ]] [--in-doubt retry|raise]``: continue a run."""
+    from afk_local.agent.resume import resume_run  # noqa: PLC0415 - the runner and agent
+    from afk_local.cli.commands.watch import request_resume  # noqa: PLC0415 - the watcher
+
     has_input = args.input is not None
     value = parse_json_option("--input", args.input) if has_input else None
     pause_seq = getattr(args, "pause_seq", None)
@@ -271,6 +271,8 @@ def _without_input(args: argparse.Namespace, status: RunStatus) -> str:
 
 def _report(args: argparse.Namespace, outcome: dict[str, Any]) -> int:
     """Print how a resume ended (a table line, or JSON); exit 0."""
+    from afk_local.watcher.wakeups import wake_time_text  # noqa: PLC0415 - the watcher
+
     if args.json:
         emit_json({**outcome, **getattr(args, "report_extra", {})})
         return EXIT_OK
@@ -328,6 +330,8 @@ def _hand_over(args: argparse.Namespace, store: Store, plan: ReentryPlan) -> int
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """``cancel RUN``: make a run terminal (cancelled) so nothing resumes it."""
+    from afk_local.runner.operations.cancel import cancel  # noqa: PLC0415 - the runner
+
     store = open_store(args)
     require_run(store, args.run)
     meta = store.read_meta(args.run)
@@ -344,6 +348,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     """``gc``: compact runs and delete old terminal runs per the policy flags."""
+    from afk_local.storage.ops.retention import (  # noqa: PLC0415 - gc only
+        DEFAULT_ALWAYS_KEEP,
+        RetentionPolicy,
+    )
+
     store = open_store(args)
     phases = frozenset(args.keep_phase) if args.keep_phase else DEFAULT_ALWAYS_KEEP
     try:

@@ -22,13 +22,11 @@ from afk_local.runner.observe.run_report import RunReport
 from afk_local.runner.time.limits import Limit, limited
 from afk_local.runner.time.sleeps import DEFAULT_PARK_AFTER_S, as_epoch_s, journaled_due, wait_until
 from afk_local.runner.writer import DurableWriter
-from afk_local.storage.format.records import RunStatus
+from afk_local.storage.format.records import WAITING_KEY, RunStatus
 from afk_local.storage.store import Store
 
 _SLEEP = "@sleep"
 _CTX: Any = object()  # park_after not given: the context's
-WAITING_KEY = "waiting"
-"""``run.meta`` extra while a step waits under a :class:`~afk_local.Limit` (``afk-local show``)."""
 
 
 class DurableTime:

@@ -229,6 +229,9 @@ def now_ms() -> int:
     return clock_ms()
 
 
+WAITING_KEY = "waiting"
+"""``run.meta`` extra while a step waits under a :class:`~afk_local.Limit` (``afk-local show``)."""
+
 IMPORTED_KEY = "imported"
 """``RunMeta.extra`` key of a run made by ``afk-local import``: ``{"source": FILE,
 "imported_ms": ms}``. Such a run is never executed until someone trusts it (the trust

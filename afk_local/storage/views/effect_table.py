@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from afk_local.storage.ops.export import to_jsonable
+from afk_local.storage.format.values import plain as to_jsonable
 
 if TYPE_CHECKING:
     from afk_local.storage.rundir.read.reader import RunReader

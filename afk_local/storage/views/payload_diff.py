@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from afk_local.storage.ops.export import to_jsonable
+from afk_local.storage.format.values import plain as to_jsonable
 
 
 def structural_diff(a: Any, b: Any) -> dict[str, Any]:
