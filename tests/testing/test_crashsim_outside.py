@@ -6,6 +6,10 @@
   run missing: it swapped the two directories with two renames, and a kill or a power
   cut between them left no run (the explorer's ``pull-replace``, and a real SIGKILL at
   each of the pull's renames, in the slow tier). It now swaps them in one atomic exchange.
+- The store's id, made by a process killed between its link and its directory fsync, was
+  used by the next push as it was: a power cut after that push could lose it, and the
+  store would get a second id while the remote names the first as the run's holder
+  (``push-killed-id``). Every ``store_id`` now fsyncs the directory before it returns.
 - Each site mutant of these fsyncs (``OUTSIDE_SITES``, ``REMOTE_SITES``) is caught: the
   default suite hunts a sample drawn with today's explorer seed, ``--torture`` all.
 """
@@ -64,6 +68,14 @@ def test_every_crash_state_of_the_outside_workloads_recovers(
         result = explore(workload, max_states=None if full else STATES, seed=seed)
         assert result.counterexample is None, counterexample_text(result.counterexample)
         assert result.states >= 1
+
+
+@needs_remote
+def test_a_store_id_whose_maker_was_killed_before_its_fsync_is_durable_before_a_push_uses_it(
+    full: bool,
+) -> None:
+    result = explore("push-killed-id", max_states=None if full else STATES)
+    assert result.counterexample is None, counterexample_text(result.counterexample)
 
 
 @needs_remote
@@ -137,7 +149,7 @@ def _site_mutants() -> list[str]:
     return [f"no-fsync@{site}:{kind}" for site, kind in (*OUTSIDE_SITES, *REMOTE_SITES)]
 
 
-_OURS = (*WORKLOADS, "pull-replace")
+_OURS = (*WORKLOADS, "pull-replace", "push-killed-id")
 _SITES: dict[str, dict[tuple[str, str], int]] = {}
 _BASELINES: dict[str, bool] = {}
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from afk_local.journal.journal import journal_of
+from afk_local.storage import fsio
 from afk_local.storage.store import Store
 from afk_local.testing.crashsim.trace import RecordingError, Session
 from afk_local.testing.crashsim.workloads import (
@@ -164,6 +165,18 @@ def _push_record(session: Session, _prepared: Any) -> None:
     session.file_kept(session.store.root / STORE_ID_FILE)
 
 
+def _killed_id_record(session: Session, _prepared: Any) -> None:
+    # Another process made the store's id and was killed between its link and its
+    # directory fsync (as identity.store_id does them): the name is there, not durable.
+    root = session.store.root
+    tmp = fsio.temp_path(root, STORE_ID_FILE)
+    fsio.write_new_file(tmp, b"0123456789abcdef0123456789abcdef\n")
+    fsio.hard_link(tmp, root / STORE_ID_FILE)
+    session.checkpoints_acked(_RUN, since=0)
+    _push(session.store, _bucket(session.store))  # uses that id: the remote names it now
+    session.file_kept(root / STORE_ID_FILE)
+
+
 _UNIT_END = "WantedBy=default.target\n"
 """The last line of every unit file the watcher writes (afk_local.watcher.service)."""
 
@@ -217,6 +230,15 @@ REMOTE_WORKLOADS: tuple[Workload, ...] = (
         "(its store.id made first); a power cut never rolls the bucket back, so the "
         "resume only continues the run locally",
         _push_record,
+        continue_runs(_RUN),
+        {_RUN: "resumed"},
+        setup=_push_setup,
+    ),
+    Workload(
+        "push-killed-id",
+        "afk-local push from a store whose id another process linked and was killed "
+        "before its directory fsync: the push uses that id, so it must make it durable",
+        _killed_id_record,
         continue_runs(_RUN),
         {_RUN: "resumed"},
         setup=_push_setup,
