@@ -165,13 +165,20 @@ def _push_record(session: Session, _prepared: Any) -> None:
     session.file_kept(session.store.root / STORE_ID_FILE)
 
 
+_KILLED_ID = fsio.TEMP_PREFIX + STORE_ID_FILE + ".killed"
+"""The temp file of the id a killed process made (its bytes fsynced, as store_id does)."""
+
+
+def _killed_id_setup(store: Store, scratch: Path) -> None:
+    _push_setup(store, scratch)
+    fsio.write_new_file(store.root / _KILLED_ID, b"0123456789abcdef0123456789abcdef\n")
+
+
 def _killed_id_record(session: Session, _prepared: Any) -> None:
-    # Another process made the store's id and was killed between its link and its
-    # directory fsync (as identity.store_id does them): the name is there, not durable.
+    # The process that made the store's id (identity.store_id) linked it and was killed
+    # before its directory fsync: the name is there, not durable.
     root = session.store.root
-    tmp = fsio.temp_path(root, STORE_ID_FILE)
-    fsio.write_new_file(tmp, b"0123456789abcdef0123456789abcdef\n")
-    fsio.hard_link(tmp, root / STORE_ID_FILE)
+    fsio.hard_link(root / _KILLED_ID, root / STORE_ID_FILE)
     session.checkpoints_acked(_RUN, since=0)
     _push(session.store, _bucket(session.store))  # uses that id: the remote names it now
     session.file_kept(root / STORE_ID_FILE)
@@ -241,7 +248,7 @@ REMOTE_WORKLOADS: tuple[Workload, ...] = (
         _killed_id_record,
         continue_runs(_RUN),
         {_RUN: "resumed"},
-        setup=_push_setup,
+        setup=_killed_id_setup,
     ),
     Workload(
         "pull-replace",
