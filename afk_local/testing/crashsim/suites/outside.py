@@ -123,8 +123,14 @@ def _new_root_record(session: Session, _prepared: Any) -> None:
 
 def _pull_resume(store: Store) -> dict[str, Any]:
     """A new process pulls again (what a person does after a pull cut short: nothing a
-    crash left may stand in its way) and reads the run."""
+    crash left may stand in its way) and reads the run; an export file there, reported
+    written or not, is the whole export, never a torn one."""
     _pull(store)
+    export = store.root.parent / f"{_RUN}.json"
+    if export.exists() and export.read_text("utf-8", "replace") != afk_local_cli(
+        "--root", str(store.root), "export", _RUN
+    ):
+        return {_RUN: f"{export.name} is not the whole export ({export.stat().st_size} bytes)"}
     latest = store.open(_RUN).latest()
     return {_RUN: None if latest is None else latest.seq}
 
