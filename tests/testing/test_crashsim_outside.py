@@ -41,7 +41,9 @@ WORKLOADS = ("watcher-service", "push", "pull-new-root")
 
 STATES = 10
 """Default suite: crash states checked per workload (drawn with today's explorer seed);
-each resume of a pull runs the pull again, about 0.1 s."""
+each resume of a pull runs the pull again, about 0.1 s. ``--torture`` checks every state,
+once (a seed only draws among more than ``FULL_CAP`` states of one call): ``pull-replace``
+has 2054, about 4 minutes on two shared cores."""
 
 DAILY_SAMPLE = 1
 """Default suite: site mutants hunted per run, drawn from today's explorer seed (each
@@ -64,7 +66,7 @@ def test_every_crash_state_of_the_outside_workloads_recovers(
 ) -> None:
     if workload != "watcher-service" and not remote_available():
         pytest.skip("the remote extra (obstore) is not installed")
-    for seed in explorer_seeds:
+    for seed in explorer_seeds[:1] if full else explorer_seeds:
         result = explore(workload, max_states=None if full else STATES, seed=seed)
         assert result.counterexample is None, counterexample_text(result.counterexample)
         assert result.states >= 1
@@ -84,7 +86,7 @@ def test_a_pull_over_an_older_copy_never_leaves_the_run_missing_after_a_power_cu
 ) -> None:
     """Two renames (old copy aside, new one in) left the run missing in between: the
     explorer found it at the first crash state past the first rename."""
-    for seed in explorer_seeds:
+    for seed in explorer_seeds[:1] if full else explorer_seeds:
         result = explore("pull-replace", max_states=None if full else STATES, seed=seed)
         assert result.counterexample is None, counterexample_text(result.counterexample)
 
