@@ -15,6 +15,7 @@ can replay a run onto a model of the disk.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import itertools
 import os
@@ -72,18 +73,19 @@ class _disk_full_named:
 
 IoHook = Callable[[str, str], None]
 """``hook(operation, path)``; operation is one of open, write, fsync, rename,
-symlink, link, unlink, truncate, mkdir."""
+symlink, link, unlink, truncate, mkdir (an exchange of two names is a rename here)."""
 
 
 class IoCall(NamedTuple):
     """One durable I/O call as an I/O recorder sees it (see :func:`set_io_recorder`)."""
 
     operation: str
-    """open, write, fsync, rename, symlink, link, unlink, truncate or mkdir."""
+    """open, write, fsync, rename, exchange, symlink, link, unlink, truncate or mkdir."""
     path: str
     """The file or directory acted on; for rename, link and symlink the new name."""
     source: str = ""
-    """rename and link: the old path; symlink: the link's target text."""
+    """rename and link: the old path; exchange: the other name; symlink: the link's
+    target text."""
     data: bytes = b""
     """write: the bytes written."""
     offset: int = 0
@@ -159,6 +161,54 @@ _DARWIN = sys.platform == "darwin"
 # Temp names: the pid, a random token drawn once per process and a counter. Unique
 # among processes (pid, token) and within one (counter), and far cheaper per write
 # than drawing random bytes (a getrandom call) every time.
+_AT_FDCWD = -100
+_SWAP = 2  # RENAME_EXCHANGE (Linux), RENAME_SWAP (macOS)
+_CANNOT_SWAP = frozenset(
+    code
+    for code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, getattr(errno, "EOPNOTSUPP", None))
+    if code
+)
+
+
+def _swap_call() -> Callable[[bytes, bytes], int] | None:
+    """The C library's atomic exchange of two names, or None where it has none."""
+    if sys.platform not in ("linux", "darwin"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    if sys.platform == "linux":
+        renameat2 = getattr(libc, "renameat2", None)  # glibc >= 2.28, musl >= 1.2.3
+        if renameat2 is None:
+            return None
+        renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
+        renameat2.argtypes += [ctypes.c_uint]
+        renameat2.restype = ctypes.c_int
+        return lambda a, b: int(renameat2(_AT_FDCWD, a, _AT_FDCWD, b, _SWAP))
+    renamex_np = getattr(libc, "renamex_np", None)
+    if renamex_np is None:
+        return None
+    renamex_np.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint]
+    renamex_np.restype = ctypes.c_int
+    return lambda a, b: int(renamex_np(a, b, _SWAP))
+
+
+_SWAP_CALL = _swap_call()
+
+
+def _exchange(a: bytes, b: bytes) -> bool:
+    """Swap names ``a`` and ``b`` atomically; False where that cannot be done (nothing changed)."""
+    if _SWAP_CALL is None:
+        return False
+    if _SWAP_CALL(a, b) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in _CANNOT_SWAP:
+        return False
+    raise OSError(code, os.strerror(code), os.fsdecode(b))
+
+
 class _TempNames:
     token = os.urandom(4).hex()
     counter = itertools.count()
@@ -509,6 +559,22 @@ class Env:
             if os.path.samestat(left, os.stat(dst, follow_symlinks=False)):
                 self.unlink(src)
 
+    def exchange(self, a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+        """Swap the names ``a`` and ``b`` (two existing entries, files or directories) in one
+        atomic step: ``renameat2(RENAME_EXCHANGE)`` on Linux, ``renamex_np(RENAME_SWAP)`` on
+        macOS. Neither a kill nor a power cut leaves one name without its entry (a crash
+        before the parent directory is fsynced may keep the old pair, never half of it).
+
+        Returns False, having changed nothing, where the system or the filesystem cannot
+        swap (the caller falls back to two renames).
+        """
+        self._before("rename", b)
+        with _disk_full_named(b):
+            swapped = _exchange(os.fsencode(a), os.fsencode(b))
+        if swapped:
+            self._record(IoCall("exchange", os.fspath(b), source=os.fspath(a)))
+        return swapped
+
     def hard_link(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
         """Make ``dst`` a new hard link to the file ``src`` (a symlink is linked, not followed)."""
         self._before("link", dst)
@@ -763,6 +829,7 @@ fsync_dir = DEFAULT_ENV.fsync_dir
 write_all = DEFAULT_ENV.write_all
 write_new_file = DEFAULT_ENV.write_new_file
 rename = DEFAULT_ENV.rename
+exchange = DEFAULT_ENV.exchange
 hard_link = DEFAULT_ENV.hard_link
 unlink = DEFAULT_ENV.unlink
 atomic_write = DEFAULT_ENV.atomic_write

@@ -114,7 +114,9 @@ class Children:
             raise UntrustedStoreError(
                 str(logs), problem, "remove it; the watcher writes attempt logs there", run_id
             )
-        fsio.make_dir(logs, exist_ok=True)
+        # No fsync of the run directory: attempt logs are written unsynced (a power cut may
+        # take their last lines, or them), and the next attempt makes the directory again.
+        fsio.make_dir(logs, exist_ok=True, sync_parent=False)
         return logs
 
     def _open_log(self, run_id: str, attempt: int) -> tuple[int, Path]:

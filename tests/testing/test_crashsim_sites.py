@@ -8,7 +8,8 @@
 - Each site mutant of the operations (``OPERATION_SITES``) is caught by a workload that
   recovers without it: the default suite hunts a sample drawn with today's explorer seed
   (``AFK_EXPLORER_SEED``), ``--torture`` every one with no budget. (The rewrite and
-  run-creation mutants are hunted in test_crashsim_rewrites.py and test_crashsim_create.py.)
+  run-creation mutants are hunted in test_crashsim_rewrites.py and test_crashsim_create.py,
+  those of the files outside the runs in test_crashsim_outside.py.)
 """
 
 from __future__ import annotations
@@ -19,8 +20,14 @@ import pytest
 from conftest import EXPLORER_SEED
 
 from afk_local.testing.crashsim.hunt import hunt_mutant, recorded_sites, seam_call_sites
-from afk_local.testing.crashsim.mutants import OPERATION_SITES, SITE_MUTANTS, UNMODELLED_SITES
+from afk_local.testing.crashsim.mutants import (
+    OPERATION_SITES,
+    REMOTE_SITES,
+    SITE_MUTANTS,
+    UNMODELLED_SITES,
+)
 from afk_local.testing.crashsim.report import hunt_line
+from afk_local.testing.crashsim.suites.outside import remote_available
 
 HUNT_STATES = 60
 """Default suite: crash states per workload while hunting a mutant."""
@@ -43,6 +50,8 @@ def test_every_fsync_call_site_in_the_source_has_a_site_mutant_or_a_stated_gap()
 def test_every_fsync_the_explorer_records_has_a_site_mutant_and_back() -> None:
     recorded = recorded_sites()
     mutants = set(SITE_MUTANTS.values())
+    if not remote_available():  # the pull and push workloads need the remote extra
+        mutants -= set(REMOTE_SITES)
     assert set(recorded) <= mutants, sorted(set(recorded) - mutants)
     assert mutants <= set(recorded), sorted(mutants - set(recorded))
 

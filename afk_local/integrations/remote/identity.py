@@ -37,21 +37,23 @@ def store_id(root: str | os.PathLike[str]) -> str:
     """
     path = Path(root) / STORE_ID_FILE
     try:
-        return _read(path)
+        found = _read(path)
     except FileNotFoundError:
-        pass
-    fsio.make_dirs(path.parent)
-    tmp = fsio.temp_path(path.parent, STORE_ID_FILE)
-    fsio.write_new_file(tmp, (secrets.token_hex(16) + "\n").encode())
-    try:
-        fsio.hard_link(tmp, path)  # create-only: of two racing processes, one id wins
-    except FileExistsError:
-        pass
-    else:
-        fsio.fsync_dir(path.parent)
-    finally:
-        fsio.unlink(tmp)
-    return _read(path)
+        fsio.make_dirs(path.parent)
+        tmp = fsio.temp_path(path.parent, STORE_ID_FILE)
+        fsio.write_new_file(tmp, (secrets.token_hex(16) + "\n").encode())
+        try:
+            fsio.hard_link(tmp, path)  # create-only: of two racing processes, one id wins
+        except FileExistsError:
+            pass
+        finally:
+            fsio.unlink(tmp)
+        found = _read(path)
+    # Durable before anything uses it, whoever made it: the process that linked it may
+    # have been killed before its directory fsync (or be about to make it), and an id a
+    # lease names must not be lost to a power cut (the store would get a second one).
+    fsio.fsync_dir(path.parent)
+    return found
 
 
 def existing_store_id(root: str | os.PathLike[str]) -> str | None:

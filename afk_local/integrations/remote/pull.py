@@ -160,7 +160,8 @@ def pull_run(
             owner_check = refuse_live_owner(remote, snapshot, renewed, force)
             report.owner_renewed_ms = owner_check.renewed_ms
         tmp = RunPaths(run_id, fsio.temp_path(store.runs_dir, f"pull-{run_id}"))
-        fsio.make_dir(tmp.dir)
+        # its own name needs no fsync: _publish fsyncs it and runs/ when it renames it
+        fsio.make_dir(tmp.dir, sync_parent=False)
         try:
             fetched: dict[str, int] = {}
             remote_meta = _download(
@@ -344,7 +345,9 @@ def _download(
         meta = snapshot.lease_meta
     else:  # pragma: no cover - snapshot() refuses this
         raise RemoteIntegrityError(bucket.url, f"run {snapshot.run_id}: no run.meta")
-    fsio.write_new_file(tmp.meta, meta)
+    # No fsync: read by the checks only, then always replaced (pull_run's atomic_write of
+    # the local meta) before the directory is published.
+    fsio.write_new_file(tmp.meta, meta, sync=False)
     files = scan_checkpoints(tmp.dir)
     if files:
         fsio.atomic_symlink(files[-1].name, tmp.latest, sync_dir=False)
@@ -397,10 +400,17 @@ def _publish(store: Store, tmp: RunPaths, target: RunPaths, *, replace: bool) ->
         except FileExistsError:
             raise RunExistsError(target.run_id, str(target.dir)) from None
         return
-    # Two renames under the old copy's lock: a crash between them leaves the run
-    # missing locally (the remote still has it), never half of it.
+    # Under the old copy's lock, one atomic exchange of the two names: a kill or a power
+    # cut leaves the old copy or the new one, never the run missing. Where the system
+    # cannot swap, two renames: a crash between them leaves the run missing locally (the
+    # remote still has it; pull again), never half of it.
     fsio.fsync_dir(tmp.dir)
     trash = fsio.temp_path(store.runs_dir, f"deleted-{target.run_id}")
+    if fsio.exchange(tmp.dir, target.dir):
+        fsio.fsync_dir(store.runs_dir)
+        fsio.rename(tmp.dir, trash)  # the old copy: a trash name gc removes at once
+        shutil.rmtree(trash, ignore_errors=True)
+        return
     fsio.rename(target.dir, trash)
     fsio.rename(tmp.dir, target.dir)
     fsio.fsync_dir(store.runs_dir)

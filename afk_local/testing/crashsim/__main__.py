@@ -20,7 +20,7 @@ from afk_local.testing.crashsim.explorer import (
     explore,
 )
 from afk_local.testing.crashsim.hunt import hunt_mutant, seam_call_sites
-from afk_local.testing.crashsim.mutants import UNMODELLED_SITES
+from afk_local.testing.crashsim.mutants import REMOTE_SITES, UNMODELLED_SITES
 from afk_local.testing.crashsim.registry import WORKLOADS
 from afk_local.testing.crashsim.report import (
     counterexample_text,
@@ -28,6 +28,7 @@ from afk_local.testing.crashsim.report import (
     json_report,
     summary_line,
 )
+from afk_local.testing.crashsim.suites.outside import remote_available
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -120,6 +121,9 @@ def _site_table(max_states: int | None, depth: int, seed: int) -> int:
     sys.stdout.write("| mutant | states checked | verdict |\n|---|---|---|\n")
     escaped = 0
     for mutant in SITE_MUTANTS:
+        if SITE_MUTANTS[mutant] in REMOTE_SITES and not remote_available():
+            sys.stdout.write(f"| {mutant} | 0 | not hunted: the remote extra is not installed |\n")
+            continue
         found = hunt_mutant(
             mutant, max_states=max_states, depth=depth, seed=seed, sites=sites, baselines=baselines
         )

@@ -127,7 +127,7 @@ def _check_acks(
             problems += _check_kept(store, ack)
             continue
         if isinstance(ack, GoneAck):
-            if os.path.lexists(store.root / ack.path):
+            if os.path.lexists(os.path.normpath(store.root / ack.path)):
                 problems.append(f"{ack.path} (removed after call #{ack.at}) is back")
             continue
         if isinstance(ack, RemovedAck):
@@ -217,7 +217,9 @@ def _kept_journals(store: Store) -> dict[str, JournalContents]:
 
 
 def _check_kept(store: Store, ack: KeptAck) -> list[str]:
-    path = store.root / ack.path
+    # normpath: a file beside the store (../export.json) is there even when the crash
+    # left no store directory to go up from
+    path = Path(os.path.normpath(store.root / ack.path))
     try:
         data = path.read_bytes()
     except OSError as exc:

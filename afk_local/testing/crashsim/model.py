@@ -13,8 +13,9 @@ mkdirs). After any call a crash may leave (:class:`Frontier`):
   since its last fsync, applied in the order they were made. A subset may leave
   out an early change and keep a later one: unsynced directory operations may
   persist out of order. A rename within one directory is one change (both names
-  or neither); a removal only takes effect if the name still points at the
-  removed inode.
+  or neither), and so is an exchange of two names in one directory
+  (``renameat2(RENAME_EXCHANGE)``); a removal only takes effect if the name still
+  points at the removed inode.
 
 Only an fsync of a file makes its data durable and only an fsync of a directory
 makes its entries durable: an fsync of a file does not persist its name (POSIX
@@ -190,6 +191,15 @@ class DiskModel:
             else:
                 self._change(src_dir, op, (src_name, ino, False))
                 self._change(dst_dir, op, (dst_name, ino, True))
+        elif kind == "exchange":
+            a_dir, a_name = self._parent(op.source)
+            a, b = self._existing(op.source, op), self._existing(op.path, op)
+            b_dir, b_name = self._parent(op.path)
+            if a_dir == b_dir:  # one change: both names swapped, or neither
+                self._change(a_dir, op, (a_name, b, True), (b_name, a, True))
+            else:
+                self._change(a_dir, op, (a_name, b, True))
+                self._change(b_dir, op, (b_name, a, True))
         elif kind in ("symlink", "mkdir"):
             parent, name = self._parent(op.path)
             ino = self._new(SYMLINK if kind == "symlink" else DIR)

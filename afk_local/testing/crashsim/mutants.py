@@ -2,8 +2,10 @@
 
 A *kind* mutant (:data:`MUTANTS`) removes every fsync of one kind; a *site* mutant
 (:data:`SITE_MUTANTS`) removes the fsyncs of one kind that one function of the pack,
-merge and gc paths, or of a new run's life (creation, journal, checkpoints, meta),
-asked for (:attr:`~afk_local.testing.crashsim.trace.Op.site`).
+merge and gc paths, of a new run's life (creation, journal, checkpoints, meta), of the
+other operations, or of what is written outside the runs (a new store root, an export
+file, the watcher's service file, a pull) asked for
+(:attr:`~afk_local.testing.crashsim.trace.Op.site`).
 :mod:`.hunt` looks for the workload that catches each site mutant.
 """
 
@@ -92,9 +94,38 @@ OPERATION_SITES: tuple[tuple[str, str], ...] = (
 """The fsyncs of the other operations that write: attempts, status changes, rm, fork,
 import, the watcher's bookkeeping, schedules, limits, requests, the store's own files."""
 
+OUTSIDE_SITES: tuple[tuple[str, str], ...] = (
+    ("command.open_store", "dir"),  # afk-local --root NEW: the new root's name
+    ("read.cmd_export", "file"),  # afk-local export -o FILE: its bytes, then its name
+    ("read.cmd_export", "dir"),
+    ("service.install", "file"),  # afk-local watch --install: the unit file
+    ("service.install", "dir"),  # its name (and the directories made for it)
+    ("watcher._prepare", "dir"),  # a watcher's first start: runs/ and requests/
+)
+"""The fsyncs of what the command line and the watcher write outside the runs (the
+``watcher-service`` and ``pull-new-root`` workloads)."""
+
+REMOTE_SITES: tuple[tuple[str, str], ...] = (
+    ("identity.store_id", "file"),  # the store's owner id, made once
+    ("identity.store_id", "dir"),
+    ("pull.pull_run", "file"),  # the pulled run's local run.meta
+    ("pull.pull_run", "dir"),  # runs/ made for it in a new store
+    ("pull.fetch", "file"),  # each downloaded checkpoint or pack
+    ("pull._download", "journal"),  # the downloaded journal
+    ("pull._publish", "dir"),  # the pulled run's entries and its name (or the swap)
+)
+"""The fsyncs of a pull (the remote extra; the ``pull-new-root`` and ``pull-replace``
+workloads, registered when obstore is installed)."""
+
 SITE_MUTANTS: dict[str, tuple[str, str]] = {
     f"no-fsync@{site}:{kind}": (site, kind)
-    for site, kind in (*_REWRITE_SITES, *RUN_SITES, *OPERATION_SITES)
+    for site, kind in (
+        *_REWRITE_SITES,
+        *RUN_SITES,
+        *OPERATION_SITES,
+        *OUTSIDE_SITES,
+        *REMOTE_SITES,
+    )
 }
 """Site mutant name -> the (call site, fsync kind) it removes: every fsync of the pack,
 merge and gc paths and of a new run, one at a time
@@ -107,17 +138,6 @@ UNMODELLED_SITES: dict[str, str] = {
     "reading._open": "opening a journal repairs a torn tail: done by resumes, not recorded",
     "reading._load": "as reading._open",
     "appending._discard_unsynced_locked": "only after a failed journal fsync",
-    # Outside the store's runs: not what the explorer's checks promise.
-    "command.open_store": "the CLI creating a store root",
-    "read.cmd_export": "the CLI writing an export file the user named",
-    "service.install": "the watcher's login service file",
-    "children.logs_dir": "the watcher's log directory",
-    "watcher._prepare": "the watcher's own state directory",
-    "identity.store_id": "the remote extra's store id",
-    "pull._download": "the remote extra (tests/integrations/test_remote*.py)",
-    "pull._publish": "the remote extra (tests/integrations/test_remote*.py)",
-    "pull.fetch": "the remote extra (tests/integrations/test_remote*.py)",
-    "pull.pull_run": "the remote extra (tests/integrations/test_remote*.py)",
     "index.open_index_cache": "the langgraph extra's cache (tests/integrations/test_langgraph*)",
     "index.record_deletions": "the langgraph extra (tests/integrations/test_langgraph*)",
     "threads.delete_files": "the langgraph extra (tests/integrations/test_langgraph*)",
@@ -153,6 +173,8 @@ REWRITE_MODULES = ("packing", "rewrite", "retention", "maintenance", "metrics")
 __all__ = [
     "MUTANTS",
     "OPERATION_SITES",
+    "OUTSIDE_SITES",
+    "REMOTE_SITES",
     "REWRITE_MODULES",
     "RUN_SITES",
     "SEAM_FSYNC_METHODS",

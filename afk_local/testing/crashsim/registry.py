@@ -1,11 +1,18 @@
 """Every workload the explorer knows, by name: the single operations, the composed rewrites,
 then the operations that write besides checkpoints (:mod:`.operations`), the edits of
-a run (:mod:`.edits`) and the store's own files (:mod:`.store_files`)."""
+a run (:mod:`.edits`), the store's own files (:mod:`.store_files`) and what afk_local
+writes outside the runs (:mod:`.outside`: the watcher's service file, and with the remote
+extra installed, pulls into a new root and over an older copy)."""
 
 from __future__ import annotations
 
 from afk_local.testing.crashsim.suites.edits import EDIT_WORKLOADS
 from afk_local.testing.crashsim.suites.operations import OPERATION_WORKLOADS
+from afk_local.testing.crashsim.suites.outside import (
+    OUTSIDE_WORKLOADS,
+    REMOTE_WORKLOADS,
+    remote_available,
+)
 from afk_local.testing.crashsim.suites.rewrites import REWRITE_WORKLOADS
 from afk_local.testing.crashsim.suites.store_files import STORE_FILE_WORKLOADS
 from afk_local.testing.crashsim.workloads import BASIC_WORKLOADS, Workload
@@ -18,6 +25,8 @@ WORKLOADS: dict[str, Workload] = {
         *OPERATION_WORKLOADS,
         *EDIT_WORKLOADS,
         *STORE_FILE_WORKLOADS,
+        *OUTSIDE_WORKLOADS,
+        *(REMOTE_WORKLOADS if remote_available() else ()),
     )
 }
 """Every workload by name, in the order the explorer runs them."""

@@ -42,7 +42,8 @@ class Op:
     operation: str
     path: str
     source: str = ""
-    """rename and link: the old path; symlink: the link's target text."""
+    """rename and link: the old path; exchange: the other name; symlink: the link's
+    target text."""
     data: bytes = b""
     offset: int = 0
     append: bool = False
@@ -54,6 +55,8 @@ class Op:
         """``#12 rename a -> b``: the call as a person reads it."""
         if self.operation in ("rename", "link"):
             return f"#{self.index} {self.operation} {self.source} -> {self.path}"
+        if self.operation == "exchange":
+            return f"#{self.index} exchange {self.source} <-> {self.path}"
         if self.operation == "symlink":
             return f"#{self.index} symlink {self.path} -> {self.source}"
         if self.operation == "write":
@@ -144,7 +147,7 @@ class KeptAck:
 
     at: int
     path: str
-    """Relative to the store's root, ``/``-separated."""
+    """Relative to the store's root, ``/``-separated (``../name``: beside the store)."""
     sha256: str
     until: int | None = None
     """Binds crashes up to (not after) this call: the file was let go there (a request
@@ -240,7 +243,7 @@ class Recorder:
     def __call__(self, call: fsio.IoCall) -> None:
         with self._lock:
             source = call.source
-            if call.operation in ("rename", "link"):
+            if call.operation in ("rename", "link", "exchange"):
                 source = self.relative(source)
             self.ops.append(
                 Op(
@@ -359,23 +362,29 @@ class Session:
         self.acks.append(MetricsAck(at, run_id, points))
 
     def file_kept(self, path: Path) -> None:
-        """The file at ``path`` (under the store's root) holds its bytes of now from now on
-        (a :class:`KeptAck`): a schedule, a mark, a request, the store's identity."""
+        """The file at ``path`` (in the recording's base: under the store's root, or beside
+        it) holds its bytes of now from now on (a :class:`KeptAck`): a schedule, a mark, a
+        request, the store's identity, an export file, a login service file."""
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        relative = path.relative_to(self.store.root).as_posix()
-        self.acks.append(KeptAck(self.position, relative, digest))
+        self.acks.append(KeptAck(self.position, self._relative(path), digest))
+
+    def _relative(self, path: Path) -> str:
+        """``path`` relative to the store's root, ``../name`` for one beside it; a path
+        outside the recorded base is a RecordingError (no crash state holds it)."""
+        self.recorder.relative(os.fspath(path))
+        return Path(os.path.relpath(path, self.store.root)).as_posix()
 
     def file_released(self, path: Path, *, since: int) -> None:
         """The file at ``path`` was acknowledged (:meth:`file_kept`) and then let go on
         purpose (a handled request): it binds only crashes up to ``since``."""
-        relative = path.relative_to(self.store.root).as_posix()
+        relative = self._relative(path)
         for i, ack in enumerate(self.acks):
             if isinstance(ack, KeptAck) and ack.path == relative and ack.until is None:
                 self.acks[i] = dataclasses.replace(ack, until=since)
 
     def file_gone(self, path: Path) -> None:
         """The file at ``path`` (under the store's root) was removed and stays so."""
-        self.acks.append(GoneAck(self.position, path.relative_to(self.store.root).as_posix()))
+        self.acks.append(GoneAck(self.position, self._relative(path)))
 
     def rewrite_done(self, run_id: str, what: str) -> None:
         """``what`` (``gc``, ``pack``) returned for ``run_id``: its result stays (a
