@@ -79,7 +79,8 @@ def _crash_trial(mode: str, seed: int, root: Path, max_kills: int) -> str | None
 def test_kill_anywhere_then_resume_gives_same_result_and_effects_once(
     mode, tmp_path, trials, request
 ):
-    n = trials(20, 200)
+    # Default suite: 10 random kill points a run (new ones every run); --slow, as CI: 20.
+    n = trials(20 if request.config.getoption("--slow") else 10, 200)
     max_kills = 3 if request.config.getoption("--torture") else 1
     base = random.randrange(1 << 30)
     with ThreadPoolExecutor(max_workers=2) as pool:
