@@ -1,4 +1,9 @@
-"""``afk-local`` through real subprocesses (``python -m afk_local``), human and --json output.
+"""``afk-local``'s human and --json output.
+
+Most commands run in this process (``cli_inproc.run_cli``: the point is their output and
+exit code); each test keeps real ``python -m afk_local`` subprocesses where a process
+matters: the environment's store, resuming a job (which imports it afresh), one call of
+each command.
 
 One module-scoped store holds a completed, a failed, a paused, a running (lock held by
 a live child), an interrupted (SIGKILLed) run and one with an effect in doubt. Read
@@ -17,6 +22,7 @@ from pathlib import Path
 import cli_jobs
 import proc
 import pytest
+from cli_inproc import run_cli
 from proc import SUPPORT
 
 import afk_local as afk
@@ -26,19 +32,29 @@ N = 6
 RUNS = ("done", "doubt", "failed", "interrupted", "live", "paused")
 
 
-def cli(root: Path | str | None, *args: str, code: int = 0, env: dict[str, str] | None = None):
-    """Run ``python -m afk_local [--root ROOT] args...``; assert the exit code."""
-    full_env = {k: v for k, v in os.environ.items() if k != "AFK_LOCAL_ROOT"}
-    full_env["PYTHONPATH"] = TESTS + os.pathsep + full_env.get("PYTHONPATH", "")
-    full_env.update(env or {})
+def cli(
+    root: Path | str | None,
+    *args: str,
+    code: int = 0,
+    env: dict[str, str] | None = None,
+    real: bool = False,
+):
+    """Run ``afk-local [--root ROOT] args...`` (``real``: as ``python -m afk_local``); assert
+    the exit code."""
     head = ["--root", str(root)] if root is not None else []
-    result = subprocess.run(
-        [sys.executable, "-m", "afk_local", *head, *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=120,
-    )
+    if real:
+        full_env = {k: v for k, v in os.environ.items() if k != "AFK_LOCAL_ROOT"}
+        full_env["PYTHONPATH"] = TESTS + os.pathsep + full_env.get("PYTHONPATH", "")
+        full_env.update(env or {})
+        result = subprocess.run(
+            [sys.executable, "-m", "afk_local", *head, *args],
+            capture_output=True,
+            text=True,
+            env=full_env,
+            timeout=120,
+        )
+    else:
+        result = run_cli([*head, *args], env=env)
     assert result.returncode == code, (args, result.returncode, result.stdout, result.stderr)
     if code == 2 and "usage:" not in result.stderr:
         # a user error is one clear line, never a traceback
@@ -47,8 +63,8 @@ def cli(root: Path | str | None, *args: str, code: int = 0, env: dict[str, str] 
     return result
 
 
-def cli_json(root: Path, *args: str, code: int = 0):
-    return json.loads(cli(root, *args, "--json", code=code).stdout)
+def cli_json(root: Path, *args: str, code: int = 0, real: bool = False):
+    return json.loads(cli(root, *args, "--json", code=code, real=real).stdout)
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
@@ -112,7 +128,7 @@ def test_read_commands_human_and_json(store_root: Path) -> None:
     root = store_root
     before = snapshot(root)
 
-    table = cli(root, "runs").stdout
+    table = cli(root, "runs", real=True).stdout
     for run_id in RUNS:
         assert run_id in table
     assert "running (interrupted)" in table and "running (live)" in table
@@ -130,17 +146,17 @@ def test_read_commands_human_and_json(store_root: Path) -> None:
     assert [r["run_id"] for r in cli_json(root, "runs", "--status", "paused")] == ["paused"]
     assert len(cli_json(root, "runs", "--limit", "2")) == 2
     # the store from the environment, and --root after the command
-    env_runs = cli(None, "runs", "--json", env={"AFK_LOCAL_ROOT": str(root)}).stdout
+    env_runs = cli(None, "runs", "--json", env={"AFK_LOCAL_ROOT": str(root)}, real=True).stdout
     assert {r["run_id"] for r in json.loads(env_runs)} == set(RUNS)
 
-    shown = cli(root, "show", "interrupted").stdout
+    shown = cli(root, "show", "interrupted", real=True).stdout
     assert "interrupted" in shown and f"afk-local --root {root} resume interrupted" in shown
     assert cli_json(root, "show", "live")["owner_alive"] is True
     failed = cli_json(root, "show", "failed")
     assert "planned failure" in failed["error"]["message"]
     assert cli_json(root, "show", "paused")["pause"]["prompt"] == {"question": "favourite number?"}
 
-    log = cli(root, "log", "done").stdout.splitlines()
+    log = cli(root, "log", "done", real=True).stdout.splitlines()
     assert log[0].split() == ["SEQ", "STEP", "PROGRESS", "PHASE", "TIME", "SIZE", "FRAME"]
     assert "keyframe" in log[1] and "run_terminal" in log[-1]
     rows = cli_json(root, "log", "done")
@@ -148,37 +164,37 @@ def test_read_commands_human_and_json(store_root: Path) -> None:
     assert any(r["frame"].startswith("delta<-") for r in rows)
     assert all(r["error"] is None for r in rows)
 
-    latest = cli(root, "inspect", "done").stdout
+    latest = cli(root, "inspect", "done", real=True).stdout
     assert "run_terminal" in latest.splitlines()[0]
     assert json.loads(latest.split("\n", 1)[1])["terminal_result"] == cli_jobs.expected_total(N)
     state_seq = next(r["seq"] for r in rows if r["phase"] == "runtime_state" and r["step"] == 3)
     value = cli_json(root, "inspect", "done", str(state_seq), "--path", "state.total")
     assert value["value"] == cli_jobs.expected_total(3) and value["seq"] == state_seq
 
-    effects = cli(root, "effects", "doubt").stdout
+    effects = cli(root, "effects", "doubt", real=True).stdout
     assert "IN DOUBT" in effects and "charge#1" in effects
     done_effects = cli_json(root, "effects", "done")
     assert len(done_effects) == N and {e["state"] for e in done_effects} == {"ok"}
     assert cli_json(root, "effects", "doubt")[0]["idempotency_key"] == "ik"
 
     a, b = rows[1]["seq"], state_seq
-    diff = cli(root, "diff", "done", str(a), str(b)).stdout
+    diff = cli(root, "diff", "done", str(a), str(b), real=True).stdout
     assert "~ state.total:" in diff
     changes = cli_json(root, "diff", "done", str(a), str(b))
     assert changes["changed"]["state.total"][1] == cli_jobs.expected_total(3)
 
-    verified = cli(root, "verify").stdout
+    verified = cli(root, "verify", real=True).stdout
     assert "all 6 run(s) ok" in verified
     assert cli_json(root, "verify")["ok"] is True
 
-    lines = cli(root, "export", "done", "--format", "jsonl").stdout.splitlines()
+    lines = cli(root, "export", "done", "--format", "jsonl", real=True).stdout.splitlines()
     types = [json.loads(line)["type"] for line in lines]
     assert types[:2] == ["format", "meta"] and types.count("effect") == 2 * N
 
     gc = cli_json(root, "gc", "--dry-run")
     assert gc["dry_run"] is True and gc["skipped_locked"] == ["live"]
     assert sum(c["deleted_files"] for c in gc["compacted"]) > 0
-    assert "dry run:" in cli(root, "gc", "--dry-run").stdout
+    assert "dry run:" in cli(root, "gc", "--dry-run", real=True).stdout
 
     assert snapshot(root) == before  # reading changed nothing
 
@@ -186,7 +202,7 @@ def test_read_commands_human_and_json(store_root: Path) -> None:
 def test_bad_input_is_one_clear_line_and_changes_nothing(store_root: Path, tmp_path: Path) -> None:
     root = store_root
     before = snapshot(root)
-    assert "not found" in cli(root, "show", "nope", code=2).stderr
+    assert "not found" in cli(root, "show", "nope", code=2, real=True).stderr
     assert "invalid run id" in cli(root, "log", "../etc", code=2).stderr
     assert "has no checkpoint 999" in cli(root, "inspect", "done", "999", code=2).stderr
     assert "whole number" in cli(root, "inspect", "done", "abc", code=2).stderr
@@ -230,40 +246,42 @@ def test_write_commands(store_root: Path, tmp_path: Path) -> None:
     export = tmp_path / "done.json"
     cli(root, "export", "done", "-o", str(export))
     other = tmp_path / "other"
-    info = cli_json(other, "import", str(export), "--as", "copy")
+    info = cli_json(other, "import", str(export), "--as", "copy", real=True)
     assert info["run_id"] == "copy" and info["status"] == "completed"
     copy = afk.Store(other).open("copy")
     assert copy.resume_state().result == cli_jobs.expected_total(N)
     assert copy.verify().ok and len(copy.effects()) == 2 * N
 
     # fork, then resume the fork through the CLI
-    forked = cli_json(root, "fork", "done", "--at", "3", "--as", "done-fork")
+    forked = cli_json(root, "fork", "done", "--at", "3", "--as", "done-fork", real=True)
     assert forked["parent_run_id"] == "done" and forked["seq"] == 3
-    assert "completed" in cli(root, "resume", "done-fork").stdout
+    assert "completed" in cli(root, "resume", "done-fork", real=True).stdout
 
     # resume the SIGKILLed run: each item's side effect happened exactly once
-    out = cli_json(root, "resume", "interrupted")
+    out = cli_json(root, "resume", "interrupted", real=True)
     assert out == {"run_id": "interrupted", "status": "completed",
                    "result": cli_jobs.expected_total(N)}  # fmt: skip
     items = [line.split()[0] for line in (root.parent / "crash.txt").read_text().splitlines()]
     assert sorted(items) == [str(i) for i in range(N)]
 
     # answer the paused run
-    answered = cli_json(root, "resume", "paused", "--input", '{"n": 7}')
+    answered = cli_json(root, "resume", "paused", "--input", '{"n": 7}', real=True)
     assert answered["result"] == {"question": "favourite number?", "answer": {"n": 7}}
-    again = cli(root, "resume", "paused").stdout  # completed: nothing runs, its result shown
+    again = cli(
+        root, "resume", "paused", real=True
+    ).stdout  # completed: nothing runs, its result shown
     assert again == 'run paused completed: {"question": "favourite number?", "answer": {"n": 7}}\n'
 
     # the failed run is retried by resume; cancel the one in doubt
-    assert cli_json(root, "resume", "failed")["result"] == cli_jobs.expected_total(N)
-    assert "cancelled" in cli(root, "cancel", "doubt").stdout
+    assert cli_json(root, "resume", "failed", real=True)["result"] == cli_jobs.expected_total(N)
+    assert "cancelled" in cli(root, "cancel", "doubt", real=True).stdout
     assert store.read_meta("doubt").status is afk.RunStatus.CANCELLED
 
     # gc for real, then everything still verifies; the live run is untouched
     live_before = snapshot(store.paths("live").dir)
     report = cli_json(root, "gc", "--keep-runtime-states", "1", "--max-effects-per-run", "2")
     assert report["skipped_locked"] == ["live"] and not report["errors"]
-    assert "0 whole run(s)" in cli(root, "gc").stdout
+    assert "0 whole run(s)" in cli(root, "gc", real=True).stdout
     assert snapshot(store.paths("live").dir) == live_before
     assert cli_json(root, "verify")["ok"] is True
     assert cli_json(root, "show", "done")["effects"] == 2
@@ -275,7 +293,7 @@ def test_verify_reports_damage_and_repairs_torn_journal_tails(tmp_path: Path) ->
         for i in range(5):
             run.effects.call(f"k{i}", lambda i=i: i)
             run.checkpoint("runtime_state", {"i": i}, step=i)
-    assert "all 1 run(s) ok" in cli(tmp_path, "verify").stdout
+    assert "all 1 run(s) ok" in cli(tmp_path, "verify", real=True).stdout
 
     journal = store.paths("r").journal
     size = journal.stat().st_size

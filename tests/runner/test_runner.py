@@ -79,7 +79,8 @@ def _crash_trial(mode: str, seed: int, root: Path, max_kills: int) -> str | None
 def test_kill_anywhere_then_resume_gives_same_result_and_effects_once(
     mode, tmp_path, trials, request
 ):
-    n = trials(20, 200)
+    # Default suite: 10 random kill points a run (new ones every run); --slow, as CI: 20.
+    n = trials(20 if request.config.getoption("--slow") else 10, 200)
     max_kills = 3 if request.config.getoption("--torture") else 1
     base = random.randrange(1 << 30)
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -100,19 +101,20 @@ def test_uninterrupted_run_matches(tmp_path):
 
 def test_iterate_resumes_at_first_unfinished_item(tmp_path):
     store = afk.Store(tmp_path / "s")
-    # Each item's checkpoint does two renames (file, latest): land inside item ~300-600's.
-    at = random.randint(600, 1200)
-    killed = run_and_kill(rj.counting_loop, 1000, at=at, on="rename", store=store, run_id="loop")
+    # Each item's checkpoint does two renames (file, latest): land inside item ~280-380's,
+    # after the writer has packed its first 256 loose files (DEFAULT_LOOSE_LIMIT).
+    at = random.randint(560, 760)
+    killed = run_and_kill(rj.counting_loop, 400, at=at, on="rename", store=store, run_id="loop")
     assert killed.killed, killed.stderr
     printed = [int(line.split()[1]) for line in killed.stdout.splitlines()]
     durable_cursor = store.open("loop").resume_state().state["cursors"]["iterate#1"]["n"]
     assert printed[-1] in (durable_cursor - 1, durable_cursor)
-    resumed = run_and_kill(rj.counting_loop, 1000, at=None, store=store, run_id="loop")
+    resumed = run_and_kill(rj.counting_loop, 400, at=None, store=store, run_id="loop")
     assert resumed.returncode == 0, resumed.stderr
     again = [int(line.split()[1]) for line in resumed.stdout.splitlines()]
     assert again[0] == durable_cursor
-    assert again == list(range(durable_cursor, 1000))
-    assert store.open("loop").resume_state().result == sum(range(1000))
+    assert again == list(range(durable_cursor, 400))
+    assert store.open("loop").resume_state().result == sum(range(400))
 
 
 def test_pause_resume_across_processes(tmp_path):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import time_jobs
+from cli_inproc import run_cli
 from proc import REPO, SUPPORT, JsonLinesChild
 
 import afk_local as afk
@@ -258,12 +259,20 @@ def test_after_a_reboot_a_parked_run_and_a_due_schedule_both_run_once(tmp_path: 
     assert [line.split()[0] for line in out.read_text().splitlines()] == [daily]  # ran once
 
 
-def test_schedule_add_list_rm_on_the_command_line(tmp_path: Path) -> None:
+def test_schedule_add_list_rm_on_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One real ``afk-local schedule`` process per subcommand; the refusals run in-process."""
     root = tmp_path / "store"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the command puts its cwd on it
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    def cli(*args: str, real: bool = False) -> subprocess.CompletedProcess[str]:
+        argv = ["schedule", *args, "--root", str(root)]
+        if not real:
+            return run_cli(argv)
         return subprocess.run(
-            [sys.executable, "-m", "afk_local", "schedule", *args, "--root", str(root)],
+            [sys.executable, "-m", "afk_local", *argv],
             env=ENV,
             capture_output=True,
             text=True,
@@ -271,7 +280,7 @@ def test_schedule_add_list_rm_on_the_command_line(tmp_path: Path) -> None:
             cwd=tmp_path,
         )
 
-    added = cli("add", "tick", "time_jobs:stamp", '["out"]', "--every", "15m", "--json")
+    added = cli("add", "tick", "time_jobs:stamp", '["out"]', "--every", "15m", "--json", real=True)
     assert added.returncode == 0, added.stderr
     assert json.loads(added.stdout)["every_s"] == 900
     assert json.loads(added.stdout)["overlap"] == "allow"
@@ -288,9 +297,9 @@ def test_schedule_add_list_rm_on_the_command_line(tmp_path: Path) -> None:
     pytest.importorskip("cronsim", reason="--cron needs the schedule extra (cronsim)")
     bad = cli("add", "c", "time_jobs:stamp", "--cron", "61 * * * *")
     assert bad.returncode == 2 and "cron" in bad.stderr
-    listed = json.loads(cli("list", "--json").stdout)
+    listed = json.loads(cli("list", "--json", real=True).stdout)
     assert [(s["name"], s["every_s"], s["catchup"]) for s in listed] == [("tick", 900, "latest")]
-    assert cli("rm", "tick").returncode == 0
+    assert cli("rm", "tick", real=True).returncode == 0
     gone = cli("rm", "tick")
     assert gone.returncode == 2 and "no schedule" in gone.stderr
     assert json.loads(cli("list", "--json").stdout) == []

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import time_jobs
+from cli_inproc import run_cli
 from proc import REPO, SUPPORT, JsonLinesChild
 
 import afk_local as afk
@@ -31,13 +31,8 @@ ENV = {
 
 
 def cli(root: Path, *args: str) -> dict:
-    res = subprocess.run(
-        [sys.executable, "-m", "afk_local", *args, "--root", str(root), "--json"],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=60,
-    )
+    """``afk-local ARGS --root ROOT --json`` in this process (its output is the point)."""
+    res = run_cli([*args, "--root", str(root), "--json"])
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 

@@ -1,4 +1,8 @@
-"""``afk-local watch --install systemd|launchd``: the generated files (not the init systems)."""
+"""``afk-local watch --install systemd|launchd``: the generated files (not the init systems).
+
+The systemd install runs as a real ``python -m afk_local`` in its own working directory
+(the unit records both); the other commands run in-process (``cli_inproc``).
+"""
 
 from __future__ import annotations
 
@@ -11,11 +15,20 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_inproc import run_cli
 
 from afk_local.watcher import service as watcher_service
 
 
-def cli(*args: str, service_dir: Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, service_dir: Path, cwd: Path | None = None, real: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``afk-local args...`` with the service files going to ``service_dir``: in this
+    process (the files and the output are the point), or ``real``: as ``python -m
+    afk_local`` in ``cwd``."""
+    if not real:
+        assert cwd is None, "an in-process command runs in the test's directory"
+        return run_cli(args, env={watcher_service.SERVICE_DIR_ENV: str(service_dir)})
     env = {**os.environ, watcher_service.SERVICE_DIR_ENV: str(service_dir)}
     return subprocess.run(
         [sys.executable, "-m", "afk_local", *args],
@@ -31,8 +44,9 @@ def test_systemd_unit_runs_the_watcher_for_this_store(tmp_path: Path) -> None:
     root = tmp_path / "my store"
     services = tmp_path / "units"
     res = cli(
-        "watch", "--root", str(root), "--install", "systemd", service_dir=services, cwd=tmp_path
-    )
+        "watch", "--root", str(root), "--install", "systemd",
+        service_dir=services, cwd=tmp_path, real=True,
+    )  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert root.is_dir()  # --install creates the store it will watch
     [unit] = list(services.iterdir())
