@@ -290,9 +290,11 @@ def _run_planned(
 
 
 def _slots(client: distributed.Client) -> int:
-    """How many tasks the cluster runs at once: its workers' threads (at least 1)."""
-    workers = client.scheduler_info().get("workers", {})
-    return max(1, sum(int(w.get("nthreads", 1)) for w in workers.values()))
+    """How many tasks the cluster runs at once: its workers' threads (at least 1), asked
+    of the scheduler now (``scheduler_info()`` is a copy refreshed every few seconds: a
+    worker that just came back, after one died, is missing from it)."""
+    threads = client.nthreads()  # type: ignore[no-untyped-call]
+    return max(1, sum(int(n) for n in threads.values()))
 
 
 def _why(future: distributed.Future[Any]) -> str:

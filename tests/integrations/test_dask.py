@@ -278,6 +278,7 @@ def test_default_chunks_many_cheap_items_with_the_results_and_run_ids_of_one_per
 
 def test_default_runs_few_or_expensive_items_one_per_task(client, tmp_path, caplog):
     """Four items (two per worker thread), and six that each take TARGET_TASK_S: one per task."""
+    client.wait_for_workers(2, timeout=60)  # one killed by an earlier test may be coming back
     caplog.set_level(logging.DEBUG, logger="afk_local")
     assert map_durable_quiet(pair, range(4), store=tmp_path / "few", client=client) == [
         [x, x * x] for x in range(4)
