@@ -7,6 +7,7 @@ doubt: test_pydantic_ai_crash.py.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -18,24 +19,11 @@ import pytest
 
 import afk_local as afk
 
-try:
-    from pydantic_ai import Agent
-    from pydantic_ai.messages import (
-        ModelMessage,
-        ModelResponse,
-        TextPart,
-        ToolCallPart,
-        ToolReturnPart,
-    )
-    from pydantic_ai.models.function import AgentInfo, FunctionModel
-
-    from afk_local.integrations.pydantic_ai import DurableAgent
-except ImportError:  # the AgentRunner test below runs without it
-    DurableAgent = None  # type: ignore[assignment,misc]
-
 needs_pydantic_ai = pytest.mark.skipif(
-    DurableAgent is None, reason="pydantic-ai not installed: pip install 'afk_local[test-all]'"
+    importlib.util.find_spec("pydantic_ai") is None,
+    reason="pydantic-ai not installed: pip install 'afk_local[test-all]'",
 )
+
 
 LONG = "x" * 5000
 
@@ -55,7 +43,21 @@ def cli(root: Path, *args: str, code: int = 0) -> str:
 
 
 def pydantic_ai_run(root: Path) -> None:
-    """A standalone DurableAgent run: a prompt, two tool calls, a long final answer."""
+    """A standalone DurableAgent run: a prompt, two tool calls, a long final answer.
+
+    pydantic-ai is imported here, not at the top: every test process collects this
+    module, and the framework costs about a second and a half of CPU to import."""
+    from pydantic_ai import Agent  # noqa: PLC0415
+    from pydantic_ai.messages import (  # noqa: PLC0415
+        ModelMessage,
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+    )
+    from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: PLC0415
+
+    from afk_local.integrations.pydantic_ai import DurableAgent  # noqa: PLC0415
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         done = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]

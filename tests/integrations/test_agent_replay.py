@@ -8,6 +8,7 @@ offers, so the first model call no longer matches.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import proc
@@ -17,8 +18,12 @@ from proc import SUPPORT
 
 import afk_local as afk
 
-pytest.importorskip("agents")
-pytest.importorskip("pydantic_ai")
+# Checked without importing them: every test process collects this module, and the
+# two frameworks cost about three seconds of CPU to import.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("agents") is None or importlib.util.find_spec("pydantic_ai") is None,
+    reason="needs the OpenAI Agents SDK and pydantic-ai: pip install 'afk_local[test-all]'",
+)
 
 
 def env_for(tmp_path: Path, **more: str) -> dict[str, str]:
