@@ -36,6 +36,7 @@ from afk_local.testing.crashsim.trace import (
     MetricsAck,
     OutcomeAck,
     RemovedAck,
+    UnrecordedAck,
     meta_field,
     run_listing,
 )
@@ -131,6 +132,9 @@ def _check_acks(
                 problems.append(f"{ack.path} (removed after call #{ack.at}) is back")
             continue
         if isinstance(ack, RemovedAck):
+            continue
+        if isinstance(ack, UnrecordedAck):
+            problems += _check_unrecorded(ack, journals.get(ack.run_id))
             continue
         if not store.exists(ack.run_id):
             continue  # reported as a missing run
@@ -276,6 +280,17 @@ def _check_outcome(ack: OutcomeAck, journal: JournalContents | None) -> list[str
     if (outcome.status, outcome.result) != (ack.status, ack.result):
         return [f"{what} reads back as another outcome"]
     return []
+
+
+def _check_unrecorded(ack: UnrecordedAck, journal: JournalContents | None) -> list[str]:
+    """No record of a key whose append raised is read back (the writer cut it durably)."""
+    found = [r.kind for r in (journal.records if journal is not None else []) if r.key == ack.key]
+    if not found:
+        return []
+    return [
+        f"run {ack.run_id}: effects.log holds {'/'.join(found)} of {ack.key!r}, whose append "
+        f"raised (a failed fsync) after call #{ack.at}: the cut back to the durable end was lost"
+    ]
 
 
 def _effect_states(journals: dict[str, JournalContents]) -> dict[str, str]:

@@ -1,10 +1,12 @@
 """Every workload the explorer knows, by name: the single operations, the composed rewrites,
 then the operations that write besides checkpoints (:mod:`.operations`), the edits of
-a run (:mod:`.edits`) and the store's own files (:mod:`.store_files`)."""
+a run (:mod:`.edits`), the store's own files (:mod:`.store_files`) and a faulty disk
+or a fenced run (:mod:`.faults`)."""
 
 from __future__ import annotations
 
 from afk_local.testing.crashsim.suites.edits import EDIT_WORKLOADS
+from afk_local.testing.crashsim.suites.faults import FAULT_WORKLOADS
 from afk_local.testing.crashsim.suites.operations import OPERATION_WORKLOADS
 from afk_local.testing.crashsim.suites.rewrites import REWRITE_WORKLOADS
 from afk_local.testing.crashsim.suites.store_files import STORE_FILE_WORKLOADS
@@ -18,6 +20,7 @@ WORKLOADS: dict[str, Workload] = {
         *OPERATION_WORKLOADS,
         *EDIT_WORKLOADS,
         *STORE_FILE_WORKLOADS,
+        *FAULT_WORKLOADS,
     )
 }
 """Every workload by name, in the order the explorer runs them."""

@@ -198,6 +198,19 @@ def meta_field(meta: Any, dotted: str) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class UnrecordedAck:
+    """An append of ``key``'s record to ``run_id``'s journal raised (its fsync failed), and
+    the journal was cut back to what was durable: no record of ``key`` is read back from
+    then on (until the run is written again). A record the writer reported as failed and
+    a crash then brought back would make a call that never ran look in doubt, or replay
+    an outcome the run was told was lost."""
+
+    at: int
+    run_id: str
+    key: str
+
+
 Ack = (
     CheckpointAck
     | OutcomeAck
@@ -208,6 +221,7 @@ Ack = (
     | MetaAck
     | GoneAck
     | MetricsAck
+    | UnrecordedAck
 )
 
 
@@ -392,6 +406,11 @@ class Session:
         for path in sorted(directory.iterdir()):
             self.file_kept(path)
 
+    def append_failed(self, run_id: str, key: str) -> None:
+        """The append of ``key``'s record to ``run_id``'s journal raised: from now on no
+        record of ``key`` is read back (an :class:`UnrecordedAck`)."""
+        self.acks.append(UnrecordedAck(self.position, run_id, key))
+
     def effect_called(self, idempotency_key: str, label: str) -> None:
         """A side-effecting function of the workload ran (noted at the current position)."""
         self.calls.append(EffectCall(self.position, idempotency_key, label))
@@ -440,6 +459,7 @@ __all__ = [
     "Session",
     "StatusAck",
     "Trace",
+    "UnrecordedAck",
     "meta_field",
     "run_listing",
 ]
