@@ -8,7 +8,10 @@
 - Each site mutant of the operations (``OPERATION_SITES``) is caught by a workload that
   recovers without it: the default suite hunts a sample drawn with today's explorer seed
   (``AFK_EXPLORER_SEED``), ``--torture`` every one with no budget. (The rewrite and
-  run-creation mutants are hunted in test_crashsim_rewrites.py and test_crashsim_create.py.)
+  run-creation mutants are hunted in test_crashsim_rewrites.py and test_crashsim_create.py,
+  those of a faulty disk and fencing in test_crashsim_faults.py, the LangGraph saver's in
+  test_crashsim_langgraph.py; ``SUBSUMED_SITES`` survive by construction, and are checked
+  to, there.)
 """
 
 from __future__ import annotations
@@ -19,7 +22,14 @@ import pytest
 from conftest import EXPLORER_SEED
 
 from afk_local.testing.crashsim.hunt import hunt_mutant, recorded_sites, seam_call_sites
-from afk_local.testing.crashsim.mutants import OPERATION_SITES, SITE_MUTANTS, UNMODELLED_SITES
+from afk_local.testing.crashsim.mutants import (
+    LANGGRAPH_SITES,
+    OPERATION_SITES,
+    SITE_MUTANTS,
+    SUBSUMED_SITES,
+    UNMODELLED_SITES,
+)
+from afk_local.testing.crashsim.registry import WORKLOADS
 from afk_local.testing.crashsim.report import hunt_line
 
 HUNT_STATES = 60
@@ -37,12 +47,15 @@ def test_every_fsync_call_site_in_the_source_has_a_site_mutant_or_a_stated_gap()
     stale = sorted(set(UNMODELLED_SITES) - set(in_source))
     assert not stale, f"listed as unmodelled but no longer in the source: {stale}"
     assert not with_mutant & set(UNMODELLED_SITES)
+    assert set(SUBSUMED_SITES) <= set(SITE_MUTANTS.values())
     assert with_mutant <= set(in_source), sorted(with_mutant - set(in_source))
 
 
 def test_every_fsync_the_explorer_records_has_a_site_mutant_and_back() -> None:
     recorded = recorded_sites()
     mutants = set(SITE_MUTANTS.values())
+    if "langgraph" not in WORKLOADS:  # the saver's workloads need the extra
+        mutants -= set(LANGGRAPH_SITES)
     assert set(recorded) <= mutants, sorted(set(recorded) - mutants)
     assert mutants <= set(recorded), sorted(mutants - set(recorded))
 

@@ -20,7 +20,7 @@ from afk_local.testing.crashsim.explorer import (
     explore,
 )
 from afk_local.testing.crashsim.hunt import hunt_mutant, seam_call_sites
-from afk_local.testing.crashsim.mutants import SUBSUMED_SITES, UNMODELLED_SITES
+from afk_local.testing.crashsim.mutants import LANGGRAPH_SITES, SUBSUMED_SITES, UNMODELLED_SITES
 from afk_local.testing.crashsim.registry import WORKLOADS
 from afk_local.testing.crashsim.report import (
     counterexample_text,
@@ -121,6 +121,9 @@ def _site_table(max_states: int | None, depth: int, seed: int) -> int:
     sys.stdout.write("| mutant | states checked | verdict |\n|---|---|---|\n")
     escaped = 0
     for mutant in SITE_MUTANTS:
+        if SITE_MUTANTS[mutant] in LANGGRAPH_SITES and "langgraph" not in WORKLOADS:
+            sys.stdout.write(f"| {mutant} | 0 | not hunted: LangGraph is not installed |\n")
+            continue
         found = hunt_mutant(
             mutant, max_states=max_states, depth=depth, seed=seed, sites=sites, baselines=baselines
         )

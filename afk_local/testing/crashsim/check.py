@@ -28,6 +28,7 @@ from afk_local.testing.crashsim.jobs import EffectLedger, use_probe
 from afk_local.testing.crashsim.trace import (
     Ack,
     CheckpointAck,
+    ClaimAck,
     DoneAck,
     EffectCall,
     GoneAck,
@@ -54,8 +55,8 @@ def check_state(
     store = workload.store(root / "store")  # its head records are the crash state's
     acked: dict[str, int] = {}
     for ack in sorted(acks, key=lambda a: a.at):
-        if isinstance(ack, (KeptAck, RemovedAck, GoneAck)):
-            continue  # a kept file names no run; a removed one may be gone
+        if isinstance(ack, (KeptAck, RemovedAck, GoneAck, ClaimAck)):
+            continue  # a kept file or a claim names no run; a removed one may be gone
         if isinstance(ack, DoneAck) and ack.names is None:
             continue  # deleted, and stays so
         acked.setdefault(ack.run_id, ack.at)
@@ -135,6 +136,14 @@ def _check_acks(
             continue
         if isinstance(ack, UnrecordedAck):
             problems += _check_unrecorded(ack, journals.get(ack.run_id))
+            continue
+        if isinstance(ack, ClaimAck):
+            try:
+                found = ack.problem(store)
+            except Exception as exc:  # a claim that cannot even be checked is broken
+                found = f"checking it raised {type(exc).__name__}: {exc}"
+            if found is not None:
+                problems.append(f"{ack.what} (acknowledged after call #{ack.at}): {found}")
             continue
         if not store.exists(ack.run_id):
             continue  # reported as a missing run

@@ -103,10 +103,39 @@ FAULT_SITES: tuple[tuple[str, str], ...] = (
 """The fsyncs of paths a healthy local disk never takes (links refused, a torn journal, a
 failed fsync) and of fencing (:mod:`.suites.faults`)."""
 
+LANGGRAPH_SITES: tuple[tuple[str, str], ...] = (
+    ("index.open_index_cache", "journal"),  # a torn tail of the index cache cut
+    ("index.open_index_cache", "file"),  # a new (or older-format) cache's marker
+    ("index.open_index_cache", "dir"),
+    ("index.record_deletions", "journal"),  # tombstones before a name can be used again
+    ("threads.delete_files", "dir"),  # latest moved off the deleted checkpoints
+    ("writes.rewrite_writes", "file"),  # the writes of the kept checkpoints
+    ("writes.rewrite_writes", "dir"),
+    ("writes.append_writes", "journal"),  # put_writes: durable before it returns
+    ("writes.open_writes", "dir"),  # a new thread's writes file: its name
+)
+"""The fsyncs of the LangGraph saver (:mod:`.suites.langgraph`, when LangGraph is
+installed)."""
+
 SUBSUMED_SITES: dict[tuple[str, str], str] = {
     ("reading._load", "journal"): "the cut of a torn tail on open: the next append's fsync "
     "makes it durable before anything is acknowledged, and a crash that loses it brings "
     "back only the same torn tail, which readers ignore and the next writable open cuts",
+    ("index.open_index_cache", "journal"): "the cut of the LangGraph index cache's torn "
+    "tail: entries appended after it are never fsynced (a lost one is a cache miss) but "
+    "tombstones, whose fsync makes the cut durable with them",
+    ("index.open_index_cache", "file"): "a new index cache's marker: a cache that lost its "
+    "bytes has no marker, so it is not trusted (each entry is checked against its file's "
+    "crc); the tombstones that must last are fsynced with it",
+    ("index.open_index_cache", "dir"): "a new index cache's name: a cache a crash removes "
+    "held no entry yet for a deleted name (it was made by this open), so none can be stale",
+    ("threads.delete_files", "dir"): "latest moved off the deleted checkpoints: a lost move "
+    "leaves latest naming a deleted file, which readers skip and the next writer repoints; "
+    "the next fsync of the run directory (the writes rewrite, the next put) covers it",
+    ("writes.rewrite_writes", "dir"): "the LangGraph writes file rewritten without the "
+    "deleted checkpoints': a lost rename brings back the old file, which holds every kept "
+    "write too; the others belong to deleted ids, and a re-put id reads only the writes "
+    "after the mark its put took",
 }
 """Fsyncs whose loss no crash can show, and why: a workload records each and its site
 mutant exists, but survives by construction (the site-coverage test checks that it
@@ -114,7 +143,13 @@ does, so a change that makes one matter moves it back among those that must be c
 
 SITE_MUTANTS: dict[str, tuple[str, str]] = {
     f"no-fsync@{site}:{kind}": (site, kind)
-    for site, kind in (*_REWRITE_SITES, *RUN_SITES, *OPERATION_SITES, *FAULT_SITES)
+    for site, kind in (
+        *_REWRITE_SITES,
+        *RUN_SITES,
+        *OPERATION_SITES,
+        *FAULT_SITES,
+        *LANGGRAPH_SITES,
+    )
 }
 """Site mutant name -> the (call site, fsync kind) it removes: every fsync of the pack,
 merge and gc paths and of a new run, one at a time

@@ -1,9 +1,11 @@
 """Every workload the explorer knows, by name: the single operations, the composed rewrites,
 then the operations that write besides checkpoints (:mod:`.operations`), the edits of
 a run (:mod:`.edits`), the store's own files (:mod:`.store_files`) and a faulty disk
-or a fenced run (:mod:`.faults`)."""
+or a fenced run (:mod:`.faults`); with LangGraph installed, its saver's (:mod:`.langgraph`)."""
 
 from __future__ import annotations
+
+from importlib.util import find_spec
 
 from afk_local.testing.crashsim.suites.edits import EDIT_WORKLOADS
 from afk_local.testing.crashsim.suites.faults import FAULT_WORKLOADS
@@ -11,6 +13,16 @@ from afk_local.testing.crashsim.suites.operations import OPERATION_WORKLOADS
 from afk_local.testing.crashsim.suites.rewrites import REWRITE_WORKLOADS
 from afk_local.testing.crashsim.suites.store_files import STORE_FILE_WORKLOADS
 from afk_local.testing.crashsim.workloads import BASIC_WORKLOADS, Workload
+
+
+def _extra_workloads() -> tuple[Workload, ...]:
+    """The workloads of the optional extras that are installed (the LangGraph saver's)."""
+    if find_spec("langgraph") is None:
+        return ()
+    from afk_local.testing.crashsim.suites.langgraph import LANGGRAPH_WORKLOADS  # noqa: PLC0415
+
+    return LANGGRAPH_WORKLOADS
+
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w
@@ -21,6 +33,7 @@ WORKLOADS: dict[str, Workload] = {
         *EDIT_WORKLOADS,
         *STORE_FILE_WORKLOADS,
         *FAULT_WORKLOADS,
+        *_extra_workloads(),
     )
 }
 """Every workload by name, in the order the explorer runs them."""

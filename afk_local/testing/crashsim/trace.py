@@ -19,6 +19,7 @@ import hashlib
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -211,6 +212,17 @@ class UnrecordedAck:
     key: str
 
 
+@dataclass(frozen=True)
+class ClaimAck:
+    """A promise the workload states as a check of its own (an integration's view of the
+    store: what a new LangGraph saver lists): from call ``at`` on, ``problem(store)``
+    returns None, or the sentence saying what is broken."""
+
+    at: int
+    what: str
+    problem: Callable[[Store], str | None]
+
+
 Ack = (
     CheckpointAck
     | OutcomeAck
@@ -222,6 +234,7 @@ Ack = (
     | GoneAck
     | MetricsAck
     | UnrecordedAck
+    | ClaimAck
 )
 
 
@@ -411,6 +424,11 @@ class Session:
         record of ``key`` is read back (an :class:`UnrecordedAck`)."""
         self.acks.append(UnrecordedAck(self.position, run_id, key))
 
+    def claim_acked(self, what: str, problem: Callable[[Store], str | None]) -> None:
+        """``problem(store)`` holds (returns None) in every crash state from now on (a
+        :class:`ClaimAck`); ``what`` names the promise in a report."""
+        self.acks.append(ClaimAck(self.position, what, problem))
+
     def effect_called(self, idempotency_key: str, label: str) -> None:
         """A side-effecting function of the workload ran (noted at the current position)."""
         self.calls.append(EffectCall(self.position, idempotency_key, label))
@@ -445,6 +463,7 @@ class Trace:
 __all__ = [
     "Ack",
     "CheckpointAck",
+    "ClaimAck",
     "DoneAck",
     "EffectCall",
     "GoneAck",
