@@ -167,12 +167,6 @@ UNMODELLED_SITES: dict[str, str] = {
     "pull._publish": "the remote extra (tests/integrations/test_remote*.py)",
     "pull.fetch": "the remote extra (tests/integrations/test_remote*.py)",
     "pull.pull_run": "the remote extra (tests/integrations/test_remote*.py)",
-    "index.open_index_cache": "the langgraph extra's cache (tests/integrations/test_langgraph*)",
-    "index.record_deletions": "the langgraph extra (tests/integrations/test_langgraph*)",
-    "threads.delete_files": "the langgraph extra (tests/integrations/test_langgraph*)",
-    "writes.append_writes": "the langgraph extra (tests/integrations/test_langgraph*)",
-    "writes.open_writes": "the langgraph extra (tests/integrations/test_langgraph*)",
-    "writes.rewrite_writes": "the langgraph extra (tests/integrations/test_langgraph*)",
 }
 """Call sites of the I/O seam's fsyncing methods in afk_local's source that no workload
 records, and why: the site-coverage test fails on any other (a new fsync must come with
