@@ -21,7 +21,12 @@ import random
 import pytest
 from conftest import EXPLORER_SEED
 
-from afk_local.testing.crashsim.hunt import hunt_mutant, recorded_sites, seam_call_sites
+from afk_local.testing.crashsim.hunt import (
+    fsync_sites,
+    hunt_mutant,
+    recorded_sites,
+    seam_call_sites,
+)
 from afk_local.testing.crashsim.mutants import (
     LANGGRAPH_SITES,
     OPERATION_SITES,
@@ -84,3 +89,17 @@ def test_each_operation_site_mutant_is_caught(index: int, request: pytest.Fixtur
     assert found.caught is not None, hunt_line(found)
     caught = found.caught.counterexample
     assert caught is not None and caught.ignored and caught.problems
+
+
+def test_the_metrics_gc_recording_rewrites_nothing_so_its_archive_mutant_is_always_catchable() -> (
+    None
+):
+    """``no-fsync@metrics.write_archive:dir`` escaped a default ``--mutant sites`` run: the
+    workload's checkpoints were meant to be keyframes (new random state each), yet the
+    delta policy chose deltas at times, gc then rewrote one between the archive and the
+    deletions, and that rewrite's directory fsync covered the archive's name (recordings
+    of 10 to 16 calls). Its store now writes keyframes only."""
+    for _ in range(3):
+        sites = fsync_sites("metrics-gc")
+        assert ("retention.rewrite_as_keyframe", "file") not in sites, sites
+        assert sites[("metrics.write_archive", "dir")] == 1
