@@ -91,9 +91,7 @@ def test_each_operation_site_mutant_is_caught(index: int, request: pytest.Fixtur
     assert caught is not None and caught.ignored and caught.problems
 
 
-def test_the_metrics_gc_recording_rewrites_nothing_so_its_archive_mutant_is_always_catchable() -> (
-    None
-):
+def test_metrics_gc_rewrites_nothing_so_its_archive_mutant_is_catchable() -> None:
     """``no-fsync@metrics.write_archive:dir`` escaped a default ``--mutant sites`` run: the
     workload's checkpoints were meant to be keyframes (new random state each), yet the
     delta policy chose deltas at times, gc then rewrote one between the archive and the
