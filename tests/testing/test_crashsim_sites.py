@@ -9,7 +9,10 @@
   recovers without it: the default suite hunts a sample drawn with today's explorer seed
   (``AFK_EXPLORER_SEED``), ``--torture`` every one with no budget. (The rewrite and
   run-creation mutants are hunted in test_crashsim_rewrites.py and test_crashsim_create.py,
-  those of the files outside the runs in test_crashsim_outside.py.)
+  those of the files outside the runs in test_crashsim_outside.py, those of a faulty
+  disk and fencing in test_crashsim_faults.py, the LangGraph saver's in
+  test_crashsim_langgraph.py; ``SUBSUMED_SITES`` survive by construction, and are
+  checked to, there.)
 """
 
 from __future__ import annotations
@@ -19,13 +22,21 @@ import random
 import pytest
 from conftest import EXPLORER_SEED
 
-from afk_local.testing.crashsim.hunt import hunt_mutant, recorded_sites, seam_call_sites
+from afk_local.testing.crashsim.hunt import (
+    fsync_sites,
+    hunt_mutant,
+    recorded_sites,
+    seam_call_sites,
+)
 from afk_local.testing.crashsim.mutants import (
+    LANGGRAPH_SITES,
     OPERATION_SITES,
     REMOTE_SITES,
     SITE_MUTANTS,
+    SUBSUMED_SITES,
     UNMODELLED_SITES,
 )
+from afk_local.testing.crashsim.registry import WORKLOADS
 from afk_local.testing.crashsim.report import hunt_line
 from afk_local.testing.crashsim.suites.outside import remote_available
 
@@ -44,6 +55,7 @@ def test_every_fsync_call_site_in_the_source_has_a_site_mutant_or_a_stated_gap()
     stale = sorted(set(UNMODELLED_SITES) - set(in_source))
     assert not stale, f"listed as unmodelled but no longer in the source: {stale}"
     assert not with_mutant & set(UNMODELLED_SITES)
+    assert set(SUBSUMED_SITES) <= set(SITE_MUTANTS.values())
     assert with_mutant <= set(in_source), sorted(with_mutant - set(in_source))
 
 
@@ -52,6 +64,8 @@ def test_every_fsync_the_explorer_records_has_a_site_mutant_and_back() -> None:
     mutants = set(SITE_MUTANTS.values())
     if not remote_available():  # the pull and push workloads need the remote extra
         mutants -= set(REMOTE_SITES)
+    if "langgraph" not in WORKLOADS:  # the saver's workloads need the extra
+        mutants -= set(LANGGRAPH_SITES)
     assert set(recorded) <= mutants, sorted(set(recorded) - mutants)
     assert mutants <= set(recorded), sorted(mutants - set(recorded))
 
@@ -80,3 +94,15 @@ def test_each_operation_site_mutant_is_caught(index: int, request: pytest.Fixtur
     assert found.caught is not None, hunt_line(found)
     caught = found.caught.counterexample
     assert caught is not None and caught.ignored and caught.problems
+
+
+def test_metrics_gc_rewrites_nothing_so_its_archive_mutant_is_catchable() -> None:
+    """``no-fsync@metrics.write_archive:dir`` escaped a default ``--mutant sites`` run: the
+    workload's checkpoints were meant to be keyframes (new random state each), yet the
+    delta policy chose deltas at times, gc then rewrote one between the archive and the
+    deletions, and that rewrite's directory fsync covered the archive's name (recordings
+    of 10 to 16 calls). Its store now writes keyframes only."""
+    for _ in range(3):
+        sites = fsync_sites("metrics-gc")
+        assert ("retention.rewrite_as_keyframe", "file") not in sites, sites
+        assert sites[("metrics.write_archive", "dir")] == 1

@@ -239,8 +239,9 @@ class ThreadFiles(ThreadReads):
         """Delete checkpoints ``doomed`` (by name) of a thread, and the writes of those gone.
 
         Crash-safe in the order of afk_local's compaction: in a keyed store the chain
-        links of survivors go into ``run.meta`` first; the index cache gets a durable
-        tombstone per doomed name (a later checkpoint may reuse it); then
+        links of survivors go into ``run.meta`` first, and the run's head record is
+        narrowed durably (it names the newest checkpoint, which may go); the index cache
+        gets a durable tombstone per doomed name (a later checkpoint may reuse it); then
         :func:`~afk_local.storage.ops.retention.remove_checkpoints` rewrites kept deltas
         whose base goes as keyframes (same decoded bytes), republishes packs without
         the doomed entries and deletes in durable rounds; then ``latest`` moves and the
@@ -275,6 +276,7 @@ class ThreadFiles(ThreadReads):
                 for f in keep
                 if f.base_seq and (f.base_seq in doomed_seqs or f.base_seq not in by_seq)
             ]
+            handle.writer.loosen_head()  # a crash from here on: the head behind, not ahead
             handle.index_fd = record_deletions(
                 handle.index_fd,
                 paths.dir / INDEX_NAME,

@@ -428,7 +428,10 @@ def remove_checkpoints(reader: RunReader, plan: RunPlan) -> None:
     No copy is ever both kept and deleted, and no pack is deleted before the manifest
     that stops naming it is durable, so a kill at any point, then any rewrite, loses
     nothing. The caller holds the run's lock and, in a keyed store, has recorded the
-    chain links first (:func:`chain_links_after_delete`).
+    chain links first (:func:`chain_links_after_delete`) and narrowed the run's head
+    record durably (``HeadStore.loosen``, or its writer's ``loosen_head``): the head
+    names the newest checkpoint, and one left naming a deleted checkpoint by a crash is
+    reported as a rollback.
     """
     paths, env = reader.paths, reader.env
     view = live_view(reader.catalog)

@@ -28,6 +28,7 @@ from afk_local.testing.crashsim.jobs import EffectLedger, use_probe
 from afk_local.testing.crashsim.trace import (
     Ack,
     CheckpointAck,
+    ClaimAck,
     DoneAck,
     EffectCall,
     GoneAck,
@@ -36,6 +37,7 @@ from afk_local.testing.crashsim.trace import (
     MetricsAck,
     OutcomeAck,
     RemovedAck,
+    UnrecordedAck,
     meta_field,
     run_listing,
 )
@@ -53,8 +55,8 @@ def check_state(
     store = workload.store(root / "store")  # its head records are the crash state's
     acked: dict[str, int] = {}
     for ack in sorted(acks, key=lambda a: a.at):
-        if isinstance(ack, (KeptAck, RemovedAck, GoneAck)):
-            continue  # a kept file names no run; a removed one may be gone
+        if isinstance(ack, (KeptAck, RemovedAck, GoneAck, ClaimAck)):
+            continue  # a kept file or a claim names no run; a removed one may be gone
         if isinstance(ack, DoneAck) and ack.names is None:
             continue  # deleted, and stays so
         acked.setdefault(ack.run_id, ack.at)
@@ -131,6 +133,17 @@ def _check_acks(
                 problems.append(f"{ack.path} (removed after call #{ack.at}) is back")
             continue
         if isinstance(ack, RemovedAck):
+            continue
+        if isinstance(ack, UnrecordedAck):
+            problems += _check_unrecorded(ack, journals.get(ack.run_id))
+            continue
+        if isinstance(ack, ClaimAck):
+            try:
+                found = ack.problem(store)
+            except Exception as exc:  # a claim that cannot even be checked is broken
+                found = f"checking it raised {type(exc).__name__}: {exc}"
+            if found is not None:
+                problems.append(f"{ack.what} (acknowledged after call #{ack.at}): {found}")
             continue
         if not store.exists(ack.run_id):
             continue  # reported as a missing run
@@ -278,6 +291,17 @@ def _check_outcome(ack: OutcomeAck, journal: JournalContents | None) -> list[str
     if (outcome.status, outcome.result) != (ack.status, ack.result):
         return [f"{what} reads back as another outcome"]
     return []
+
+
+def _check_unrecorded(ack: UnrecordedAck, journal: JournalContents | None) -> list[str]:
+    """No record of a key whose append raised is read back (the writer cut it durably)."""
+    found = [r.kind for r in (journal.records if journal is not None else []) if r.key == ack.key]
+    if not found:
+        return []
+    return [
+        f"run {ack.run_id}: effects.log holds {'/'.join(found)} of {ack.key!r}, whose append "
+        f"raised (a failed fsync) after call #{ack.at}: the cut back to the durable end was lost"
+    ]
 
 
 def _effect_states(journals: dict[str, JournalContents]) -> dict[str, str]:

@@ -174,9 +174,9 @@ def tagged_job(ctx: RunContext, n: int) -> dict[str, Any]:
 
 @durable(durability="sync")
 def metered_job(ctx: RunContext, n: int) -> dict[str, Any]:
-    """A metric point per item, each carried by the item's checkpoint; the state is new
-    random bytes each time, so every checkpoint is a keyframe (gc deletes without
-    rewriting any)."""
+    """A metric point per item, each carried by the item's checkpoint, the state new random
+    bytes each time (the metrics-gc workload's store writes keyframes only, so that gc
+    deletes without rewriting any)."""
     items: list[int] = ctx.state.setdefault("items", [])
     while len(items) < n:
         items.append(len(items))

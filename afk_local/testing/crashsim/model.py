@@ -20,6 +20,12 @@ mkdirs). After any call a crash may leave (:class:`Frontier`):
 Only an fsync of a file makes its data durable and only an fsync of a directory
 makes its entries durable: an fsync of a file does not persist its name (POSIX
 does not promise it, whatever ext4 happens to do).
+
+An fsync that failed (``fsync-failed``, recorded by a workload that makes the disk
+fail one, see :mod:`.suites.faults`) made nothing durable for sure, but the disk may
+have written any part of what it covered before it failed: from then on, until the
+next fsync of the file succeeds, a crash may leave the file's durable bytes, or any
+of the states it could have left at that failed fsync.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ class _Inode:
     synced: bytes = b""
     target: str = ""
     append: bool = False
+    unsure: tuple[bytes, ...] = ()
+    """Durable bytes a failed fsync may have left besides ``synced`` (until one succeeds)."""
     entries: dict[str, int] = field(default_factory=dict)
     durable: dict[str, int] = field(default_factory=dict)
     pending: list[DirChange] = field(default_factory=list)
@@ -180,6 +188,11 @@ class DiskModel:
                 node.data = head + op.data + data[op.offset + len(op.data) :]
         elif kind == "fsync":
             self._fsync(op)
+        elif kind == "fsync-failed":
+            node = self._inodes[self._existing(op.path, op)]
+            if node.kind != DIR:
+                partial = content_candidates(node.synced, node.data)[1:]
+                node.unsure = tuple(dict.fromkeys((*node.unsure, *partial)))
         elif kind in ("rename", "link"):
             src_dir, src_name = self._parent(op.source)
             ino = self._existing(op.source, op)
@@ -223,6 +236,7 @@ class DiskModel:
             node.pending = []
         else:
             node.synced = node.data
+            node.unsure = ()
 
     def tree(self) -> Tree:
         """The tree as the running process sees it (everything, durable or not)."""
@@ -241,8 +255,20 @@ class DiskModel:
             elif node.kind == SYMLINK:
                 targets[ino] = node.target
             else:
-                contents[ino] = content_candidates(node.synced, node.data)
+                contents[ino] = _file_candidates(node)
         return Frontier(at, op, self.root, kinds, entries, current, pending, contents, targets)
+
+
+def _file_candidates(node: _Inode) -> tuple[bytes, ...]:
+    """What a crash may leave of a file: :func:`content_candidates`, and after a failed
+    fsync those of each state it may have left (durable bytes first, current last)."""
+    found = content_candidates(node.synced, node.data)
+    if not node.unsure:
+        return found
+    synced, current = node.synced, node.data
+    more = [c for unsure in node.unsure for c in content_candidates(unsure, current)]
+    between = dict.fromkeys(c for c in (*found, *more) if c not in (synced, current))
+    return (synced, *between, current)  # index 0 stays the durable bytes, even if current
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,55 @@ REMOTE_SITES: tuple[tuple[str, str], ...] = (
 """The fsyncs of a pull (the remote extra; the ``pull-new-root`` and ``pull-replace``
 workloads, registered when obstore is installed)."""
 
+FAULT_SITES: tuple[tuple[str, str], ...] = (
+    ("fork._link_or_copy", "file"),  # a fork's history copied where links are refused
+    ("reading._open", "dir"),  # effects.log made by its first open: its name
+    ("reading._load", "journal"),  # a torn tail cut on open
+    ("appending._discard_unsynced_locked", "journal"),  # the cut after a failed fsync
+    ("mirror.mark_fenced", "file"),  # the fenced marker: another store took the run
+    ("mirror.mark_fenced", "dir"),
+)
+"""The fsyncs of paths a healthy local disk never takes (links refused, a torn journal, a
+failed fsync) and of fencing (:mod:`.suites.faults`)."""
+
+LANGGRAPH_SITES: tuple[tuple[str, str], ...] = (
+    ("index.open_index_cache", "journal"),  # a torn tail of the index cache cut
+    ("index.open_index_cache", "file"),  # a new (or older-format) cache's marker
+    ("index.open_index_cache", "dir"),
+    ("index.record_deletions", "journal"),  # tombstones before a name can be used again
+    ("threads.delete_files", "dir"),  # latest moved off the deleted checkpoints
+    ("writes.rewrite_writes", "file"),  # the writes of the kept checkpoints
+    ("writes.rewrite_writes", "dir"),
+    ("writes.append_writes", "journal"),  # put_writes: durable before it returns
+    ("writes.open_writes", "dir"),  # a new thread's writes file: its name
+)
+"""The fsyncs of the LangGraph saver (:mod:`.suites.langgraph`, when LangGraph is
+installed)."""
+
+SUBSUMED_SITES: dict[tuple[str, str], str] = {
+    ("reading._load", "journal"): "the cut of a torn tail on open: the next append's fsync "
+    "makes it durable before anything is acknowledged, and a crash that loses it brings "
+    "back only the same torn tail, which readers ignore and the next writable open cuts",
+    ("index.open_index_cache", "journal"): "the cut of the LangGraph index cache's torn "
+    "tail: entries appended after it are never fsynced (a lost one is a cache miss) but "
+    "tombstones, whose fsync makes the cut durable with them",
+    ("index.open_index_cache", "file"): "a new index cache's marker: a cache that lost its "
+    "bytes has no marker, so it is not trusted (each entry is checked against its file's "
+    "crc); the tombstones that must last are fsynced with it",
+    ("index.open_index_cache", "dir"): "a new index cache's name: a cache a crash removes "
+    "held no entry yet for a deleted name (it was made by this open), so none can be stale",
+    ("threads.delete_files", "dir"): "latest moved off the deleted checkpoints: a lost move "
+    "leaves latest naming a deleted file, which readers skip and the next writer repoints; "
+    "the next fsync of the run directory (the writes rewrite, the next put) covers it",
+    ("writes.rewrite_writes", "dir"): "the LangGraph writes file rewritten without the "
+    "deleted checkpoints': a lost rename brings back the old file, which holds every kept "
+    "write too; the others belong to deleted ids, and a re-put id reads only the writes "
+    "after the mark its put took",
+}
+"""Fsyncs whose loss no crash can show, and why: a workload records each and its site
+mutant exists, but survives by construction (the site-coverage test checks that it
+does, so a change that makes one matter moves it back among those that must be caught)."""
+
 SITE_MUTANTS: dict[str, tuple[str, str]] = {
     f"no-fsync@{site}:{kind}": (site, kind)
     for site, kind in (
@@ -125,26 +174,15 @@ SITE_MUTANTS: dict[str, tuple[str, str]] = {
         *OPERATION_SITES,
         *OUTSIDE_SITES,
         *REMOTE_SITES,
+        *FAULT_SITES,
+        *LANGGRAPH_SITES,
     )
 }
 """Site mutant name -> the (call site, fsync kind) it removes: every fsync of the pack,
 merge and gc paths and of a new run, one at a time
 (:attr:`~afk_local.testing.crashsim.trace.Op.site`)."""
 
-UNMODELLED_SITES: dict[str, str] = {
-    # In no workload yet: each is a gap, not a proof.
-    "fork._link_or_copy": "fork where hard links are refused (a copy): not on the model's disk",
-    "mirror.mark_fenced": "remote fencing: the remote extra has its own interleaving tests",
-    "reading._open": "opening a journal repairs a torn tail: done by resumes, not recorded",
-    "reading._load": "as reading._open",
-    "appending._discard_unsynced_locked": "only after a failed journal fsync",
-    "index.open_index_cache": "the langgraph extra's cache (tests/integrations/test_langgraph*)",
-    "index.record_deletions": "the langgraph extra (tests/integrations/test_langgraph*)",
-    "threads.delete_files": "the langgraph extra (tests/integrations/test_langgraph*)",
-    "writes.append_writes": "the langgraph extra (tests/integrations/test_langgraph*)",
-    "writes.open_writes": "the langgraph extra (tests/integrations/test_langgraph*)",
-    "writes.rewrite_writes": "the langgraph extra (tests/integrations/test_langgraph*)",
-}
+UNMODELLED_SITES: dict[str, str] = {}
 """Call sites of the I/O seam's fsyncing methods in afk_local's source that no workload
 records, and why: the site-coverage test fails on any other (a new fsync must come with
 a workload that makes it and a site mutant that workload catches)."""
@@ -171,6 +209,7 @@ REWRITE_MODULES = ("packing", "rewrite", "retention", "maintenance", "metrics")
 
 
 __all__ = [
+    "FAULT_SITES",
     "MUTANTS",
     "OPERATION_SITES",
     "OUTSIDE_SITES",
@@ -179,5 +218,6 @@ __all__ = [
     "RUN_SITES",
     "SEAM_FSYNC_METHODS",
     "SITE_MUTANTS",
+    "SUBSUMED_SITES",
     "UNMODELLED_SITES",
 ]

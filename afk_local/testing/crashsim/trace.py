@@ -19,6 +19,7 @@ import hashlib
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,6 +202,30 @@ def meta_field(meta: Any, dotted: str) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class UnrecordedAck:
+    """An append of ``key``'s record to ``run_id``'s journal raised (its fsync failed), and
+    the journal was cut back to what was durable: no record of ``key`` is read back from
+    then on (until the run is written again). A record the writer reported as failed and
+    a crash then brought back would make a call that never ran look in doubt, or replay
+    an outcome the run was told was lost."""
+
+    at: int
+    run_id: str
+    key: str
+
+
+@dataclass(frozen=True)
+class ClaimAck:
+    """A promise the workload states as a check of its own (an integration's view of the
+    store: what a new LangGraph saver lists): from call ``at`` on, ``problem(store)``
+    returns None, or the sentence saying what is broken."""
+
+    at: int
+    what: str
+    problem: Callable[[Store], str | None]
+
+
 Ack = (
     CheckpointAck
     | OutcomeAck
@@ -211,6 +236,8 @@ Ack = (
     | MetaAck
     | GoneAck
     | MetricsAck
+    | UnrecordedAck
+    | ClaimAck
 )
 
 
@@ -401,6 +428,16 @@ class Session:
         for path in sorted(directory.iterdir()):
             self.file_kept(path)
 
+    def append_failed(self, run_id: str, key: str) -> None:
+        """The append of ``key``'s record to ``run_id``'s journal raised: from now on no
+        record of ``key`` is read back (an :class:`UnrecordedAck`)."""
+        self.acks.append(UnrecordedAck(self.position, run_id, key))
+
+    def claim_acked(self, what: str, problem: Callable[[Store], str | None]) -> None:
+        """``problem(store)`` holds (returns None) in every crash state from now on (a
+        :class:`ClaimAck`); ``what`` names the promise in a report."""
+        self.acks.append(ClaimAck(self.position, what, problem))
+
     def effect_called(self, idempotency_key: str, label: str) -> None:
         """A side-effecting function of the workload ran (noted at the current position)."""
         self.calls.append(EffectCall(self.position, idempotency_key, label))
@@ -435,6 +472,7 @@ class Trace:
 __all__ = [
     "Ack",
     "CheckpointAck",
+    "ClaimAck",
     "DoneAck",
     "EffectCall",
     "GoneAck",
@@ -449,6 +487,7 @@ __all__ = [
     "Session",
     "StatusAck",
     "Trace",
+    "UnrecordedAck",
     "meta_field",
     "run_listing",
 ]

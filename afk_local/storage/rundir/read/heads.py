@@ -342,6 +342,23 @@ class HeadKeeper:
         """A ``run.meta`` with this ``updated_ms`` is durable."""
         self._move(meta_updated_ms=updated_ms)
 
+    def loosen(self) -> None:
+        """Before its writer deletes checkpoints on purpose (a LangGraph thread pruned):
+        narrow the record durably to the ``run.meta`` mark (:meth:`HeadStore.loosen`, as gc
+        does), so that a crash before :meth:`reanchor` leaves it behind the run, never
+        ahead; later updates go in place to the new record."""
+        with self._lock:
+            run_id, meta_updated_ms = self._head.run_id, self._head.meta_updated_ms
+            self._heads.loosen(run_id, meta_updated_ms)
+            self._head = Head(run_id=run_id, meta_updated_ms=meta_updated_ms)
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            try:
+                self._fd = self._heads.open_for_updates(run_id)
+            except OSError as exc:
+                self._warn(exc)
+
     def reanchor(self, paths: RunPaths) -> None:
         """Take the head from disk: after the run's owner deleted its newest files on purpose."""
         with self._lock:

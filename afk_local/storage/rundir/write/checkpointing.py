@@ -308,6 +308,14 @@ class CheckpointWriter:
         with self._life, self._serial:
             return self._metas.replace(**changes)
 
+    def loosen_head(self) -> None:
+        """Narrow the run's head record durably before this writer deletes checkpoints on
+        purpose (:meth:`anchor_head` afterwards): a crash in between must not leave the
+        head naming a checkpoint that is gone (a keyed store would call that a rollback)."""
+        with self._serial:
+            if self._head is not None:
+                self._head.loosen()
+
     def anchor_head(self) -> None:
         """Take the run's head record from disk, after this writer deleted its newest
         checkpoints on purpose (a keyed store would otherwise call that a rollback)."""
