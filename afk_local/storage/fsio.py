@@ -433,15 +433,13 @@ def remove_unsynced(path: str | os.PathLike[str]) -> None:
 class Env:
     """The durable I/O of one store: every write-side system call goes through an Env.
 
-    Like LevelDB's ``Env``, one per store (``StoreOptions.env``): a test can hand one
+    Like LevelDB's ``Env``, one per store (``StoreOptions.env``): a test can give one
     :class:`~afk_local.Store` an Env with its own ``hook`` (fail an fsync, kill the
-    process at the N-th call) or ``recorder`` without touching any other store in
-    the process. A store made without one uses :data:`DEFAULT_ENV`, the process-wide
-    Env that :func:`set_io_hook`, :func:`set_io_recorder` and the module-level
-    functions of this module (``fsio.atomic_write``...) act on, so
-    ``afk_local.testing``'s kill switch and the crash-state explorer see every store
-    that has no Env of its own. A subclass may override any method (the methods call
-    each other through ``self``).
+    process at the N-th call) or ``recorder``. A store made without one uses
+    :data:`DEFAULT_ENV`, the process-wide Env that :func:`set_io_hook`,
+    :func:`set_io_recorder` and this module's functions (``fsio.atomic_write``...) act
+    on, as the kill switch and the crash-state explorer do. A subclass may override any
+    method (the methods call each other through ``self``).
 
     Example:
         >>> calls = []
@@ -453,8 +451,7 @@ class Env:
     Args:
         hook: called before every durable call as ``hook(operation, path)``; it may
             raise to make that call fail, or kill the process.
-        recorder: told of every durable call that succeeded (an fsync: as it starts),
-            with what it did (:class:`IoCall`).
+        recorder: told of every durable call that succeeded (an fsync: as it starts).
     """
 
     __slots__ = ("hook", "recorder")
@@ -480,8 +477,7 @@ class Env:
     def fsync_fd(self, fd: int, path: str | os.PathLike[str] = "") -> None:
         """Flush ``fd`` to stable storage (``F_FULLFSYNC`` on macOS, where fsync is not enough)."""
         self._before("fsync", path)
-        if self.recorder is not None:
-            self.recorder(IoCall("fsync", os.fspath(path)))
+        self._record(IoCall("fsync", os.fspath(path)))
         if _DARWIN:
             import fcntl  # noqa: PLC0415 - only on macOS
 
@@ -528,8 +524,7 @@ class Env:
         self._before("open", path)
         with _disk_full_named(path):
             fd = os.open(path, _O_CREATE_NEW, FILE_MODE)
-        if self.recorder is not None:
-            self.recorder(IoCall("open", os.fspath(path)))
+        self._record(IoCall("open", os.fspath(path)))
         try:
             self.write_all(fd, data, path)
             if sync:
@@ -549,8 +544,7 @@ class Env:
         self._before("rename", dst)
         with _disk_full_named(dst):
             os.replace(src, dst)
-        if self.recorder is not None:
-            self.recorder(IoCall("rename", os.fspath(dst), source=os.fspath(src)))
+        self._record(IoCall("rename", os.fspath(dst), source=os.fspath(src)))
         if os.path.dirname(os.fspath(src)) != os.path.dirname(os.fspath(dst)):
             try:
                 left = os.stat(src, follow_symlinks=False)
@@ -560,14 +554,10 @@ class Env:
                 self.unlink(src)
 
     def exchange(self, a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
-        """Swap the names ``a`` and ``b`` (two existing entries, files or directories) in one
-        atomic step: ``renameat2(RENAME_EXCHANGE)`` on Linux, ``renamex_np(RENAME_SWAP)`` on
-        macOS. Neither a kill nor a power cut leaves one name without its entry (a crash
-        before the parent directory is fsynced may keep the old pair, never half of it).
-
-        Returns False, having changed nothing, where the system or the filesystem cannot
-        swap (the caller falls back to two renames).
-        """
+        """Swap the entries ``a`` and ``b`` in one atomic step (``renameat2(RENAME_EXCHANGE)``,
+        macOS ``renamex_np(RENAME_SWAP)``): no crash leaves a name without its entry (one
+        before the directory fsync may keep the old pair). False, nothing changed: the
+        system cannot swap (the caller falls back to two renames)."""
         self._before("rename", b)
         with _disk_full_named(b):
             swapped = _exchange(os.fsencode(a), os.fsencode(b))
@@ -580,8 +570,7 @@ class Env:
         self._before("link", dst)
         with _disk_full_named(dst):
             os.link(src, dst, follow_symlinks=False)
-        if self.recorder is not None:
-            self.recorder(IoCall("link", os.fspath(dst), source=os.fspath(src)))
+        self._record(IoCall("link", os.fspath(dst), source=os.fspath(src)))
 
     def unlink(self, path: str | os.PathLike[str], *, missing_ok: bool = True) -> None:
         """Remove a file; a missing file is fine unless ``missing_ok`` is false."""
@@ -592,8 +581,7 @@ class Env:
             if not missing_ok:
                 raise
             return
-        if self.recorder is not None:
-            self.recorder(IoCall("unlink", os.fspath(path)))
+        self._record(IoCall("unlink", os.fspath(path)))
 
     def atomic_write(
         self,
@@ -688,8 +676,7 @@ class Env:
         with _disk_full_named(tmp):
             fd = os.open(tmp, _O_CREATE_NEW, FILE_MODE)
         try:
-            if self.recorder is not None:
-                self.recorder(IoCall("open", tmp))
+            self._record(IoCall("open", tmp))
             try:
                 self.write_all(fd, data, tmp)
                 if while_syncing is not None:

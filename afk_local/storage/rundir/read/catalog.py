@@ -98,11 +98,8 @@ class RunCatalog:
     def scan(self) -> tuple[list[CheckpointFile], list[PackFile]]:
         """List the directory: its loose checkpoint files and its pack files, in order.
 
-        Every file is listed, live or not; :meth:`live` applies the manifest.
-
-        Raises:
-            RunNotFoundError: the run's directory is gone (the run was deleted while
-                it was read: a reader that listed it skips it, as if it had never seen it).
+        Every file is listed, live or not; :meth:`live` applies the manifest. Raises
+        RunNotFoundError when the run's directory is gone (deleted while it was read).
         """
         try:
             loose, packs = scan_run_files(self.paths.dir)
