@@ -178,7 +178,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The default suite leaves out the slow tier, and samples ``daily_sample`` tests.
 
-    The default suite is what a developer runs between edits (about six minutes on two
+    The default suite is what a developer runs between edits (about eight minutes on two
     cores; the budget is four); CI adds ``--slow``: the real-process kill loops and
     sweeps, the tests that import an agent framework in each of many child processes,
     the fuzzer. A
