@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from afk_local.testing.forkserver import using_fork_server
 from afk_local.testing.fuzz.execute import run_program
 from afk_local.testing.fuzz.program import Program, generate
 from afk_local.testing.fuzz.progress import Played
@@ -94,7 +95,40 @@ def fuzz(
     """
     report = FuzzReport(seed)
     started = time.perf_counter()
-    for index in range(first, first + programs) if indices is None else indices:
+    with using_fork_server():  # each SIGKILLed child: a fork, not an interpreter's start-up
+        _play(
+            seed,
+            report,
+            range(first, first + programs) if indices is None else indices,
+            size=size,
+            kill_every=kill_every,
+            keyed_every=keyed_every,
+            clock_steps=clock_steps,
+            stop_at_first=stop_at_first,
+            mutant=mutant,
+            progress=progress,
+            on_played=on_played,
+        )
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report
+
+
+def _play(
+    seed: str,
+    report: FuzzReport,
+    indices: Iterable[int],
+    *,
+    size: int,
+    kill_every: int,
+    keyed_every: int,
+    clock_steps: bool,
+    stop_at_first: bool,
+    mutant: str | None,
+    progress: Callable[[int, FuzzReport], None] | None,
+    on_played: Callable[[Played], None] | None,
+) -> None:
+    """The loop of :func:`fuzz`: play each program of ``indices``, into ``report``."""
+    for index in indices:
         began = time.perf_counter()
         kills = kill_every > 0 and index % kill_every == 0
         keyed = keyed_every > 0 and index % keyed_every == 1 % keyed_every
@@ -132,8 +166,6 @@ def fuzz(
             progress(index, report)
         if report.failures and stop_at_first:
             break
-    report.seconds = round(time.perf_counter() - started, 3)
-    return report
 
 
 def shrink(
