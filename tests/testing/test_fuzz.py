@@ -170,7 +170,7 @@ def test_a_run_with_progress_killed_mid_run_goes_on_without_replaying_or_skippin
     assert len(lines) == 4 and lines[-1]  # settings, programs 0 and 1, a torn line
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "2 of 6 played already" in out
+    assert "6 programs, 2 played already" in out and "4 to play" in out
     assert "4 programs in" in out  # 2, 3, 4, 5
     assert "whole run: seed progress: 6 of 6 programs played, 0 diverged" in out
     played = [json.loads(line) for line in book.read_text().splitlines()[1:]]

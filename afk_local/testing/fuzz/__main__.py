@@ -114,8 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.write(f"error: {exc}\n")
             return 2
         indices = list(book.todo())
-        sys.stdout.write(f"fuzz seed {seed}: {len(book.played)} of {programs} played already\n")
-    sys.stdout.write(f"fuzz seed {seed}: {programs} programs from {first}\n")
+        sys.stdout.write(
+            f"fuzz seed {seed}: {programs} programs, {len(book.played)} played already "
+            f"({args.progress}), {len(indices)} to play\n"
+        )
+    else:
+        sys.stdout.write(f"fuzz seed {seed}: {programs} programs from {first}\n")
     sys.stdout.flush()
 
     def progress(index: int, report: FuzzReport) -> None:
