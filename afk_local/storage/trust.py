@@ -164,7 +164,7 @@ def require_trusted_run(store: Store, run_id: str, *, from_origin: bool = False)
             run_id,
         )
     if store.heads is not None:
-        store.heads.require_not_behind(paths, meta.updated_ms)
+        store.heads.require_not_behind(paths, lambda: read_meta(paths, store.codec).updated_ms)
     return TrustedRun(store, run_id, meta)
 
 
