@@ -129,7 +129,7 @@ def on_idle_run(
     try:
         reader = store.open(run_id)
         if store.heads is not None:  # a run put back from an older copy: not touched
-            store.heads.require_not_behind(paths, reader.meta.updated_ms)
+            store.heads.require_not_behind(paths, lambda: reader.meta.updated_ms)
         work(reader)
     except Exception as exc:  # one bad run is one reported line; the loop goes on
         if not isinstance(exc, (AfkLocalError, OSError)):

@@ -163,7 +163,15 @@ def require_trusted_run(store: Store, run_id: str, *, from_origin: bool = False)
             run_id,
         )
     if store.heads is not None:
-        store.heads.require_not_behind(paths, meta.updated_ms)
+
+        def read_after_head() -> int | None:
+            # the meta compared is read after the head (HeadStore.behind), and returned:
+            # the caller acts on the meta the check compared
+            nonlocal meta
+            meta = read_meta(paths, store.codec)
+            return meta.updated_ms
+
+        store.heads.require_not_behind(paths, read_after_head)
     return TrustedRun(store, run_id, meta)
 
 

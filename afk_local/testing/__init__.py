@@ -10,10 +10,12 @@ Use as a pytest plugin (in ``conftest.py``)::
         assert my_job.with_store(afk_store).run(run_id=killed.run_id) == expected
 
 :func:`run_and_kill` runs a durable job in a fresh child process (``python -c``,
-never a fork) and SIGKILLs it at a chosen point, so the crash is as real as an
-OOM kill: no ``finally`` blocks, no atexit, no flushed buffers. The job must be
+never a fork of the caller) and SIGKILLs it at a chosen point, so the crash is as real
+as an OOM kill: no ``finally`` blocks, no atexit, no flushed buffers. The job must be
 importable (``module:qualname``) by the child; the child gets this process's
-``sys.path``.
+``sys.path``. Inside :func:`using_fork_server` the child is a fresh fork of a server
+that imported afk_local once and holds nothing else (no store, lock or writer), which
+saves each child the interpreter's start-up (:mod:`afk_local.testing.forkserver`).
 
 :func:`kill_sweep` (also the ``kill_sweep`` fixture) kills a job at each of its durable
 I/O calls in turn, resumes it as a user would and compares every ending with an
@@ -35,7 +37,6 @@ import itertools
 import json
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ from afk_local.storage.format.layout import new_run_id
 from afk_local.storage.fsio import Env, IoCall
 from afk_local.storage.store import Store
 from afk_local.testing.clock import ScaledClock, SkippingClock, skipping_clock
+from afk_local.testing.forkserver import run_python, using_fork_server
 from afk_local.testing.kills import EXIT_PAUSED, EXIT_SLEEPING, IoKillSwitch, kill_at_io_call
 from afk_local.testing.recorded import keep_run, recorded_run, replay, replay_recorded
 from afk_local.testing.sweep import (
@@ -162,14 +164,7 @@ def run_and_kill(
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
+    proc = run_python(_CHILD, [json.dumps(spec)], env=env, timeout=timeout)
     return KillResult(
         run_id=run_id,
         killed=proc.returncode == -signal.SIGKILL and "afk-testing: killing" in proc.stderr,
@@ -293,4 +288,5 @@ __all__ = [
     "replay_recorded",
     "run_and_kill",
     "skipping_clock",
+    "using_fork_server",
 ]

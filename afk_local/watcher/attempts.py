@@ -85,7 +85,7 @@ def update_meta_unowned(
             meta = read_meta(paths, store.codec)
         except AfkLocalError:
             return None
-        if store.heads is not None and store.heads.behind(paths, meta.updated_ms):
+        if store.heads is not None and store.heads.behind(paths, lambda: meta.updated_ms):
             return None  # rolled back: never written on (the trust gate reports it)
         changes = change(meta)
         if changes is None:

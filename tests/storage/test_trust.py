@@ -17,6 +17,7 @@ import pytest
 from attacks import afk, one_line_error, plant_meta
 
 import afk_local as afk_api
+from afk_local.storage import trust
 from afk_local.storage.trust import require_trusted_run, trust_run
 
 KEY = "trust test key"
@@ -187,6 +188,33 @@ def test_gate_refuses_a_rolled_back_run_and_trust_accepts_it(tmp_path: Path) -> 
     trust_run(store, "r")  # the owner put it back on purpose
     assert store.open("r", lazy=True).verify().ok
     assert require_trusted_run(store, "r").meta.run_id == "r"
+
+
+def test_gate_beside_a_new_attempt_of_a_keyed_run_is_not_fooled_into_a_rollback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate reads run.meta, another process starts an attempt (meta and head move),
+    then the gate reads the head: the run moved forward and is not refused as rolled
+    back; the gate returns the meta its check compared, the newer one."""
+    store = afk_api.Store(tmp_path / "store", key=KEY, head_dir=tmp_path / "heads")
+    with store.create("r") as run:
+        run.checkpoint("runtime_state", {"i": 1}, step=1)
+        run.fail(ValueError("the first attempt fails"))
+    real_read_meta = trust.read_meta
+    attempts = []
+
+    def read_meta_with_an_attempt_starting(*args, **kwargs):
+        meta = real_read_meta(*args, **kwargs)
+        if not attempts:  # the first read: the attempt starts right after it
+            attempts.append(store.resume_writer("r"))
+        return meta
+
+    monkeypatch.setattr(trust, "read_meta", read_meta_with_an_attempt_starting)
+    try:
+        trusted = require_trusted_run(store, "r")
+    finally:
+        attempts[0].close()
+    assert trusted.meta.attempt == 2
 
 
 def test_restart_never_launders_a_run_it_may_not_execute(tmp_path: Path) -> None:

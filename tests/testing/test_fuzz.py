@@ -10,8 +10,11 @@ diverge: it would notice a library without that fsync.
 
 from __future__ import annotations
 
+import json
+import signal
 from pathlib import Path
 
+import proc
 import pytest
 from conftest import KILL_SEED
 
@@ -147,3 +150,32 @@ def test_gc_and_verify_running_beside_attempts_agree_with_the_model() -> None:
                 ),
             )
             assert run_program(program) == [], program.describe()
+
+
+def test_a_run_with_progress_killed_mid_run_goes_on_without_replaying_or_skipping(
+    tmp_path: Path, capsys
+) -> None:
+    """A real fuzzer process, SIGKILLed while it writes its third program's line, is
+    started again with the same file: it plays the programs the file lacks (the torn
+    one again), none twice, and the whole run's summary counts every program once."""
+    book = tmp_path / "fuzz" / "progress.jsonl"
+    args = ["--seed", "progress", "--programs", "6", "--size", "2", "--kill-every", "0",
+            "--progress", str(book)]  # fmt: skip
+    script = "import sys; sys.path.insert(0, sys.argv.pop(1)); import fuzz_progress_child; " \
+        "fuzz_progress_child.main()"  # fmt: skip
+    support = str(Path(__file__).parent.parent / "support")
+    killed = proc.run(script, support, "3", *args)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    lines = book.read_bytes().split(b"\n")
+    assert len(lines) == 4 and lines[-1]  # settings, programs 0 and 1, a torn line
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "6 programs, 2 played already" in out and "4 to play" in out
+    assert "4 programs in" in out  # 2, 3, 4, 5
+    assert "whole run: seed progress: 6 of 6 programs played, 0 diverged" in out
+    played = [json.loads(line) for line in book.read_text().splitlines()[1:]]
+    assert [p["index"] for p in played] == [0, 1, 2, 3, 4, 5]
+    assert [p["seed"] for p in played] == [f"progress:{i}" for i in range(6)]
+    assert {p["outcome"] for p in played} == {"passed"}
+    assert oct(book.stat().st_mode & 0o777) == "0o600"
+    assert main([*args[:3], "7", *args[4:]]) == 2  # another run's settings: refused

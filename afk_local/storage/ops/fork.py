@@ -286,9 +286,10 @@ def _share_history(
     """Put the source's checkpoints up to ``at_seq`` into the fork's directory ``tmp``.
 
     Loose files and packs wholly before ``at_seq`` are hard-linked; a pack reaching
-    past it is written anew for the fork with its entries up to ``at_seq`` (signed for
-    the fork in a keyed store). The fork point itself is always a loose file, so the
-    fork's ``latest`` names a file of its own.
+    ``at_seq`` or past it is written anew for the fork with its entries before
+    ``at_seq`` (signed for the fork in a keyed store). The fork point itself is always a
+    loose file, at the fork's ``loose_from``, so the fork's ``latest`` names a file of its
+    own that gc keeps (a linked pack holding it too made gc take it for a leftover).
     """
     record_codec = source.record_codec
     for f in files:
@@ -296,7 +297,7 @@ def _share_history(
             _link_or_copy(source.paths.dir / f.name, tmp.dir / f.name, source.env)
     for name in sorted({f.pack for f in files if f.pack is not None}):
         pack = parse_pack_name(name)
-        if pack is not None and pack.last <= at_seq:
+        if pack is not None and pack.last < at_seq:  # at_seq itself is the loose fork point
             _link_or_copy(source.paths.dir / name, tmp.dir / name, source.env)
             continue
         reader = source.catalog.pack_reader(name)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from afk_local.testing.forkserver import run_python
 
 _CHILD = (
     "import sys; from afk_local.testing import kill_at_io_call; "
@@ -42,14 +43,7 @@ def afk_local_command(
     env = dict(os.environ)
     env["AFK_LOCAL_ROOT"] = str(root)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(kill_at or 0), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
+    proc = run_python(_CHILD, [str(kill_at or 0), *args], env=env, timeout=timeout)
     killed = proc.returncode == -signal.SIGKILL and "afk-testing: killing" in proc.stderr
     return CommandResult(killed, proc.returncode, proc.stdout, proc.stderr)
 

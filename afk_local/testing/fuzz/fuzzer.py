@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from afk_local.testing.forkserver import using_fork_server
 from afk_local.testing.fuzz.execute import run_program
 from afk_local.testing.fuzz.program import Program, generate
+from afk_local.testing.fuzz.progress import Played
 
 SHRINK_TRIES = 60
 """Programs played at most while shrinking a failure."""
@@ -71,6 +73,8 @@ def fuzz(
     stop_at_first: bool = True,
     mutant: str | None = None,
     progress: Callable[[int, FuzzReport], None] | None = None,
+    indices: Iterable[int] | None = None,
+    on_played: Callable[[Played], None] | None = None,
 ) -> FuzzReport:
     """Play programs ``first .. first + programs - 1`` of ``seed``; shrink each failure.
 
@@ -85,10 +89,47 @@ def fuzz(
         stop_at_first: stop at the first failing program.
         mutant: a crash explorer kind mutant for the power cuts (the fuzzer must fail).
         progress: called after each program with its index and the report so far.
+        indices: play these programs instead of ``first .. first + programs - 1`` (a run
+            continued from a progress file plays those it has not played yet).
+        on_played: called after each program (shrunk when it failed) with what it did.
     """
     report = FuzzReport(seed)
     started = time.perf_counter()
-    for index in range(first, first + programs):
+    with using_fork_server():  # each SIGKILLed child: a fork, not an interpreter's start-up
+        _play(
+            seed,
+            report,
+            range(first, first + programs) if indices is None else indices,
+            size=size,
+            kill_every=kill_every,
+            keyed_every=keyed_every,
+            clock_steps=clock_steps,
+            stop_at_first=stop_at_first,
+            mutant=mutant,
+            progress=progress,
+            on_played=on_played,
+        )
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report
+
+
+def _play(
+    seed: str,
+    report: FuzzReport,
+    indices: Iterable[int],
+    *,
+    size: int,
+    kill_every: int,
+    keyed_every: int,
+    clock_steps: bool,
+    stop_at_first: bool,
+    mutant: str | None,
+    progress: Callable[[int, FuzzReport], None] | None,
+    on_played: Callable[[Played], None] | None,
+) -> None:
+    """The loop of :func:`fuzz`: play each program of ``indices``, into ``report``."""
+    for index in indices:
+        began = time.perf_counter()
         kills = kill_every > 0 and index % kill_every == 0
         keyed = keyed_every > 0 and index % keyed_every == 1 % keyed_every
         program = generate(
@@ -109,12 +150,22 @@ def fuzz(
             report.failures.append(
                 Failure(program.seed, index, tuple(small_problems), tuple(small.describe()), replay)
             )
+        if on_played is not None:
+            failure = report.failures[-1] if problems else None
+            on_played(
+                Played(
+                    index,
+                    program.seed,
+                    "diverged" if failure else "passed",
+                    round(time.perf_counter() - began, 3),
+                    list(failure.problems + failure.program) if failure else [],
+                    failure.replay if failure else "",
+                )
+            )
         if progress is not None:
             progress(index, report)
         if report.failures and stop_at_first:
             break
-    report.seconds = round(time.perf_counter() - started, 3)
-    return report
 
 
 def shrink(

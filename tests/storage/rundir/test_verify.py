@@ -9,8 +9,11 @@ import pytest
 
 import afk_local as afk
 from afk_local.storage import fsio
+from afk_local.storage.format.records import RunMeta
 from afk_local.storage.ops.retention import RetentionPolicy
+from afk_local.storage.rundir.read.loading import RunLoader
 from afk_local.storage.rundir.read.reader import RunReader
+from afk_local.storage.rundir.write.writer import RunWriter
 
 
 def _run(store: afk.Store, *, finish: bool) -> None:
@@ -97,3 +100,32 @@ def test_verify_still_reports_a_checkpoint_lost_outside_any_rewrite(tmp_path: Pa
     listed = reader.checkpoint_files()
     (store.paths("r").dir / file.name).unlink()  # gone, no rewrite ran: a delta base is lost
     assert listed and not store.open("r").verify().ok
+
+
+def test_verify_beside_a_new_attempt_of_a_keyed_run_reports_no_rollback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interleaving the fuzzer met (seed i38-torture, program 241: verify in a thread
+    beside an attempt): verify reads run.meta, then a new attempt replaces it (a new
+    attempt count, no checkpoint, so no rewrite to notice) and moves the head record,
+    then verify reads the head. The run moved forward; it was not put back."""
+    store = afk.Store(tmp_path / "store", key="verify test key", head_dir=tmp_path / "heads")
+    with store.create("r") as run:
+        run.checkpoint("runtime_state", {"i": 1}, step=1)
+        run.fail(ValueError("the first attempt fails"))
+    real_read_meta = RunLoader.read_meta
+    reads: list[int] = []
+    attempts: list[RunWriter] = []
+
+    def read_meta_with_an_attempt_starting(self: RunLoader) -> RunMeta:
+        meta = real_read_meta(self)
+        reads.append(meta.updated_ms)
+        if len(reads) == 2:  # the read for the head check: the attempt starts right after
+            attempts.append(store.resume_writer("r"))
+        return meta
+
+    monkeypatch.setattr(RunLoader, "read_meta", read_meta_with_an_attempt_starting)
+    report = store.open("r", lazy=True).verify()
+    assert attempts
+    attempts[0].close()
+    assert report.ok, report.problems

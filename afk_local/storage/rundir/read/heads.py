@@ -34,6 +34,7 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -193,8 +194,11 @@ class HeadStore:
         if meta_updated_ms > head.meta_updated_ms:
             self.write(msgspec.structs.replace(head, meta_updated_ms=meta_updated_ms))
 
-    def require_not_behind(self, paths: RunPaths, meta_updated_ms: int | None) -> None:
-        """Raise :class:`RunRolledBackError` when the run is behind its head record."""
+    def require_not_behind(
+        self, paths: RunPaths, meta_updated_ms: Callable[[], int | None]
+    ) -> None:
+        """Raise :class:`RunRolledBackError` when the run is behind its head record
+        (``meta_updated_ms`` as for :meth:`behind`)."""
         behind = self.behind(paths, meta_updated_ms)
         if behind:
             raise RunRolledBackError(
@@ -205,11 +209,16 @@ class HeadStore:
                 paths.run_id,
             )
 
-    def behind(self, paths: RunPaths, meta_updated_ms: int | None) -> list[str]:
+    def behind(self, paths: RunPaths, meta_updated_ms: Callable[[], int | None]) -> list[str]:
         """Why the run at ``paths`` is behind its head (rolled back); empty when it is not.
 
-        ``meta_updated_ms`` is that of the run's current ``run.meta`` (None: unreadable).
-        A run without a head record is not behind: it has nothing to compare with.
+        ``meta_updated_ms`` reads the ``updated_ms`` of the run's current ``run.meta``
+        (None: unreadable). It is called after the head record is read, as the run's
+        checkpoints and journal are looked at after it: a writer only ever moves the run
+        first and its head after, so what is read after the head is never behind it
+        unless the run was rolled back. (Read before it, a meta another process replaced
+        meanwhile would look older than the head that process then moved.) A run without
+        a head record is not behind: it has nothing to compare with.
         """
         try:
             head = self.read(paths.run_id)
@@ -258,9 +267,10 @@ class HeadStore:
                     "effects.log does not hold the records that were acknowledged "
                     "(an older or other copy put back)"
                 )
-        if meta_updated_ms is not None and meta_updated_ms < head.meta_updated_ms:
+        meta_ms = meta_updated_ms()
+        if meta_ms is not None and meta_ms < head.meta_updated_ms:
             found.append(
-                f"run.meta is older (updated_ms {meta_updated_ms}) than the newest one written "
+                f"run.meta is older (updated_ms {meta_ms}) than the newest one written "
                 f"({head.meta_updated_ms}): an older copy was put back"
             )
         return found

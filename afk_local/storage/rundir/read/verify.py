@@ -369,10 +369,13 @@ def _verify_head(run: ColdRun, report: VerifyReport) -> None:
     """Compare the run with its head record (keyed stores: rollback protection)."""
 
     assert run.heads is not None
-    try:
-        updated: int | None = run.read_meta().updated_ms
-    except AfkLocalError:
-        updated = None
+
+    def updated() -> int | None:  # read after the head: a writer may be at work beside us
+        try:
+            return run.read_meta().updated_ms
+        except AfkLocalError:
+            return None
+
     for reason in run.heads.behind(run.paths, updated):
         report.problems.append(VerifyProblem(str(run.paths.dir), f"rolled back: {reason}"))
     try:

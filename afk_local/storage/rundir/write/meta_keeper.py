@@ -61,7 +61,7 @@ def attempt_meta(
     _refuse_remote_copy(old)
     refuse_fenced(paths)
     if heads is not None:
-        heads.require_not_behind(paths, old.updated_ms)
+        heads.require_not_behind(paths, lambda: old.updated_ms)  # under the lock
     attempt = old.attempt + 1 if new_attempt else old.attempt
     return msgspec.structs.replace(
         old, owner=owner, attempt=attempt, updated_ms=later_ms(old.updated_ms)

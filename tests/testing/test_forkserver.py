@@ -1,0 +1,76 @@
+"""The fork server: each child is a fresh fork of a pre-imported process that holds
+nothing of afk_local's but its modules, and behaves as ``python -c`` would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from afk_local.storage.store import Store
+from afk_local.testing import run_and_kill
+from afk_local.testing.forkserver import fork_server_available, run_python, using_fork_server
+from afk_local.testing.fuzz.jobs import program_sync
+from afk_local.testing.fuzz.program import expected_result
+
+pytestmark = pytest.mark.skipif(not fork_server_available(), reason="needs os.fork and pidfds")
+
+STEPS = (("step", "a", 1), ("iterate", "b", 3), ("checkpoint", "c"), ("step", "d", 2))
+
+
+def test_a_child_runs_as_python_c_would(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code = (
+        "import atexit, os, sys; atexit.register(lambda: print('atexit ran')); "
+        "print(sys.argv[1:], os.environ['FORK_TEST'], os.getcwd()); "
+        "sys.stderr.write('to stderr'); raise SystemExit(int(sys.argv[2]))"
+    )
+    env = {**os.environ, "FORK_TEST": "given"}
+    monkeypatch.chdir(tmp_path)
+    with using_fork_server() as server:
+        assert server is not None
+        first = run_python(code, ["one", "7"], env=env, timeout=60)
+        second = run_python("import os; print(os.getpid(), os.getppid())", [], env=env, timeout=60)
+        with pytest.raises(subprocess.TimeoutExpired):
+            run_python("import time; time.sleep(60)", [], env=env, timeout=0.5)
+        raised = run_python("raise ValueError('boom')", [], env=env, timeout=60)
+        pid, parent = map(int, second.stdout.split())
+        assert parent == server.pid != pid
+        assert server.children == 4
+    assert first.returncode == 7
+    assert first.stdout == f"['one', '7'] given {tmp_path}\natexit ran\n"
+    assert first.stderr == "to stderr"
+    assert raised.returncode == 1 and "ValueError: boom" in raised.stderr
+
+
+def test_the_server_holds_no_store_lock_writer_or_thread(tmp_path: Path) -> None:
+    """What every child starts from: imported modules, and only the pipes to its
+    client open (no store file, no lock, no writer thread)."""
+    store = Store(tmp_path / "store")
+    with using_fork_server() as server:
+        assert server is not None
+        killed = run_and_kill(
+            program_sync, [list(i) for i in STEPS], str(tmp_path / "ledger"),
+            at=12, store=store, run_id="r0",
+        )  # fmt: skip
+        assert killed.killed and killed.returncode == -signal.SIGKILL
+        proc = Path(f"/proc/{server.pid}")
+        assert sorted(int(fd) for fd in os.listdir(proc / "fd")) == [0, 1, 2]
+        assert len(os.listdir(proc / "task")) == 1
+        modules = run_python(
+            "import sys; print('afk_local.storage.store' in sys.modules)",
+            [], env=dict(os.environ), timeout=60,
+        )  # fmt: skip
+        assert modules.stdout == "True\n"  # imported once, in the server
+    result = program_sync.with_store(store).run(
+        [list(i) for i in STEPS], str(tmp_path / "ledger"), run_id="r0"
+    )
+    assert result == expected_result(STEPS)
+
+
+def test_outside_it_children_are_fresh_interpreters() -> None:
+    done = run_python("import sys; print('afk_local' in sys.modules)", [],
+                      env=dict(os.environ), timeout=60)  # fmt: skip
+    assert done.stdout == "False\n"
