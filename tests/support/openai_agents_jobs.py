@@ -270,6 +270,7 @@ def scripted_recorder() -> tuple[Agent[Any], ScriptedModel]:
 # -- parallel tool calls, one of them failing (issue 39 item 3) -------------------------
 
 _effect_done = threading.Event()
+_explode_started = threading.Event()
 
 
 def both_tools(items: list[Any]) -> list[TResponseOutputItem]:
@@ -288,6 +289,8 @@ async def record_slowly(item: str) -> str:
     """Record ``item`` (the effect), then take a moment before answering."""
     with open(os.environ["OA_EFFECTS"], "a", encoding="utf-8") as fh:
         fh.write(f"{item}\n")
+    if os.environ.get("OA_EXPLODE"):  # the sibling is in flight too (its intent journaled)
+        await asyncio.to_thread(_explode_started.wait, 60)
     say(f"TOOL {item}")
     _effect_done.set()
     await asyncio.sleep(0.5)  # the sibling fails while this call is still in flight
@@ -298,6 +301,7 @@ async def record_slowly(item: str) -> str:
 async def explode() -> str:
     """With ``OA_EXPLODE`` set: fail once the sibling's effect happened."""
     if os.environ.get("OA_EXPLODE"):
+        _explode_started.set()
         await asyncio.to_thread(_effect_done.wait, 60)
         raise RuntimeError("explode failed while record_slowly was in flight")
     return "explode-ok"

@@ -128,6 +128,7 @@ def approval_job(ctx: afk.RunContext) -> str:
 # -- parallel tool calls, one of them failing (issue 39 item 2) -------------------------
 
 _effect_done = threading.Event()
+_explode_started = threading.Event()
 
 
 def both_tools(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -150,6 +151,8 @@ async def record_slowly(item: str) -> str:
     """Record ``item`` (the effect), then take a moment before answering."""
     with open(os.environ["PAI_EFFECTS"], "a", encoding="utf-8") as fh:
         fh.write(f"{item}\n")
+    if os.environ.get("PAI_EXPLODE"):  # the sibling is in flight too (its intent journaled)
+        await asyncio.to_thread(_explode_started.wait, 60)
     say(f"TOOL {item}")
     _effect_done.set()
     await asyncio.sleep(0.5)  # the sibling fails while this call is still in flight
@@ -160,6 +163,7 @@ async def record_slowly(item: str) -> str:
 async def explode() -> str:
     """With ``PAI_EXPLODE`` set: fail once the sibling's effect happened."""
     if os.environ.get("PAI_EXPLODE"):
+        _explode_started.set()
         await asyncio.to_thread(_effect_done.wait, 60)
         raise RuntimeError("explode failed while record_slowly was in flight")
     return "explode-ok"
