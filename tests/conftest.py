@@ -214,6 +214,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
+def full(request: pytest.FixtureRequest) -> bool:
+    """True under ``--torture``: the crash explorer's tests explore every state, no budget."""
+    return bool(request.config.getoption("--torture"))
+
+
+@pytest.fixture
 def explorer_seeds(request: pytest.FixtureRequest) -> list[int]:
     """The explorer seeds a randomized explorer test runs with: today's
     (``AFK_EXPLORER_SEED``), or under ``--torture`` :data:`TORTURE_SEEDS` of them."""

@@ -27,12 +27,6 @@ from afk_local.testing.crashsim.trace import Op, RecordingError
 from afk_local.testing.crashsim.workloads import BASIC_WORKLOADS, continue_run
 
 
-@pytest.fixture
-def full(request: pytest.FixtureRequest) -> bool:
-    """True under ``--torture``: explore every state, no budget."""
-    return bool(request.config.getoption("--torture"))
-
-
 @pytest.mark.parametrize("workload", [w.name for w in BASIC_WORKLOADS])
 def test_every_crash_state_of_every_workload_recovers(workload: str, full: bool) -> None:
     result = explore(workload, max_states=None if full else DEFAULT_MAX_STATES, seed=1)

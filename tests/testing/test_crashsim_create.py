@@ -18,12 +18,6 @@ from afk_local.testing.crashsim.mutants import RUN_SITES
 from afk_local.testing.crashsim.report import counterexample_text
 
 
-@pytest.fixture
-def full(request: pytest.FixtureRequest) -> bool:
-    """True under ``--torture``: explore every state, no budget."""
-    return bool(request.config.getoption("--torture"))
-
-
 def test_every_crash_state_of_run_creation_recovers_after_crashing_twice(full: bool) -> None:
     result = explore(
         "create",

@@ -36,12 +36,6 @@ MADE_BY = {
 """The fault workload that makes each fault site's fsync."""
 
 
-@pytest.fixture
-def full(request: pytest.FixtureRequest) -> bool:
-    """True under ``--torture``: explore every state, no budget."""
-    return bool(request.config.getoption("--torture"))
-
-
 @pytest.mark.parametrize("workload", [w.name for w in FAULT_WORKLOADS])
 def test_every_crash_state_of_every_fault_workload_recovers(
     workload: str, full: bool, explorer_seeds: list[int]

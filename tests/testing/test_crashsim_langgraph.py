@@ -35,12 +35,6 @@ CAUGHT_BY = {
 """The workload that catches each of the saver's site mutants that must be caught."""
 
 
-@pytest.fixture
-def full(request: pytest.FixtureRequest) -> bool:
-    """True under ``--torture``: explore every state, no budget."""
-    return bool(request.config.getoption("--torture"))
-
-
 @pytest.mark.parametrize("workload", ["langgraph", "langgraph-keyed"])
 def test_every_crash_state_of_the_saver_recovers(
     workload: str, full: bool, explorer_seeds: list[int]

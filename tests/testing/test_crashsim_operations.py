@@ -16,13 +16,6 @@ from afk_local.testing.crashsim.suites.edits import EDIT_WORKLOADS
 from afk_local.testing.crashsim.suites.operations import OPERATION_WORKLOADS
 from afk_local.testing.crashsim.suites.store_files import STORE_FILE_WORKLOADS
 
-
-@pytest.fixture
-def full(request: pytest.FixtureRequest) -> bool:
-    """True under ``--torture``: explore every state, no budget."""
-    return bool(request.config.getoption("--torture"))
-
-
 DEFAULT_STATES = 60
 """Default suite: crash states per operation workload (most have fewer in all; --torture:
 every one)."""

@@ -54,12 +54,6 @@ HUNT_STATES = 10
 caught within 7)."""
 
 
-@pytest.fixture
-def full(request: pytest.FixtureRequest) -> bool:
-    """True under ``--torture``: no budget."""
-    return bool(request.config.getoption("--torture"))
-
-
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_every_crash_state_of_the_outside_workloads_recovers(
     workload: str, full: bool, explorer_seeds: list[int]

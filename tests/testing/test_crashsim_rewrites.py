@@ -35,12 +35,6 @@ from afk_local.testing.crashsim.report import counterexample_text, hunt_line
 from afk_local.testing.crashsim.suites.rewrites import REWRITE_WORKLOADS
 
 
-@pytest.fixture
-def full(request: pytest.FixtureRequest) -> bool:
-    """True under ``--torture``: explore every state, no budget."""
-    return bool(request.config.getoption("--torture"))
-
-
 @pytest.mark.parametrize("workload", [w.name for w in REWRITE_WORKLOADS])
 def test_composed_rewrites_recover_after_crashing_twice(
     workload: str, full: bool, explorer_seeds: list[int]
