@@ -76,7 +76,11 @@ def run_info(store: ListedStore, run_id: str) -> RunInfo:
         damage = newest_unreadable(reader, latest)
     owner = probe_owner(reader.paths.lock)
     size = 0
-    with os.scandir(reader.paths.dir) as entries:
+    try:
+        entries = os.scandir(reader.paths.dir)
+    except FileNotFoundError:  # deleted since it was opened, as a reader's catalog says
+        raise RunNotFoundError(run_id, str(reader.paths.dir.parent.parent)) from None
+    with entries:
         for entry in entries:
             with contextlib.suppress(OSError):
                 if entry.is_file(follow_symlinks=False):
@@ -352,7 +356,7 @@ def _listed(store: ListedStore, run_id: str, wanted: RunFilter) -> RunInfo | Non
         return None  # deleted since its meta was read: not a damaged run
     except Exception as exc:  # one damaged run is one marked line, never the listing
         if not os.path.lexists(store.paths(run_id).meta):
-            return None  # deleted while it was read (a file gone under the reader)
+            return None  # deleted while it was read: another file gone under the reader
         log.debug("run %s: cannot be listed", run_id, exc_info=True)
         info = _damaged_info(run_id, meta, run_failure(exc))
     return info if wanted.admits(info) else None
