@@ -156,6 +156,8 @@ def open_regular(path: str | os.PathLike[str], flags: int = os.O_RDONLY, mode: i
 
 _O_CREATE_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
 _DARWIN = sys.platform == "darwin"
+_NO_SYMLINKS = frozenset((errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS))
+"""What symlink(2) says where symlinks cannot be made (a pointer file stands in)."""
 
 
 # Temp names: the pid, a random token drawn once per process and a counter. Unique
@@ -430,6 +432,76 @@ def remove_unsynced(path: str | os.PathLike[str]) -> None:
     DEFAULT_ENV._record(IoCall("unlink", os.fspath(path)))
 
 
+def _fsync(fd: int) -> None:
+    """fsync ``fd``; ``F_FULLFSYNC`` on macOS, where fsync does not reach the platters."""
+    if _DARWIN:
+        import fcntl  # noqa: PLC0415 - only on macOS
+
+        try:
+            fcntl.fcntl(fd, fcntl.F_FULLFSYNC)  # type: ignore[attr-defined,unused-ignore]
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.ENOTTY):
+                raise
+            os.fsync(fd)  # the filesystem does not support it; fsync is the best we have
+        return
+    os.fsync(fd)
+
+
+def _publish_unobserved(
+    env: Env,
+    prefix: str,
+    name: str,
+    data: bytes,
+    link: str,
+    *,
+    dir_fd: int | None,
+    while_syncing: Callable[[], None] | None,
+) -> None:
+    """:meth:`Env.publish_with_link` of an Env that nothing observes (no hook, no
+    recorder, not a subclass): the same system calls in the same order, with the same
+    errors, without a record of each (a sync checkpoint's hot path;
+    tests/storage/test_fsio_seam.py checks that both make the same calls). Every name
+    is in one directory, so one guard names it when the disk is full."""
+    tmp = prefix + _temp_name(name)
+    with _disk_full_named(prefix + name):
+        fd = os.open(tmp, _O_CREATE_NEW, FILE_MODE)
+        try:
+            try:
+                written = os.write(fd, data)
+                if written < len(data):
+                    view = memoryview(data)[written:]
+                    while view:
+                        view = view[os.write(fd, view) :]
+                if while_syncing is not None:
+                    while_syncing()
+                _fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, prefix + name)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        link_tmp = prefix + _temp_name(link)
+        try:
+            os.symlink(name, link_tmp)
+        except OSError as exc:
+            if exc.errno not in _NO_SYMLINKS:
+                raise
+            env.atomic_write(prefix + link, name.encode(), sync_dir=False)
+        else:
+            try:
+                os.replace(link_tmp, prefix + link)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(link_tmp)
+                raise
+        if dir_fd is None:
+            env.fsync_dir(prefix)
+        else:
+            _fsync(dir_fd)
+
+
 class Env:
     """The durable I/O of one store: every write-side system call goes through an Env.
 
@@ -478,18 +550,8 @@ class Env:
         """Flush ``fd`` to stable storage (``F_FULLFSYNC`` on macOS, where fsync is not enough)."""
         self._before("fsync", path)
         self._record(IoCall("fsync", os.fspath(path)))
-        if _DARWIN:
-            import fcntl  # noqa: PLC0415 - only on macOS
-
-            try:
-                fcntl.fcntl(fd, fcntl.F_FULLFSYNC)  # type: ignore[attr-defined,unused-ignore]
-            except OSError as exc:
-                if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.ENOTTY):
-                    raise
-                os.fsync(fd)  # the filesystem does not support it; fsync is the best we have
-            return
         with _disk_full_named(path):
-            os.fsync(fd)
+            _fsync(fd)
 
     def fsync_dir(self, path: str | os.PathLike[str]) -> None:
         """Make the entries of directory ``path`` (renames, new files) durable."""
@@ -628,7 +690,7 @@ class Env:
                 os.symlink(target, tmp)
             self._record(IoCall("symlink", tmp, source=target))
         except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+            if exc.errno not in _NO_SYMLINKS:
                 raise
             self.atomic_write(link_path, target.encode(), sync_dir=sync_dir)
             return
@@ -671,6 +733,10 @@ class Env:
                 fsync: work that can overlap the wait for the disk (it must not touch
                 the file, and cannot change what is published).
         """
+        if self.hook is None and self.recorder is None and type(self) is Env:
+            return _publish_unobserved(
+                self, prefix, name, data, link, dir_fd=dir_fd, while_syncing=while_syncing
+            )
         tmp = prefix + _temp_name(name)
         self._before("open", tmp)
         with _disk_full_named(tmp):

@@ -9,7 +9,10 @@ same process writes undisturbed (LevelDB's per-database ``Env``).
 from __future__ import annotations
 
 import ast
+import errno
+import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -226,3 +229,97 @@ def test_module_functions_are_the_default_envs() -> None:
         assert fsio.DEFAULT_ENV.hook is _fail_fsync
     finally:
         assert fsio.set_io_hook(previous) is _fail_fsync
+
+
+def _system_calls(
+    monkeypatch: pytest.MonkeyPatch, directory: Path, publish: Callable[[], None]
+) -> list[tuple[str, ...]]:
+    """The os calls ``publish`` makes, with temp names made comparable."""
+    calls: list[tuple[str, ...]] = []
+    real = {name: getattr(os, name) for name in _PUBLISH_CALLS}
+
+    def shown(arg: object) -> str:
+        text = (
+            os.fsdecode(arg) if isinstance(arg, (str, bytes, os.PathLike)) else type(arg).__name__
+        )
+        text = text.replace(str(directory), "DIR")
+        return re.sub(r"\.tmp-(.+?)\.\d+\.[0-9a-f]+$", r".tmp-\1", text)
+
+    def spy(name: str) -> Callable[..., object]:
+        def call(*args: object, **kwargs: object) -> object:
+            calls.append((name, *(shown(a) for a in args if not isinstance(a, int))))
+            return real[name](*args, **kwargs)
+
+        return call
+
+    with monkeypatch.context() as patched:
+        for name in _PUBLISH_CALLS:
+            patched.setattr(os, name, spy(name))
+        publish()
+    return calls
+
+
+_PUBLISH_CALLS = ("open", "write", "fsync", "close", "replace", "rename", "symlink", "unlink")
+
+
+@pytest.mark.parametrize("symlinks", [True, False])
+def test_an_unobserved_publish_makes_the_observed_ones_system_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, symlinks: bool
+) -> None:
+    """A sync checkpoint's publish skips the seam's bookkeeping when nothing observes the
+    Env (no hook, no recorder: the crash explorer always has one). What reaches the
+    disk must not depend on that: the same calls, in the same order."""
+    if not symlinks:  # a file system without symlinks: latest is a pointer file
+        monkeypatch.setattr(os, "symlink", _no_symlink)
+    traces = []
+    fast: list[str] = []
+    unobserved_publish = fsio._publish_unobserved
+    monkeypatch.setattr(
+        fsio,
+        "_publish_unobserved",
+        lambda *args, **kwargs: fast.append(args[2]) or unobserved_publish(*args, **kwargs),
+    )
+    for watched in (False, True):
+        directory = tmp_path / f"watched-{watched}"
+        directory.mkdir()
+        env = fsio.Env(recorder=(lambda call: None) if watched else None)
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+
+            def publish(
+                env: fsio.Env = env, directory: Path = directory, dir_fd: int = dir_fd
+            ) -> None:
+                for seq in (1, 2):
+                    name = f"{seq:012d}.runtime_state.ckpt"
+                    env.publish_with_link(
+                        f"{directory}{os.sep}", name, b"frame %d" % seq, "latest", dir_fd=dir_fd
+                    )
+                env.publish_with_link(f"{directory}{os.sep}", "x.ckpt", b"x", "latest")
+
+            traces.append(_system_calls(monkeypatch, directory, publish))
+        finally:
+            os.close(dir_fd)
+        assert fsio.read_link(directory / "latest") == "x.ckpt"
+        assert (directory / "000000000002.runtime_state.ckpt").read_bytes() == b"frame 2"
+        assert sorted(p.name for p in directory.iterdir() if p.name.startswith(".tmp-")) == []
+    assert fast == ["000000000001.runtime_state.ckpt", "000000000002.runtime_state.ckpt", "x.ckpt"]
+    unobserved, observed = traces
+    # Each publish: the file, (a pointer file's,) the directory.
+    assert [c[0] for c in unobserved].count("fsync") == (6 if symlinks else 9)
+    assert unobserved == observed
+
+
+def _no_symlink(*args: object, **kwargs: object) -> None:
+    raise OSError(errno.EPERM, "symlinks are not supported here")
+
+
+def test_an_unobserved_publish_that_fails_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(afk.DiskFullError):
+        fsio.Env().publish_with_link(f"{tmp_path}{os.sep}", "a.ckpt", b"a", "latest")
+    assert list(tmp_path.iterdir()) == []

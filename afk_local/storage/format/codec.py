@@ -33,7 +33,7 @@ from afk_local.errors import (
     RecordTooDeepError,
     SchemaVersionError,
 )
-from afk_local.storage.format import migrate, values
+from afk_local.storage.format import migrate, prefix_zstd, values
 from afk_local.storage.format.integrity import MAC_SIZE, Signer
 from afk_local.storage.format.records import (
     MAX_NESTING_DEPTH,
@@ -67,6 +67,15 @@ declared size once, so a crafted frame (a "zstd bomb") costs at most this much."
 
 
 DEFAULT_LEVEL = 3
+"""zstd level of keyframes (and of deltas, above it)."""
+
+FAST_DELTA_LEVEL = 1
+"""zstd level of deltas when the store's level is :data:`DEFAULT_LEVEL` or below (a lower
+level stays as it is): zstd's fast strategy, one hash table. A delta is almost all
+matches against its base, which every strategy finds; the default level's double table
+finds 1-3% fewer bytes and costs ~40% more CPU per delta, most of it in loading the
+base (measured on a 9 KB state: benchmarks/bench_checkpoint_cpu.py)."""
+
 MAX_DELTA_BASE_BYTES = 64 << 20
 """Bases above this are not used as dictionaries: the match tables would cost
 more memory than the delta saves. Such checkpoints are written as keyframes, and
@@ -224,8 +233,12 @@ def compress(raw: bytes, base: bytes | None = None, *, level: int = DEFAULT_LEVE
     """
     if base is None:
         return _keyframe_compressor(level).compress(raw)
+    parameters = delta_parameters(level, len(base), len(raw))
+    reused = prefix_zstd.prefix_compressor()
+    if reused is not None:
+        return reused.compress(raw, base, parameters)
     return zstandard.ZstdCompressor(
-        dict_data=_dictionary(base), compression_params=delta_parameters(level, len(base), len(raw))
+        dict_data=_dictionary(base), compression_params=parameters
     ).compress(raw)
 
 
@@ -265,7 +278,8 @@ def delta_parameters(
     """
     window_log = max(10, min(30, (base_size + raw_size).bit_length()))
     table_log = max(6, min(28, math.ceil(math.log2(max(base_size, 64) / 8))))
-    return _tier_parameters(level, _size_tier(raw_size), window_log, table_log)
+    search = min(level, FAST_DELTA_LEVEL) if level <= DEFAULT_LEVEL else level
+    return _tier_parameters(search, _size_tier(raw_size), window_log, table_log)
 
 
 def check_content_size(body: bytes, path: str, max_bytes: int) -> int:

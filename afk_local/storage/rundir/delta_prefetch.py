@@ -14,7 +14,8 @@ a sync checkpoint then cost ~50 µs more than with no prefetch at all, on a disk
 whose fsync takes ~300 µs.) The next delta of that phase picks it up if it is ready, built
 for exactly that base and the parameters the delta needs, and otherwise compresses
 the usual way. Nothing waits for the thread and nothing it does touches the disk:
-it changes how fast a delta is made, never which bytes are published or when.
+it changes how fast a delta is made, never what is published (a frame that decodes to
+the same record, against the same base) or when.
 
 Handing work to a thread only pays when the disk's wait can hide it. On a fast disk
 (tmpfs, a quick NVMe) the fsyncs return in microseconds, and waking the thread, the

@@ -95,6 +95,7 @@ def pack_run(
     merge: bool = True,
     sync_removals: bool = True,
     dry_run: bool = False,
+    measure: bool = True,
     env: fsio.Env = fsio.DEFAULT_ENV,
 ) -> PackReport:
     """Fold the older loose checkpoint files of one run into a pack. The caller holds its lock.
@@ -113,6 +114,8 @@ def pack_run(
         sync_removals: fsync the directory after removing the superseded files (a
             writer leaves that to its next checkpoint's directory fsync).
         dry_run: say what would happen, change nothing.
+        measure: False leaves the report's byte counts at 0, sparing a stat of every
+            file before and after (a writer's own packing, which never reports them).
         env: the I/O seam to write through (the store's).
 
     Raises:
@@ -131,7 +134,8 @@ def pack_run(
     catalog = RunCatalog(paths, signer=record_codec.signer)
     all_loose, all_packs = catalog.scan()
     report.files_before = len(all_loose) + len(all_packs)
-    report.bytes_before = _sizes(paths, [f.name for f in all_loose] + [p.name for p in all_packs])
+    if measure:
+        report.bytes_before = _sizes(paths, [f.name for f in all_loose] + [p.name for p in all_packs])
     try:
         view = live_view(catalog)
         plan = _plan(
@@ -175,9 +179,10 @@ def pack_run(
     loose_after, packs_after = catalog.scan()
     report.loose_left = len(loose_after)
     report.files_after = len(loose_after) + len(packs_after)
-    report.bytes_after = _sizes(
-        paths, [f.name for f in loose_after] + [p.name for p in packs_after]
-    )
+    if measure:
+        report.bytes_after = _sizes(
+            paths, [f.name for f in loose_after] + [p.name for p in packs_after]
+        )
     log.info(
         "run %s: packed %d checkpoint file(s) into %d pack(s), merged %d pack(s)",
         paths.run_id,
@@ -197,8 +202,10 @@ class LiveView:
     """The live loose files."""
     packs: list[PackFile]
     """The live packs (every pack, in a run without a manifest)."""
-    files: list[CheckpointFile]
-    """Every live checkpoint, each seq once, where its live copy is."""
+    files: list[CheckpointFile] | None
+    """Every live checkpoint, each seq once, where its live copy is; None in a run with a
+    manifest, where nothing needs it (listing every packed checkpoint of a long run
+    costs more than packing a few hundred new ones: :meth:`RunCatalog.files`)."""
     legacy: bool
     """Packs but no manifest (written before manifests existed, or a crash came before
     the first one): the next rewrite merges every pack to adopt the run."""
@@ -216,9 +223,9 @@ def live_view(catalog: RunCatalog) -> LiveView:
     loose, packs, manifest = catalog.live()
     if catalog.manifest_problem is not None:
         raise catalog.manifest_problem
-    files = catalog.files()
     if manifest is not None:
-        return LiveView(manifest, loose, packs, files, False, manifest.loose_from)
+        return LiveView(manifest, loose, packs, None, False, manifest.loose_from)
+    files = catalog.files()
     for pack in packs:
         catalog.pack_reader(pack)  # every pack must open to be adopted
     loose_from = max((f.seq for f in files if f.pack is not None), default=0) + 1
@@ -249,7 +256,9 @@ def _plan(
 ) -> _Plan:
     # The newest files stay loose: the newest seq (the writer continues after it) and
     # latest's target (a reader opens it first), plus keep_loose - 1 more.
-    candidates = [f for f in view.files if f.pack is None]
+    # The live loose files, each seq once (as a listing keeps them): a pack never holds a
+    # live loose seq's copy, in a run with a manifest or without.
+    candidates = sorted({f.seq: f for f in view.loose}.values())
     keep = {f.seq for f in candidates[-max(1, keep_loose) :]}
     target = fsio.read_link(paths.latest)
     latest = parse_checkpoint_name(target) if target else None
@@ -302,7 +311,9 @@ def _raw_size(catalog: RunCatalog, pack: PackFile) -> int:
 def _entries_of(catalog: RunCatalog, view: LiveView, packs: list[PackFile]) -> list[PackEntry]:
     """The live entries of ``packs`` (a seq whose live copy is elsewhere is skipped)."""
     names = {p.name for p in packs}
-    live = {f.seq for f in view.files if f.pack in names}
+    # A manifest's packs never overlap and stay below its loose files (check_manifest):
+    # every entry of a live pack is live, and only a run without one needs a listing.
+    live = None if view.files is None else {f.seq for f in view.files if f.pack in names}
     entries: list[PackEntry] = []
     for pack in sorted(packs, key=lambda p: p.first):
         index = catalog.pack_reader(pack).index
@@ -312,7 +323,9 @@ def _entries_of(catalog: RunCatalog, view: LiveView, packs: list[PackFile]) -> l
             for entry in range(block.first_entry, block.first_entry + block.entry_count):
                 length = index.lengths[entry]
                 seq = index.seqs[entry]
-                if seq in live:
+                if live is None:
+                    entries.append(PackEntry(seq, index.phase(entry), raw[at : at + length]))
+                elif seq in live:
                     entries.append(PackEntry(seq, index.phase(entry), raw[at : at + length]))
                     live.discard(seq)  # overlapping packs a crash left: once
                 at += length

@@ -92,7 +92,12 @@ class PackTrigger:
             return
         try:
             report = pack_run(
-                self.paths, self._codec, keep_from=keep_from, sync_removals=False, env=self._env
+                self.paths,
+                self._codec,
+                keep_from=keep_from,
+                sync_removals=False,
+                measure=False,
+                env=self._env,
             )
         except Exception as exc:
             log.error("run %s: packing older checkpoints failed: %s", self.paths.run_id, exc)
