@@ -135,7 +135,9 @@ def pack_run(
     all_loose, all_packs = catalog.scan()
     report.files_before = len(all_loose) + len(all_packs)
     if measure:
-        report.bytes_before = _sizes(paths, [f.name for f in all_loose] + [p.name for p in all_packs])
+        report.bytes_before = _sizes(
+            paths, [f.name for f in all_loose] + [p.name for p in all_packs]
+        )
     try:
         view = live_view(catalog)
         plan = _plan(
