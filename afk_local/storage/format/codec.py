@@ -234,7 +234,7 @@ def compress(raw: bytes, base: bytes | None = None, *, level: int = DEFAULT_LEVE
     if base is None:
         return _keyframe_compressor(level).compress(raw)
     parameters = delta_parameters(level, len(base), len(raw))
-    reused = prefix_zstd.prefix_compressor()
+    reused = prefix_zstd.prefix_compressor() if len(base) <= prefix_zstd.MAX_BASE_BYTES else None
     if reused is not None:
         return reused.compress(raw, base, parameters)
     return zstandard.ZstdCompressor(

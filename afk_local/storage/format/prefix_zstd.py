@@ -33,6 +33,11 @@ import zstandard
 
 log = logging.getLogger("afk_local")
 
+MAX_BASE_BYTES = 1 << 20
+"""Deltas of larger bases get a context of their own, freed after it (the C extension's
+way): a reused context keeps the match tables it last grew to, and a large base's cost
+megabytes, while the allocation a reused one spares is nothing next to its compression."""
+
 _PARAMETERS = (
     ("ZSTD_c_windowLog", "window_log"),
     ("ZSTD_c_hashLog", "hash_log"),
@@ -162,4 +167,4 @@ enabled = True
 extension (a benchmark compares both ways; tests check that readers decode both)."""
 
 
-__all__ = ["PrefixCompressor", "enabled", "prefix_compressor"]
+__all__ = ["MAX_BASE_BYTES", "PrefixCompressor", "enabled", "prefix_compressor"]
