@@ -17,7 +17,6 @@ as a raw-content dictionary. With flag bit 1 set (a keyed store, see
 from __future__ import annotations
 
 import functools
-import math
 import re
 import struct
 import threading
@@ -277,7 +276,8 @@ def delta_parameters(
     of one run repeat a handful of them.
     """
     window_log = max(10, min(30, (base_size + raw_size).bit_length()))
-    table_log = max(6, min(28, math.ceil(math.log2(max(base_size, 64) / 8))))
+    # ceil(log2(base_size / 8)), in integers (this runs for every delta)
+    table_log = max(6, min(28, (max(base_size, 64) - 1).bit_length() - 3))
     search = min(level, FAST_DELTA_LEVEL) if level <= DEFAULT_LEVEL else level
     return _tier_parameters(search, _size_tier(raw_size), window_log, table_log)
 

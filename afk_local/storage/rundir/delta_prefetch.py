@@ -63,9 +63,11 @@ WAITS_KEPT = 8
 class _Slot:
     """The prepared compressor of one phase: what was asked for, and what is ready."""
 
-    __slots__ = ("prepared_ns", "ready", "wanted")
+    __slots__ = ("base", "prepared_ns", "ready", "wanted")
 
     def __init__(self) -> None:
+        self.base = b""
+        """The base submitted last."""
         self.wanted: tuple[bytes, zstandard.ZstdCompressionParameters] | None = None
         self.ready: tuple[bytes, zstandard.ZstdCompressor] | None = None
         self.prepared_ns = 0
@@ -170,8 +172,8 @@ class DeltaPrefetch:
         slot = self._slots.get(phase)
         if slot is None:
             slot = self._slots[phase] = _Slot()
-        slot.wanted = (base, codec.delta_parameters(self.level, len(base), len(base)))
-        slot.ready = None
+        slot.base = base
+        slot.wanted = slot.ready = None  # what to prepare is worked out if the thread gets it
         self._queued.append(slot)
 
     def start(self) -> None:
@@ -182,6 +184,8 @@ class DeltaPrefetch:
             if self.worth_overlapping():
                 jobs = _Process.jobs()
                 for slot in self._queued:
+                    base = slot.base
+                    slot.wanted = (base, codec.delta_parameters(self.level, len(base), len(base)))
                     jobs.put(slot)
             self._queued.clear()
         self._wait_started = time.perf_counter_ns()
