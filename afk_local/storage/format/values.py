@@ -166,7 +166,9 @@ def _tag(value: Any, hook: EncHook | None, where: Where, depth: int) -> Any:
                     changed = dict(value)
                 changed[key] = new
         return value if changed is None else changed
-    if cls is list or cls is tuple or isinstance(value, (list, tuple)):
+    if cls is list or isinstance(value, (list, tuple)):
+        if cls is list and _all_plain(map(type, value)):
+            return value  # a list of plain values (messages, notes, rows): one C-level pass
         out: list[Any] | None = None
         for index, item in enumerate(value):
             kind = type(item)
