@@ -132,6 +132,21 @@ def open_regular(path: str | os.PathLike[str], flags: int = os.O_RDONLY, mode: i
     blocking the open, and ``fstat`` then refuses anything but a regular file
     (:class:`NotRegularFileError`). The descriptor is switched back to blocking mode.
     """
+    fd, _ = _open_checked(path, flags, mode)
+    if _O_NONBLOCK:
+        try:
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+    return fd
+
+
+def _open_checked(
+    path: str | os.PathLike[str], flags: int, mode: int
+) -> tuple[int, os.stat_result]:
+    """:func:`open_regular`'s open and checks, the descriptor left non-blocking (which a
+    regular file's reads ignore), with its ``fstat``."""
     try:
         fd = os.open(path, flags | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, mode)
     except OSError as exc:
@@ -146,12 +161,10 @@ def open_regular(path: str | os.PathLike[str], flags: int = os.O_RDONLY, mode: i
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFileError(path, file_kind(st.st_mode))
-        if _O_NONBLOCK:
-            os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, st
 
 
 _O_CREATE_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
@@ -275,15 +288,19 @@ def read_bounded(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     OSError for a symlink and :class:`NotRegularFileError` for a FIFO, socket or
     device (without blocking on it).
     """
-    fd = open_regular(path)
+    fd, st = _open_checked(path, os.O_RDONLY, 0o600)  # four system calls in all
     try:
-        size = os.fstat(fd).st_size
+        size = st.st_size
         if size > max_bytes:
             raise ValueError(f"{size} bytes, over the bound of {max_bytes}")
         chunks: list[bytes] = []
         remaining = size
         while remaining > 0:
-            chunk = os.read(fd, remaining)
+            try:
+                chunk = os.read(fd, remaining)
+            except BlockingIOError:  # a file system that honours O_NONBLOCK on a file
+                os.set_blocking(fd, True)
+                continue
             if not chunk:
                 break
             chunks.append(chunk)
