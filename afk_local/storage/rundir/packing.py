@@ -114,8 +114,9 @@ def pack_run(
         sync_removals: fsync the directory after removing the superseded files (a
             writer leaves that to its next checkpoint's directory fsync).
         dry_run: say what would happen, change nothing.
-        measure: False leaves the report's byte counts at 0, sparing a stat of every
-            file before and after (a writer's own packing, which never reports them).
+        measure: False leaves the report's counts of files and bytes before and after
+            at 0 (``loose_left`` stays exact), sparing a listing and a stat of every file
+            before and after (a writer's own packing, which reports none of them).
         env: the I/O seam to write through (the store's).
 
     Raises:
@@ -132,9 +133,9 @@ def pack_run(
     if not dry_run:
         _remove_temp_files(paths, env)
     catalog = RunCatalog(paths, signer=record_codec.signer)
-    all_loose, all_packs = catalog.scan()
-    report.files_before = len(all_loose) + len(all_packs)
-    if measure:
+    if measure or dry_run:
+        all_loose, all_packs = catalog.scan()
+        report.files_before = len(all_loose) + len(all_packs)
         report.bytes_before = _sizes(
             paths, [f.name for f in all_loose] + [p.name for p in all_packs]
         )
@@ -145,7 +146,7 @@ def pack_run(
         )
     except CheckpointCorruptionError as exc:
         report.errors.append(f"run {paths.run_id}: not packed: {exc}")
-        report.loose_left = len(all_loose)
+        report.loose_left = len(catalog.scan()[0])
         return report
     report.packed_files = len(plan.loose)
     report.packs_merged = len(plan.merge)
@@ -178,13 +179,15 @@ def pack_run(
         paths, manifest, env, just_published=manifest is not view.manifest, sync=sync_removals
     )
     report.duplicates_removed = max(0, removed - len(plan.loose) - len(plan.merge))
-    loose_after, packs_after = catalog.scan()
-    report.loose_left = len(loose_after)
-    report.files_after = len(loose_after) + len(packs_after)
     if measure:
+        loose_after, packs_after = catalog.scan()
+        report.loose_left = len(loose_after)
+        report.files_after = len(loose_after) + len(packs_after)
         report.bytes_after = _sizes(
             paths, [f.name for f in loose_after] + [p.name for p in packs_after]
         )
+    else:  # what is left loose: the live loose files the new manifest keeps
+        report.loose_left = sum(1 for f in view.loose if f.seq >= manifest.loose_from)
     log.info(
         "run %s: packed %d checkpoint file(s) into %d pack(s), merged %d pack(s)",
         paths.run_id,

@@ -92,6 +92,8 @@ def test_a_live_writer_keeps_its_loose_files_bounded(tmp_path: Path) -> None:
             run.checkpoint("runtime_state" if seq % 3 else "post_llm", _payload(seq), step=seq)
             loose, _ = scan_run_files(run.paths.dir)
             most = max(most, len(loose))
+            # the writer counts its loose files without listing them after a pack
+            assert run._packing.loose == len(loose)
     loose, packs = scan_run_files(store.paths("r").dir)
     assert most <= 2 * limit
     assert 1 <= len(packs) <= 8  # merged geometrically, not one pack per batch
