@@ -172,7 +172,7 @@ def measure(
                 fn()
             profiler.disable()
             stats = pstats.Stats(profiler)
-            stats.sort_stats("tottime").print_stats(25)
+            stats.sort_stats("tottime").print_stats(os.environ.get("BENCH_PROFILE_FILTER", ""), 25)
             stats.sort_stats("cumulative").print_stats(40)
             return samples, ""
         clock, cpu_clock = time.perf_counter_ns, time.process_time_ns

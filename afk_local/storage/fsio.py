@@ -227,10 +227,12 @@ def _exchange(a: bytes, b: bytes) -> bool:
 class _TempNames:
     token = os.urandom(4).hex()
     counter = itertools.count()
+    pid = os.getpid()
 
     @classmethod
     def renew(cls) -> None:
         cls.token = os.urandom(4).hex()
+        cls.pid = os.getpid()
 
 
 if hasattr(os, "register_at_fork"):
@@ -238,7 +240,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def _temp_name(name: str) -> str:
-    return f"{TEMP_PREFIX}{name}.{os.getpid()}.{_TempNames.token}{next(_TempNames.counter):x}"
+    return f"{TEMP_PREFIX}{name}.{_TempNames.pid}.{_TempNames.token}{next(_TempNames.counter):x}"
 
 
 def temp_path(directory: str | os.PathLike[str], name: str) -> Path:

@@ -158,7 +158,7 @@ def _tag(value: Any, hook: EncHook | None, where: Where, depth: int) -> Any:
         changed: dict[Any, Any] | None = None
         for key, item in value.items():
             kind = type(item)
-            if kind in _PLAIN or (kind is dict and _all_plain(map(type, item.values()))):
+            if kind in _PLAIN or _flat(kind, item):
                 continue
             new = _tag(item, hook, (where, key), depth + 1)
             if new is not item:
@@ -172,7 +172,7 @@ def _tag(value: Any, hook: EncHook | None, where: Where, depth: int) -> Any:
         out: list[Any] | None = None
         for index, item in enumerate(value):
             kind = type(item)
-            if kind in _PLAIN or (kind is dict and _all_plain(map(type, item.values()))):
+            if kind in _PLAIN or _flat(kind, item):
                 continue
             new = _tag(item, hook, (where, index), depth + 1)
             if new is not item:
@@ -181,6 +181,13 @@ def _tag(value: Any, hook: EncHook | None, where: Where, depth: int) -> Any:
                 out[index] = new
         return value if out is None else out
     return _typed(value, cls, hook, where, depth)
+
+
+def _flat(kind: type, item: Any) -> bool:
+    """A dict or list of plain values only: nothing in it to tag (one C-level pass)."""
+    if kind is dict:
+        return _all_plain(map(type, item.values()))
+    return kind is list and _all_plain(map(type, item))
 
 
 def _ext(code: int, inner: Any) -> msgspec.msgpack.Ext:

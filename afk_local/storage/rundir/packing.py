@@ -271,13 +271,14 @@ def _plan(
         keep.add(latest.seq)
     chosen: list[PackEntry] = []
     total = 0
+    prefix = str(paths.dir) + os.sep
     for file in candidates:
         # Only a prefix of the live loose files: every packed seq stays below every live
         # loose one (the manifest's loose_from), so a packed delta's base is packed too.
         stranded = file.seq < view.loose_from  # a run without a manifest: must go in
         if not stranded and (file.seq in keep or (keep_from is not None and file.seq >= keep_from)):
             break
-        image = _packable(paths, file)
+        image = _packable(prefix, file)
         if image is None:
             if stranded:
                 raise CheckpointCorruptionError(
@@ -337,11 +338,11 @@ def _entries_of(catalog: RunCatalog, view: LiveView, packs: list[PackFile]) -> l
     return entries
 
 
-def _packable(paths: RunPaths, file: CheckpointFile) -> bytes | None:
+def _packable(prefix: str, file: CheckpointFile) -> bytes | None:
     """The bytes of a loose file that can go into a pack: a sound checkpoint frame,
     not too large. None otherwise (it stays loose, where verify names it)."""
     try:
-        data = fsio.read_bounded(paths.dir / file.name, MAX_ENTRY_BYTES)
+        data = fsio.read_bounded(prefix + file.name, MAX_ENTRY_BYTES)
         codec.unpack_frame(data, file.name, expect_kind=codec.KIND_CHECKPOINT)
     except (OSError, ValueError, CheckpointCorruptionError):
         return None

@@ -22,6 +22,7 @@ names untouched; after it, the new one, with every file it names durable.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 
 from afk_local.storage import fsio
@@ -125,8 +126,9 @@ def remove_garbage(
         return 0
     if not just_published:
         env.fsync_dir(paths.dir)
+    prefix = str(paths.dir) + os.sep
     for name in doomed:
-        env.unlink(paths.dir / name)
+        env.unlink(prefix + name)
     if sync:
         env.fsync_dir(paths.dir)
     log.debug("run %s: removed %d file(s) no manifest names", paths.run_id, len(doomed))
