@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
@@ -132,6 +133,15 @@ class _Loaded:
     tried = False
     module: tuple[Any, Any] | None = None
     local = threading.local()
+
+
+def _after_fork_in_child() -> None:
+    # A thread of the parent may have held the lock at the fork: it is never released here.
+    _Loaded.lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _load() -> tuple[Any, Any] | None:
