@@ -7,7 +7,7 @@ base: on a ~9 KB state that allocation is about a third of a delta's CPU. zstd i
 can do better, ``ZSTD_CCtx_refPrefix``: one context per thread, reused, told for each
 frame which bytes precede it. zstandard ships the library's whole API as a cffi module
 (``zstandard._cffi``), usable wherever the ``cffi`` package is installed (``pip install
-'afk-local[fast]'``; most environments have it already). The frames are the same kind:
+'afk_local[fast]'``; most environments have it already). The frames are the same kind:
 a prefix is a raw-content dictionary under another name, so every reader decodes both
 alike and the bytes on disk do not say which wrote them.
 
