@@ -3,6 +3,7 @@ decodes them as it decodes the C extension's, whichever way a writer made them."
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,3 +127,19 @@ def test_a_large_base_gets_a_context_of_its_own(monkeypatch: pytest.MonkeyPatch)
         frame = codec.compress(base + b"!", base)
         assert codec.decompress(frame, "f", base=base, max_bytes=4 << 20) == base + b"!"
     assert used == [len(small)]
+
+
+def test_where_the_cffi_module_cannot_load_deltas_are_made_the_usual_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A zstandard without its cffi module, or no cffi package: the import fails, the
+    writer makes deltas with the C extension, and says nothing louder than debug."""
+    monkeypatch.setitem(sys.modules, "zstandard._cffi", None)  # the import raises
+    monkeypatch.setattr(prefix_zstd._Loaded, "tried", False)
+    monkeypatch.setattr(prefix_zstd._Loaded, "module", None)
+    monkeypatch.setattr(prefix_zstd._Loaded, "local", threading.local())
+    assert prefix_zstd.prefix_compressor() is None
+    assert prefix_zstd._Loaded.tried
+    base = b"x" * 5000 + b"y" * 5000
+    raw = base + b"z"
+    assert codec.compress(raw, base) == _usual(raw, base, codec.DEFAULT_LEVEL)
