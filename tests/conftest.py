@@ -169,6 +169,12 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "fresh_interpreter: the children this test runs to their end (run_and_kill, "
+        "kill_sweep, proc.run, proc.python) start as new interpreters, not as forks of "
+        "the worker's fork server",
+    )
+    config.addinivalue_line(
+        "markers",
         "daily_sample(keep=1): of this parametrized test's cases the default suite runs "
         "`keep`, drawn with AFK_KILL_SEED; --slow and --torture run them all",
     )
@@ -288,3 +294,47 @@ def _no_ambient_key(
     monkeypatch.delenv("AFK_LOCAL_KEY", raising=False)
     monkeypatch.delenv("AFK_LOCAL_MAX_RECORD_BYTES", raising=False)
     monkeypatch.setenv("AFK_LOCAL_HEAD_DIR", str(tmp_path_factory.mktemp("heads")))
+
+
+FORK_SERVER_PRELOAD = (
+    "afk_local.cli",
+    "afk_local.testing",
+    "afk_local.testing.fuzz.jobs",
+    "afk_local.watcher",
+    "afk_local.agent",
+)
+"""What the workers' fork servers import once (afk_local.testing.forkserver.PRELOADED,
+and the watcher and agent the command line loads for ``watch`` and agent runs)."""
+
+
+@pytest.fixture(scope="session")
+def _fork_server():
+    """This worker's fork server (started at its first child; None where there is none)."""
+    # imported here: afk_local.testing is a plugin (pytest_plugins), imported as pytest
+    # registers it, so that its assertions are rewritten
+    from afk_local.testing.forkserver import ForkServer, fork_server_available  # noqa: PLC0415
+
+    if not fork_server_available():
+        yield None
+        return
+    server = ForkServer(FORK_SERVER_PRELOAD)
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def _forked_children(request: pytest.FixtureRequest, _fork_server) -> object:
+    """The children a test runs to their end are forks of the worker's fork server.
+
+    Each is still a real process (its own pid, killed by SIGKILL at the same I/O call),
+    started from one that imported afk_local and holds no store, lock, writer or thread;
+    what it saves is the interpreter's start-up (docs/runner.md). A test of how children
+    start (their imports, their interpreter) is marked ``fresh_interpreter``.
+    """
+    from afk_local.testing.forkserver import using_fork_server  # noqa: PLC0415
+
+    if _fork_server is None or request.node.get_closest_marker("fresh_interpreter"):
+        yield None
+        return
+    with using_fork_server(server=_fork_server) as server:
+        yield server

@@ -76,10 +76,17 @@ class ForkServer:
         return self._proc
 
     def run(
-        self, code: str, args: Sequence[str], *, env: Mapping[str, str], timeout: float
+        self,
+        code: str,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        timeout: float,
+        cwd: str | os.PathLike[str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``python -c code args...`` as a fresh fork of the server; returns what
-        ``subprocess.run(..., capture_output=True, text=True)`` would.
+        """Run ``python -c code args...`` as a fresh fork of the server, in ``cwd`` (default:
+        this process's directory); returns what ``subprocess.run(..., capture_output=True,
+        text=True)`` would.
 
         Raises:
             subprocess.TimeoutExpired: the child ran longer than ``timeout`` (it is killed).
@@ -91,7 +98,7 @@ class ForkServer:
                 "code": code,
                 "args": list(args),
                 "env": dict(env),
-                "cwd": os.getcwd(),
+                "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
                 "timeout": timeout,
                 "stdout": str(out),
                 "stderr": str(err),
@@ -138,34 +145,49 @@ def fork_server_available() -> bool:
 
 
 @contextlib.contextmanager
-def using_fork_server(preload: Sequence[str] = PRELOADED) -> Iterator[ForkServer | None]:
+def using_fork_server(
+    preload: Sequence[str] = PRELOADED, *, server: ForkServer | None = None
+) -> Iterator[ForkServer | None]:
     """Inside, :func:`run_python` forks children from one pre-imported server (yielded;
     started at the first child; None where :func:`fork_server_available` is False, and
-    children start as before)."""
+    children start as before).
+
+    Args:
+        preload: the modules a server started here imports.
+        server: use this server instead of starting one, and leave it running at the
+            end (a test session keeps one for all its tests).
+    """
     if not fork_server_available() or _active[0] is not None:
         yield _active[0]
         return
-    server = ForkServer(preload)
-    _active[0] = server
+    owned = server is None
+    active = ForkServer(preload) if server is None else server
+    _active[0] = active
     try:
-        yield server
+        yield active
     finally:
         _active[0] = None
-        server.close()
+        if owned:
+            active.close()
 
 
 def run_python(
-    code: str, args: Sequence[str], *, env: Mapping[str, str], timeout: float
+    code: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    timeout: float,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -c code args...`` with ``env``, its output captured as text: a fork of
-    the server inside :func:`using_fork_server`, else a fresh interpreter.
+    """``python -c code args...`` with ``env`` in ``cwd``, its output captured as text: a
+    fork of the server inside :func:`using_fork_server`, else a fresh interpreter.
 
     Raises:
         subprocess.TimeoutExpired: the child ran longer than ``timeout`` (it is killed).
     """
     server = _active[0]
     if server is not None:
-        return server.run(code, args, env=env, timeout=timeout)
+        return server.run(code, args, env=env, timeout=timeout, cwd=cwd)
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         capture_output=True,
@@ -173,6 +195,7 @@ def run_python(
         env=dict(env),
         timeout=timeout,
         check=False,
+        cwd=cwd,
     )
 
 
@@ -184,11 +207,32 @@ def _serve() -> None:
     :func:`_requests` and becomes ``python -c`` (so it ends as an interpreter does)."""
     import importlib  # noqa: PLC0415
 
+    # what a new interpreter's sys.path holds without a PYTHONPATH (stdlib, site-packages
+    # and their .pth entries): asked of one, once
+    bare = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    listed = subprocess.run(
+        [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+        env=bare,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    _base_path[:] = json.loads(listed.stdout)
     for module in sys.argv[1:]:
         importlib.import_module(module)
     request = _requests()
     if request is not None:
         _become(request)
+
+
+_base_path: list[str] = []
+"""The ``sys.path`` of ``python -c`` without a PYTHONPATH, but for its first entry (the
+standard library, site-packages): a child's own PYTHONPATH goes before it."""
+
+
+def _python_path(env: Mapping[str, str]) -> list[str]:
+    """The entries ``python`` would put on ``sys.path`` for ``env``'s PYTHONPATH."""
+    return [os.path.abspath(path) for path in env.get("PYTHONPATH", "").split(os.pathsep) if path]
 
 
 def _requests() -> dict[str, Any] | None:
@@ -237,6 +281,9 @@ def _become(request: dict[str, Any]) -> None:
         os.close(target)
     if os.environ.get("PYTHONUNBUFFERED"):
         sys.stdout.reconfigure(write_through=True)  # type: ignore[union-attr]
+    # sys.path as ``python -c`` builds it from this child's PYTHONPATH, not the server's
+    sys.path[:] = ["", *_python_path(os.environ), *_base_path]
+    sys.path_importer_cache.clear()
     sys.argv = ["-c", *request["args"]]
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     exec(compile(request["code"], "<string>", "exec"), namespace)  # noqa: S102

@@ -1,8 +1,14 @@
 """Spawning and killing real child processes for crash tests.
 
-A child is a fresh ``python -c SCRIPT`` (never a fork) that prints one line per
-acknowledged operation; the parent reads those lines and SIGKILLs the child at
-a moment of its choosing, so a crash lands wherever the child happens to be.
+A child started by :func:`spawn` is a fresh ``python -c SCRIPT`` that prints one line
+per acknowledged operation; the parent reads those lines and SIGKILLs the child at a
+moment of its choosing, so a crash lands wherever the child happens to be.
+
+A child run to its end (:func:`run`, :func:`python`, :func:`afk_local_cli`) is a
+fresh fork of the worker's fork server (``afk_local.testing.forkserver``, activated for
+every test by conftest.py) unless the test is marked ``fresh_interpreter``: the same
+code, arguments, environment and ``sys.path``, without paying for the interpreter's
+start-up and afk_local's imports (about 0.3 s of CPU a child).
 """
 
 from __future__ import annotations
@@ -16,8 +22,11 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from afk_local.testing.forkserver import run_python
 
 
 def spawn(script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
@@ -35,10 +44,35 @@ def spawn(script: str, *args: str, env: dict[str, str] | None = None) -> subproc
 
 
 def run(script: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120):
-    """Run a child to completion; returns the CompletedProcess (never raises on exit code)."""
-    proc = spawn(script, *args, env=env)
-    out, err = proc.communicate(timeout=timeout)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    """Run ``python -c script args...`` (this environment updated with ``env``) to its
+    end; returns the CompletedProcess (never raises on exit code)."""
+    full_env = {**os.environ, **(env or {})}
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    return run_python(textwrap.dedent(script), args, env=full_env, timeout=timeout)
+
+
+CLI = "from afk_local.cli import main; raise SystemExit(main())"
+"""``python -m afk_local`` as ``python -c`` code (``main`` reads ``sys.argv[1:]``)."""
+
+
+def python(
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    timeout: float = 120,
+    cwd: str | os.PathLike[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m afk_local ARGS...`` or ``python -c CODE ARGS...`` with exactly ``env``
+    (in ``cwd``) to its end, output captured as text; what ``subprocess.run(...,
+    capture_output=True, text=True)`` returns (never raises on exit code)."""
+    match list(args):
+        case ["-m", "afk_local", *rest]:
+            code = CLI
+        case ["-c", code, *rest]:
+            pass
+        case _:
+            raise ValueError(f"python -m afk_local or python -c, not {args}")
+    return run_python(code, rest, env=env, timeout=timeout, cwd=cwd)
 
 
 @dataclass
@@ -176,10 +210,4 @@ def kill_at_line(child: subprocess.Popen[str], marker: str, *, timeout: float = 
 
 def afk_local_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """Run ``python -m afk_local ARGS`` to its end with ``env`` over this environment."""
-    return subprocess.run(
-        [sys.executable, "-m", "afk_local", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return python(["-m", "afk_local", *args], env={**os.environ, **env})

@@ -16,7 +16,10 @@ from afk_local.testing.forkserver import fork_server_available, run_python, usin
 from afk_local.testing.fuzz.jobs import program_sync
 from afk_local.testing.fuzz.program import expected_result
 
-pytestmark = pytest.mark.skipif(not fork_server_available(), reason="needs os.fork and pidfds")
+pytestmark = [
+    pytest.mark.skipif(not fork_server_available(), reason="needs os.fork and pidfds"),
+    pytest.mark.fresh_interpreter,  # each test starts a server of its own
+]
 
 STEPS = (("step", "a", 1), ("iterate", "b", 3), ("checkpoint", "c"), ("step", "d", 2))
 
@@ -74,3 +77,18 @@ def test_outside_it_children_are_fresh_interpreters() -> None:
     done = run_python("import sys; print('afk_local' in sys.modules)", [],
                       env=dict(os.environ), timeout=60)  # fmt: skip
     assert done.stdout == "False\n"
+
+
+def test_a_child_has_the_sys_path_and_directory_python_c_gives_it(tmp_path: Path) -> None:
+    """A child's PYTHONPATH goes on its ``sys.path`` as a new interpreter's would (a
+    module beside the test imports), not the server's; ``cwd`` is its directory."""
+    (tmp_path / "beside.py").write_text("WHERE = 'beside'\n")
+    code = "import sys, os, beside; print(beside.WHERE, sys.path[:2], os.getcwd())"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    fresh = run_python(code, [], env=env, timeout=60, cwd=tmp_path)
+    with using_fork_server():
+        forked = run_python(code, [], env=env, timeout=60, cwd=tmp_path)
+        without = run_python("import beside", [], env=dict(os.environ), timeout=60)
+    assert fresh.returncode == 0, fresh.stderr
+    assert forked.stdout == fresh.stdout == f"beside ['', '{tmp_path}'] {tmp_path}\n"
+    assert without.returncode == 1 and "No module named 'beside'" in without.stderr
