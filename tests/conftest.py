@@ -12,6 +12,7 @@ real processes, ``strategies.py`` holds the hypothesis strategies, and the
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import os
 import random
 import sys
@@ -302,9 +303,14 @@ FORK_SERVER_PRELOAD = (
     "afk_local.testing.fuzz.jobs",
     "afk_local.watcher",
     "afk_local.agent",
+    *(
+        ["afk_local.ui.app"]
+        if all(importlib.util.find_spec(m) for m in ("starlette", "uvicorn", "jinja2"))
+        else []
+    ),
 )
 """What the workers' fork servers import once (afk_local.testing.forkserver.PRELOADED,
-and the watcher and agent the command line loads for ``watch`` and agent runs)."""
+and what the command line loads for ``watch``, agent runs and ``ui``)."""
 
 
 @pytest.fixture(scope="session")
