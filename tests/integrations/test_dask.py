@@ -29,13 +29,9 @@ from afk_local.integrations.fanout import TARGET_TASK_S, FanOutError
 
 # Checked without importing Dask: every xdist worker collects this module, and
 # only the one that runs it should pay for the import.
-pytestmark = [
-    pytest.mark.skipif(
-        importlib.util.find_spec("distributed") is None, reason="needs the dask extra"
-    ),
-    # one worker runs the whole module (--dist loadgroup): it starts the cluster once
-    pytest.mark.xdist_group("test_dask"),
-]
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("distributed") is None, reason="needs the dask extra"
+)
 
 
 @pytest.fixture(scope="module")

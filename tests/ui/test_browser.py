@@ -29,9 +29,6 @@ import afk_local as afk
 
 pytest.importorskip("starlette", reason="afk_local[ui] is not installed (starlette)")
 pytest.importorskip("uvicorn", reason="afk_local[ui] is not installed (uvicorn)")
-# one worker runs the whole module (pytest -n ... --dist loadgroup): each worker that ran any
-# of its tests would launch a Chromium and build the world of its own
-pytestmark = pytest.mark.xdist_group("test_browser")
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed (the test-all extra)"
 )

@@ -32,9 +32,6 @@ from afk_local.storage.rundir.read.reader import RunReader
 from afk_local.ui.gone import AbandonableStore, ClientGone
 from afk_local.ui.views import group_timeline, innermost_frame, run_page
 
-# one worker runs the whole module (--dist loadgroup): it starts the module's server once
-pytestmark = pytest.mark.xdist_group("test_pages")
-
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory):

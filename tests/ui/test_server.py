@@ -29,8 +29,6 @@ from afk_local.ui.access import Access
 
 pytest.importorskip("starlette", reason="afk_local[ui] is not installed (starlette)")
 pytest.importorskip("uvicorn", reason="afk_local[ui] is not installed (uvicorn)")
-# one worker runs the whole module (--dist loadgroup): it starts the module's server once
-pytestmark = pytest.mark.xdist_group("test_server")
 
 
 FAST = ["--interval", "0.2", "--backoff", "0.2", "--grace", "10"]
