@@ -185,10 +185,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The default suite leaves out the slow tier, and samples ``daily_sample`` tests.
 
-    The default suite is what a developer runs between edits (about eight minutes on two
-    cores; the budget is four); CI adds ``--slow``: the real-process kill loops and
-    sweeps, the tests that import an agent framework in each of many child processes,
-    the fuzzer. A
+    The default suite is what a developer runs between edits (about five minutes on two
+    shared cores, README.md; the budget is four); CI adds ``--slow``: the real-process
+    kill loops and sweeps, the tests that import an agent framework in each of many
+    child processes, the fuzzer. A
     ``@pytest.mark.daily_sample(keep=...)`` test is parametrized over variants of one
     mechanism (sync, async and exiting jobs; packed and loose runs); the default suite
     runs ``keep`` of its cases, drawn with :data:`KILL_SEED` so that every case runs over
