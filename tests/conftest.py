@@ -344,3 +344,16 @@ def _forked_children(request: pytest.FixtureRequest, _fork_server) -> object:
         return
     with using_fork_server(server=_fork_server) as server:
         yield server
+
+
+@pytest.fixture(autouse=True)
+def _no_step_hook_left_behind() -> object:
+    """A step hook a test installs in this process (tests/support's agent jobs install
+    one that prints ``STEP key`` when they run in-process) ends with the test: left
+    behind, it printed into the output of every later in-process command of the worker."""
+    from afk_local.runner.run.steps import set_step_hook  # noqa: PLC0415 - a plugin's test
+
+    previous = set_step_hook(None)
+    set_step_hook(previous)
+    yield None
+    set_step_hook(previous)
