@@ -12,6 +12,7 @@ real processes, ``strategies.py`` holds the hypothesis strategies, and the
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import os
 import random
 import sys
@@ -169,6 +170,12 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "fresh_interpreter: the children this test runs to their end (run_and_kill, "
+        "kill_sweep, proc.run, proc.python) start as new interpreters, not as forks of "
+        "the worker's fork server",
+    )
+    config.addinivalue_line(
+        "markers",
         "daily_sample(keep=1): of this parametrized test's cases the default suite runs "
         "`keep`, drawn with AFK_KILL_SEED; --slow and --torture run them all",
     )
@@ -178,10 +185,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The default suite leaves out the slow tier, and samples ``daily_sample`` tests.
 
-    The default suite is what a developer runs between edits (about eight minutes on two
-    cores; the budget is four); CI adds ``--slow``: the real-process kill loops and
-    sweeps, the tests that import an agent framework in each of many child processes,
-    the fuzzer. A
+    The default suite is what a developer runs between edits (about five minutes on two
+    shared cores, README.md; the budget is four); CI adds ``--slow``: the real-process
+    kill loops and sweeps, the tests that import an agent framework in each of many
+    child processes, the fuzzer. A
     ``@pytest.mark.daily_sample(keep=...)`` test is parametrized over variants of one
     mechanism (sync, async and exiting jobs; packed and loose runs); the default suite
     runs ``keep`` of its cases, drawn with :data:`KILL_SEED` so that every case runs over
@@ -288,3 +295,65 @@ def _no_ambient_key(
     monkeypatch.delenv("AFK_LOCAL_KEY", raising=False)
     monkeypatch.delenv("AFK_LOCAL_MAX_RECORD_BYTES", raising=False)
     monkeypatch.setenv("AFK_LOCAL_HEAD_DIR", str(tmp_path_factory.mktemp("heads")))
+
+
+FORK_SERVER_PRELOAD = (
+    "afk_local.cli",
+    "afk_local.testing",
+    "afk_local.testing.fuzz.jobs",
+    "afk_local.watcher",
+    "afk_local.agent",
+    *(
+        ["afk_local.ui.app"]
+        if all(importlib.util.find_spec(m) for m in ("starlette", "uvicorn", "jinja2"))
+        else []
+    ),
+)
+"""What the workers' fork servers import once (afk_local.testing.forkserver.PRELOADED,
+and what the command line loads for ``watch``, agent runs and ``ui``)."""
+
+
+@pytest.fixture(scope="session")
+def _fork_server():
+    """This worker's fork server (started at its first child; None where there is none)."""
+    # imported here: afk_local.testing is a plugin (pytest_plugins), imported as pytest
+    # registers it, so that its assertions are rewritten
+    from afk_local.testing.forkserver import ForkServer, fork_server_available  # noqa: PLC0415
+
+    if not fork_server_available():
+        yield None
+        return
+    server = ForkServer(FORK_SERVER_PRELOAD)
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def _forked_children(request: pytest.FixtureRequest, _fork_server) -> object:
+    """The children a test runs to their end are forks of the worker's fork server.
+
+    Each is still a real process (its own pid, killed by SIGKILL at the same I/O call),
+    started from one that imported afk_local and holds no store, lock, writer or thread;
+    what it saves is the interpreter's start-up (docs/runner.md). A test of how children
+    start (their imports, their interpreter) is marked ``fresh_interpreter``.
+    """
+    from afk_local.testing.forkserver import using_fork_server  # noqa: PLC0415
+
+    if _fork_server is None or request.node.get_closest_marker("fresh_interpreter"):
+        yield None
+        return
+    with using_fork_server(server=_fork_server) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _no_step_hook_left_behind() -> object:
+    """A step hook a test installs in this process (tests/support's agent jobs install
+    one that prints ``STEP key`` when they run in-process) ends with the test: left
+    behind, it printed into the output of every later in-process command of the worker."""
+    from afk_local.runner.run.steps import set_step_hook  # noqa: PLC0415 - a plugin's test
+
+    previous = set_step_hook(None)
+    set_step_hook(previous)
+    yield None
+    set_step_hook(previous)

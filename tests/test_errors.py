@@ -123,6 +123,7 @@ def _fields(error: BaseException) -> dict[str, Any]:
     return {k: v for k, v in vars(error).items() if not k.startswith("_")}
 
 
+@pytest.mark.fresh_interpreter  # the classes a fresh interpreter finds
 def test_every_error_class_is_defined_in_or_reachable_from_afk_local_errors() -> None:
     child = run(_DISCOVER, env={"PYTHONPATH": os.pathsep.join([str(REPO), *sys.path])})
     assert child.returncode == 0, child.stderr

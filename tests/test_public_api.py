@@ -20,6 +20,8 @@ from proc import REPO, run
 
 import afk_local
 
+pytestmark = pytest.mark.fresh_interpreter  # what a cold import of afk_local loads
+
 DOC_FILES = sorted(
     [REPO / "README.md", *(REPO / "docs").glob("*.md"), *(REPO / "examples").glob("*.py")]
 )

@@ -31,6 +31,7 @@ import msgspec
 from afk_local.clock import CLOCK_ENV, Clock, ScaledClock, SystemClock
 from afk_local.storage.format.records import RunMeta, RunStatus
 from afk_local.storage.store import Store
+from afk_local.testing.forkserver import run_python
 from afk_local.testing.kills import EXIT_PAUSED, EXIT_SLEEPING, kill_at_io_call
 
 SWEEP_LOG_ENV = "AFK_SWEEP_LOG"
@@ -387,14 +388,7 @@ class _Sweep:
         counted.unlink(missing_ok=True)
         trial.returned.unlink(missing_ok=True)
         try:
-            proc = subprocess.run(
-                [sys.executable, "-c", _CHILD, json.dumps(spec)],
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=self.timeout,
-                check=False,
-            )
+            proc = run_python(_CHILD, [json.dumps(spec)], env=env, timeout=self.timeout)
         except subprocess.TimeoutExpired:
             return _Child(hung=True, killed=False, calls=0, where="", returncode=-9)
         marks = [line for line in proc.stderr.splitlines() if line.startswith(_KILLED_MARK)]

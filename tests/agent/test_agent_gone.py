@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import proc
@@ -46,10 +45,9 @@ afk.AgentRunner(afk.Store(sys.argv[1])).run(payer_mod.agent, "pay", run_id="a")
 
 
 def _cli(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "afk_local", "--root", str(root), *args],
-        capture_output=True, text=True, env={**os.environ, **env}, timeout=120,
-    )  # fmt: skip
+    return proc.python(
+        ["-m", "afk_local", "--root", str(root), *args], env={**os.environ, **env}, timeout=120
+    )
 
 
 def test_a_gone_agent_is_marked_unresumable_and_a_later_resume_clears_the_mark(

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import proc
 import pytest
 import test_script_jobs
 from proc import REPO
@@ -189,10 +190,8 @@ def test_a_state_checkpoint_copied_elsewhere_refuses_to_continue_until_adopted(
 
 
 def afk_local_at(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "afk_local", "--root", str(root), *args],
-        capture_output=True,
-        text=True,
+    return proc.python(
+        ["-m", "afk_local", "--root", str(root), *args],
         env=test_script_jobs.no_pythonpath(),
         timeout=120,
     )
@@ -227,12 +226,7 @@ def test_adopt_asks_whether_the_project_moved_and_can_be_told_later(tmp_path: Pa
     assert command == f"afk-local --root {copy / '.afk'} adopt --project-moved"
     program, *words = command.split()  # afk-local, as this interpreter runs it
     assert program == "afk-local"
-    told = subprocess.run(
-        [sys.executable, "-m", "afk_local", *words],
-        capture_output=True,
-        text=True,
-        env=test_script_jobs.no_pythonpath(),
-    )
+    told = proc.python(["-m", "afk_local", *words], env=test_script_jobs.no_pythonpath())
     assert told.returncode == 0, told.stderr
     assert "1 run(s) now continue from here: script-job" in told.stdout
     resumed = afk_local(tmp_path / "b", "resume", "script-job", "--json")

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,13 +44,7 @@ def cli(
         full_env = {k: v for k, v in os.environ.items() if k != "AFK_LOCAL_ROOT"}
         full_env["PYTHONPATH"] = TESTS + os.pathsep + full_env.get("PYTHONPATH", "")
         full_env.update(env or {})
-        result = subprocess.run(
-            [sys.executable, "-m", "afk_local", *head, *args],
-            capture_output=True,
-            text=True,
-            env=full_env,
-            timeout=120,
-        )
+        result = proc.python(["-m", "afk_local", *head, *args], env=full_env, timeout=120)
     else:
         result = run_cli([*head, *args], env=env)
     assert result.returncode == code, (args, result.returncode, result.stdout, result.stderr)
@@ -374,10 +366,11 @@ def test_log_names_a_fifo_where_a_checkpoint_should_be(tmp_path):
         for i in range(2):
             run.checkpoint("runtime_state", {"i": i}, step=i + 1)
     os.mkfifo(tmp_path / "s" / "runs" / "r" / "000000000003.runtime_state.ckpt")
-    done = subprocess.run(
-        [sys.executable, "-m", "afk_local", "--root", str(tmp_path / "s"), "log", "r", "--json"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = proc.python(
+        ["-m", "afk_local", "--root", str(tmp_path / "s"), "log", "r", "--json"],
+        env=dict(os.environ),
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert [r["seq"] for r in rows] == [1, 2, 3]

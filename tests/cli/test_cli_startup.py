@@ -11,6 +11,8 @@ from proc import run
 
 from afk_local.cli.main import _command_of, build_parser
 
+pytestmark = pytest.mark.fresh_interpreter  # what a cold start of the command line imports
+
 
 @pytest.mark.parametrize(
     ("argv", "command"),

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+
+import proc
 
 from afk_local.cli.commands.demo import DEFAULT_STEPS
 
 
 def test_demo_runs_and_every_side_effect_happens_once() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "afk_local", "demo"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = proc.python(["-m", "afk_local", "demo"], env=dict(os.environ), timeout=120)
     assert result.returncode == 0, (result.stdout, result.stderr)
     out = result.stdout
     assert "SIGKILL" in out and "on disk after the crash" in out
@@ -40,10 +38,9 @@ def test_demo_with_root_keeps_its_store_there_and_refuses_a_used_directory(tmp_p
     assert result.returncode == 0, (result.stdout, result.stderr)
     report = json.loads(result.stdout)
     assert report["store"] == str(root)
-    log = subprocess.run(
-        [sys.executable, "-m", "afk_local", "--root", str(root), "log", report["run_id"]],
-        capture_output=True,
-        text=True,
+    log = proc.python(
+        ["-m", "afk_local", "--root", str(root), "log", report["run_id"]],
+        env=dict(os.environ),
         timeout=60,
     )
     assert log.returncode == 0, log.stderr

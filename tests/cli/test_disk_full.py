@@ -18,6 +18,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+import proc
 import pytest
 
 SCRIPT = textwrap.dedent(
@@ -67,13 +68,7 @@ def env() -> dict[str, str]:
 
 
 def afk_local(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "afk_local", "--root", str(root), *args],
-        capture_output=True,
-        text=True,
-        env=env(),
-        timeout=120,
-    )
+    return proc.python(["-m", "afk_local", "--root", str(root), *args], env=env(), timeout=120)
 
 
 def digest(i: int) -> str:

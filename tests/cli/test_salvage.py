@@ -11,9 +11,9 @@ import json
 import shlex
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
+import proc
 import pytest
 import test_script_jobs
 from proc import REPO
@@ -52,13 +52,11 @@ def run_printed(command: str, base: Path) -> subprocess.CompletedProcess[str]:
     """A command exactly as a message printed it (``afk-local ...``), from ``base/elsewhere``."""
     words = shlex.split(command)
     assert words[0] == "afk-local"
-    return subprocess.run(
-        [sys.executable, "-m", "afk_local", *words[1:]],
-        cwd=base / "elsewhere",
-        capture_output=True,
-        text=True,
+    return proc.python(
+        ["-m", "afk_local", *words[1:]],
         env=test_script_jobs.no_pythonpath(),
         timeout=120,
+        cwd=base / "elsewhere",
     )
 
 

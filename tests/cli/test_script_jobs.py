@@ -90,13 +90,11 @@ def afk_local(
     """``afk-local --root PROJECT/.afk ARGS`` from another directory, with no PYTHONPATH
     (or with ``env``)."""
     root = str(base / "project" / ".afk")
-    return subprocess.run(
-        [sys.executable, "-m", "afk_local", "--root", root, *args],
-        cwd=base / "elsewhere",
-        capture_output=True,
-        text=True,
+    return proc.python(
+        ["-m", "afk_local", "--root", root, *args],
         env=no_pythonpath() if env is None else env,
         timeout=120,
+        cwd=base / "elsewhere",
     )
 
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+import proc
 import pytest
 
 import afk_local as afk
@@ -31,13 +30,7 @@ LONG = "x" * 5000
 def cli(root: Path, *args: str, code: int = 0) -> str:
     """``python -m afk_local --root ROOT args...``: its stdout; asserts the exit code."""
     env = {k: v for k, v in os.environ.items() if k != "AFK_LOCAL_ROOT"}
-    done = subprocess.run(
-        [sys.executable, "-m", "afk_local", "--root", str(root), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    done = proc.python(["-m", "afk_local", "--root", str(root), *args], env=env, timeout=120)
     assert done.returncode == code, (args, done.stdout, done.stderr)
     return done.stdout if code == 0 else done.stderr
 

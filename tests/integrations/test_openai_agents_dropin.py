@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+import proc
 import pytest
 
 pytest.importorskip(
@@ -214,13 +213,7 @@ def test_a_run_journaled_before_requests_were_kept_still_replays(
 def cli(root: Path, *args: str) -> str:
     """``python -m afk_local --root ROOT args...`` in a child (it does not import the SDK)."""
     env = {k: v for k, v in os.environ.items() if k != "AFK_LOCAL_ROOT"}
-    done = subprocess.run(
-        [sys.executable, "-m", "afk_local", "--root", str(root), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    done = proc.python(["-m", "afk_local", "--root", str(root), *args], env=env, timeout=120)
     assert done.returncode == 0, (args, done.stdout, done.stderr)
     return done.stdout
 

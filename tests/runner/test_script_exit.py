@@ -6,11 +6,13 @@ would run it, and lets the control-flow error reach the top.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import proc
 import pytest
 
 from afk_local.runner.run.script_exit import EXIT_PAUSED, EXIT_SLEEPING
@@ -62,12 +64,8 @@ def test_a_script_whose_job_waits_ends_with_one_line_and_its_status(
     assert said.startswith(line)
     assert done.stdout == ""
     # the command the line names shows the run waiting
-    shown = subprocess.run(
-        [sys.executable, "-m", "afk_local", "show", which],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    shown = proc.python(
+        ["-m", "afk_local", "show", which], env=dict(os.environ), timeout=120, cwd=tmp_path
     )
     assert shown.returncode == 0, shown.stderr
     assert ("sleeping" if which == "nap" else "paused") in shown.stdout

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import msgspec
+import proc
 from proc import REPO, SUPPORT
 
 from afk_local.storage import fsio
@@ -140,13 +141,7 @@ def bomb_frame(declared: int, *, complete: bool = True) -> bytes:
 def afk(root: Path, *args: str, env: dict[str, str] | None = None, timeout: float = TIMEOUT):
     """``afk-local --root ROOT ARGS`` in a child; CompletedProcess (a hang fails the test)."""
     full = {**os.environ, **ENV, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "afk_local", *args, "--root", str(root)],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=timeout,
-    )
+    return proc.python(["-m", "afk_local", *args, "--root", str(root)], env=full, timeout=timeout)
 
 
 MEASURE = """

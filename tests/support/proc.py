@@ -1,8 +1,17 @@
 """Spawning and killing real child processes for crash tests.
 
-A child is a fresh ``python -c SCRIPT`` (never a fork) that prints one line per
-acknowledged operation; the parent reads those lines and SIGKILLs the child at
-a moment of its choosing, so a crash lands wherever the child happens to be.
+A child started by :func:`spawn` runs ``python -c SCRIPT`` and prints one line per
+acknowledged operation; the parent reads those lines and SIGKILLs the child at a
+moment of its choosing, so a crash lands wherever the child happens to be.
+
+Every ``python -c`` or ``python -m afk_local`` child these helpers start (:func:`spawn`,
+:func:`start`, :func:`run`, :func:`python`, :func:`afk_local_cli`,
+:class:`JsonLinesChild`) is a fresh fork of the worker's fork server
+(``afk_local.testing.forkserver``, activated for every test by conftest.py) unless the
+test is marked ``fresh_interpreter``: a real process with the same code, arguments,
+environment, directory and ``sys.path``, which does not pay for the interpreter's
+start-up and afk_local's imports (about 0.3 s of CPU a child). Children those children
+start (the jobs a watcher runs) are new interpreters.
 """
 
 from __future__ import annotations
@@ -16,29 +25,73 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from afk_local.testing.forkserver import popen_python, run_python
 
-def spawn(script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """Start ``python -c script args...`` with stdout as a text pipe."""
+
+def spawn(script: str, *args: str, env: dict[str, str] | None = None):
+    """Start ``python -c script args...`` (this environment updated with ``env``) with
+    stdout and stderr as text pipes; a ``subprocess.Popen`` or a forked child with the
+    same methods."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env.setdefault("PYTHONUNBUFFERED", "1")
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(script), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=full_env,
-    )
+    return popen_python(textwrap.dedent(script), args, env=full_env)
 
 
 def run(script: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120):
-    """Run a child to completion; returns the CompletedProcess (never raises on exit code)."""
-    proc = spawn(script, *args, env=env)
-    out, err = proc.communicate(timeout=timeout)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    """Run ``python -c script args...`` (this environment updated with ``env``) to its
+    end; returns the CompletedProcess (never raises on exit code)."""
+    full_env = {**os.environ, **(env or {})}
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    return run_python(textwrap.dedent(script), args, env=full_env, timeout=timeout)
+
+
+CLI = "from afk_local.cli import main; raise SystemExit(main())"
+"""``python -m afk_local`` as ``python -c`` code (``main`` reads ``sys.argv[1:]``)."""
+
+
+def python(
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    timeout: float = 120,
+    cwd: str | os.PathLike[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m afk_local ARGS...`` or ``python -c CODE ARGS...`` with exactly ``env``
+    (in ``cwd``) to its end, output captured as text; what ``subprocess.run(...,
+    capture_output=True, text=True)`` returns (never raises on exit code)."""
+    code, rest = _code_and_args(args)
+    return run_python(code, rest, env=env, timeout=timeout, cwd=cwd)
+
+
+def start(command: Sequence[str], *, env: Mapping[str, str], cwd=None):
+    """Start ``command`` with exactly ``env``, stdout and stderr text pipes: ``python -m
+    afk_local ...`` and ``python -c ...`` through the fork server (module docstring),
+    anything else with ``subprocess.Popen``."""
+    if command[0] == sys.executable and command[1:2] in (["-m"], ["-c"]):
+        code, rest = _code_and_args(command[1:])
+        return popen_python(code, rest, env=env, cwd=cwd)
+    return subprocess.Popen(
+        list(command),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(env),
+        cwd=cwd,
+    )
+
+
+def _code_and_args(args: Sequence[str]) -> tuple[str, list[str]]:
+    match list(args):
+        case ["-m", "afk_local", *rest]:
+            return CLI, rest
+        case ["-c", code, *rest]:
+            return code, rest
+    raise ValueError(f"python -m afk_local or python -c, not {args}")
 
 
 @dataclass
@@ -109,9 +162,7 @@ class JsonLinesChild:
 
     def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
         self.events: list[dict] = []
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-        )
+        self.proc = start(cmd, env=env)
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
@@ -176,10 +227,4 @@ def kill_at_line(child: subprocess.Popen[str], marker: str, *, timeout: float = 
 
 def afk_local_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """Run ``python -m afk_local ARGS`` to its end with ``env`` over this environment."""
-    return subprocess.run(
-        [sys.executable, "-m", "afk_local", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return python(["-m", "afk_local", *args], env={**os.environ, **env})

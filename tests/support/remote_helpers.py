@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
+
+import proc
 
 import afk_local as afk
 
@@ -17,13 +17,7 @@ def afk_cli(root: Path, *args: str, code: int = 0, env: dict[str, str] | None = 
     full = {k: v for k, v in os.environ.items() if k not in ("AFK_LOCAL_ROOT", "AFK_LOCAL_MIRROR")}
     full["PYTHONPATH"] = str(SUPPORT) + os.pathsep + full.get("PYTHONPATH", "")
     full.update(env or {})
-    result = subprocess.run(
-        [sys.executable, "-m", "afk_local", "--root", str(root), *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=120,
-    )
+    result = proc.python(["-m", "afk_local", "--root", str(root), *args], env=full, timeout=120)
     assert result.returncode == code, (args, result.returncode, result.stdout, result.stderr)
     return result
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
+import proc
 from proc import REPO, SUPPORT
 
 import afk_local as afk
@@ -117,9 +118,7 @@ def served(root: Path, *flags: str, env: dict[str, str] | None = None) -> Iterat
 def served_by(command: list[str], *, env: dict[str, str] | None = None) -> Iterator[Served]:
     """A server process started by ``command``, which prints ``open: URL`` as ``afk-local
     ui`` does; stopped on exit, whatever happens."""
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or ENV
-    )
+    process = proc.start(command, env=env or ENV)
     try:
         url = _printed_url(process)
         parts = urlsplit(url)

@@ -12,11 +12,19 @@ import pytest
 
 from afk_local.storage.store import Store
 from afk_local.testing import run_and_kill
-from afk_local.testing.forkserver import fork_server_available, run_python, using_fork_server
+from afk_local.testing.forkserver import (
+    fork_server_available,
+    popen_python,
+    run_python,
+    using_fork_server,
+)
 from afk_local.testing.fuzz.jobs import program_sync
 from afk_local.testing.fuzz.program import expected_result
 
-pytestmark = pytest.mark.skipif(not fork_server_available(), reason="needs os.fork and pidfds")
+pytestmark = [
+    pytest.mark.skipif(not fork_server_available(), reason="needs os.fork and pidfds"),
+    pytest.mark.fresh_interpreter,  # each test starts a server of its own
+]
 
 STEPS = (("step", "a", 1), ("iterate", "b", 3), ("checkpoint", "c"), ("step", "d", 2))
 
@@ -74,3 +82,50 @@ def test_outside_it_children_are_fresh_interpreters() -> None:
     done = run_python("import sys; print('afk_local' in sys.modules)", [],
                       env=dict(os.environ), timeout=60)  # fmt: skip
     assert done.stdout == "False\n"
+
+
+def test_a_child_has_the_sys_path_and_directory_python_c_gives_it(tmp_path: Path) -> None:
+    """A child's PYTHONPATH goes on its ``sys.path`` as a new interpreter's would (a
+    module beside the test imports), not the server's; ``cwd`` is its directory; its
+    code runs in the module ``__main__`` (an agent defined there is ``__main__:NAME``)."""
+    (tmp_path / "beside.py").write_text("WHERE = 'beside'\n")
+    code = (
+        "import sys, os, beside, __main__\n"
+        "def job(): pass\n"
+        "print(beside.WHERE, sys.path[:2], os.getcwd(), __main__.job is job, job.__module__)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    fresh = run_python(code, [], env=env, timeout=60, cwd=tmp_path)
+    with using_fork_server():
+        forked = run_python(code, [], env=env, timeout=60, cwd=tmp_path)
+        without = run_python("import beside", [], env=dict(os.environ), timeout=60)
+    assert fresh.returncode == 0, fresh.stderr
+    assert forked.stdout == fresh.stdout == f"beside ['', '{tmp_path}'] {tmp_path} True __main__\n"
+    assert without.returncode == 1 and "No module named 'beside'" in without.stderr
+
+
+def test_a_started_child_streams_its_lines_and_dies_by_sigkill_between_two() -> None:
+    """popen_python: the child's lines arrive as it prints them (PYTHONUNBUFFERED, as
+    proc.spawn sets it), two children run at once, and a SIGKILL ends one mid-loop."""
+    code = (
+        "import sys, time\n"
+        "for i in range(int(sys.argv[1])):\n"
+        "    print(i); time.sleep(0.01 if i < 3 else 60)\n"
+    )
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with using_fork_server() as server:
+        assert server is not None
+        killed, other = (popen_python(code, ["100"], env=env) for _ in range(2))
+        assert killed.stdout is not None and other.stdout is not None
+        lines = [killed.stdout.readline() for _ in range(3)]
+        others = [other.stdout.readline() for _ in range(3)]
+        assert killed.poll() is None and other.poll() is None
+        killed.send_signal(signal.SIGKILL)
+        assert killed.wait(timeout=60) == -signal.SIGKILL
+        other.kill()
+        other.communicate(timeout=60)
+        done = popen_python("import sys; print('out'); sys.exit('err')", [], env=env)
+        assert done.communicate(timeout=60) == ("out\n", "err\n") and done.returncode == 1
+    assert lines == ["0\n", "1\n", "2\n"]
+    assert others == lines and other.returncode == -signal.SIGKILL
+    assert killed.pid != other.pid and server.children == 3

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -272,10 +271,8 @@ def test_settling_an_in_doubt_effect_from_the_page_is_replayed_by_the_resume(pag
     last = store.open("pay").effects()[-1]
     assert (last.kind, last.status, last.result) == ("outcome", "ok", "receipt-from-the-bank")
     assert last.settled_attempt >= 1
-    resumed = subprocess.run(
-        [sys.executable, "-m", "afk_local", "--root", str(store.root), "resume", "pay", "--json"],
-        capture_output=True,
-        text=True,
+    resumed = proc.python(
+        ["-m", "afk_local", "--root", str(store.root), "resume", "pay", "--json"],
         env=ENV,
         timeout=120,
     )
@@ -329,11 +326,24 @@ def test_answering_a_pause_from_the_page_resumes_the_run(browser, tmp_path: Path
         finally:
             context.close()
     assert len(list(store.requests_dir.glob("*.json"))) == 1  # the request the watcher takes
-    watch = subprocess.run(
-        [sys.executable, "-m", "afk_local", "watch", "--root", str(store.root), "--once",
-         "--interval", "0.2", "--backoff", "0.2", "--grace", "10"],
-        capture_output=True, text=True, env=ENV, timeout=120,
-    )  # fmt: skip
+    watch = proc.python(
+        [
+            "-m",
+            "afk_local",
+            "watch",
+            "--root",
+            str(store.root),
+            "--once",
+            "--interval",
+            "0.2",
+            "--backoff",
+            "0.2",
+            "--grace",
+            "10",
+        ],
+        env=ENV,
+        timeout=120,
+    )
     assert watch.returncode == 0, watch.stderr
     assert store.read_meta("ask").status is afk.RunStatus.COMPLETED
     assert store.open("ask").resume_state().result == {
@@ -422,11 +432,11 @@ def test_forking_from_the_page_with_a_changed_value(page, world) -> None:
     expect(page.locator(".notice")).to_contain_text("state.total set")
     page.click(f'#timeline a[href$="/checkpoints/{at.seq + 1}"]')
     expect(page.locator("#payload")).to_contain_text('"total": 1000')
-    resumed = subprocess.run(
-        [sys.executable, "-m", "afk_local", "--root", str(store.root), "resume", "train-what-if",
-         "--json"],
-        capture_output=True, text=True, env=ENV, timeout=120,
-    )  # fmt: skip
+    resumed = proc.python(
+        ["-m", "afk_local", "--root", str(store.root), "resume", "train-what-if", "--json"],
+        env=ENV,
+        timeout=120,
+    )
     assert resumed.returncode == 0, resumed.stderr
     remaining = source.resume_state().result - at.payload["state"]["total"]
     assert json.loads(resumed.stdout)["result"] == 1000 + remaining

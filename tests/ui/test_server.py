@@ -186,19 +186,8 @@ def test_a_port_in_use_is_one_line_and_exit_2(store) -> None:
         taken_port.bind(("", 0))  # every address of the machine: loopback's too
         taken_port.listen(1)
         port = taken_port.getsockname()[1]
-        taken = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "afk_local",
-                "--root",
-                str(store.root),
-                "ui",
-                "--port",
-                str(port),
-            ],
-            capture_output=True,
-            text=True,
+        taken = proc.python(
+            ["-m", "afk_local", "--root", str(store.root), "ui", "--port", str(port)],
             env=ENV,
             timeout=60,
         )
@@ -224,10 +213,8 @@ def test_answering_a_pause_from_the_page_resumes_the_run_through_the_watcher(
         status, _, _ = s.post("/runs/ask/answer", {**form, "answer": "not json"})
         assert status == 303  # refused with the reason on the run page, nothing written
     assert len(list(store.requests_dir.glob("*.json"))) == 1
-    watch = subprocess.run(
-        [sys.executable, "-m", "afk_local", "watch", "--root", str(store.root), "--once", *FAST],
-        capture_output=True,
-        text=True,
+    watch = proc.python(
+        ["-m", "afk_local", "watch", "--root", str(store.root), "--once", *FAST],
         env=ENV,
         timeout=120,
     )
@@ -421,12 +408,8 @@ def test_a_settlement_can_be_undone_from_the_page_until_a_resume_starts(tmp_path
         status, headers, _ = s.post("/runs/pay/unsettle", {"csrf": csrf, "key": key})
         assert status == 303 and "in doubt already" in said(s, headers)
         assert s.post("/runs/pay/settle", settled)[0] == 303
-        resumed = subprocess.run(
-            [sys.executable, "-m", "afk_local", "--root", str(store.root), "resume", "pay"],
-            capture_output=True,
-            text=True,
-            env=ENV,
-            timeout=120,
+        resumed = proc.python(
+            ["-m", "afk_local", "--root", str(store.root), "resume", "pay"], env=ENV, timeout=120
         )
         assert resumed.returncode == 0, resumed.stderr
         page = s.get("/runs/pay")[2]
@@ -534,10 +517,8 @@ def test_resume_from_the_page_hands_a_failed_run_to_the_watcher(tmp_path: Path) 
         status, headers, _ = s.post("/runs/f/resume", {"csrf": csrf_of(page)})
         assert status == 303 and "resume handed to the watcher" in said(s, headers)
     assert len(list(store.requests_dir.glob("*.json"))) == 1
-    watch = subprocess.run(
-        [sys.executable, "-m", "afk_local", "watch", "--root", str(store.root), "--once", *FAST],
-        capture_output=True,
-        text=True,
+    watch = proc.python(
+        ["-m", "afk_local", "watch", "--root", str(store.root), "--once", *FAST],
         env=ENV,
         timeout=120,
     )

@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import proc
 import pytest
 import time_jobs
 from cli_inproc import run_cli
@@ -233,20 +234,9 @@ def test_after_a_reboot_a_parked_run_and_a_due_schedule_both_run_once(tmp_path: 
 
     events = []
     for _ in range(2):  # the first watcher after the reboot, then a restarted one
-        res = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "afk_local",
-                "watch",
-                "--once",
-                "--root",
-                str(store.root),
-                "--json",
-            ],
+        res = proc.python(
+            ["-m", "afk_local", "watch", "--once", "--root", str(store.root), "--json"],
             env=ENV,
-            capture_output=True,
-            text=True,
             timeout=120,
         )
         assert res.returncode == 0, res.stderr
@@ -271,14 +261,7 @@ def test_schedule_add_list_rm_on_the_command_line(
         argv = ["schedule", *args, "--root", str(root)]
         if not real:
             return run_cli(argv)
-        return subprocess.run(
-            [sys.executable, "-m", "afk_local", *argv],
-            env=ENV,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=tmp_path,
-        )
+        return proc.python(["-m", "afk_local", *argv], env=ENV, timeout=60, cwd=tmp_path)
 
     added = cli("add", "tick", "time_jobs:stamp", '["out"]', "--every", "15m", "--json", real=True)
     assert added.returncode == 0, added.stderr

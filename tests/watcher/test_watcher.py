@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from proc import REPO, SUPPORT, JsonLinesChild, kill_after, spawn
+from proc import REPO, SUPPORT, JsonLinesChild, kill_after, python, spawn
 
 from afk_local.storage import fsio
 from afk_local.storage.format import codec
@@ -295,12 +295,8 @@ def test_sigterm_stops_children_cleanly_and_next_watcher_finishes(tmp_path: Path
 
 
 def afk(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "afk_local", *args, "--root", str(root)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **ENV},
-        timeout=60,
+    return python(
+        ["-m", "afk_local", *args, "--root", str(root)], env={**os.environ, **ENV}, timeout=60
     )
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import proc
 import pytest
 from cli_inproc import run_cli
 
@@ -30,14 +31,7 @@ def cli(
         assert cwd is None, "an in-process command runs in the test's directory"
         return run_cli(args, env={watcher_service.SERVICE_DIR_ENV: str(service_dir)})
     env = {**os.environ, watcher_service.SERVICE_DIR_ENV: str(service_dir)}
-    return subprocess.run(
-        [sys.executable, "-m", "afk_local", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        cwd=cwd,
-    )
+    return proc.python(["-m", "afk_local", *args], env=env, timeout=60, cwd=cwd)
 
 
 def test_systemd_unit_runs_the_watcher_for_this_store(tmp_path: Path) -> None:

@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import proc
 import pytest
 from proc import REPO, SUPPORT, spawn
 
@@ -85,11 +85,11 @@ def test_exports_while_a_writer_packs_are_whole_or_one_line(tmp_path: Path) -> N
             exported += 1
         assert exported >= 6, f"{refused} of 12 exports refused"
         for n in range(2):  # the CLI, in a new process: the whole document or one line
-            done = subprocess.run(
-                [sys.executable, "-m", "afk_local", "--root", str(root), "export", "r",
-                 "--format", "jsonl"],
-                capture_output=True, text=True, env={**os.environ, **env}, timeout=120,
-            )  # fmt: skip
+            done = proc.python(
+                ["-m", "afk_local", "--root", str(root), "export", "r", "--format", "jsonl"],
+                env={**os.environ, **env},
+                timeout=120,
+            )
             if done.returncode != 0:
                 assert len(done.stderr.strip().splitlines()) == 1, done.stderr
                 assert "export it again" in done.stderr
