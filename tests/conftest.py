@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
+import logging
 import os
 import random
 import sys
@@ -357,3 +358,17 @@ def _no_step_hook_left_behind() -> object:
     set_step_hook(previous)
     yield None
     set_step_hook(previous)
+
+
+@pytest.fixture(autouse=True)
+def _afk_local_logging_left_on() -> object:
+    """afk_local's loggers log in every test. A library that a test runs in-process may
+    call ``logging.config.dictConfig``, whose default disables every logger already made
+    (import-linter's CLI does): afk_local's stayed silent for the rest of the worker, and
+    every later test that reads ``caplog`` on that worker failed."""
+    yield None
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger) and (
+            name == "afk_local" or name.startswith("afk_local.")
+        ):
+            logger.disabled = False

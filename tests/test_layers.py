@@ -115,6 +115,8 @@ def test_the_cycle_finder_sees_a_cycle() -> None:
 def test_import_linter_contracts_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
     assert lint_imports(no_cache=True, no_logo=True) == 0, "run `lint-imports` to see which"
+    # Its CLI configures logging with dictConfig, which disables the loggers made before
+    # it (afk_local's among them) for the rest of the process: conftest turns them on again.
 
 
 def test_at_most_four_top_level_modules() -> None:
