@@ -248,8 +248,9 @@ class CheckpointQueue:
             raise ForkedWriterError(self.run_id, self._pid, os.getpid())
         if self._closed:
             raise WriterFailedError(self.run_id, RuntimeError("writer is closed"))
-        with self._cond:
-            self._raise_error_locked()
+        if self._error is not None:  # set once, under the lock: read unlocked, then surely
+            with self._cond:
+                self._raise_error_locked()
 
     def _raise_error_locked(self) -> None:
         error = self._error

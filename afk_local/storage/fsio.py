@@ -170,6 +170,9 @@ def _open_checked(
 _O_CREATE_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
 _DARWIN = sys.platform == "darwin"
 _NO_SYMLINKS = frozenset((errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS))
+_AT_CALLS = {os.open, os.rename, os.symlink, os.unlink} <= os.supports_dir_fd
+"""The platform names files relative to a directory descriptor (``openat`` and kin):
+POSIX systems do; Windows does not (it has no directory descriptors either)."""
 """What symlink(2) says where symlinks cannot be made (a pointer file stands in)."""
 
 
@@ -480,10 +483,18 @@ def _publish_unobserved(
     recorder, not a subclass): the same system calls in the same order, with the same
     errors, without a record of each (a sync checkpoint's hot path;
     tests/storage/test_fsio_seam.py checks that both make the same calls). Every name
-    is in one directory, so one guard names it when the disk is full."""
-    tmp = prefix + _temp_name(name)
+    is in one directory, so one guard names it when the disk is full.
+
+    With ``dir_fd``, every call names its file relative to that descriptor (``openat``,
+    ``renameat``, ``symlinkat``): the kernel then resolves one name instead of the whole
+    path four times over (~5 µs of a publish on tmpfs, more for a deep store), and every
+    call, the directory's fsync included, acts on the one directory the writer opened.
+    """
+    at = dir_fd if _AT_CALLS else None
+    base = "" if at is not None else prefix  # names relative to ``at``, or whole paths
+    tmp = base + _temp_name(name)
     with _disk_full_named(prefix + name):
-        fd = os.open(tmp, _O_CREATE_NEW, FILE_MODE)
+        fd = os.open(tmp, _O_CREATE_NEW, FILE_MODE, dir_fd=at)
         try:
             try:
                 written = os.write(fd, data)
@@ -496,24 +507,24 @@ def _publish_unobserved(
                 _fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(tmp, prefix + name)
+            os.replace(tmp, base + name, src_dir_fd=at, dst_dir_fd=at)
         except BaseException:
             with contextlib.suppress(OSError):
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=at)
             raise
-        link_tmp = prefix + _temp_name(link)
+        link_tmp = base + _temp_name(link)
         try:
-            os.symlink(name, link_tmp)
+            os.symlink(name, link_tmp, dir_fd=at)
         except OSError as exc:
             if exc.errno not in _NO_SYMLINKS:
                 raise
             env.atomic_write(prefix + link, name.encode(), sync_dir=False)
         else:
             try:
-                os.replace(link_tmp, prefix + link)
+                os.replace(link_tmp, base + link, src_dir_fd=at, dst_dir_fd=at)
             except BaseException:
                 with contextlib.suppress(OSError):
-                    os.unlink(link_tmp)
+                    os.unlink(link_tmp, dir_fd=at)
                 raise
         if dir_fd is None:
             env.fsync_dir(prefix)

@@ -232,22 +232,40 @@ def test_module_functions_are_the_default_envs() -> None:
 
 
 def _system_calls(
-    monkeypatch: pytest.MonkeyPatch, directory: Path, publish: Callable[[], None]
+    monkeypatch: pytest.MonkeyPatch,
+    directory: Path,
+    publish: Callable[[], None],
+    dir_fd: int | None = None,
+    relative: list[str] | None = None,
 ) -> list[tuple[str, ...]]:
-    """The os calls ``publish`` makes, with temp names made comparable."""
+    """The os calls ``publish`` makes, with temp names made comparable and a name
+    relative to ``dir_fd`` (``openat``, ``renameat``...) shown as the path it names."""
     calls: list[tuple[str, ...]] = []
     real = {name: getattr(os, name) for name in _PUBLISH_CALLS}
 
-    def shown(arg: object) -> str:
+    def shown(arg: object, at: object = None) -> str:
         text = (
             os.fsdecode(arg) if isinstance(arg, (str, bytes, os.PathLike)) else type(arg).__name__
         )
+        if at is not None:  # a name relative to a directory descriptor: the test's only
+            assert at == dir_fd and os.sep not in text, (at, text)
+            if relative is not None:
+                relative.append(text)
+            text = f"{directory}{os.sep}{text}"
         text = text.replace(str(directory), "DIR")
         return re.sub(r"\.tmp-(.+?)\.\d+\.[0-9a-f]+$", r".tmp-\1", text)
 
     def spy(name: str) -> Callable[..., object]:
         def call(*args: object, **kwargs: object) -> object:
-            calls.append((name, *(shown(a) for a in args if not isinstance(a, int))))
+            paths = [a for a in args if not isinstance(a, int)]
+            # Which descriptor each path is relative to: symlink's first argument is the
+            # link's content, not a path; replace names two (src_dir_fd, dst_dir_fd).
+            ats = {
+                "symlink": [None, kwargs.get("dir_fd")],
+                "replace": [kwargs.get("src_dir_fd"), kwargs.get("dst_dir_fd")],
+                "rename": [kwargs.get("src_dir_fd"), kwargs.get("dst_dir_fd")],
+            }.get(name, [kwargs.get("dir_fd")] * len(paths))
+            calls.append((name, *(shown(a, at) for a, at in zip(paths, ats, strict=False))))
             return real[name](*args, **kwargs)
 
         return call
@@ -272,6 +290,7 @@ def test_an_unobserved_publish_makes_the_observed_ones_system_calls(
     if not symlinks:  # a file system without symlinks: latest is a pointer file
         monkeypatch.setattr(os, "symlink", _no_symlink)
     traces = []
+    relative: list[list[str]] = []
     fast: list[str] = []
     unobserved_publish = fsio._publish_unobserved
     monkeypatch.setattr(
@@ -296,7 +315,8 @@ def test_an_unobserved_publish_makes_the_observed_ones_system_calls(
                     )
                 env.publish_with_link(f"{directory}{os.sep}", "x.ckpt", b"x", "latest")
 
-            traces.append(_system_calls(monkeypatch, directory, publish))
+            relative.append([])
+            traces.append(_system_calls(monkeypatch, directory, publish, dir_fd, relative[-1]))
         finally:
             os.close(dir_fd)
         assert fsio.read_link(directory / "latest") == "x.ckpt"
@@ -307,6 +327,12 @@ def test_an_unobserved_publish_makes_the_observed_ones_system_calls(
     # Each publish: the file, (a pointer file's,) the directory.
     assert [c[0] for c in unobserved].count("fsync") == (6 if symlinks else 9)
     assert unobserved == observed
+    # The unobserved publish names its files relative to the directory's descriptor
+    # (openat, renameat, symlinkat: one name to resolve, not the whole path): the file,
+    # its rename's two names, and the link's (its temp name, its rename's two names).
+    unobserved_relative, observed_relative = relative
+    assert observed_relative == []
+    assert len(unobserved_relative) == (2 * 6 if symlinks else 2 * 3 + 2)
 
 
 def _no_symlink(*args: object, **kwargs: object) -> None:

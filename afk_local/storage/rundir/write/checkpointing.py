@@ -208,10 +208,9 @@ class CheckpointWriter:
         self, phase: str, payload: Any, step: int, journal_records: int | None = None
     ) -> Checkpoint:
         """Frame, sign and publish the next checkpoint, then tell who follows the run."""
-        if journal_records is None:
-            self._life.check_writable()
-            journal_records = self._journal.records()
-        with self._life, self._serial:
+        with self._life, self._serial:  # checks the writer may write, before the journal opens
+            if journal_records is None:
+                journal_records = self._journal.records()
             record = Checkpoint(
                 schema_version=SCHEMA_VERSION,
                 run_id=self.run_id,

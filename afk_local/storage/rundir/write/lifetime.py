@@ -93,6 +93,10 @@ class WriterLifetime:
         WriterFailedError once closed or failed (or its journal failed), LeaseLostError
         once another store took the run's mirror lease."""
         self.check_process()
+        self._check_open()
+
+    def _check_open(self) -> None:
+        """:meth:`check_writable` but for the process (which the caller checked)."""
         if self.closed:
             raise WriterFailedError(self.run_id, RuntimeError("writer is closed"))
         if self.failed is not None:
@@ -112,7 +116,7 @@ class WriterLifetime:
     def __enter__(self) -> None:
         self.check_process()  # before any lock: one a parent's thread held at fork stays held
         with self._guard:
-            self.check_writable()
+            self._check_open()
             self._in_flight += 1
 
     def __exit__(self, *exc_info: object) -> None:
