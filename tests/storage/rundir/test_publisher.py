@@ -95,3 +95,28 @@ def test_remove_temp_files_clears_what_a_crash_left(tmp_path: Path) -> None:
     (tmp_path / "000000000001.runtime_state.ckpt").write_bytes(b"kept")
     assert Publisher(_paths(tmp_path)).remove_temp_files() == 3
     assert os.listdir(tmp_path) == ["000000000001.runtime_state.ckpt"]
+
+
+def test_a_run_directory_swapped_for_a_symlink_does_not_lead_a_publish_out_of_it(
+    tmp_path: Path,
+) -> None:
+    """The publisher names its files relative to the directory it opened (openat,
+    renameat, symlinkat): a run directory replaced by a symlink to somewhere else while
+    the writer is open (a hostile or confused process) does not draw the checkpoint,
+    its temp file or ``latest`` out of the store; they stay in the opened directory."""
+    run_dir, moved, elsewhere = tmp_path / "run", tmp_path / "moved", tmp_path / "elsewhere"
+    run_dir.mkdir()
+    elsewhere.mkdir()
+    publisher = Publisher(RunPaths("r", run_dir))
+    publisher.publish(checkpoint_name(1, "runtime_state"), b"one")
+    run_dir.rename(moved)
+    run_dir.symlink_to(elsewhere)
+    publisher.publish(checkpoint_name(2, "runtime_state"), b"two")
+    publisher.close()
+    assert os.listdir(elsewhere) == []
+    assert sorted(os.listdir(moved)) == [
+        checkpoint_name(1, "runtime_state"),
+        checkpoint_name(2, "runtime_state"),
+        "latest",
+    ]
+    assert os.readlink(moved / "latest") == checkpoint_name(2, "runtime_state")
