@@ -21,7 +21,7 @@ import itertools
 import os
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -674,6 +674,30 @@ class Env:
                 raise
             return
         self._record(IoCall("unlink", os.fspath(path)))
+
+    def unlink_names(self, prefix: str, names: Sequence[str]) -> None:
+        """Remove the files ``names`` of the directory ``prefix`` (ending with a path
+        separator), as :meth:`unlink` of each in turn; missing ones are fine.
+
+        Unobserved (no hook, no recorder), each is removed relative to one descriptor
+        of the directory (``unlinkat``): the kernel resolves a name, not the whole path,
+        for each of a pack's few hundred superseded files.
+        """
+        if self.hook is not None or self.recorder is not None or type(self) is not Env:
+            for name in names:
+                self.unlink(prefix + name)
+            return
+        dir_fd = open_dir(prefix) if _AT_CALLS and names else None
+        try:
+            for name in names:
+                with contextlib.suppress(FileNotFoundError):
+                    if dir_fd is None:
+                        os.unlink(prefix + name)
+                    else:
+                        os.unlink(name, dir_fd=dir_fd)
+        finally:
+            if dir_fd is not None:
+                os.close(dir_fd)
 
     def atomic_write(
         self,

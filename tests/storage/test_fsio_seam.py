@@ -349,3 +349,37 @@ def test_an_unobserved_publish_that_fails_leaves_no_temp_file(
     with pytest.raises(afk.DiskFullError):
         fsio.Env().publish_with_link(f"{tmp_path}{os.sep}", "a.ckpt", b"a", "latest")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("watched", [False, True])
+def test_unlink_names_removes_each_name_once_observed_or_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watched: bool
+) -> None:
+    """A rewrite's deletions: unobserved, each name relative to one descriptor of the
+    directory (unlinkat); observed, one unlink per file by its path, each recorded. The
+    same files go either way, a missing one is fine, nothing else is touched."""
+    for name in ("a.ckpt", "b.ckpt", "keep.ckpt"):
+        (tmp_path / name).write_bytes(b"x")
+    recorder = _Recorder()
+    env = fsio.Env(recorder=recorder if watched else None)
+    names = ["a.ckpt", "gone.ckpt", "b.ckpt"]
+    seen: list[tuple[str, int | None]] = []
+    real_unlink = os.unlink
+
+    def spy(path: str, *, dir_fd: int | None = None) -> None:
+        seen.append((os.fspath(path), dir_fd))
+        real_unlink(path, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "unlink", spy)
+    env.unlink_names(f"{tmp_path}{os.sep}", names)
+    monkeypatch.undo()
+    if watched:
+        assert seen == [(f"{tmp_path}{os.sep}{n}", None) for n in names]
+        assert [c.path for c in recorder.calls] == [
+            f"{tmp_path}{os.sep}a.ckpt",
+            f"{tmp_path}{os.sep}b.ckpt",
+        ]
+    else:
+        assert [path for path, _ in seen] == names
+        assert all(fd is not None for _, fd in seen)
+    assert sorted(os.listdir(tmp_path)) == ["keep.ckpt"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +97,7 @@ def pack_run(
     sync_removals: bool = True,
     dry_run: bool = False,
     measure: bool = True,
+    images: Mapping[str, bytes] | None = None,
     env: fsio.Env = fsio.DEFAULT_ENV,
 ) -> PackReport:
     """Fold the older loose checkpoint files of one run into a pack. The caller holds its lock.
@@ -117,6 +119,9 @@ def pack_run(
         measure: False leaves the report's counts of files and bytes before and after
             at 0 (``loose_left`` stays exact), sparing a listing and a stat of every file
             before and after (a writer's own packing, which reports none of them).
+        images: the exact bytes of loose files, by name, that the caller wrote itself
+            under the lock it still holds (a writer's own checkpoints): packed as they
+            are, without reading them back. Any other loose file is read from disk.
         env: the I/O seam to write through (the store's).
 
     Raises:
@@ -142,7 +147,14 @@ def pack_run(
     try:
         view = live_view(catalog)
         plan = _plan(
-            paths, catalog, view, keep_loose=keep_loose, keep_from=keep_from, full=full, merge=merge
+            paths,
+            catalog,
+            view,
+            keep_loose=keep_loose,
+            keep_from=keep_from,
+            full=full,
+            merge=merge,
+            images=images or {},
         )
     except CheckpointCorruptionError as exc:
         report.errors.append(f"run {paths.run_id}: not packed: {exc}")
@@ -150,7 +162,10 @@ def pack_run(
         return report
     report.packed_files = len(plan.loose)
     report.packs_merged = len(plan.merge)
-    stale = garbage(paths, view.manifest) if view.manifest is not None else []
+    # What the lock holder listed: only it changes the directory, by adding the new
+    # packs and manifest, which are live (one listing serves the whole rewrite).
+    listing = catalog.scanned
+    stale = garbage(paths, view.manifest, listing) if view.manifest is not None else []
     report.duplicates_removed = len(stale)
     if dry_run or not (plan.loose or plan.merge or stale):
         report.loose_left = len(view.loose) - len(plan.loose)
@@ -176,7 +191,12 @@ def pack_run(
     assert manifest is not None
     # Everything below is garbage now: the new manifest is durable.
     removed = remove_garbage(
-        paths, manifest, env, just_published=manifest is not view.manifest, sync=sync_removals
+        paths,
+        manifest,
+        env,
+        just_published=manifest is not view.manifest,
+        sync=sync_removals,
+        listing=listing,
     )
     report.duplicates_removed = max(0, removed - len(plan.loose) - len(plan.merge))
     if measure:
@@ -258,6 +278,7 @@ def _plan(
     keep_from: int | None,
     full: bool,
     merge: bool,
+    images: Mapping[str, bytes],
 ) -> _Plan:
     # The newest files stay loose: the newest seq (the writer continues after it) and
     # latest's target (a reader opens it first), plus keep_loose - 1 more.
@@ -278,7 +299,9 @@ def _plan(
         stranded = file.seq < view.loose_from  # a run without a manifest: must go in
         if not stranded and (file.seq in keep or (keep_from is not None and file.seq >= keep_from)):
             break
-        image = _packable(prefix, file)
+        image = images.get(file.name)
+        if image is None or len(image) > MAX_ENTRY_BYTES:
+            image = _packable(prefix, file)
         if image is None:
             if stranded:
                 raise CheckpointCorruptionError(

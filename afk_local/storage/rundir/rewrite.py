@@ -27,7 +27,13 @@ from collections.abc import Sequence
 
 from afk_local.storage import fsio
 from afk_local.storage.format.integrity import Signer
-from afk_local.storage.format.layout import RunPaths, parse_pack_name, scan_run_files
+from afk_local.storage.format.layout import (
+    CheckpointFile,
+    PackFile,
+    RunPaths,
+    parse_pack_name,
+    scan_run_files,
+)
 from afk_local.storage.format.manifest import MAX_MANIFEST_PACKS, Manifest, encode_manifest
 from afk_local.storage.format.pack import (
     MAX_PACK_ENTRIES,
@@ -99,9 +105,17 @@ def publish_manifest(
     return manifest
 
 
-def garbage(paths: RunPaths, manifest: Manifest) -> list[str]:
-    """The files of the run that ``manifest`` makes garbage: unnamed packs, loose below it."""
-    loose, packs = scan_run_files(paths.dir)
+def garbage(
+    paths: RunPaths,
+    manifest: Manifest,
+    listing: tuple[Sequence[CheckpointFile], Sequence[PackFile]] | None = None,
+) -> list[str]:
+    """The files of the run that ``manifest`` makes garbage: unnamed packs, loose below it.
+
+    ``listing``: the run's files as the caller listed them under the lock (what only it
+    added since, its new packs, cannot be garbage); None lists the directory now.
+    """
+    loose, packs = scan_run_files(paths.dir) if listing is None else listing
     live = set(manifest.packs)
     doomed = [p.name for p in packs if p.name not in live]
     doomed += [f.name for f in loose if f.seq < manifest.loose_from]
@@ -109,7 +123,13 @@ def garbage(paths: RunPaths, manifest: Manifest) -> list[str]:
 
 
 def remove_garbage(
-    paths: RunPaths, manifest: Manifest, env: fsio.Env, *, just_published: bool, sync: bool
+    paths: RunPaths,
+    manifest: Manifest,
+    env: fsio.Env,
+    *,
+    just_published: bool,
+    sync: bool,
+    listing: tuple[Sequence[CheckpointFile], Sequence[PackFile]] | None = None,
 ) -> int:
     """Delete what ``manifest`` makes garbage (step 3); returns how many files went.
 
@@ -120,15 +140,14 @@ def remove_garbage(
             previous manifest named before it is would lose data on a power cut.
         sync: fsync the directory after the deletions (a writer leaves that to its next
             checkpoint's directory fsync; nothing live depends on them).
+        listing: as for :func:`garbage`.
     """
-    doomed = garbage(paths, manifest)
+    doomed = garbage(paths, manifest, listing)
     if not doomed:
         return 0
     if not just_published:
         env.fsync_dir(paths.dir)
-    prefix = str(paths.dir) + os.sep
-    for name in doomed:
-        env.unlink(prefix + name)
+    env.unlink_names(str(paths.dir) + os.sep, doomed)
     if sync:
         env.fsync_dir(paths.dir)
     log.debug("run %s: removed %d file(s) no manifest names", paths.run_id, len(doomed))

@@ -16,10 +16,13 @@ import afk_local as afk
 from afk_local.cli.main import main as cli_main
 from afk_local.errors import AfkLocalError
 from afk_local.runner.writer import DurableWriter
+from afk_local.storage import fsio
+from afk_local.storage.format import codec
 from afk_local.storage.format.layout import checkpoint_name, parse_pack_name, scan_run_files
 from afk_local.storage.ops.export import export_records
 from afk_local.storage.ops.retention import RetentionPolicy
 from afk_local.storage.rundir.packing import pack_run
+from afk_local.storage.rundir.write import pack_trigger
 
 KEY = "packing test key"
 
@@ -100,6 +103,113 @@ def test_a_live_writer_keeps_its_loose_files_bounded(tmp_path: Path) -> None:
     reader = store.open("r")
     assert [c.payload for c in reader.history()] == [_payload(s) for s in range(1, 161)]
     assert reader.verify().ok
+
+
+def _loose_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The loose checkpoint files read from disk from now on (by name)."""
+    reads: list[str] = []
+    real = fsio.read_bounded
+
+    def spy(path: str | os.PathLike[str], max_bytes: int) -> bytes:
+        name = os.path.basename(os.fspath(path))
+        if name.endswith(".ckpt"):
+            reads.append(name)
+        return real(path, max_bytes)
+
+    monkeypatch.setattr(fsio, "read_bounded", spy)
+    return reads
+
+
+@pytest.mark.parametrize("key", [None, KEY])
+def test_a_writer_packs_its_own_files_without_reading_them_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str | None
+) -> None:
+    """A writer keeps the bytes it published since its last pack and packs those: the
+    packs hold exactly the files it wrote, and none is read back from disk."""
+    store = afk.Store(tmp_path, key=key, pack_loose_limit=8)
+    reads = _loose_reads(monkeypatch)
+    published: dict[int, bytes] = {}
+    with store.create("r") as run:
+        for seq in range(1, 61):
+            run.checkpoint("runtime_state" if seq % 3 else "post_llm", _payload(seq), step=seq)
+            name = checkpoint_name(seq, "runtime_state" if seq % 3 else "post_llm")
+            published[seq] = (run.paths.dir / name).read_bytes()
+            assert run._packing.loose == len(scan_run_files(run.paths.dir)[0])
+    assert reads == []
+    monkeypatch.undo()
+    reader = store.open("r")
+    assert any(f.pack is not None for f in reader.checkpoint_files())
+    assert {f.seq: reader.stored_bytes(f) for f in reader.checkpoint_files()} == published
+    assert [c.payload for c in reader.history()] == [_payload(s) for s in range(1, 61)]
+    assert reader.verify().ok
+
+
+def test_a_resumed_writer_reads_the_files_an_earlier_one_left_loose(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the files a writer published itself come from memory: what an earlier writer
+    of the run left loose is read from disk, as is everything past the kept bytes."""
+    store = afk.Store(tmp_path, pack_loose_limit=8)
+    with store.create("r") as run:
+        for seq in range(1, 7):
+            run.checkpoint("runtime_state", _payload(seq), step=seq)
+    reads = _loose_reads(monkeypatch)
+    monkeypatch.setattr(pack_trigger, "MAX_KEPT_FRAME_BYTES", 1)  # keeps none
+    with store.resume_writer("r") as run:
+        for seq in range(7, 31):
+            run.checkpoint("runtime_state", _payload(seq), step=seq)
+    assert checkpoint_name(1, "runtime_state") in reads
+    assert checkpoint_name(8, "runtime_state") in reads
+    monkeypatch.undo()
+    reader = store.open("r")
+    assert [c.payload for c in reader.history()] == [_payload(s) for s in range(1, 31)]
+    assert reader.verify().ok
+
+
+def test_files_rewritten_after_loosen_head_are_packed_as_they_are_on_disk(
+    tmp_path: Path,
+) -> None:
+    """A writer's kept bytes are dropped once it is told its files will be rewritten
+    (``loosen_head``, as the LangGraph saver's prune does): a delta rewritten as a
+    keyframe under its own name must be packed as the keyframe, or the pack would hold
+    a delta whose base is gone."""
+    store = afk.Store(tmp_path, pack_loose_limit=8)
+    with store.create("r") as run:
+        for seq in range(1, 6):
+            run.checkpoint("runtime_state", _payload(seq), step=seq)
+        run.loosen_head()
+        name = checkpoint_name(3, "runtime_state")
+        keyframe = codec.pack_frame(
+            codec.KIND_CHECKPOINT,
+            codec.compress(codec.decompress_chain(*_chain(store, 3))),
+        )
+        fsio.atomic_write(run.paths.dir / name, keyframe)
+        run.anchor_head()
+        (report,) = [run.pack(full=True)]
+        assert report.packed_files == 4
+    reader = store.open("r")
+    three = next(f for f in reader.checkpoint_files() if f.seq == 3)
+    assert three.pack is not None and reader.stored_bytes(three) == keyframe
+    assert [c.payload for c in reader.history()] == [_payload(s) for s in range(1, 6)]
+    assert reader.verify().ok
+
+
+def _chain(store: afk.Store, seq: int) -> tuple[list[bytes], list[str]]:
+    """The zstd bodies checkpoint ``seq`` decodes from (keyframe first), and their names."""
+    reader = store.open("r")
+    files = {f.seq: f for f in reader.checkpoint_files()}
+    bodies: list[bytes] = []
+    names: list[str] = []
+    while True:
+        f = files[seq]
+        header, body = codec.unpack_frame(
+            reader.stored_bytes(f), f.name, expect_kind=codec.KIND_CHECKPOINT
+        )
+        bodies.insert(0, body)
+        names.insert(0, f.name)
+        if not header.is_delta:
+            return bodies, names
+        seq = header.base_seq
 
 
 def test_the_async_writer_packs_in_its_background_thread(tmp_path: Path) -> None:

@@ -255,7 +255,7 @@ class CheckpointWriter:
                 self._head.checkpoint(record.seq, mac)
             if self._mirror is not None:
                 self._mirror.published(name)  # acknowledged: only now may it leave the machine
-            self._packing.published(record.seq, self._delta.keyframe_written)
+            self._packing.published(record.seq, self._delta.keyframe_written, name, data)
             return record
 
     def _publish_new_run(self, checkpoint: tuple[str, bytes] | None = None) -> None:
@@ -312,6 +312,7 @@ class CheckpointWriter:
         purpose (:meth:`anchor_head` afterwards): a crash in between must not leave the
         head naming a checkpoint that is gone (a keyed store would call that a rollback)."""
         with self._serial:
+            self._packing.forget_frames()  # the files it keeps may be rewritten or deleted
             if self._head is not None:
                 self._head.loosen()
 

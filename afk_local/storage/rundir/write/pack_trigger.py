@@ -9,7 +9,10 @@ have been uploaded first (the mirror uploads published files by name).
 
 A writer calls it after each acknowledged checkpoint::
 
-    trigger.published(record.seq, keyframe=delta_policy.keyframe_written)
+    trigger.published(record.seq, delta_policy.keyframe_written, name, frame)
+
+It keeps the bytes of the files it counts (up to :data:`MAX_KEPT_FRAME_BYTES`), so a
+pack takes them from memory instead of reading back what the writer just wrote.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ from afk_local.storage.rundir.mirror import RunMirror
 from afk_local.storage.rundir.packing import PackReport, pack_run
 
 log = logging.getLogger("afk_local")
+
+MAX_KEPT_FRAME_BYTES = 4 << 20
+"""The most bytes of its own loose files a writer keeps in memory for its next pack (so
+that packing does not read back what it just wrote); files past it are read from disk."""
 
 MIRROR_CATCH_UP_S = 30.0
 """How long a mirrored writer waits, once per pack, for the remote to hold what it packs."""
@@ -69,10 +76,28 @@ class PackTrigger:
         self._delta = delta
         self._mirror = mirror
         self._on_failure = on_failure
+        self._frames: dict[int, tuple[str, bytes]] = {}
+        """The loose files this writer published since its last pack, by seq: name and
+        the exact bytes (bounded by :data:`MAX_KEPT_FRAME_BYTES`)."""
+        self._frame_bytes = 0
 
-    def published(self, seq: int, keyframe: bool) -> None:
-        """Count checkpoint ``seq`` (a ``keyframe`` or not) in, and pack if it is time."""
+    def published(
+        self, seq: int, keyframe: bool, name: str | None = None, frame: bytes | None = None
+    ) -> None:
+        """Count checkpoint ``seq`` (a ``keyframe`` or not) in, and pack if it is time.
+
+        ``name`` and ``frame``: the file just published and its bytes, kept for the pack
+        that folds it (while the writer holds the run's lock, nothing else writes them).
+        """
         self.loose += 1
+        if (
+            frame is not None
+            and name is not None
+            and self.limit
+            and self._frame_bytes + len(frame) <= MAX_KEPT_FRAME_BYTES
+        ):
+            self._frames[seq] = (name, frame)
+            self._frame_bytes += len(frame)
         if self.limit and self.loose >= self.limit and (keyframe or self.loose >= 2 * self.limit):
             self._pack_older(seq)
 
@@ -97,6 +122,7 @@ class PackTrigger:
                 keep_from=keep_from,
                 sync_removals=False,
                 measure=False,
+                images=self._images(),
                 env=self._env,
             )
         except Exception as exc:
@@ -104,6 +130,7 @@ class PackTrigger:
             self._on_failure(exc)
             return
         self.loose = report.loose_left
+        self._forget_frames(below=keep_from)  # packed, or left loose for a later pack
 
     def pack(self, *, full: bool = True) -> PackReport:
         """Fold every loose checkpoint file but the newest into packs, now.
@@ -114,12 +141,31 @@ class PackTrigger:
         if self._mirror is not None:  # what is packed away must be on the remote first
             self._mirror.flush(MIRROR_CATCH_UP_S)
         try:
-            report = pack_run(self.paths, self._codec, full=full, env=self._env)
+            report = pack_run(
+                self.paths, self._codec, full=full, images=self._images(), env=self._env
+            )
         except BaseException as exc:
             self._on_failure(exc)
             raise
         self.loose = report.loose_left
+        self.forget_frames()
         return report
 
+    def forget_frames(self) -> None:
+        """Drop the kept bytes of the loose files: the next pack reads them from disk.
 
-__all__ = ["MIRROR_CATCH_UP_S", "PackTrigger"]
+        Whoever rewrites or deletes this writer's loose files calls it first (the
+        LangGraph saver's prune, through the writer's ``loosen_head``).
+        """
+        self._frames.clear()
+        self._frame_bytes = 0
+
+    def _images(self) -> dict[str, bytes]:
+        return dict(self._frames.values())
+
+    def _forget_frames(self, *, below: int) -> None:
+        self._frames = {seq: kept for seq, kept in self._frames.items() if seq >= below}
+        self._frame_bytes = sum(len(frame) for _, frame in self._frames.values())
+
+
+__all__ = ["MAX_KEPT_FRAME_BYTES", "MIRROR_CATCH_UP_S", "PackTrigger"]
