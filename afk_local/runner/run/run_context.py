@@ -38,6 +38,7 @@ NO_INPUT: Any = object()
 PAUSE_NAME = "@pause"
 """The name of the journaled call that holds a pause's answer (the effects show it)."""
 _PAUSE = PAUSE_NAME
+_RUNTIME_STATE = Phase.RUNTIME_STATE.value  # a str: its hash is C's, an Enum member's is not
 
 
 class RunContext(Iterating, Steps, Reporting, DurableTime):
@@ -150,9 +151,7 @@ class RunContext(Iterating, Steps, Reporting, DurableTime):
         }
         metrics = report.take_metrics()
         try:
-            self._writer.checkpoint(
-                Phase.RUNTIME_STATE, payload, step=report.steps, metrics=metrics
-            )
+            self._writer.checkpoint(_RUNTIME_STATE, payload, step=report.steps, metrics=metrics)
         except UnstorableValueError:
             report.put_back(metrics)  # nothing was written: they go with the next one
             raise  # it names the value's path (state.model.weights) and type
