@@ -29,9 +29,11 @@ from afk_local.storage.rundir.packing import PackReport, pack_run
 
 log = logging.getLogger("afk_local")
 
-MAX_KEPT_FRAME_BYTES = 4 << 20
+MAX_KEPT_FRAME_BYTES = 1 << 20
 """The most bytes of its own loose files a writer keeps in memory for its next pack (so
-that packing does not read back what it just wrote); files past it are read from disk."""
+that packing does not read back what it just wrote); files past it are read from disk.
+A 9 KB state's 256 loose files take ~100 KB; the LangGraph saver keeps up to 32 writers
+open, so at most 32 MiB in all."""
 
 MIRROR_CATCH_UP_S = 30.0
 """How long a mirrored writer waits, once per pack, for the remote to hold what it packs."""
