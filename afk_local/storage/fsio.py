@@ -532,6 +532,32 @@ def _publish_unobserved(
             _fsync(dir_fd)
 
 
+def unlink_names(env: Env, prefix: str, names: Sequence[str]) -> None:
+    """Remove the files ``names`` of the directory ``prefix`` (ending with a path
+    separator) through ``env``, as its :meth:`~Env.unlink` of each in turn; missing
+    ones are fine.
+
+    An Env nothing observes (no hook, no recorder, not a subclass) removes each relative
+    to one descriptor of the directory (``unlinkat``): the kernel resolves a name, not
+    the whole path, for each of a pack's few hundred superseded files.
+    """
+    if env.hook is not None or env.recorder is not None or type(env) is not Env:
+        for name in names:
+            env.unlink(prefix + name)
+        return
+    dir_fd = open_dir(prefix) if _AT_CALLS and names else None
+    try:
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                if dir_fd is None:
+                    os.unlink(prefix + name)
+                else:
+                    os.unlink(name, dir_fd=dir_fd)
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+
+
 class Env:
     """The durable I/O of one store: every write-side system call goes through an Env.
 
@@ -674,30 +700,6 @@ class Env:
                 raise
             return
         self._record(IoCall("unlink", os.fspath(path)))
-
-    def unlink_names(self, prefix: str, names: Sequence[str]) -> None:
-        """Remove the files ``names`` of the directory ``prefix`` (ending with a path
-        separator), as :meth:`unlink` of each in turn; missing ones are fine.
-
-        Unobserved (no hook, no recorder), each is removed relative to one descriptor
-        of the directory (``unlinkat``): the kernel resolves a name, not the whole path,
-        for each of a pack's few hundred superseded files.
-        """
-        if self.hook is not None or self.recorder is not None or type(self) is not Env:
-            for name in names:
-                self.unlink(prefix + name)
-            return
-        dir_fd = open_dir(prefix) if _AT_CALLS and names else None
-        try:
-            for name in names:
-                with contextlib.suppress(FileNotFoundError):
-                    if dir_fd is None:
-                        os.unlink(prefix + name)
-                    else:
-                        os.unlink(name, dir_fd=dir_fd)
-        finally:
-            if dir_fd is not None:
-                os.close(dir_fd)
 
     def atomic_write(
         self,

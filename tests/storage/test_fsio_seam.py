@@ -371,7 +371,7 @@ def test_unlink_names_removes_each_name_once_observed_or_not(
         real_unlink(path, dir_fd=dir_fd)
 
     monkeypatch.setattr(os, "unlink", spy)
-    env.unlink_names(f"{tmp_path}{os.sep}", names)
+    fsio.unlink_names(env, f"{tmp_path}{os.sep}", names)
     monkeypatch.undo()
     if watched:
         assert seen == [(f"{tmp_path}{os.sep}{n}", None) for n in names]

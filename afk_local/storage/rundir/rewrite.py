@@ -147,7 +147,7 @@ def remove_garbage(
         return 0
     if not just_published:
         env.fsync_dir(paths.dir)
-    env.unlink_names(str(paths.dir) + os.sep, doomed)
+    fsio.unlink_names(env, str(paths.dir) + os.sep, doomed)
     if sync:
         env.fsync_dir(paths.dir)
     log.debug("run %s: removed %d file(s) no manifest names", paths.run_id, len(doomed))

@@ -86,8 +86,7 @@ class RunCatalog:
         self._blocks: BlockCache | None = None  # one byte bound for all of the run's packs
         self._damaged: dict[str, str] = {}
         self._listed: list[PackFile] | None = None
-        self.scanned: tuple[list[CheckpointFile], list[PackFile]] | None = None
-        """Every file of the last :meth:`scan` (loose, packs), live or not."""
+        self.scanned: tuple[list[CheckpointFile], list[PackFile]] | None = None  # last scan()
         self._manifest: Manifest | None = None
         self._manifest_id: tuple[int, int, int] | None = None
         self.manifest_problem: CheckpointCorruptionError | None = None
