@@ -80,7 +80,10 @@ _MAX_PHASE_NAME = 32
 BLOCK_CACHE_BYTES = 8 << 20
 """Decoded block bytes one :class:`BlockCache` keeps (a run reader's; 64 blocks of the
 usual 128 KiB). A block larger than this is decoded for its read and not kept."""
-_LEVEL = 3
+_LEVEL = 1
+# A pack's entries are zstd frames already, so its blocks gain little from a slower
+# level: 256 deltas of a 9 KB state (87,194 B) make a pack of 81,558 B at level 3 and
+# 81,690 B at level 1, in half the time (1.3 ms against 0.6). Readers need no level.
 
 _BIG_ENDIAN = sys.byteorder == "big"
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
