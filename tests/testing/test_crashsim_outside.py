@@ -10,6 +10,10 @@
   used by the next push as it was: a power cut after that push could lose it, and the
   store would get a second id while the remote names the first as the run's holder
   (``push-killed-id``). Every ``store_id`` now fsyncs the directory before it returns.
+- A pull that takes the run's lease (``pull --take``) into a store that never touched a
+  remote: after a power cut the run it reported taken is whole, its effects' outcomes
+  are there, and the store keeps the id the bucket now names as the holder
+  (``pull-take``).
 - Each site mutant of these fsyncs (``OUTSIDE_SITES``, ``REMOTE_SITES``) is caught: the
   default suite hunts a sample drawn with today's explorer seed, ``--torture`` all.
 """
@@ -37,7 +41,7 @@ needs_remote = pytest.mark.skipif(
     not remote_available(), reason="the remote extra (obstore) is not installed"
 )
 
-WORKLOADS = ("watcher-service", "push", "pull-new-root")
+WORKLOADS = ("watcher-service", "push", "pull-new-root", "pull-take")
 
 STATES = 10
 """Default suite: crash states checked per workload (drawn with today's explorer seed);

@@ -3,7 +3,8 @@ file, the watcher's login service file and its directories, a pulled run.
 
 Each is a person's command: ``afk-local --root NEW pull RUN --from URL`` into a store
 that does not exist yet, then ``afk-local export RUN -o FILE`` beside it; the same pull
-replacing an older local copy; ``afk-local watch --install`` and a watcher's first start.
+replacing an older local copy; a pull that takes the run's lease (``--take``);
+``afk-local watch --install`` and a watcher's first start.
 What each promises after a power cut: a store root a command made stays (with what the
 command reported done in it); an export file the command reported written is whole; the
 store's id, once a pull used it, stays the same id; a pulled run is the old local copy or
@@ -190,6 +191,29 @@ def _killed_id_record(session: Session, _prepared: Any) -> None:
     session.file_kept(root / STORE_ID_FILE)
 
 
+def _take_setup(store: Store, scratch: Path) -> None:
+    source = _source(scratch)
+    write_run(source, _RUN, 3, effects=2)
+    _push(source, _bucket(store))  # epoch 1: the source store holds the run's lease
+
+
+def _take_record(session: Session, _prepared: Any) -> None:
+    store = session.store
+    # afk-local pull --take --force into a store that never touched a remote: its id made,
+    # the next epoch's lease and bases created in the bucket, the run published here.
+    # (--force: the source store's lease has not lapsed; it renews nothing, so no effect
+    # of it can repeat.)
+    afk_local_cli(
+        "--root", str(store.root), "pull", _RUN, "--from", _bucket(store), "--take", "--force"
+    )
+    session.checkpoints_acked(_RUN)
+    session.outcomes_acked(_RUN)
+    session.status_acked(_RUN)
+    # The bucket names this store's id as the holder now: a power cut that gave the
+    # store another id would leave it unable to write its own run.
+    session.file_kept(store.root / STORE_ID_FILE)
+
+
 _UNIT_END = "WantedBy=default.target\n"
 """The last line of every unit file the watcher writes (afk_local.watcher.service)."""
 
@@ -255,6 +279,16 @@ REMOTE_WORKLOADS: tuple[Workload, ...] = (
         continue_runs(_RUN),
         {_RUN: "resumed"},
         setup=_killed_id_setup,
+    ),
+    Workload(
+        "pull-take",
+        "afk-local pull --take --force of a 3-checkpoint run with 2 effects into a store "
+        "that never touched a remote (its store.id made, the lease moved to it); a power "
+        "cut never rolls the bucket back, so the resume only continues the run locally",
+        _take_record,
+        continue_runs(_RUN),
+        {_RUN: "resumed"},
+        setup=_take_setup,
     ),
     Workload(
         "pull-replace",
