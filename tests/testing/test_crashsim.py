@@ -15,10 +15,18 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from afk_local.testing.crashsim import DEFAULT_MAX_STATES, MUTANTS, WORKLOADS, Workload, explore
+from afk_local.testing.crashsim import (
+    DEFAULT_MAX_STATES,
+    MUTANTS,
+    WORKLOADS,
+    Workload,
+    explore,
+    explorer,
+)
 from afk_local.testing.crashsim.__main__ import main
 from afk_local.testing.crashsim.disk import DIR, FILE, Node, read_tree, write_tree
 from afk_local.testing.crashsim.model import PAGE_SIZE, DiskModel, content_candidates
@@ -203,3 +211,16 @@ def test_python_dash_m_entry_point_reports_a_counterexample() -> None:
     assert proc.returncode == 1, proc.stderr
     assert "COUNTEREXAMPLE in workload journal, mutant no-journal-fsync" in proc.stdout
     assert "a new process found:" in proc.stdout
+
+
+def test_the_scratch_directory_is_in_memory_only_with_room(monkeypatch) -> None:
+    """A container's /dev/shm is often 64 MiB: the explorer (and the fuzzer) would run out
+    of space there, not find a bug, so they take the system's temp directory instead."""
+    if not (os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK)):
+        pytest.skip("no writable /dev/shm here")
+    small = SimpleNamespace(f_bavail=64 << 10, f_frsize=1024)  # 64 MiB free
+    monkeypatch.setattr(os, "statvfs", lambda path: small)
+    assert explorer.scratch_root() is None
+    roomy = SimpleNamespace(f_bavail=explorer.SCRATCH_MIN_FREE_BYTES // 1024, f_frsize=1024)
+    monkeypatch.setattr(os, "statvfs", lambda path: roomy)
+    assert explorer.scratch_root() == "/dev/shm"

@@ -501,12 +501,24 @@ def _spread(
     return chosen
 
 
+SCRATCH_MIN_FREE_BYTES = 1 << 30
+"""A memory-backed temp directory is used only with this much free (a container's
+/dev/shm is often 64 MiB: the explorer would run out of space there, not find a bug)."""
+
+
 def scratch_root() -> str | None:
-    """A memory-backed temp directory when there is one: crash states are built and
-    resumed by the thousand, and a disk's fsyncs and unlinks would dominate the run
-    (what is checked is what a new process makes of the files, not the disk)."""
+    """A memory-backed temp directory when there is one with room: crash states are
+    built and resumed by the thousand, and a disk's fsyncs and unlinks would dominate
+    the run (what is checked is what a new process makes of the files, not the disk).
+    None: the system's temp directory."""
     shm = "/dev/shm"  # noqa: S108 - a private directory is made inside it
-    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+    if not (os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK)):
+        return None
+    try:
+        free = os.statvfs(shm)
+    except OSError:
+        return None
+    return shm if free.f_bavail * free.f_frsize >= SCRATCH_MIN_FREE_BYTES else None
 
 
 def _check(tree: Tree, root: Path, workload: Workload, acks: Any, calls: Any) -> list[str]:
