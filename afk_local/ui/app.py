@@ -210,7 +210,8 @@ def create_app(store: Store, access: Access) -> Starlette:
         del request
 
         async def stream() -> AsyncIterator[bytes]:
-            yield HEARTBEAT  # the answer starts now: the page knows it listens
+            # The first item is a heartbeat once the watch is in place: the answer starts
+            # then, and the page knows that no change from now on goes unseen.
             async for changed in changes.listen():
                 if changed is None:
                     yield HEARTBEAT

@@ -24,6 +24,10 @@ DEBOUNCE_MS = 200
 """Changes within this many milliseconds are pushed as one event."""
 HEARTBEAT_S = 15.0
 """A listener with nothing to say is woken this often (the stream sends a comment)."""
+READY_CHECK_MS = 100
+"""How long the watch waits for a change before it reports that it is in place: watchfiles
+yields on that timeout only once its watches are set up, and a listener's first answer
+waits for it (so "listening" is never said before a change would be seen)."""
 MAX_NAMED_RUNS = 1000
 """More changed runs than this between two events are pushed as "everything changed"."""
 
@@ -66,6 +70,7 @@ class RunChanges:
         self._listeners: set[_Listener] = set()
         self._task: asyncio.Task[None] | None = None
         self._stop_watch: threading.Event | None = None
+        self._ready: asyncio.Event | None = None  # set once the current watch is in place
         self._closed = threading.Event()
 
     @property
@@ -84,13 +89,20 @@ class RunChanges:
     async def listen(self) -> AsyncIterator[frozenset[str] | None]:
         """Yield the ids of the runs that changed, as they change, until :meth:`close`.
 
-        Yields ``None`` when nothing changed for :data:`HEARTBEAT_S` seconds, and
+        Yields ``None`` first once the watch is in place: no change made after that is
+        missed (an earlier one may be; a page read before it should read again). Then
+        ``None`` when nothing changed for :data:`HEARTBEAT_S` seconds, and
         :data:`EVERYTHING` (empty) when too many runs changed to name them.
         """
         listener = _Listener(asyncio.get_running_loop())
         self._listeners.add(listener)
-        self._start_watch()
+        ready = self._start_watch()
         try:
+            if ready is not None and not self.closed:
+                await _first_of(ready, listener.wake, HEARTBEAT_S)  # a failed watch: no wait
+            if self.closed:
+                return
+            yield None  # listening
             while not self.closed:
                 try:
                     await asyncio.wait_for(listener.wake.wait(), HEARTBEAT_S)
@@ -106,17 +118,21 @@ class RunChanges:
             if not self._listeners:
                 self._stop()
 
-    def _start_watch(self) -> None:
+    def _start_watch(self) -> asyncio.Event | None:
+        """Start the shared watch if none runs; returns the event set once it is in place."""
         if self._task is None and not self.closed:
-            self._stop_watch = threading.Event()
-            self._task = asyncio.get_running_loop().create_task(self._watch(self._stop_watch))
+            self._stop_watch, self._ready = threading.Event(), asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(
+                self._watch(self._stop_watch, self._ready)
+            )
+        return self._ready
 
     def _stop(self) -> None:
         if self._stop_watch is not None:
             self._stop_watch.set()  # the watch's thread sees it within its step (50 ms)
-        self._task, self._stop_watch = None, None
+        self._task, self._stop_watch, self._ready = None, None, None
 
-    async def _watch(self, stop: threading.Event) -> None:
+    async def _watch(self, stop: threading.Event, ready: asyncio.Event) -> None:
         runs = self.runs_dir.resolve()
         try:
             runs.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -126,7 +142,10 @@ class RunChanges:
                 debounce=self.debounce_ms,
                 step=50,
                 stop_event=stop,
+                rust_timeout=READY_CHECK_MS,
+                yield_on_timeout=True,  # the first yield: the watches are set up
             ):
+                ready.set()
                 run_ids = {_run_of(runs, path) for _, path in changes}
                 run_ids.discard("")
                 if run_ids:
@@ -134,6 +153,18 @@ class RunChanges:
                         listener.add(run_ids)
         except Exception as exc:  # a page then only shows changes when reloaded
             log.warning("ui: watching %s for changes failed: %s", runs, exc)
+        finally:
+            ready.set()  # no listener waits for a watch that ended
+
+
+async def _first_of(first: asyncio.Event, second: asyncio.Event, timeout: float) -> None:
+    """Return once either event is set, or after ``timeout`` seconds."""
+    waits = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 def _run_of(runs: Path, path: str) -> str:

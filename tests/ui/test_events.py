@@ -40,9 +40,12 @@ def test_one_watch_names_the_changed_runs_to_every_listener(tmp_path: Path) -> N
     async def scenario() -> tuple[set[str], set[str], bool]:
         changes = RunChanges(runs, debounce_ms=50)
         first, second = changes.listen(), changes.listen()
+        # Each listener's first item says the watch is in place: from then on no change
+        # is missed (so no sleep: a change made at once must be seen).
+        assert await asyncio.wait_for(anext(first), WAIT_S) is None
+        assert await asyncio.wait_for(anext(second), WAIT_S) is None
         got_first = asyncio.ensure_future(anext(first))
         got_second = asyncio.ensure_future(anext(second))
-        await asyncio.sleep(0.5)  # both listen: the watch has started
         (runs / ".tmp-new" / "x").write_text("temporary, never a run")
         (runs / "a" / "run.meta").write_text("changed")
         seen_first: set[str] = set(await asyncio.wait_for(got_first, WAIT_S) or ())
@@ -113,7 +116,10 @@ def test_the_stream_needs_the_token_and_names_the_runs_that_changed(tmp_path: Pa
         stream = _open_stream(server)
         assert stream.status == 200
         assert stream.headers["content-type"].startswith("text/event-stream")
-        assert stream.readline() == b": still here\n"  # the stream is open: it listens
+        # The first line comes once the server's watch is in place: a change from now on
+        # is never missed (it used to come at once, and a cancel on a fast disk landed
+        # before the watch existed: the test then waited for ever).
+        assert stream.readline() == b": still here\n"
         afk.cancel("broken", store=store, reason="from the test")
         assert json.loads(_read_event(stream, "changed")) == ["broken"]
 
