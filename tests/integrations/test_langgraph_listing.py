@@ -36,7 +36,7 @@ def add_one(state: Count) -> dict[str, int]:
 
 
 def ask(state: Count) -> dict[str, str]:
-    from langgraph.types import interrupt
+    from langgraph.types import interrupt  # noqa: PLC0415
 
     return {"answer": str(interrupt("go on?"))}
 
@@ -50,9 +50,9 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_a_finished_thread_is_idle_not_paused_for_someone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from langgraph.graph import END, START, StateGraph
+    from langgraph.graph import END, START, StateGraph  # noqa: PLC0415
 
-    from afk_local.integrations.langgraph import AfkLocalSaver, thread_run_id
+    from afk_local.integrations.langgraph import AfkLocalSaver, thread_run_id  # noqa: PLC0415
 
     monkeypatch.setattr(sys, "path", list(sys.path))
     root = str(tmp_path / ".afk")

@@ -44,9 +44,9 @@ def outcome_keys(store: afk.Store, run_id: str) -> list[str]:
 def test_every_model_call_and_tool_call_is_a_journaled_step(
     tmp_path: Path, effects_file: Path
 ) -> None:
-    import openai_agents_jobs as jobs
+    import openai_agents_jobs as jobs  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     agent, model = jobs.scripted_recorder()
     store = afk.Store(tmp_path / "store")
@@ -74,9 +74,9 @@ def test_every_model_call_and_tool_call_is_a_journaled_step(
 
 
 def test_a_failed_attempt_is_replayed_not_asked_again(tmp_path: Path, effects_file: Path) -> None:
-    import openai_agents_jobs as jobs
+    import openai_agents_jobs as jobs  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     agent, model = jobs.scripted_recorder()
     failures = ["once"]
@@ -99,9 +99,9 @@ def test_a_failed_attempt_is_replayed_not_asked_again(tmp_path: Path, effects_fi
 def test_a_changed_conversation_is_refused_not_answered_from_the_journal(
     tmp_path: Path, effects_file: Path
 ) -> None:
-    import openai_agents_jobs as jobs
+    import openai_agents_jobs as jobs  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     agent, _ = jobs.scripted_recorder()
     prompts = ["record two items", "record three items"]  # the code changed between attempts
@@ -126,9 +126,9 @@ def test_a_changed_conversation_is_refused_not_answered_from_the_journal(
 
 
 def test_a_renamed_tool_is_a_mismatch_that_names_it(tmp_path: Path, effects_file: Path) -> None:
-    import openai_agents_jobs as jobs
+    import openai_agents_jobs as jobs  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     agent, _ = jobs.scripted_recorder()
     renamed = agent.clone(tools=[dataclasses.replace(agent.tools[0], name="record_item")])
@@ -153,9 +153,9 @@ def test_a_renamed_tool_is_a_mismatch_that_names_it(tmp_path: Path, effects_file
 
 
 def test_run_needs_a_job_or_a_run_id_and_the_key_a_tool_call() -> None:
-    import openai_agents_jobs as jobs
+    import openai_agents_jobs as jobs  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner, tool_idempotency_key
+    from afk_local.integrations.openai_agents import DurableRunner, tool_idempotency_key  # noqa: PLC0415
 
     agent, _ = jobs.scripted_recorder()
     with pytest.raises(TypeError, match=re.escape("DurableRunner.run(starting_agent, input")):
@@ -167,10 +167,10 @@ def test_run_needs_a_job_or_a_run_id_and_the_key_a_tool_call() -> None:
 
 
 def test_parallel_tool_calls_are_each_journaled_under_their_call_id(tmp_path: Path) -> None:
-    import openai_agents_jobs as jobs
-    from agents import Agent, function_tool
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+    from agents import Agent, function_tool  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     started: list[str] = []
 
@@ -200,11 +200,11 @@ def test_parallel_tool_calls_are_each_journaled_under_their_call_id(tmp_path: Pa
 
 
 def test_model_responses_are_stored_as_json_and_validated_when_read() -> None:
-    import openai_agents_jobs as jobs
-    from agents.items import ModelResponse
-    from agents.usage import Usage
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+    from agents.items import ModelResponse  # noqa: PLC0415
+    from agents.usage import Usage  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents.responses import dump_response, load_response
+    from afk_local.integrations.openai_agents.responses import dump_response, load_response  # noqa: PLC0415
 
     usage = Usage(requests=1, input_tokens=7, output_tokens=3, total_tokens=10)
     response = ModelResponse(
@@ -227,10 +227,10 @@ def test_model_responses_are_stored_as_json_and_validated_when_read() -> None:
 
 
 def test_a_plain_agent_handoff_is_a_journaled_step(tmp_path: Path, effects_file: Path) -> None:
-    import openai_agents_jobs as jobs
-    from agents import Agent
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+    from agents import Agent  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     recorder, _ = jobs.scripted_recorder()
     triage = Agent(name="triage", model=jobs.ScriptedModel(jobs.hand_over), handoffs=[recorder])
@@ -253,9 +253,9 @@ def test_a_plain_agent_handoff_is_a_journaled_step(tmp_path: Path, effects_file:
 def test_approval_answers_reject_with_a_message_and_a_wrong_answer_asks_again(
     tmp_path: Path, effects_file: Path
 ) -> None:
-    import openai_agents_jobs as jobs
+    import openai_agents_jobs as jobs  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     store = afk.Store(tmp_path)
 
@@ -276,10 +276,10 @@ def test_approval_answers_reject_with_a_message_and_a_wrong_answer_asks_again(
 
 
 def test_a_session_is_read_and_written_once_per_run(tmp_path: Path) -> None:
-    import openai_agents_jobs as jobs
-    from agents import Agent, SQLiteSession
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+    from agents import Agent, SQLiteSession  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     model = jobs.ScriptedModel(jobs.echo_turn)
     chat = Agent(name="chat", model=model)
@@ -305,10 +305,10 @@ def test_a_session_is_read_and_written_once_per_run(tmp_path: Path) -> None:
 
 def test_many_parallel_calls_of_a_sync_tool_finish(tmp_path: Path) -> None:
     """The SDK runs a sync tool in a default-executor thread; the steps must not take them all."""
-    import openai_agents_jobs as jobs
-    from agents import Agent, function_tool
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+    from agents import Agent, function_tool  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     calls = 12  # more than the default executor's threads on a small machine
 
@@ -334,10 +334,10 @@ def test_many_parallel_calls_of_a_sync_tool_finish(tmp_path: Path) -> None:
 def test_models_named_by_string_or_set_in_the_run_config_are_journaled(
     tmp_path: Path, effects_file: Path
 ) -> None:
-    import openai_agents_jobs as jobs
-    from agents import Agent, RunConfig
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+    from agents import Agent, RunConfig  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     model = jobs.ScriptedModel(jobs.record_twice)
     by_name = Agent(name="by-name", model="scripted", tools=[jobs.record])
@@ -365,10 +365,10 @@ def test_models_named_by_string_or_set_in_the_run_config_are_journaled(
 
 def test_model_calls_take_a_retry_and_a_limit(tmp_path: Path) -> None:
     """Parity with DurableAgent: afk.Retry and afk.Limit on model calls, as on any step."""
-    import openai_agents_jobs as jobs
-    from agents import Agent
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+    from agents import Agent  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     model = jobs.FlakyModel()
     agent = Agent(name="flaky", model=model)
@@ -391,9 +391,9 @@ def test_model_calls_take_a_retry_and_a_limit(tmp_path: Path) -> None:
 def test_a_standalone_run_with_a_model_retry_is_continued_by_its_caller_only(
     tmp_path: Path,
 ) -> None:
-    import openai_agents_jobs as jobs
+    import openai_agents_jobs as jobs  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     store = afk.Store(tmp_path / "store")
     retry = afk.Retry(2, initial=0)

@@ -43,9 +43,9 @@ def effects_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_the_drop_in_form_makes_each_call_a_step_of_the_jobs_run(tmp_path: Path) -> None:
-    import openai_agents_jobs as jobs
+    import openai_agents_jobs as jobs  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     agent, model = jobs.scripted_recorder()
     store = afk.Store(tmp_path / "store")
@@ -68,9 +68,9 @@ def test_the_drop_in_form_makes_each_call_a_step_of_the_jobs_run(tmp_path: Path)
 
 
 def test_the_context_is_found_in_tasks_and_threads_the_job_starts(tmp_path: Path) -> None:
-    import openai_agents_jobs as jobs
+    import openai_agents_jobs as jobs  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     agent, model = jobs.scripted_recorder()
     found: list[object] = []
@@ -134,10 +134,10 @@ def test_a_plain_thread_is_ambiguous_while_two_job_bodies_run(tmp_path: Path) ->
 def test_a_standalone_run_is_a_run_and_a_finished_one_answers_from_disk(
     tmp_path: Path, effects_file: Path
 ) -> None:
-    import openai_agents_jobs as jobs
+    import openai_agents_jobs as jobs  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
-    from afk_local.integrations.openai_agents.standalone import STANDALONE_ENTRYPOINT
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+    from afk_local.integrations.openai_agents.standalone import STANDALONE_ENTRYPOINT  # noqa: PLC0415
 
     store = afk.Store(tmp_path / "store")
     first = DurableRunner.run_sync(
@@ -161,9 +161,9 @@ def test_a_standalone_run_is_a_run_and_a_finished_one_answers_from_disk(
 
 
 def test_a_standalone_run_says_when_only_this_code_can_continue_it(tmp_path: Path) -> None:
-    import openai_agents_jobs as jobs
+    import openai_agents_jobs as jobs  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     store = afk.Store(tmp_path / "store")
     agent, _ = jobs.scripted_recorder()  # made in a function: no module holds it
@@ -182,10 +182,10 @@ def test_a_standalone_run_says_when_only_this_code_can_continue_it(tmp_path: Pat
 
 
 def test_a_finished_standalone_run_gives_its_output_back_as_its_type(tmp_path: Path) -> None:
-    import openai_agents_jobs as jobs
-    from agents import Agent
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+    from agents import Agent  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     model = jobs.ScriptedModel(lambda items: [jobs.message('{"customer":"ada","amount":42}')])
     agent = Agent(name="biller", model=model, output_type=jobs.Invoice)
@@ -199,9 +199,9 @@ def test_a_finished_standalone_run_gives_its_output_back_as_its_type(tmp_path: P
 def test_a_run_journaled_before_requests_were_kept_still_replays(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import openai_agents_jobs as jobs
+    import openai_agents_jobs as jobs  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner, journaled
+    from afk_local.integrations.openai_agents import DurableRunner, journaled  # noqa: PLC0415
 
     agent, model = jobs.scripted_recorder()
     store = afk.Store(tmp_path / "store")
@@ -243,9 +243,9 @@ def cli_json(root: Path, *args: str) -> dict[str, Any]:
 
 
 def test_the_conversation_of_each_kind_of_run_through_the_cli(tmp_path: Path) -> None:
-    import openai_agents_jobs as jobs
+    import openai_agents_jobs as jobs  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     store = afk.Store(tmp_path / "store")
     DurableRunner.run_sync(
@@ -289,9 +289,9 @@ def test_the_conversation_of_each_kind_of_run_through_the_cli(tmp_path: Path) ->
 def test_a_repeated_user_message_is_shown_and_a_repeated_call_without_id_is_not(
     tmp_path: Path,
 ) -> None:
-    import openai_agents_jobs as jobs
+    import openai_agents_jobs as jobs  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     def once_then_answer(items: list[Any]) -> list[Any]:
         if not jobs.tool_outputs(items):
@@ -324,9 +324,9 @@ def test_a_repeated_user_message_is_shown_and_a_repeated_call_without_id_is_not(
 def test_a_standalone_approval_pause_is_answered_by_afk_resume(
     tmp_path: Path, effects_file: Path
 ) -> None:
-    import openai_agents_jobs as jobs
+    import openai_agents_jobs as jobs  # noqa: PLC0415
 
-    from afk_local.integrations.openai_agents import DurableRunner
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
 
     store = afk.Store(tmp_path / "store")
     with pytest.raises(afk.RunPaused):
