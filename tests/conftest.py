@@ -17,7 +17,6 @@ import logging
 import os
 import random
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,25 +24,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 pytest_plugins = ["afk_local.testing", "remote_s3"]  # remote_s3: the S3 endpoint fixtures
-
-
-def _temp_files_in_memory() -> None:
-    """Tests' temporary directories (``tmp_path``, and their children's ``tempfile``) go to
-    ``/dev/shm`` where there is one, unless ``TMPDIR`` says where.
-
-    The suite makes hundreds of thousands of fsyncs and unlinks; on a disk they cost a
-    third of the wall time of a storage module, and nothing a test checks depends on them
-    (what a SIGKILL leaves is in the page cache either way; what a power cut leaves is the
-    crash explorer's model, built on /dev/shm already: ``crashsim.explorer.scratch_root``).
-    pytest keeps its usual numbered ``pytest-of-USER`` directories there, the last three.
-    """
-    shm = "/dev/shm"  # pytest makes its own private directory inside it
-    if "TMPDIR" not in os.environ and os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK):
-        os.environ["TMPDIR"] = shm
-        tempfile.tempdir = None  # gettempdir() looks again
-
-
-_temp_files_in_memory()
 
 # The crash tests start hundreds of fresh interpreters; let them cache bytecode
 # (some environments set PYTHONDONTWRITEBYTECODE, which makes every child
