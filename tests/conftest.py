@@ -182,6 +182,34 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+SLOW_REASON = "slow crash test: runs with --slow (as CI does) or --torture"
+
+
+class _SlowModule(pytest.Module):
+    """A module wholly in the slow tier, in the default suite: one skip, never imported."""
+
+    def collect(self) -> list[pytest.Item | pytest.Collector]:
+        # a collector's skip is reported where it was raised (here): name the module
+        pytest.skip(f"{self.path.relative_to(self.config.rootpath).as_posix()}: {SLOW_REASON}")
+
+
+def pytest_pycollect_makemodule(
+    module_path: Path, parent: pytest.Collector
+) -> pytest.Module | None:
+    """The default suite does not import a module that is wholly in the slow tier.
+
+    Most of them import an agent framework at their top (2-5 s of CPU), which every
+    xdist worker paid at collection to skip every test; the module is reported as one
+    skip with the slow tier's reason instead. ``--slow`` collects it as usual.
+    """
+    config = parent.config
+    if config.getoption("--slow") or config.getoption("--torture"):
+        return None
+    if module_path.relative_to(config.rootpath).as_posix() in SLOW:
+        return _SlowModule.from_parent(parent, path=module_path)
+    return None
+
+
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The default suite leaves out the slow tier, and samples ``daily_sample`` tests.
@@ -198,7 +226,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     if config.getoption("--torture") or config.getoption("--slow"):
         return
-    slow = pytest.mark.skip(reason="slow crash test: runs with --slow (as CI does) or --torture")
+    slow = pytest.mark.skip(reason=SLOW_REASON)
     groups: dict[str, list[pytest.Item]] = {}
     keeps: dict[str, int] = {}
     for item in items:

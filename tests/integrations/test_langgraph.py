@@ -13,34 +13,27 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import pytest
 from proc import REPO
 
-pytest.importorskip(
-    "langgraph", reason="LangGraph not installed: pip install 'afk_local[test-all]'"
-)
-conformance = pytest.importorskip(
-    "langgraph.checkpoint.conformance",
-    reason="langgraph-checkpoint-conformance not installed: pip install 'afk_local[test-all]'",
-)
+import afk_local as afk
+from afk_local.storage import fsio
+from afk_local.storage.format.layout import scan_checkpoints
+from afk_local.storage.ops.retention import read_file_facts
 
-from langgraph.checkpoint.conformance.report import ProgressCallbacks  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from langgraph.graph import END, START, StateGraph  # noqa: E402
-from langgraph.types import Command, interrupt  # noqa: E402
+if TYPE_CHECKING:
+    from afk_local.integrations.langgraph import AfkLocalSaver
 
-import afk_local as afk  # noqa: E402
-from afk_local.integrations.langgraph import (  # noqa: E402
-    PHASE,
-    WRITES_NAME,
-    AfkLocalSaver,
-    thread_run_id,
-)
-from afk_local.storage import fsio  # noqa: E402
-from afk_local.storage.format.layout import scan_checkpoints  # noqa: E402
-from afk_local.storage.ops.retention import read_file_facts  # noqa: E402
+
+@pytest.fixture(autouse=True)
+def _needs_langgraph() -> None:
+    """The tests need langgraph: imported as they run, not as every worker collects the module."""
+    pytest.importorskip(
+        "langgraph", reason="LangGraph not installed: pip install 'afk_local[test-all]'"
+    )
+
 
 ALL8 = {
     "put",
@@ -57,7 +50,9 @@ ALL8 = {
 # -- the published conformance suite ---------------------------------------------
 
 
-def _conformance_factory(root: Path) -> Any:
+def _conformance_factory(conformance: Any, root: Path) -> Any:
+    from afk_local.integrations.langgraph import AfkLocalSaver  # noqa: PLC0415
+
     counter = iter(range(1000))
 
     @conformance.checkpointer_test(name="AfkLocalSaver")
@@ -72,9 +67,14 @@ def _conformance_factory(root: Path) -> Any:
 
 
 def test_conformance_suite_passes_all_eight_capabilities(tmp_path, capsys):
-    report = asyncio.run(
-        conformance.validate(_conformance_factory(tmp_path), progress=ProgressCallbacks.verbose())
+    conformance = pytest.importorskip(
+        "langgraph.checkpoint.conformance",
+        reason="langgraph-checkpoint-conformance not installed: pip install 'afk_local[test-all]'",
     )
+    from langgraph.checkpoint.conformance.report import ProgressCallbacks  # noqa: PLC0415
+
+    factory = _conformance_factory(conformance, tmp_path)
+    report = asyncio.run(conformance.validate(factory, progress=ProgressCallbacks.verbose()))
     with capsys.disabled():  # show the report in the test output, like `pytest -s`
         report.print_report()
     detected = {name for name, result in report.results.items() if result.detected}
@@ -94,6 +94,9 @@ class State(TypedDict):
 
 
 def _build(saver: AfkLocalSaver, *, ask: bool = True) -> Any:
+    from langgraph.graph import END, START, StateGraph  # noqa: PLC0415
+    from langgraph.types import interrupt  # noqa: PLC0415
+
     sub = StateGraph(State)
     sub.add_node("inner", lambda s: {"log": ["inner"], "n": s["n"] + 1})
     sub.add_edge(START, "inner")
@@ -123,6 +126,9 @@ def _build(saver: AfkLocalSaver, *, ask: bool = True) -> Any:
 
 def _reference_result(answer: str) -> dict[str, Any]:
     """The same graph on LangGraph's InMemorySaver, without any restart."""
+    from langgraph.checkpoint.memory import InMemorySaver  # noqa: PLC0415
+    from langgraph.types import Command  # noqa: PLC0415
+
     graph = _build(InMemorySaver())
     config = {"configurable": {"thread_id": "reference"}}
     graph.invoke({"log": [], "n": 0}, config)
@@ -130,6 +136,10 @@ def _reference_result(answer: str) -> dict[str, Any]:
 
 
 def test_graph_interrupt_then_resume_from_a_new_saver(tmp_path):
+    from langgraph.types import Command  # noqa: PLC0415
+
+    from afk_local.integrations.langgraph import PHASE, WRITES_NAME, AfkLocalSaver, thread_run_id  # noqa: PLC0415
+
     config = {"configurable": {"thread_id": "t/1:x ü"}}  # unsafe characters on purpose
     with AfkLocalSaver.from_path(tmp_path) as saver:
         out = _build(saver).invoke({"log": [], "n": 0}, config, durability="sync")
@@ -159,6 +169,8 @@ def test_graph_interrupt_then_resume_from_a_new_saver(tmp_path):
 
 
 def test_subgraph_namespaces_are_listed_apart(tmp_path):
+    from afk_local.integrations.langgraph import AfkLocalSaver  # noqa: PLC0415
+
     config = {"configurable": {"thread_id": "ns"}}
     with AfkLocalSaver(tmp_path) as saver:
         _build(saver, ask=False).invoke({"log": [], "n": 0}, config, durability="sync")
@@ -177,6 +189,10 @@ def test_subgraph_namespaces_are_listed_apart(tmp_path):
 
 
 def test_async_graph(tmp_path):
+    from langgraph.types import Command  # noqa: PLC0415
+
+    from afk_local.integrations.langgraph import AfkLocalSaver  # noqa: PLC0415
+
     async def scenario() -> None:
         async with AfkLocalSaver(tmp_path) as saver:
             graph = _build(saver)
@@ -214,6 +230,8 @@ def _put(saver: AfkLocalSaver, thread: str, cid: str, parent: str | None, **valu
 
 
 def test_concurrent_put_writes_from_threads(tmp_path):
+    from afk_local.integrations.langgraph import AfkLocalSaver  # noqa: PLC0415
+
     with AfkLocalSaver(tmp_path) as saver:
         config = _put(saver, "t", "0001", None, x=1)
 
@@ -235,6 +253,8 @@ def test_concurrent_put_writes_from_threads(tmp_path):
 
 
 def test_get_next_version_accepts_int_and_str(tmp_path):
+    from afk_local.integrations.langgraph import AfkLocalSaver  # noqa: PLC0415
+
     saver = AfkLocalSaver(tmp_path)
     first = saver.get_next_version(None, None)
     assert first.startswith("0" * 31 + "1.")
@@ -243,6 +263,8 @@ def test_get_next_version_accepts_int_and_str(tmp_path):
 
 
 def test_pickled_values_are_refused(tmp_path):
+    from afk_local.integrations.langgraph import AfkLocalSaver  # noqa: PLC0415
+
     class PickleSerde:
         def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
             return ("pickle", b"\x80\x04N.")
@@ -257,11 +279,15 @@ def test_pickled_values_are_refused(tmp_path):
 
 
 def test_unknown_prune_strategy_raises(tmp_path):
+    from afk_local.integrations.langgraph import AfkLocalSaver  # noqa: PLC0415
+
     with AfkLocalSaver(tmp_path) as saver, pytest.raises(ValueError, match="strategy"):
         saver.prune(["t"], strategy="keep_oldest")
 
 
 def test_second_saver_on_a_thread_in_use_is_refused(tmp_path):
+    from afk_local.integrations.langgraph import AfkLocalSaver  # noqa: PLC0415
+
     with AfkLocalSaver(tmp_path) as first:
         _put(first, "t", "0001", None, x=1)
         with AfkLocalSaver(tmp_path) as second:
@@ -271,6 +297,8 @@ def test_second_saver_on_a_thread_in_use_is_refused(tmp_path):
 
 
 def test_growing_thread_is_delta_compressed_and_prune_keeps_a_decodable_latest(tmp_path):
+    from afk_local.integrations.langgraph import AfkLocalSaver, thread_run_id  # noqa: PLC0415
+
     messages: list[str] = []
     with AfkLocalSaver(tmp_path) as saver:
         parent = None
@@ -295,6 +323,8 @@ def test_prune_deletes_each_delta_durably_before_its_base(tmp_path, key):
     """Unlinks under one directory fsync may persist in any order: a crash could keep a
     delta and lose its base (keyed: its signed predecessor). Same rule as gc's compaction,
     found by the crash-state explorer (afk_local.testing.crashsim)."""
+    from afk_local.integrations.langgraph import AfkLocalSaver, thread_run_id  # noqa: PLC0415
+
     with AfkLocalSaver(afk.Store(tmp_path, key=key)) as saver:
         parent = None
         for i in range(12):
@@ -329,6 +359,8 @@ def test_prune_deletes_each_delta_durably_before_its_base(tmp_path, key):
 
 
 def test_delete_for_runs_keeps_other_checkpoints_decodable(tmp_path):
+    from afk_local.integrations.langgraph import AfkLocalSaver  # noqa: PLC0415
+
     with AfkLocalSaver(tmp_path) as saver:
         parent = None
         for i in range(10):
@@ -352,6 +384,8 @@ def test_delete_for_runs_keeps_other_checkpoints_decodable(tmp_path):
 
 
 def test_a_packed_thread_reads_the_same_and_a_new_process_decodes_one_file(tmp_path, count_loads):
+    from afk_local.integrations.langgraph import AfkLocalSaver, thread_run_id  # noqa: PLC0415
+
     latest = {"configurable": {"thread_id": "t"}}
     with AfkLocalSaver(afk.Store(tmp_path, pack_loose_limit=6)) as saver:
         parent = None
@@ -386,6 +420,8 @@ def test_a_reused_name_is_never_taken_for_its_old_content(tmp_path):
     """delete_for_runs deletes the newest checkpoint; the next put reuses its name, and a
     crash loses that put's (unsynced) cache entry: the durable tombstone keeps a new
     process from trusting the old entry of that name."""
+    from afk_local.integrations.langgraph import AfkLocalSaver, thread_run_id  # noqa: PLC0415
+
     with AfkLocalSaver(tmp_path) as saver:
         parent = None
         for i in range(5):
@@ -413,6 +449,8 @@ def test_a_reused_name_is_never_taken_for_its_old_content(tmp_path):
 
 
 def test_torn_writes_tail_is_ignored_then_cut(tmp_path):
+    from afk_local.integrations.langgraph import WRITES_NAME, AfkLocalSaver, thread_run_id  # noqa: PLC0415
+
     with AfkLocalSaver(tmp_path) as saver:
         config = _put(saver, "t", "0001", None, x=1)
         saver.put_writes(config, [("ch", "kept")], "task-1")
@@ -460,6 +498,8 @@ def test_example_langgraph_resume_runs(tmp_path):
 
 
 def test_store_gc_keeps_langgraph_history(tmp_path):
+    from afk_local.integrations.langgraph import AfkLocalSaver  # noqa: PLC0415
+
     with AfkLocalSaver(tmp_path) as saver:
         parent = None
         for i in range(12):
@@ -472,6 +512,8 @@ def test_store_gc_keeps_langgraph_history(tmp_path):
 
 
 def test_index_cache_spares_a_new_process_from_decoding_every_file(tmp_path, count_loads):
+    from afk_local.integrations.langgraph import AfkLocalSaver, thread_run_id  # noqa: PLC0415
+
     with AfkLocalSaver(tmp_path) as saver:
         parent = None
         for i in range(20):

@@ -13,17 +13,17 @@ from pathlib import Path
 from typing import TypedDict
 
 import pytest
-
-pytest.importorskip(
-    "langgraph.graph", reason="needs langgraph (pip install 'afk_local[langgraph]')"
-)
-
 from advice import follow
-from langgraph.graph import END, START, StateGraph
-from langgraph.types import interrupt
 
 from afk_local.cli import main
-from afk_local.integrations.langgraph import AfkLocalSaver, thread_run_id
+
+
+@pytest.fixture(autouse=True)
+def _needs_langgraph() -> None:
+    """The tests need langgraph: imported as they run, not as every worker collects the module."""
+    pytest.importorskip(
+        "langgraph.graph", reason="needs langgraph (pip install 'afk_local[langgraph]')"
+    )
 
 
 class Count(TypedDict):
@@ -36,6 +36,8 @@ def add_one(state: Count) -> dict[str, int]:
 
 
 def ask(state: Count) -> dict[str, str]:
+    from langgraph.types import interrupt  # noqa: PLC0415
+
     return {"answer": str(interrupt("go on?"))}
 
 
@@ -48,6 +50,10 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_a_finished_thread_is_idle_not_paused_for_someone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from langgraph.graph import END, START, StateGraph  # noqa: PLC0415
+
+    from afk_local.integrations.langgraph import AfkLocalSaver, thread_run_id  # noqa: PLC0415
+
     monkeypatch.setattr(sys, "path", list(sys.path))
     root = str(tmp_path / ".afk")
     builder = StateGraph(Count)

@@ -11,21 +11,25 @@ shortcut disabled gives the answer.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-
-pytest.importorskip(
-    "langgraph", reason="LangGraph not installed: pip install 'afk_local[test-all]'"
-)
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import afk_local as afk
-from afk_local.integrations.langgraph import AfkLocalSaver, thread_run_id
-from afk_local.integrations.langgraph import thread_reads as threads_module
-from afk_local.integrations.langgraph import writes as writes_module
+
+if TYPE_CHECKING:
+    from afk_local.integrations.langgraph import AfkLocalSaver
+
+
+@pytest.fixture(autouse=True)
+def _needs_langgraph() -> None:
+    """The tests need langgraph: imported as they run, not as every worker collects the module."""
+    pytest.importorskip(
+        "langgraph", reason="LangGraph not installed: pip install 'afk_local[test-all]'"
+    )
+
 
 NAMESPACES = ("", "sub")
 IDS = tuple("bcdefgh")  # few ids: histories put them out of order and twice
@@ -64,6 +68,8 @@ def _put(
 
 def _oracle(root: Path) -> AfkLocalSaver:
     """A new saver that builds the index and parses the whole writes file, always."""
+    from afk_local.integrations.langgraph import AfkLocalSaver  # noqa: PLC0415
+
     saver = AfkLocalSaver(root)
     files = saver._threads
     files.newest_cold = lambda thread_id, ns: None  # type: ignore[method-assign]
@@ -90,6 +96,9 @@ class _Shortcuts:
     """Counts the answers the two shortcuts gave (so the test knows it exercised them)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from afk_local.integrations.langgraph import thread_reads as threads_module  # noqa: PLC0415
+        from afk_local.integrations.langgraph import writes as writes_module  # noqa: PLC0415
+
         self.newest = self.writes = 0
         newest = threads_module.ThreadReads.newest_cold
         after = writes_module.read_writes_after
@@ -112,6 +121,8 @@ _OPS = st.sampled_from(["put", "put", "put", "writes", "writes", "delete", "prun
 
 
 def test_the_shortcuts_answer_what_the_index_answers(tmp_path: Path, monkeypatch) -> None:
+    from afk_local.integrations.langgraph import AfkLocalSaver  # noqa: PLC0415
+
     shortcuts = _Shortcuts(monkeypatch)
     counter = iter(range(10**6))
 
@@ -173,6 +184,10 @@ def test_the_shortcuts_answer_what_the_index_answers(tmp_path: Path, monkeypatch
 def test_a_new_process_reads_one_checkpoint_and_only_the_new_writes(
     tmp_path, monkeypatch, count_loads
 ):
+    from afk_local.integrations.langgraph import AfkLocalSaver, thread_run_id  # noqa: PLC0415
+    from afk_local.integrations.langgraph import thread_reads as threads_module  # noqa: PLC0415
+    from afk_local.integrations.langgraph import writes as writes_module  # noqa: PLC0415
+
     with AfkLocalSaver(tmp_path) as saver:
         newest = None
         for i in range(30):
@@ -208,6 +223,8 @@ def test_a_new_process_reads_one_checkpoint_and_only_the_new_writes(
 def test_checkpoints_of_an_unindexable_thread_are_never_marked_top(tmp_path, caplog):
     """The writer marks a checkpoint top only when it knows every id of the thread: when
     an old file cannot be read, it marks none, and a new process uses the index."""
+    from afk_local.integrations.langgraph import AfkLocalSaver, thread_run_id  # noqa: PLC0415
+
     with AfkLocalSaver(tmp_path) as saver:
         for i, cid in enumerate(["0001", "0009"]):
             _put(saver, cid, i)
@@ -235,6 +252,7 @@ def test_an_index_cache_that_lost_entries_is_not_trusted_for_the_newest(tmp_path
     files themselves are durable); the next process appends after the gap. A new
     process asking for the newest checkpoint of a namespace must not answer from a
     cache that lacks some of its checkpoints."""
+    from afk_local.integrations.langgraph import AfkLocalSaver, thread_run_id  # noqa: PLC0415
 
     cache = afk.Store(tmp_path).paths(thread_run_id("t")).dir / "langgraph.index"
     with AfkLocalSaver(tmp_path) as saver:
@@ -254,6 +272,7 @@ def test_an_index_cache_that_lost_entries_is_not_trusted_for_the_newest(tmp_path
 def test_a_keyed_store_never_indexes_a_thread_to_write_to_it(tmp_path, count_loads):
     """A keyed store's index decodes (and checks) every checkpoint, and its readers never
     trust `top`: a new process's first put must not pay for indexing the thread."""
+    from afk_local.integrations.langgraph import AfkLocalSaver  # noqa: PLC0415
 
     with AfkLocalSaver(afk.Store(tmp_path, key="secret")) as saver:
         for i in range(10):

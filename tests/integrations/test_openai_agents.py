@@ -14,21 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip(
-    "agents", reason="openai-agents not installed: pip install 'afk_local[test-all]'"
-)
-
-import openai_agents_jobs as jobs
-from agents import Agent, Model, ModelProvider, RunConfig, SQLiteSession, function_tool
-from agents.items import ModelResponse
-from agents.usage import Usage
 from openai_agents_procs import EXPECTED_OUTPUT
 
 import afk_local as afk
 from afk_local.errors import AgentRequestMismatchError, EffectMismatchError
-from afk_local.integrations.openai_agents import DurableRunner, tool_idempotency_key
-from afk_local.integrations.openai_agents.responses import dump_response, load_response
+
+
+@pytest.fixture(autouse=True)
+def _needs_agents() -> None:
+    """The tests need agents: imported as they run, not as every worker collects the module."""
+    pytest.importorskip(
+        "agents", reason="openai-agents not installed: pip install 'afk_local[test-all]'"
+    )
 
 
 @pytest.fixture
@@ -47,6 +44,10 @@ def outcome_keys(store: afk.Store, run_id: str) -> list[str]:
 def test_every_model_call_and_tool_call_is_a_journaled_step(
     tmp_path: Path, effects_file: Path
 ) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     agent, model = jobs.scripted_recorder()
     store = afk.Store(tmp_path / "store")
 
@@ -73,6 +74,10 @@ def test_every_model_call_and_tool_call_is_a_journaled_step(
 
 
 def test_a_failed_attempt_is_replayed_not_asked_again(tmp_path: Path, effects_file: Path) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     agent, model = jobs.scripted_recorder()
     failures = ["once"]
 
@@ -94,6 +99,10 @@ def test_a_failed_attempt_is_replayed_not_asked_again(tmp_path: Path, effects_fi
 def test_a_changed_conversation_is_refused_not_answered_from_the_journal(
     tmp_path: Path, effects_file: Path
 ) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     agent, _ = jobs.scripted_recorder()
     prompts = ["record two items", "record three items"]  # the code changed between attempts
 
@@ -117,6 +126,10 @@ def test_a_changed_conversation_is_refused_not_answered_from_the_journal(
 
 
 def test_a_renamed_tool_is_a_mismatch_that_names_it(tmp_path: Path, effects_file: Path) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     agent, _ = jobs.scripted_recorder()
     renamed = agent.clone(tools=[dataclasses.replace(agent.tools[0], name="record_item")])
     agents_by_attempt = [agent, renamed]
@@ -140,6 +153,10 @@ def test_a_renamed_tool_is_a_mismatch_that_names_it(tmp_path: Path, effects_file
 
 
 def test_run_needs_a_job_or_a_run_id_and_the_key_a_tool_call() -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner, tool_idempotency_key  # noqa: PLC0415
+
     agent, _ = jobs.scripted_recorder()
     with pytest.raises(TypeError, match=re.escape("DurableRunner.run(starting_agent, input")):
         DurableRunner.run_sync("not a context", agent, "hi")
@@ -150,6 +167,11 @@ def test_run_needs_a_job_or_a_run_id_and_the_key_a_tool_call() -> None:
 
 
 def test_parallel_tool_calls_are_each_journaled_under_their_call_id(tmp_path: Path) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+    from agents import Agent, function_tool  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     started: list[str] = []
 
     def both_at_once(items: list[Any]) -> list[Any]:
@@ -178,6 +200,12 @@ def test_parallel_tool_calls_are_each_journaled_under_their_call_id(tmp_path: Pa
 
 
 def test_model_responses_are_stored_as_json_and_validated_when_read() -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+    from agents.items import ModelResponse  # noqa: PLC0415
+    from agents.usage import Usage  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents.responses import dump_response, load_response  # noqa: PLC0415
+
     usage = Usage(requests=1, input_tokens=7, output_tokens=3, total_tokens=10)
     response = ModelResponse(
         output=[jobs.tool_call("record", {"item": "a"}, "call-a"), jobs.message("hi")],
@@ -199,6 +227,11 @@ def test_model_responses_are_stored_as_json_and_validated_when_read() -> None:
 
 
 def test_a_plain_agent_handoff_is_a_journaled_step(tmp_path: Path, effects_file: Path) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+    from agents import Agent  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     recorder, _ = jobs.scripted_recorder()
     triage = Agent(name="triage", model=jobs.ScriptedModel(jobs.hand_over), handoffs=[recorder])
     store = afk.Store(tmp_path)
@@ -220,6 +253,10 @@ def test_a_plain_agent_handoff_is_a_journaled_step(tmp_path: Path, effects_file:
 def test_approval_answers_reject_with_a_message_and_a_wrong_answer_asks_again(
     tmp_path: Path, effects_file: Path
 ) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     store = afk.Store(tmp_path)
 
     @afk.durable(store=store)
@@ -239,6 +276,11 @@ def test_approval_answers_reject_with_a_message_and_a_wrong_answer_asks_again(
 
 
 def test_a_session_is_read_and_written_once_per_run(tmp_path: Path) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+    from agents import Agent, SQLiteSession  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     model = jobs.ScriptedModel(jobs.echo_turn)
     chat = Agent(name="chat", model=model)
     session = SQLiteSession("conversation", str(tmp_path / "history.db"))
@@ -263,6 +305,11 @@ def test_a_session_is_read_and_written_once_per_run(tmp_path: Path) -> None:
 
 def test_many_parallel_calls_of_a_sync_tool_finish(tmp_path: Path) -> None:
     """The SDK runs a sync tool in a default-executor thread; the steps must not take them all."""
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+    from agents import Agent, function_tool  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     calls = 12  # more than the default executor's threads on a small machine
 
     def all_at_once(items: list[Any]) -> list[Any]:
@@ -284,24 +331,17 @@ def test_many_parallel_calls_of_a_sync_tool_finish(tmp_path: Path) -> None:
     assert job.run(run_id="many") == str(sum(2 * n for n in range(calls)))
 
 
-class Provider(ModelProvider):
-    """A model provider that hands out one scripted model by name."""
-
-    def __init__(self, model: Model) -> None:
-        self.model = model
-        self.names: list[str | None] = []
-
-    def get_model(self, model_name: str | None) -> Model:
-        self.names.append(model_name)
-        return self.model
-
-
 def test_models_named_by_string_or_set_in_the_run_config_are_journaled(
     tmp_path: Path, effects_file: Path
 ) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+    from agents import Agent, RunConfig  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     model = jobs.ScriptedModel(jobs.record_twice)
     by_name = Agent(name="by-name", model="scripted", tools=[jobs.record])
-    provider = Provider(model)
+    provider = jobs.Provider(model)
     store = afk.Store(tmp_path)
 
     @afk.durable(store=store)
@@ -323,25 +363,14 @@ def test_models_named_by_string_or_set_in_the_run_config_are_journaled(
         ]
 
 
-class FlakyModel(Model):
-    """Drops the connection on its first call, then answers; counts its calls."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-        self.calls += 1
-        if self.calls == 1:
-            raise ConnectionError("the provider dropped the connection")
-        return ModelResponse(output=[jobs.message("fine")], usage=Usage(), response_id=None)
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError
-
-
 def test_model_calls_take_a_retry_and_a_limit(tmp_path: Path) -> None:
     """Parity with DurableAgent: afk.Retry and afk.Limit on model calls, as on any step."""
-    model = FlakyModel()
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+    from agents import Agent  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
+    model = jobs.FlakyModel()
     agent = Agent(name="flaky", model=model)
     store = afk.Store(tmp_path / "store")
     options = {"model_retry": afk.Retry(3, initial=0), "model_limit": afk.Limit("provider", 1)}
@@ -362,6 +391,10 @@ def test_model_calls_take_a_retry_and_a_limit(tmp_path: Path) -> None:
 def test_a_standalone_run_with_a_model_retry_is_continued_by_its_caller_only(
     tmp_path: Path,
 ) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     store = afk.Store(tmp_path / "store")
     retry = afk.Retry(2, initial=0)
     result = DurableRunner.run_sync(jobs.chat, "hi", run_id="alone", store=store, model_retry=retry)

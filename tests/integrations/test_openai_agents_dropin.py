@@ -18,21 +18,19 @@ from typing import Any
 
 import proc
 import pytest
-
-pytest.importorskip(
-    "agents", reason="openai-agents not installed: pip install 'afk_local[test-all]'"
-)
-
-import openai_agents_jobs as jobs
-from agents import Agent
 from openai_agents_procs import EXPECTED_OUTPUT
-from pydantic import BaseModel
 
 import afk_local as afk
-from afk_local.integrations.openai_agents import DurableRunner, journaled
-from afk_local.integrations.openai_agents.standalone import STANDALONE_ENTRYPOINT
 from afk_local.runner.code.origin import cannot_resume
 from afk_local.runner.run.current import current_run_context
+
+
+@pytest.fixture(autouse=True)
+def _needs_agents() -> None:
+    """The tests need agents: imported as they run, not as every worker collects the module."""
+    pytest.importorskip(
+        "agents", reason="openai-agents not installed: pip install 'afk_local[test-all]'"
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -45,6 +43,10 @@ def effects_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_the_drop_in_form_makes_each_call_a_step_of_the_jobs_run(tmp_path: Path) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     agent, model = jobs.scripted_recorder()
     store = afk.Store(tmp_path / "store")
     failures = ["once"]
@@ -66,6 +68,10 @@ def test_the_drop_in_form_makes_each_call_a_step_of_the_jobs_run(tmp_path: Path)
 
 
 def test_the_context_is_found_in_tasks_and_threads_the_job_starts(tmp_path: Path) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     agent, model = jobs.scripted_recorder()
     found: list[object] = []
 
@@ -128,6 +134,11 @@ def test_a_plain_thread_is_ambiguous_while_two_job_bodies_run(tmp_path: Path) ->
 def test_a_standalone_run_is_a_run_and_a_finished_one_answers_from_disk(
     tmp_path: Path, effects_file: Path
 ) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+    from afk_local.integrations.openai_agents.standalone import STANDALONE_ENTRYPOINT  # noqa: PLC0415
+
     store = afk.Store(tmp_path / "store")
     first = DurableRunner.run_sync(
         jobs.recorder, "record two items", run_id="alone", store=store, idempotent_tools={"record"}
@@ -150,6 +161,10 @@ def test_a_standalone_run_is_a_run_and_a_finished_one_answers_from_disk(
 
 
 def test_a_standalone_run_says_when_only_this_code_can_continue_it(tmp_path: Path) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     store = afk.Store(tmp_path / "store")
     agent, _ = jobs.scripted_recorder()  # made in a function: no module holds it
     DurableRunner.run_sync(agent, "record two items", run_id="local", store=store)
@@ -166,24 +181,28 @@ def test_a_standalone_run_says_when_only_this_code_can_continue_it(tmp_path: Pat
         DurableRunner.run_sync(agent, "hi", store=store)
 
 
-class Invoice(BaseModel):
-    customer: str
-    amount: int
-
-
 def test_a_finished_standalone_run_gives_its_output_back_as_its_type(tmp_path: Path) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+    from agents import Agent  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     model = jobs.ScriptedModel(lambda items: [jobs.message('{"customer":"ada","amount":42}')])
-    agent = Agent(name="biller", model=model, output_type=Invoice)
+    agent = Agent(name="biller", model=model, output_type=jobs.Invoice)
     first = DurableRunner.run_sync(agent, "bill ada", run_id="bill", store=tmp_path)
     again = DurableRunner.run_sync(agent, "bill ada", run_id="bill", store=tmp_path)
-    assert first.final_output == again.final_output == Invoice(customer="ada", amount=42)
-    assert isinstance(again.final_output, Invoice)
+    assert first.final_output == again.final_output == jobs.Invoice(customer="ada", amount=42)
+    assert isinstance(again.final_output, jobs.Invoice)
     assert model.requests == 1
 
 
 def test_a_run_journaled_before_requests_were_kept_still_replays(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner, journaled  # noqa: PLC0415
+
     agent, model = jobs.scripted_recorder()
     store = afk.Store(tmp_path / "store")
     old_dump = journaled.dump_response
@@ -224,6 +243,10 @@ def cli_json(root: Path, *args: str) -> dict[str, Any]:
 
 
 def test_the_conversation_of_each_kind_of_run_through_the_cli(tmp_path: Path) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     store = afk.Store(tmp_path / "store")
     DurableRunner.run_sync(
         jobs.recorder, "record two items", run_id="alone", store=store, idempotent_tools={"record"}
@@ -266,6 +289,10 @@ def test_the_conversation_of_each_kind_of_run_through_the_cli(tmp_path: Path) ->
 def test_a_repeated_user_message_is_shown_and_a_repeated_call_without_id_is_not(
     tmp_path: Path,
 ) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     def once_then_answer(items: list[Any]) -> list[Any]:
         if not jobs.tool_outputs(items):
             call = jobs.tool_call("record", {"item": "a"}, "call-a").model_copy(update={"id": None})
@@ -297,6 +324,10 @@ def test_a_repeated_user_message_is_shown_and_a_repeated_call_without_id_is_not(
 def test_a_standalone_approval_pause_is_answered_by_afk_resume(
     tmp_path: Path, effects_file: Path
 ) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner  # noqa: PLC0415
+
     store = afk.Store(tmp_path / "store")
     with pytest.raises(afk.RunPaused):
         DurableRunner.run_sync(jobs.shipper, "ship order 7", run_id="ship", store=store)

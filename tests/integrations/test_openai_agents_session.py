@@ -14,25 +14,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip(
-    "agents", reason="openai-agents not installed: pip install 'afk_local[test-all]'"
-)
-
-import openai_agents_jobs as jobs
 from advice import follow
-from agents import Session
-from agents.memory import SessionSettings
 from openai_agents_procs import EXPECTED_OUTPUT, effects, env_for, kill_at
 from proc import afk_local_cli
 
 import afk_local as afk
 from afk_local.cli import main
 from afk_local.errors import InvalidRunIdError, RunLockedError
-from afk_local.integrations.openai_agents import DurableRunner, RunSession
+
+
+@pytest.fixture(autouse=True)
+def _needs_agents() -> None:
+    """The tests need agents: imported as they run, not as every worker collects the module."""
+    pytest.importorskip(
+        "agents", reason="openai-agents not installed: pip install 'afk_local[test-all]'"
+    )
 
 
 def test_the_session_protocol_on_a_runs_files(tmp_path: Path) -> None:
+    from agents import Session  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import RunSession  # noqa: PLC0415
+
     store = afk.Store(tmp_path)
     session = RunSession("chat-1", store=store)
     assert isinstance(session, Session)  # the SDK's protocol
@@ -71,6 +74,10 @@ USER_AGAIN = {"role": "user", "content": "again"}
 
 
 def test_a_keyed_add_is_made_once_and_settings_limit_reads(tmp_path: Path) -> None:
+    from agents.memory import SessionSettings  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import RunSession  # noqa: PLC0415
+
     session = RunSession(
         "chat-2", store=afk.Store(tmp_path), session_settings=SessionSettings(limit=1)
     )
@@ -89,6 +96,8 @@ def test_a_keyed_add_is_made_once_and_settings_limit_reads(tmp_path: Path) -> No
 
 
 def test_a_change_waits_for_another_writer_of_the_conversation(tmp_path: Path) -> None:
+    from afk_local.integrations.openai_agents import RunSession  # noqa: PLC0415
+
     store = afk.Store(tmp_path)
     session = RunSession("chat-4", store=store)
     asyncio.run(session.add_items([USER_AGAIN]))
@@ -112,6 +121,8 @@ def test_a_change_waits_for_another_writer_of_the_conversation(tmp_path: Path) -
 
 
 def test_bad_session_ids_and_foreign_runs_are_refused(tmp_path: Path) -> None:
+    from afk_local.integrations.openai_agents import RunSession  # noqa: PLC0415
+
     store = afk.Store(tmp_path)
     with pytest.raises(InvalidRunIdError):
         RunSession("../escape", store=store)
@@ -124,6 +135,10 @@ def test_bad_session_ids_and_foreign_runs_are_refused(tmp_path: Path) -> None:
 def test_the_plain_runner_keeps_its_conversation_in_a_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import RunSession  # noqa: PLC0415
+
     monkeypatch.setenv("AFK_LOCAL_ROOT", str(tmp_path))
     assert jobs.chat_turn("chat-3", "hello") == "turn 1: hello"
     assert jobs.chat_turn("chat-3", "again") == "turn 2: again"  # it saw the first turn
@@ -139,6 +154,8 @@ print("OUTPUT " + openai_agents_jobs.session_job.run("notes", "record", run_id=s
 
 
 def test_a_run_session_keeps_the_history_once_across_a_kill(tmp_path: Path) -> None:
+    from afk_local.integrations.openai_agents import RunSession  # noqa: PLC0415
+
     root, files = tmp_path / "store", tmp_path / "files"
     files.mkdir()
     env = env_for(root, files)
@@ -170,6 +187,10 @@ def test_a_run_session_keeps_the_history_once_across_a_kill(tmp_path: Path) -> N
 def test_an_approval_pause_keeps_the_session_history_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import openai_agents_jobs as jobs  # noqa: PLC0415
+
+    from afk_local.integrations.openai_agents import DurableRunner, RunSession  # noqa: PLC0415
+
     monkeypatch.setenv("OA_EFFECTS", str(tmp_path / "effects.txt"))
     store = afk.Store(tmp_path / "store")
 
@@ -191,6 +212,8 @@ def test_an_approval_pause_keeps_the_session_history_once(
 def test_a_session_id_taken_by_another_run_advises_commands_that_work(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from afk_local.integrations.openai_agents import RunSession  # noqa: PLC0415
+
     store = afk.Store(tmp_path)
     params = {"args": [3, str(tmp_path / "out")], "kwargs": {}}
     with store.create("chat", entrypoint="cli_jobs:count_job", params=params) as run:

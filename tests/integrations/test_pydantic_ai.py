@@ -8,28 +8,26 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip(
-    "pydantic_ai", reason="pydantic-ai not installed: pip install 'afk_local[test-all]'"
-)
-
-from pydantic_ai import Agent, ModelRetry
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelResponse,
-    RetryPromptPart,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-)
-from pydantic_ai.models.function import AgentInfo, FunctionModel
-
 import afk_local as afk
 from afk_local.errors import EffectMismatchError
-from afk_local.integrations.pydantic_ai import DurableAgent, tool_idempotency_key
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage, ModelResponse
+    from pydantic_ai.models.function import AgentInfo
+
+    from afk_local.integrations.pydantic_ai import DurableAgent
+
+
+@pytest.fixture(autouse=True)
+def _needs_pydantic_ai() -> None:
+    """The tests need pydantic_ai: imported as they run, not as every worker collects the module."""
+    pytest.importorskip(
+        "pydantic_ai", reason="pydantic-ai not installed: pip install 'afk_local[test-all]'"
+    )
 
 
 class Scripted:
@@ -40,6 +38,14 @@ class Scripted:
         self.requests = 0
 
     def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        from pydantic_ai.messages import (  # noqa: PLC0415
+            ModelResponse,
+            RetryPromptPart,
+            TextPart,
+            ToolCallPart,
+            ToolReturnPart,
+        )
+
         self.requests += 1
         parts = [p for m in messages for p in m.parts]
         # a ModelRetry comes back as a tool return marked "retried" (or a retry prompt)
@@ -55,6 +61,11 @@ class Scripted:
 
 
 def make_agent(script: Scripted, calls: list[tuple[int, str]]) -> DurableAgent[None, str]:
+    from pydantic_ai import Agent, ModelRetry  # noqa: PLC0415
+    from pydantic_ai.models.function import FunctionModel  # noqa: PLC0415
+
+    from afk_local.integrations.pydantic_ai import DurableAgent, tool_idempotency_key  # noqa: PLC0415
+
     agent = Agent(FunctionModel(script))
 
     @agent.tool_plain
@@ -127,6 +138,17 @@ def test_run_needs_the_jobs_context() -> None:
 
 
 def test_parallel_tool_calls_are_each_journaled_under_their_call_id(tmp_path: Path) -> None:
+    from pydantic_ai import Agent  # noqa: PLC0415
+    from pydantic_ai.messages import (  # noqa: PLC0415
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+    )
+    from pydantic_ai.models.function import FunctionModel  # noqa: PLC0415
+
+    from afk_local.integrations.pydantic_ai import DurableAgent  # noqa: PLC0415
+
     started: list[str] = []
 
     def both_at_once(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

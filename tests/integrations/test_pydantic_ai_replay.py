@@ -10,28 +10,25 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip(
-    "pydantic_ai", reason="pydantic-ai not installed: pip install 'afk_local[test]'"
-)
-
-from pydantic_ai import Agent, ModelRetry
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelResponse,
-    RetryPromptPart,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-)
-from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
-
 import afk_local as afk
 from afk_local.errors import AgentRequestMismatchError, EffectMismatchError
-from afk_local.integrations.pydantic_ai import DurableAgent
+
+if TYPE_CHECKING:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse
+    from pydantic_ai.models.function import AgentInfo
+
+
+@pytest.fixture(autouse=True)
+def _needs_pydantic_ai() -> None:
+    """The tests need pydantic_ai: imported as they run, not as every worker collects the module."""
+    pytest.importorskip(
+        "pydantic_ai", reason="pydantic-ai not installed: pip install 'afk_local[test]'"
+    )
 
 
 class Charges:
@@ -43,6 +40,8 @@ class Charges:
         self.requests = 0
 
     def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart  # noqa: PLC0415
+
         self.requests += 1
         done = [p.content for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
         if len(done) < len(self.amounts):
@@ -54,6 +53,8 @@ class Charges:
 
 def charging_job(store: afk.Store, agent: Agent[None, str], failures: list[str]) -> Any:
     """A job running ``agent``; its attempt fails after the agent while ``failures`` lasts."""
+    from afk_local.integrations.pydantic_ai import DurableAgent  # noqa: PLC0415
+
     durable_agent = DurableAgent(agent)
 
     @afk.durable(store=store)
@@ -67,6 +68,9 @@ def charging_job(store: afk.Store, agent: Agent[None, str], failures: list[str])
 
 
 def agent_with_tool(model: Charges, name: str, charged: list[int]) -> Agent[None, str]:
+    from pydantic_ai import Agent  # noqa: PLC0415
+    from pydantic_ai.models.function import FunctionModel  # noqa: PLC0415
+
     agent = Agent(FunctionModel(model))
 
     def charge(amount: int) -> str:
@@ -115,6 +119,8 @@ def test_a_mismatch_says_which_message_differs_without_hashes_or_fork_advice(
     tmp_path: Path,
 ) -> None:
     """Issue 39 item 8: words, not digests; and no fork, which cannot help an agent run."""
+    from afk_local.integrations.pydantic_ai import DurableAgent  # noqa: PLC0415
+
     model, charged = Charges([5]), []
     agent = agent_with_tool(model, "charge", charged)
     prompts = ["charge 5", "charge 6"]  # the prompt changed between two attempts
@@ -144,6 +150,16 @@ def test_a_mismatch_says_which_message_differs_without_hashes_or_fork_advice(
 
 def test_a_model_retry_is_the_tools_outcome_and_is_not_run_again(tmp_path: Path) -> None:
     """Issue 39 item 5: what a tool did before it raised ModelRetry is not repeated."""
+    from pydantic_ai import Agent, ModelRetry  # noqa: PLC0415
+    from pydantic_ai.messages import (  # noqa: PLC0415
+        ModelResponse,
+        RetryPromptPart,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+    )
+    from pydantic_ai.models.function import FunctionModel  # noqa: PLC0415
+
     effects: list[int] = []
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -175,6 +191,8 @@ def test_a_model_retry_is_the_tools_outcome_and_is_not_run_again(tmp_path: Path)
 
 def test_run_sync_finds_its_job_without_ctx(tmp_path: Path) -> None:
     """Issue 39 item 9: called as pydantic-ai's run_sync(prompt) is, inside a job."""
+    from afk_local.integrations.pydantic_ai import DurableAgent  # noqa: PLC0415
+
     model, charged = Charges([5]), []
     durable_agent = DurableAgent(agent_with_tool(model, "charge", charged))
 
@@ -191,6 +209,12 @@ def test_run_sync_finds_its_job_without_ctx(tmp_path: Path) -> None:
 
 def test_model_calls_take_a_retry_and_a_limit(tmp_path: Path) -> None:
     """Parity: afk.Retry and afk.Limit on model calls, as on any step."""
+    from pydantic_ai import Agent  # noqa: PLC0415
+    from pydantic_ai.messages import ModelResponse, TextPart  # noqa: PLC0415
+    from pydantic_ai.models.function import FunctionModel  # noqa: PLC0415
+
+    from afk_local.integrations.pydantic_ai import DurableAgent  # noqa: PLC0415
+
     calls = 0
 
     def flaky(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -223,6 +247,12 @@ def test_an_event_stream_handler_sees_the_run_and_its_replay_without_asking_agai
     """Parity with DBOS: an event_stream_handler streams the model requests, which are
     journaled as any; on replay it gets each recorded answer whole (no deltas) and the
     recorded tool result, while neither the model nor the tool runs again."""
+    from pydantic_ai import Agent  # noqa: PLC0415
+    from pydantic_ai.messages import ToolReturnPart  # noqa: PLC0415
+    from pydantic_ai.models.function import DeltaToolCall, FunctionModel  # noqa: PLC0415
+
+    from afk_local.integrations.pydantic_ai import DurableAgent  # noqa: PLC0415
+
     asked, charged = [], []
 
     async def stream(messages: list[ModelMessage], info: AgentInfo) -> Any:

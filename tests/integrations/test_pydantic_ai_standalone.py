@@ -8,23 +8,26 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip(
-    "pydantic_ai", reason="pydantic-ai not installed: pip install 'afk_local[test-all]'"
-)
-
-from pydantic import BaseModel
-from pydantic_ai import Agent, RunContext
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.models.test import TestModel
-
 import afk_local as afk
-from afk_local.integrations.pydantic_ai import DurableAgent
 from afk_local.runner.code.origin import cannot_resume
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage, ModelResponse
+    from pydantic_ai.models.function import AgentInfo
+
+    from afk_local.integrations.pydantic_ai import DurableAgent
+
+
+@pytest.fixture(autouse=True)
+def _needs_pydantic_ai() -> None:
+    """The tests need pydantic_ai: imported as they run, not as every worker collects the module."""
+    pytest.importorskip(
+        "pydantic_ai", reason="pydantic-ai not installed: pip install 'afk_local[test-all]'"
+    )
 
 
 class Scripted:
@@ -35,6 +38,8 @@ class Scripted:
         self.requests = 0
 
     def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart  # noqa: PLC0415
+
         self.requests += 1
         returns = [p.content for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
         if len(returns) < len(self.items):
@@ -43,6 +48,11 @@ class Scripted:
 
 
 def squaring_agent(script: Scripted, calls: list[int]) -> DurableAgent[None, str]:
+    from pydantic_ai import Agent  # noqa: PLC0415
+    from pydantic_ai.models.function import FunctionModel  # noqa: PLC0415
+
+    from afk_local.integrations.pydantic_ai import DurableAgent  # noqa: PLC0415
+
     agent = Agent(FunctionModel(script))
 
     @agent.tool_plain
@@ -82,18 +92,19 @@ def test_another_prompt_under_the_same_run_id_is_refused(tmp_path: Path) -> None
         durable_agent.run_sync("square 3", run_id="r", store=tmp_path)
 
 
-class Invoice(BaseModel):
-    customer: str
-    amount: int
-
-
 def test_a_structured_output_comes_back_as_its_type(tmp_path: Path) -> None:
+    import pydantic_ai_jobs as jobs  # noqa: PLC0415
+    from pydantic_ai import Agent  # noqa: PLC0415
+    from pydantic_ai.models.test import TestModel  # noqa: PLC0415
+
+    from afk_local.integrations.pydantic_ai import DurableAgent  # noqa: PLC0415
+
     model = TestModel(custom_output_args={"customer": "ada", "amount": 42})
-    durable_agent = DurableAgent(Agent(model, output_type=Invoice))
+    durable_agent = DurableAgent(Agent(model, output_type=jobs.Invoice))
     first = durable_agent.run_sync("bill ada", run_id="bill", store=tmp_path)
     again = durable_agent.run_sync("bill ada", run_id="bill", store=tmp_path)
-    assert first.output == again.output == Invoice(customer="ada", amount=42)
-    assert isinstance(again.output, Invoice)
+    assert first.output == again.output == jobs.Invoice(customer="ada", amount=42)
+    assert isinstance(again.output, jobs.Invoice)
 
 
 def test_the_async_form_and_the_store_from_the_environment(
@@ -112,13 +123,13 @@ def test_the_async_form_and_the_store_from_the_environment(
 
 
 def test_keyword_arguments_reach_the_agent_but_tie_the_run_to_this_code(tmp_path: Path) -> None:
-    agent = Agent(TestModel(call_tools=["greet"]), deps_type=str)
+    import pydantic_ai_jobs as jobs  # noqa: PLC0415
 
-    @agent.tool
-    def greet(ctx: RunContext[str]) -> str:
-        return f"hello {ctx.deps}"
+    from afk_local.integrations.pydantic_ai import DurableAgent  # noqa: PLC0415
 
-    durable_agent = DurableAgent(agent, entrypoint="agents:greeter")  # importable, but...
+    durable_agent = DurableAgent(
+        jobs.greeting_agent(), entrypoint="agents:greeter"
+    )  # importable, but...
     result = durable_agent.run_sync("greet", run_id="greet", store=tmp_path, deps="ada")
     assert "hello ada" in result.output
     meta = afk.Store(tmp_path).read_meta("greet")
@@ -126,6 +137,11 @@ def test_keyword_arguments_reach_the_agent_but_tie_the_run_to_this_code(tmp_path
 
 
 def test_an_agent_in_a_script_is_continued_by_running_the_script_again(tmp_path: Path) -> None:
+    from pydantic_ai import Agent  # noqa: PLC0415
+    from pydantic_ai.models.test import TestModel  # noqa: PLC0415
+
+    from afk_local.integrations.pydantic_ai import DurableAgent  # noqa: PLC0415
+
     durable_agent = DurableAgent(Agent(TestModel()), entrypoint="__main__:durable_agent")
     durable_agent.run_sync("hi", run_id="scripted", store=tmp_path)
     meta = afk.Store(tmp_path).read_meta("scripted")
@@ -134,6 +150,11 @@ def test_an_agent_in_a_script_is_continued_by_running_the_script_again(tmp_path:
 
 
 def test_wrong_calls_say_what_to_pass(tmp_path: Path) -> None:
+    from pydantic_ai import Agent  # noqa: PLC0415
+    from pydantic_ai.models.test import TestModel  # noqa: PLC0415
+
+    from afk_local.integrations.pydantic_ai import DurableAgent  # noqa: PLC0415
+
     durable_agent = squaring_agent(Scripted([1]), [])
     with pytest.raises(TypeError, match="needs run_id"):
         durable_agent.run_sync("square 1")

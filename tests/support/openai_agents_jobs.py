@@ -29,6 +29,7 @@ from typing import Any
 from agents import (
     Agent,
     Model,
+    ModelProvider,
     RunContextWrapper,
     Runner,
     function_tool,
@@ -42,6 +43,7 @@ from openai.types.responses import (
     ResponseOutputMessage,
     ResponseOutputText,
 )
+from pydantic import BaseModel
 
 import afk_local as afk
 from afk_local.integrations.openai_agents import DurableRunner, RunSession, tool_idempotency_key
@@ -317,3 +319,38 @@ def parallel_job(ctx: afk.RunContext) -> str:
     """The parallel agent, durably: record_slowly's effect must happen once overall."""
     set_step_hook(_on_step)
     return str(DurableRunner.run_sync(parallel, "record and explode").final_output)
+
+
+class Provider(ModelProvider):
+    """A model provider that hands out one scripted model by name."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.names: list[str | None] = []
+
+    def get_model(self, model_name: str | None) -> Model:
+        self.names.append(model_name)
+        return self.model
+
+
+class FlakyModel(Model):
+    """Drops the connection on its first call, then answers; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        self.calls += 1
+        if self.calls == 1:
+            raise ConnectionError("the provider dropped the connection")
+        return ModelResponse(output=[message("fine")], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+class Invoice(BaseModel):
+    """A structured output type (the drop-in tests' standalone run)."""
+
+    customer: str
+    amount: int

@@ -22,9 +22,11 @@ import threading
 import time
 from pathlib import Path
 
-from pydantic_ai import Agent, DeferredToolRequests
+from pydantic import BaseModel
+from pydantic_ai import Agent, DeferredToolRequests, RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
 
 import afk_local as afk
 from afk_local.integrations.pydantic_ai import DurableAgent, tool_idempotency_key
@@ -175,3 +177,22 @@ def parallel_job(ctx: afk.RunContext) -> str:
     set_step_hook(_on_step)
     output: str = DurableAgent(parallel_agent).run_sync(ctx, "record and explode").output
     return output
+
+
+class Invoice(BaseModel):
+    """A structured output type (the standalone tests' finished run)."""
+
+    customer: str
+    amount: int
+
+
+def greeting_agent() -> Agent[str, str]:
+    """An agent whose one tool reads its deps (a tool's ``RunContext`` annotation is
+    resolved in its module's globals, so it is defined here, not in a test)."""
+    agent = Agent(TestModel(call_tools=["greet"]), deps_type=str)
+
+    @agent.tool
+    def greet(ctx: RunContext[str]) -> str:
+        return f"hello {ctx.deps}"
+
+    return agent

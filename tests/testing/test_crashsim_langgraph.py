@@ -17,11 +17,18 @@ import random
 import pytest
 from conftest import EXPLORER_SEED
 
-pytest.importorskip("langgraph")
-
 from afk_local.testing.crashsim import explore
 from afk_local.testing.crashsim.mutants import LANGGRAPH_SITES, SUBSUMED_SITES
 from afk_local.testing.crashsim.report import counterexample_text
+
+
+@pytest.fixture(autouse=True)
+def _needs_langgraph() -> None:
+    """The tests need langgraph: imported as they run, not as every worker collects the module."""
+    pytest.importorskip(
+        "langgraph", reason="LangGraph not installed: pip install 'afk_local[test-all]'"
+    )
+
 
 DEFAULT_STATES = 20
 """Default suite: crash states per draw (--torture: every one)."""

@@ -22,8 +22,13 @@ import afk_local as afk
 from afk_local.errors import UnstorableValueError
 from afk_local.storage.format import values
 
-pd = pytest.importorskip("pandas")
-np = pytest.importorskip("numpy")
+
+@pytest.fixture(autouse=True)
+def _needs_pandas() -> None:
+    """The tests need pandas and numpy: imported as they run, not as every worker collects
+    the module."""
+    pytest.importorskip("pandas")
+    pytest.importorskip("numpy")
 
 
 class Celsius:
@@ -39,6 +44,9 @@ def round_trip(value: Any) -> Any:
 
 
 def sample_frame() -> Any:
+    import numpy as np  # noqa: PLC0415
+    import pandas as pd  # noqa: PLC0415
+
     frame = pd.DataFrame(
         {
             "count": np.array([1, 2, 3], dtype="int64"),
@@ -63,6 +71,8 @@ def sample_frame() -> Any:
 
 
 def assert_same(got: Any, want: Any) -> None:
+    import pandas as pd  # noqa: PLC0415
+
     pd.testing.assert_frame_equal(
         got, want, check_exact=True, check_index_type=True, check_column_type=True
     )
@@ -77,6 +87,8 @@ def test_a_frame_keeps_its_dtypes_index_and_names() -> None:
 
 
 def test_series_indexes_and_odd_shapes() -> None:
+    import pandas as pd  # noqa: PLC0415
+
     multi = pd.MultiIndex.from_tuples([("a", 1), ("b", 2)], names=["key", "n"])
     series = pd.Series([1.0, 2.0], index=multi, name="total")
     pd.testing.assert_series_equal(round_trip(series), series)
@@ -93,6 +105,8 @@ def test_series_indexes_and_odd_shapes() -> None:
 
 
 def test_a_frame_is_a_step_argument_and_result_with_a_stable_input_hash(tmp_path: Path) -> None:
+    import pandas as pd  # noqa: PLC0415
+
     frame = sample_frame()
     assert afk.input_hash("f", (frame,), {}) == afk.input_hash("f", (frame.copy(),), {})
     assert afk.input_hash("f", (frame,), {}) != afk.input_hash("f", (frame.head(2),), {})
@@ -116,6 +130,8 @@ def test_a_frame_is_a_step_argument_and_result_with_a_stable_input_hash(tmp_path
 
 
 def test_an_unstorable_object_in_a_column_is_named() -> None:
+    import pandas as pd  # noqa: PLC0415
+
     frame = pd.DataFrame({"o": pd.Series([object()], dtype=object)})
     with pytest.raises(UnstorableValueError, match=r"state\.df\.o"):
         values.tag({"df": frame}, where=(None, "state"))
@@ -193,6 +209,8 @@ rows = st.lists(
 @settings(max_examples=60, deadline=None)
 @given(rows, st.one_of(st.none(), st.text(max_size=5)))
 def test_round_trips_of_generated_frames(data: list[Any], index_name: str | None) -> None:
+    import pandas as pd  # noqa: PLC0415
+
     frame = pd.DataFrame(
         {
             "i": pd.Series([r[0] for r in data], dtype="int64"),

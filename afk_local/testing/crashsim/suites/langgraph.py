@@ -13,27 +13,41 @@ checkpoint files themselves, decoded one by one).
 
 The extra is optional: the registry imports this module, and lists its workload, only
 when LangGraph is installed (the one import of an integration by ``afk_local.testing``,
-allowed by name in the import contracts).
+allowed by name in the import contracts). The saver, and with it LangGraph, is imported
+when the workload runs, not with the registry: ``import afk_local.testing`` (every test
+worker, its fork server, ``python -m afk_local.testing.crashsim``) does not pay for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from afk_local.integrations.langgraph.index import INDEX_NAME, PHASE, Payload
-from afk_local.integrations.langgraph.saver import AfkLocalSaver
-from afk_local.integrations.langgraph.threads import thread_run_id
 from afk_local.storage.format.frames import encode_frame
 from afk_local.storage.store import Store
 from afk_local.testing.crashsim.trace import Session
 from afk_local.testing.crashsim.workloads import Workload
 
+if TYPE_CHECKING:
+    from afk_local.integrations.langgraph.saver import AfkLocalSaver
+
 Listing = dict[str, list[tuple[str, str, Any]]]
 """A thread as read back: checkpoint id -> its pending writes ``(task, channel, value)``."""
+
+
+def _saver(store: Store) -> AfkLocalSaver:
+    from afk_local.integrations.langgraph.saver import AfkLocalSaver  # noqa: PLC0415
+
+    return AfkLocalSaver(store)
+
+
+def _thread_run_id(thread: str) -> str:
+    from afk_local.integrations.langgraph.threads import thread_run_id  # noqa: PLC0415
+
+    return thread_run_id(thread)
 
 
 def _checkpoint(cid: str, step: int) -> dict[str, Any]:
@@ -60,7 +74,7 @@ def _put(
 
 def _listed(store: Store, thread: str) -> Listing:
     """What a new saver lists for ``thread``, with each checkpoint's pending writes."""
-    saver = AfkLocalSaver(store)
+    saver = _saver(store)
     try:
         found: Listing = {}
         for item in saver.list({"configurable": {"thread_id": thread}}):
@@ -73,7 +87,9 @@ def _listed(store: Store, thread: str) -> Listing:
 
 def _on_disk(store: Store, thread: str) -> set[str]:
     """The ids of ``thread``'s checkpoint files, each decoded (the truth the index caches)."""
-    run_id = thread_run_id(thread)
+    from afk_local.integrations.langgraph.index import PHASE, Payload  # noqa: PLC0415
+
+    run_id = _thread_run_id(thread)
     if not store.exists(run_id):
         return set()
     reader = store.open(run_id)
@@ -104,7 +120,9 @@ def _holds(thread: str, present: Listing, gone: set[str]) -> Callable[[Store], s
 
 
 def _setup(store: Store, _scratch: Path) -> None:
-    with AfkLocalSaver(store) as saver:
+    from afk_local.integrations.langgraph.index import INDEX_NAME  # noqa: PLC0415
+
+    with _saver(store) as saver:
         c1 = _put(saver, "t", "c1", 1, parent=None, run="r1")
         saver.put_writes(c1, [("ch", "w1")], "task-1")
         c2 = _put(saver, "t", "c2", 2, parent="c1", run="r1")
@@ -115,13 +133,13 @@ def _setup(store: Store, _scratch: Path) -> None:
         saver.put_writes(g1, [("ch", "g")], "task-g")
     # A crash cut an append to thread t's index cache (it is never fsynced on its own):
     # the next open of the cache cuts the torn tail.
-    with open(store.paths(thread_run_id("t")).dir / INDEX_NAME, "ab") as index:
+    with open(store.paths(_thread_run_id("t")).dir / INDEX_NAME, "ab") as index:
         index.write(encode_frame(b"\x95" * 120)[:50])
 
 
 def _record(session: Session, _prepared: Any) -> None:
     store = session.store
-    saver = AfkLocalSaver(store)
+    saver = _saver(store)
     try:
         w1, w2 = [("task-1", "ch", "w1")], [("task-2", "ch", "w2")]
         session.claim_acked("the saver's thread t", _holds("t", {"c1": w1, "c2": w2}, set()))
@@ -134,7 +152,7 @@ def _record(session: Session, _prepared: Any) -> None:
         n1 = _put(saver, "n", "n1", 1, parent=None, run="r3")  # a new thread: its writes file made
         saver.put_writes(n1, [("ch", "n")], "task-n")
         session.claim_acked("thread n", _holds("n", {"n1": [("task-n", "ch", "n")]}, set()))
-        gone = thread_run_id("gone")
+        gone = _thread_run_id("gone")
         session.run_removed(gone)
         saver.delete_thread("gone")
         session.rewrite_done(gone, "delete_thread")  # and it stays deleted
@@ -152,7 +170,7 @@ def _resume(store: Store) -> dict[str, Any]:
         outcomes[f"listing {thread}"] = (
             "agrees" if listed == files else f"lists {sorted(listed)}, files hold {sorted(files)}"
         )
-    with AfkLocalSaver(store) as saver:
+    with _saver(store) as saver:
         newest = saver.get_tuple({"configurable": {"thread_id": "t"}})
         parent = None if newest is None else newest.config["configurable"]["checkpoint_id"]
         _put(saver, "t", "c9", 9, parent=parent, run="r9")
