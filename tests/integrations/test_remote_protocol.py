@@ -199,7 +199,14 @@ def test_a_packed_run_is_pushed_and_pulled_whole_and_packs_are_bounded_by_their_
 def test_a_mirrored_writer_packs_only_what_the_remote_holds(tmp_path: Path) -> None:
     url = remote.file_url(tmp_path / "bucket")
     a = afk.Store(tmp_path / "a", mirror=url, pack_loose_limit=8)
-    make_run(a, "r", 60)
+    with a.create("r") as run:
+        for i in range(60):
+            run.checkpoint("runtime_state", {"i": i, "who": "a"}, step=i)
+            if i % 4 == 3:
+                # An uploader that keeps up, as over a real disk's fsyncs: on tmpfs this
+                # writer outruns it, and packing waits (never the checkpoint) until the
+                # mirror holds what it would pack, which the assertions below rely on.
+                run.flush_mirror(30)
     names = os.listdir(a.paths("r", refuse_links=True).dir)
     assert any(n.endswith(".pack") for n in names)
     assert sum(n.endswith(".ckpt") for n in names) <= 16

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import enum
 import os
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from afk_local.errors import CheckpointCorruptionError, RunNotFoundError
@@ -50,7 +51,35 @@ if TYPE_CHECKING:
 
 PACK_SEPARATOR = "#"
 """Between a pack's path and a checkpoint's name in the location of a packed checkpoint."""
-_VIEW_ATTEMPTS = 8  # listings tried while rewrites keep replacing what the manifest names
+_VIEW_ATTEMPTS = 8  # listings tried at once while rewrites keep replacing what it names
+_VIEW_PATIENCE_S = 2.0
+"""Then more listings, a short sleep apart, for up to this long while ``MANIFEST`` keeps
+changing: a writer packing every few checkpoints on a fast disk rewrites a run every
+millisecond, and a lock-free reader that lost eight races in a row to it must not call
+that damage. A manifest that stays the same names damage: that is said at once."""
+
+
+def _view_attempts(manifest: str) -> Iterator[int]:
+    """The attempts of a listing that rewrites may keep invalidating (see above)."""
+    started = time.monotonic()
+    attempt, seen = 0, _identity(manifest)
+    while True:
+        if attempt >= _VIEW_ATTEMPTS:
+            now = _identity(manifest)
+            if now == seen or time.monotonic() - started >= _VIEW_PATIENCE_S:
+                return  # nothing rewrote the run since the last try, or it is past patience
+            seen = now
+            time.sleep(min(0.0005 * 2 ** (attempt - _VIEW_ATTEMPTS), 0.02))
+        yield attempt
+        attempt += 1
+
+
+def _identity(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 class _Vanished(enum.Enum):
@@ -170,7 +199,7 @@ class RunCatalog:
         """
         self.manifest_problem = None
         missing = ""
-        for _ in range(_VIEW_ATTEMPTS):
+        for _ in _view_attempts(str(self.paths.manifest)):
             loose, packs = self.scan()
             try:
                 manifest = self.manifest()  # a failed lstat for a run never packed
@@ -215,13 +244,13 @@ class RunCatalog:
         their loose files are gone too). A damaged pack is passed over (see
         :meth:`damaged_packs`).
         """
-        for _ in range(_VIEW_ATTEMPTS):
+        for _ in _view_attempts(str(self.paths.manifest)):
             listed = self._files_once()
             if listed is not None:
                 return listed
         raise CheckpointCorruptionError(
             str(self.paths.dir),
-            f"rewrites replaced its packs under {_VIEW_ATTEMPTS} listings in a row",
+            f"rewrites replaced its packs under every listing for {_VIEW_PATIENCE_S:g} s",
             self.paths.run_id,
             moved=True,
         )
@@ -289,7 +318,7 @@ class RunCatalog:
         Raises:
             CheckpointCorruptionError: a damaged pack's name claims ``seq``.
         """
-        for _ in range(_VIEW_ATTEMPTS):
+        for _ in _view_attempts(str(self.paths.manifest)):
             loose, packs, _ = self.live()
             for file in loose:
                 if file.seq == seq:
@@ -309,7 +338,7 @@ class RunCatalog:
             found = self._packed(seq, self._listed)
             if isinstance(found, CheckpointFile):
                 return found
-        for _ in range(_VIEW_ATTEMPTS):
+        for _ in _view_attempts(str(self.paths.manifest)):
             found = self._packed(seq, self.live()[1])
             if found is not _VANISHED:
                 return found
@@ -364,7 +393,7 @@ class RunCatalog:
                 the pack no longer holds it.
         """
         assert file.pack is not None
-        for _ in range(_VIEW_ATTEMPTS):
+        for _ in _view_attempts(str(self.paths.manifest)):
             try:
                 reader = self.pack_reader(file.pack)
                 entry = reader.index.find(file.seq)
