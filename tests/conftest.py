@@ -17,7 +17,6 @@ import logging
 import os
 import random
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,36 +24,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 pytest_plugins = ["afk_local.testing", "remote_s3"]  # remote_s3: the S3 endpoint fixtures
-
-TEMP_IN_MEMORY_MIN_FREE = 2 << 30
-"""/dev/shm takes the tests' temporary files only with this much free (a container's is
-often 64 MiB; a full default run leaves a few hundred MB there, pytest keeping the last
-three runs' directories)."""
-
-
-def _temp_files_in_memory() -> None:
-    """Tests' temporary directories (``tmp_path``, and their children's ``tempfile``) go to
-    ``/dev/shm`` where there is one with room, unless ``TMPDIR`` says where.
-
-    The suite makes hundreds of thousands of fsyncs and unlinks: on a disk they cost a
-    third of a storage module's wall time, and nothing a test checks depends on them
-    (what a SIGKILL leaves is in the page cache either way; what a power cut leaves is the
-    crash explorer's model, built on /dev/shm already). tmpfs is a real file system:
-    every rename, link, lock and inotify watch behaves as on a disk.
-    """
-    shm = "/dev/shm"  # pytest makes its own private directory inside it
-    if "TMPDIR" in os.environ or not os.path.isdir(shm) or not os.access(shm, os.W_OK | os.X_OK):
-        return
-    try:
-        free = os.statvfs(shm)
-    except OSError:
-        return
-    if free.f_bavail * free.f_frsize >= TEMP_IN_MEMORY_MIN_FREE:
-        os.environ["TMPDIR"] = shm
-        tempfile.tempdir = None  # gettempdir() looks again
-
-
-_temp_files_in_memory()
 
 # The crash tests start hundreds of fresh interpreters; let them cache bytecode
 # (some environments set PYTHONDONTWRITEBYTECODE, which makes every child
