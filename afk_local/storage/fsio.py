@@ -170,10 +170,10 @@ def _open_checked(
 _O_CREATE_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
 _DARWIN = sys.platform == "darwin"
 _NO_SYMLINKS = frozenset((errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS))
+"""What symlink(2) says where symlinks cannot be made (a pointer file stands in)."""
 _AT_CALLS = {os.open, os.rename, os.symlink, os.unlink} <= os.supports_dir_fd
 """The platform names files relative to a directory descriptor (``openat`` and kin):
 POSIX systems do; Windows does not (it has no directory descriptors either)."""
-"""What symlink(2) says where symlinks cannot be made (a pointer file stands in)."""
 
 
 # Temp names: the pid, a random token drawn once per process and a counter. Unique
